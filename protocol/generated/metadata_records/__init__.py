@@ -1,0 +1,1 @@
+"""Generated metadata record codecs. Do not edit."""

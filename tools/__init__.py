@@ -1,0 +1,1 @@
+"""Operator tools (kafka-*.sh clones) and the dev cluster launcher."""
