@@ -177,7 +177,11 @@ class ModuleEmitter:
             return out
         # arrays
         if fflex:
-            out.append(f"{ind}n, pos = read_uvarint(buf, pos)")
+            out.append(f"{ind}n = buf[pos]")  # one-byte varint fast path
+            out.append(f"{ind}if n < 128:")
+            out.append(f"{ind}    pos += 1")
+            out.append(f"{ind}else:")
+            out.append(f"{ind}    n, pos = read_uvarint(buf, pos)")
             out.append(f"{ind}n -= 1")
         else:
             out.append(f"{ind}n = _st_i.unpack_from(buf, pos)[0]")
@@ -244,7 +248,7 @@ class ModuleEmitter:
         flex = v in msg.flexible
         cls = f"_c_{msg.name}_{s.name}" if s is not msg.root else f"_c_{msg.name}"
         ind = "        "
-        lines = ["def @NAME@(buf, pos):", "    f = None", "    try:", "        pass"]
+        lines = ["def @NAME@(buf, pos):", "    f = None", "    try:"]
         present = [fl for fl in s.fields if v in fl.versions and v not in fl.tagged]
         i = 0
         while i < len(present):
@@ -272,6 +276,8 @@ class ModuleEmitter:
             lines.extend(self.read_value(fl, v, flex, "v_" + snake(fl.name), ind, msg))
             i += 1
         tagged = [fl for fl in s.fields if v in fl.versions and v in fl.tagged]
+        if not present and not flex:
+            lines.append(f"{ind}pass")
         if flex:
             lines.append(f"{ind}f = '<tagged fields>'")
             lines.append(f"{ind}unknown = None")

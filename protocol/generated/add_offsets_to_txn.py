@@ -110,7 +110,6 @@ _c_AddOffsetsToTxnResponse = AddOffsetsToTxnResponse
 def _d_AddOffsetsToTxnRequest_AddOffsetsToTxnRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TransactionalId"
         v_transactional_id, pos = read_str(buf, pos)
         f = "ProducerId"
@@ -137,7 +136,6 @@ def _e_AddOffsetsToTxnRequest_AddOffsetsToTxnRequest_v0(o, parts):
 def _d_AddOffsetsToTxnRequest_AddOffsetsToTxnRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "TransactionalId"
         v_transactional_id, pos = read_cstr(buf, pos)
         f = "ProducerId"
@@ -182,7 +180,6 @@ def _e_AddOffsetsToTxnRequest_AddOffsetsToTxnRequest_v1(o, parts):
 def _d_AddOffsetsToTxnResponse_AddOffsetsToTxnResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -203,7 +200,6 @@ def _e_AddOffsetsToTxnResponse_AddOffsetsToTxnResponse_v0(o, parts):
 def _d_AddOffsetsToTxnResponse_AddOffsetsToTxnResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6

@@ -241,7 +241,6 @@ _c_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult = (
 def _d_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Partitions"
@@ -266,7 +265,6 @@ def _d_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v0(buf, pos):
 def _d_AddPartitionsToTxnRequest_AddPartitionsToTxnRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "V3AndBelowTransactionalId"
         v_v3_and_below_transactional_id, pos = read_str(buf, pos)
         f = "V3AndBelowProducerId"
@@ -332,11 +330,14 @@ def _e_AddPartitionsToTxnRequest_AddPartitionsToTxnRequest_v0(o, parts):
 def _d_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -371,14 +372,17 @@ def _d_AddPartitionsToTxnRequest_AddPartitionsToTxnTopic_v1(buf, pos):
 def _d_AddPartitionsToTxnRequest_AddPartitionsToTxnRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "V3AndBelowTransactionalId"
         v_v3_and_below_transactional_id, pos = read_cstr(buf, pos)
         f = "V3AndBelowProducerId"
         v_v3_and_below_producer_id, v_v3_and_below_producer_epoch = _st_qh.unpack_from(buf, pos)
         pos += 10
         f = "V3AndBelowTopics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -459,14 +463,17 @@ def _e_AddPartitionsToTxnRequest_AddPartitionsToTxnRequest_v1(o, parts):
 def _d_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TransactionalId"
         v_transactional_id, pos = read_cstr(buf, pos)
         f = "ProducerId"
         v_producer_id, v_producer_epoch, v_verify_only = _st_qhz.unpack_from(buf, pos)
         pos += 11
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -506,9 +513,12 @@ def _d_AddPartitionsToTxnRequest_AddPartitionsToTxnTransaction_v0(buf, pos):
 def _d_AddPartitionsToTxnRequest_AddPartitionsToTxnRequest_v2(buf, pos):
     f = None
     try:
-        pass
         f = "Transactions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -598,7 +608,6 @@ def _e_AddPartitionsToTxnRequest_AddPartitionsToTxnRequest_v2(o, parts):
 def _d_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_partition_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -616,7 +625,6 @@ def _d_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v0(buf, pos)
 def _d_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "ResultsByPartition"
@@ -644,7 +652,6 @@ def _d_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v0(buf, pos):
 def _d_AddPartitionsToTxnResponse_AddPartitionsToTxnResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -707,7 +714,6 @@ def _e_AddPartitionsToTxnResponse_AddPartitionsToTxnResponse_v0(o, parts):
 def _d_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v1(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_partition_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -739,11 +745,14 @@ def _d_AddPartitionsToTxnResponse_AddPartitionsToTxnPartitionResult_v1(buf, pos)
 def _d_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "ResultsByPartition"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -781,12 +790,15 @@ def _d_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v1(buf, pos):
 def _d_AddPartitionsToTxnResponse_AddPartitionsToTxnResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "ResultsByTopicV3AndBelow"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -870,11 +882,14 @@ def _e_AddPartitionsToTxnResponse_AddPartitionsToTxnResponse_v1(o, parts):
 def _d_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TransactionalId"
         v_transactional_id, pos = read_cstr(buf, pos)
         f = "TopicResults"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -912,12 +927,15 @@ def _d_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_v0(buf, pos):
 def _d_AddPartitionsToTxnResponse_AddPartitionsToTxnResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
         f = "ResultsByTransaction"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

@@ -155,14 +155,17 @@ _c_AlterChunkAssignmentsResponse_AlterChunkAssignmentResult = AlterChunkAssignme
 def _d_AlterChunkAssignmentsRequest_AlterChunkAssignment_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TopicName"
         v_topic_name, pos = read_cstr(buf, pos)
         f = "PartitionId"
         v_partition_id, v_start_offset, v_chunk_epoch = _st_iqi.unpack_from(buf, pos)
         pos += 16
         f = "BrokerIds"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -199,9 +202,12 @@ def _d_AlterChunkAssignmentsRequest_AlterChunkAssignment_v0(buf, pos):
 def _d_AlterChunkAssignmentsRequest_AlterChunkAssignmentsRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Chunks"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -270,7 +276,6 @@ def _e_AlterChunkAssignmentsRequest_AlterChunkAssignmentsRequest_v0(o, parts):
 def _d_AlterChunkAssignmentsResponse_AlterChunkAssignmentResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TopicName"
         v_topic_name, pos = read_cstr(buf, pos)
         f = "PartitionId"
@@ -306,12 +311,15 @@ def _d_AlterChunkAssignmentsResponse_AlterChunkAssignmentResult_v0(buf, pos):
 def _d_AlterChunkAssignmentsResponse_AlterChunkAssignmentsResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Results"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

@@ -165,7 +165,6 @@ _c_AlterConfigsResponse_AlterConfigsResourceResponse = AlterConfigsResponse.Alte
 def _d_AlterConfigsRequest_AlterableConfig_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Value"
@@ -182,7 +181,6 @@ def _d_AlterConfigsRequest_AlterableConfig_v0(buf, pos):
 def _d_AlterConfigsRequest_AlterConfigsResource_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ResourceType"
         v_resource_type = _st_b.unpack_from(buf, pos)[0]
         pos += 1
@@ -213,7 +211,6 @@ def _d_AlterConfigsRequest_AlterConfigsResource_v0(buf, pos):
 def _d_AlterConfigsRequest_AlterConfigsRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Resources"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -273,7 +270,6 @@ def _e_AlterConfigsRequest_AlterConfigsRequest_v0(o, parts):
 def _d_AlterConfigsRequest_AlterableConfig_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Value"
@@ -304,14 +300,17 @@ def _d_AlterConfigsRequest_AlterableConfig_v1(buf, pos):
 def _d_AlterConfigsRequest_AlterConfigsResource_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ResourceType"
         v_resource_type = _st_b.unpack_from(buf, pos)[0]
         pos += 1
         f = "ResourceName"
         v_resource_name, pos = read_cstr(buf, pos)
         f = "Configs"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -349,9 +348,12 @@ def _d_AlterConfigsRequest_AlterConfigsResource_v1(buf, pos):
 def _d_AlterConfigsRequest_AlterConfigsRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Resources"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -435,7 +437,6 @@ def _e_AlterConfigsRequest_AlterConfigsRequest_v1(o, parts):
 def _d_AlterConfigsResponse_AlterConfigsResourceResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -460,7 +461,6 @@ def _d_AlterConfigsResponse_AlterConfigsResourceResponse_v0(buf, pos):
 def _d_AlterConfigsResponse_AlterConfigsResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -509,7 +509,6 @@ def _e_AlterConfigsResponse_AlterConfigsResponse_v0(o, parts):
 def _d_AlterConfigsResponse_AlterConfigsResourceResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -548,12 +547,15 @@ def _d_AlterConfigsResponse_AlterConfigsResourceResponse_v1(buf, pos):
 def _d_AlterConfigsResponse_AlterConfigsResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Responses"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

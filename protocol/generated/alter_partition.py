@@ -251,12 +251,15 @@ _c_AlterPartitionResponse_PartitionData = AlterPartitionResponse.PartitionData
 def _d_AlterPartitionRequest_PartitionData_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_leader_epoch = _st_ii.unpack_from(buf, pos)
         pos += 8
         f = "NewIsr"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -296,11 +299,14 @@ def _d_AlterPartitionRequest_PartitionData_v0(buf, pos):
 def _d_AlterPartitionRequest_TopicData_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TopicName"
         v_topic_name, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -338,12 +344,15 @@ def _d_AlterPartitionRequest_TopicData_v0(buf, pos):
 def _d_AlterPartitionRequest_AlterPartitionRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "BrokerId"
         v_broker_id, v_broker_epoch = _st_iq.unpack_from(buf, pos)
         pos += 12
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -437,12 +446,15 @@ def _e_AlterPartitionRequest_AlterPartitionRequest_v0(o, parts):
 def _d_AlterPartitionRequest_PartitionData_v1(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_leader_epoch = _st_ii.unpack_from(buf, pos)
         pos += 8
         f = "NewIsr"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -482,11 +494,14 @@ def _d_AlterPartitionRequest_PartitionData_v1(buf, pos):
 def _d_AlterPartitionRequest_TopicData_v1(buf, pos):
     f = None
     try:
-        pass
         f = "TopicName"
         v_topic_name, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -524,12 +539,15 @@ def _d_AlterPartitionRequest_TopicData_v1(buf, pos):
 def _d_AlterPartitionRequest_AlterPartitionRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "BrokerId"
         v_broker_id, v_broker_epoch = _st_iq.unpack_from(buf, pos)
         pos += 12
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -619,13 +637,16 @@ def _e_AlterPartitionRequest_AlterPartitionRequest_v1(o, parts):
 def _d_AlterPartitionRequest_TopicData_v2(buf, pos):
     f = None
     try:
-        pass
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
         v_topic_id = UUID(bytes=v_topic_id)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -663,12 +684,15 @@ def _d_AlterPartitionRequest_TopicData_v2(buf, pos):
 def _d_AlterPartitionRequest_AlterPartitionRequest_v2(buf, pos):
     f = None
     try:
-        pass
         f = "BrokerId"
         v_broker_id, v_broker_epoch = _st_iq.unpack_from(buf, pos)
         pos += 12
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -738,7 +762,6 @@ def _e_AlterPartitionRequest_AlterPartitionRequest_v2(o, parts):
 def _d_AlterPartitionRequest_BrokerState_v0(buf, pos):
     f = None
     try:
-        pass
         f = "BrokerId"
         v_broker_id, v_broker_epoch = _st_iq.unpack_from(buf, pos)
         pos += 12
@@ -768,12 +791,15 @@ def _d_AlterPartitionRequest_BrokerState_v0(buf, pos):
 def _d_AlterPartitionRequest_PartitionData_v2(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_leader_epoch = _st_ii.unpack_from(buf, pos)
         pos += 8
         f = "NewIsrWithEpochs"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -822,13 +848,16 @@ def _d_AlterPartitionRequest_PartitionData_v2(buf, pos):
 def _d_AlterPartitionRequest_TopicData_v3(buf, pos):
     f = None
     try:
-        pass
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
         v_topic_id = UUID(bytes=v_topic_id)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -866,12 +895,15 @@ def _d_AlterPartitionRequest_TopicData_v3(buf, pos):
 def _d_AlterPartitionRequest_AlterPartitionRequest_v3(buf, pos):
     f = None
     try:
-        pass
         f = "BrokerId"
         v_broker_id, v_broker_epoch = _st_iq.unpack_from(buf, pos)
         pos += 12
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -969,12 +1001,15 @@ def _e_AlterPartitionRequest_AlterPartitionRequest_v3(o, parts):
 def _d_AlterPartitionResponse_PartitionData_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_error_code, v_leader_id, v_leader_epoch = _st_ihii.unpack_from(buf, pos)
         pos += 14
         f = "Isr"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1014,11 +1049,14 @@ def _d_AlterPartitionResponse_PartitionData_v0(buf, pos):
 def _d_AlterPartitionResponse_TopicData_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TopicName"
         v_topic_name, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1056,12 +1094,15 @@ def _d_AlterPartitionResponse_TopicData_v0(buf, pos):
 def _d_AlterPartitionResponse_AlterPartitionResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1147,12 +1188,15 @@ def _e_AlterPartitionResponse_AlterPartitionResponse_v0(o, parts):
 def _d_AlterPartitionResponse_PartitionData_v1(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_error_code, v_leader_id, v_leader_epoch = _st_ihii.unpack_from(buf, pos)
         pos += 14
         f = "Isr"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1199,11 +1243,14 @@ def _d_AlterPartitionResponse_PartitionData_v1(buf, pos):
 def _d_AlterPartitionResponse_TopicData_v1(buf, pos):
     f = None
     try:
-        pass
         f = "TopicName"
         v_topic_name, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1241,12 +1288,15 @@ def _d_AlterPartitionResponse_TopicData_v1(buf, pos):
 def _d_AlterPartitionResponse_AlterPartitionResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1332,13 +1382,16 @@ def _e_AlterPartitionResponse_AlterPartitionResponse_v1(o, parts):
 def _d_AlterPartitionResponse_TopicData_v2(buf, pos):
     f = None
     try:
-        pass
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
         v_topic_id = UUID(bytes=v_topic_id)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1376,12 +1429,15 @@ def _d_AlterPartitionResponse_TopicData_v2(buf, pos):
 def _d_AlterPartitionResponse_AlterPartitionResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

@@ -184,12 +184,15 @@ _c_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse = (
 def _d_AlterPartitionReassignmentsRequest_ReassignablePartition_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Replicas"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             v_replicas = None
@@ -224,11 +227,14 @@ def _d_AlterPartitionReassignmentsRequest_ReassignablePartition_v0(buf, pos):
 def _d_AlterPartitionReassignmentsRequest_ReassignableTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -266,12 +272,15 @@ def _d_AlterPartitionReassignmentsRequest_ReassignableTopic_v0(buf, pos):
 def _d_AlterPartitionReassignmentsRequest_AlterPartitionReassignmentsRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TimeoutMs"
         v_timeout_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -356,7 +365,6 @@ def _e_AlterPartitionReassignmentsRequest_AlterPartitionReassignmentsRequest_v0(
 def _d_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -390,11 +398,14 @@ def _d_AlterPartitionReassignmentsResponse_ReassignablePartitionResponse_v0(buf,
 def _d_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -432,14 +443,17 @@ def _d_AlterPartitionReassignmentsResponse_ReassignableTopicResponse_v0(buf, pos
 def _d_AlterPartitionReassignmentsResponse_AlterPartitionReassignmentsResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
         f = "ErrorMessage"
         v_error_message, pos = read_cstr_n(buf, pos)
         f = "Responses"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

@@ -168,7 +168,6 @@ _c_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult = (
 def _d_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Partitions"
@@ -193,7 +192,6 @@ def _d_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic_v0(buf, pos):
 def _d_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Path"
         v_path, pos = read_str(buf, pos)
         f = "Topics"
@@ -221,7 +219,6 @@ def _d_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v0(buf, pos):
 def _d_AlterReplicaLogDirsRequest_AlterReplicaLogDirsRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Dirs"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -281,11 +278,14 @@ def _e_AlterReplicaLogDirsRequest_AlterReplicaLogDirsRequest_v0(o, parts):
 def _d_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -320,11 +320,14 @@ def _d_AlterReplicaLogDirsRequest_AlterReplicaLogDirTopic_v1(buf, pos):
 def _d_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Path"
         v_path, pos = read_cstr(buf, pos)
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -362,9 +365,12 @@ def _d_AlterReplicaLogDirsRequest_AlterReplicaLogDir_v1(buf, pos):
 def _d_AlterReplicaLogDirsRequest_AlterReplicaLogDirsRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Dirs"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -448,7 +454,6 @@ def _e_AlterReplicaLogDirsRequest_AlterReplicaLogDirsRequest_v1(o, parts):
 def _d_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -464,7 +469,6 @@ def _d_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult_v0(buf, pos
 def _d_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TopicName"
         v_topic_name, pos = read_str(buf, pos)
         f = "Partitions"
@@ -492,7 +496,6 @@ def _d_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v0(buf, pos):
 def _d_AlterReplicaLogDirsResponse_AlterReplicaLogDirsResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -550,7 +553,6 @@ def _e_AlterReplicaLogDirsResponse_AlterReplicaLogDirsResponse_v0(o, parts):
 def _d_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult_v1(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -582,11 +584,14 @@ def _d_AlterReplicaLogDirsResponse_AlterReplicaLogDirPartitionResult_v1(buf, pos
 def _d_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v1(buf, pos):
     f = None
     try:
-        pass
         f = "TopicName"
         v_topic_name, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -624,12 +629,15 @@ def _d_AlterReplicaLogDirsResponse_AlterReplicaLogDirTopicResult_v1(buf, pos):
 def _d_AlterReplicaLogDirsResponse_AlterReplicaLogDirsResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Results"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

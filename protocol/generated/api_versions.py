@@ -209,7 +209,6 @@ def _e_ApiVersionsRequest_ApiVersionsRequest_v0(o, parts):
 def _d_ApiVersionsRequest_ApiVersionsRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ClientSoftwareName"
         v_client_software_name, pos = read_cstr(buf, pos)
         f = "ClientSoftwareVersion"
@@ -250,7 +249,6 @@ def _e_ApiVersionsRequest_ApiVersionsRequest_v1(o, parts):
 def _d_ApiVersionsResponse_ApiVersion_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ApiKey"
         v_api_key, v_min_version, v_max_version = _st_hhh.unpack_from(buf, pos)
         pos += 6
@@ -266,7 +264,6 @@ def _d_ApiVersionsResponse_ApiVersion_v0(buf, pos):
 def _d_ApiVersionsResponse_ApiVersionsResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -312,7 +309,6 @@ def _e_ApiVersionsResponse_ApiVersionsResponse_v0(o, parts):
 def _d_ApiVersionsResponse_ApiVersionsResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -357,7 +353,6 @@ def _e_ApiVersionsResponse_ApiVersionsResponse_v1(o, parts):
 def _d_ApiVersionsResponse_ApiVersion_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ApiKey"
         v_api_key, v_min_version, v_max_version = _st_hhh.unpack_from(buf, pos)
         pos += 6
@@ -387,7 +382,6 @@ def _d_ApiVersionsResponse_ApiVersion_v1(buf, pos):
 def _d_ApiVersionsResponse_SupportedFeatureKey_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "MinVersion"
@@ -419,7 +413,6 @@ def _d_ApiVersionsResponse_SupportedFeatureKey_v0(buf, pos):
 def _d_ApiVersionsResponse_FinalizedFeatureKey_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "MaxVersionLevel"
@@ -451,12 +444,15 @@ def _d_ApiVersionsResponse_FinalizedFeatureKey_v0(buf, pos):
 def _d_ApiVersionsResponse_ApiVersionsResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
         f = "ApiKeys"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -487,7 +483,11 @@ def _d_ApiVersionsResponse_ApiVersionsResponse_v2(buf, pos):
                 end = check_len(buf, pos, size)
                 if tag == 0:
                     f = "SupportedFeatures"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         raise ProtocolError("null array in a non-nullable field")
@@ -509,7 +509,11 @@ def _d_ApiVersionsResponse_ApiVersionsResponse_v2(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 2:
                     f = "FinalizedFeatures"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         raise ProtocolError("null array in a non-nullable field")

@@ -143,7 +143,6 @@ _c_BrokerHeartbeatResponse = BrokerHeartbeatResponse
 def _d_BrokerHeartbeatRequest_BrokerHeartbeatRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "BrokerId"
         v_broker_id, v_broker_epoch, v_current_metadata_offset, v_want_fence, v_want_shut_down = _st_iqqzz.unpack_from(
             buf, pos
@@ -190,7 +189,6 @@ def _e_BrokerHeartbeatRequest_BrokerHeartbeatRequest_v0(o, parts):
 def _d_BrokerHeartbeatRequest_BrokerHeartbeatRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "BrokerId"
         v_broker_id, v_broker_epoch, v_current_metadata_offset, v_want_fence, v_want_shut_down = _st_iqqzz.unpack_from(
             buf, pos
@@ -209,7 +207,11 @@ def _d_BrokerHeartbeatRequest_BrokerHeartbeatRequest_v1(buf, pos):
                 end = check_len(buf, pos, size)
                 if tag == 0:
                     f = "OfflineLogDirs"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         raise ProtocolError("null array in a non-nullable field")
@@ -275,7 +277,6 @@ def _e_BrokerHeartbeatRequest_BrokerHeartbeatRequest_v1(o, parts):
 def _d_BrokerHeartbeatResponse_BrokerHeartbeatResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code, v_is_caught_up, v_is_fenced, v_should_shut_down = _st_ihzzz.unpack_from(
             buf, pos

@@ -187,7 +187,6 @@ _c_BrokerRegistrationResponse = BrokerRegistrationResponse
 def _d_BrokerRegistrationRequest_Listener_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Host"
@@ -221,7 +220,6 @@ def _d_BrokerRegistrationRequest_Listener_v0(buf, pos):
 def _d_BrokerRegistrationRequest_Feature_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "MinSupportedVersion"
@@ -253,7 +251,6 @@ def _d_BrokerRegistrationRequest_Feature_v0(buf, pos):
 def _d_BrokerRegistrationRequest_BrokerRegistrationRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "BrokerId"
         v_broker_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -264,7 +261,11 @@ def _d_BrokerRegistrationRequest_BrokerRegistrationRequest_v0(buf, pos):
         pos += 16
         v_incarnation_id = UUID(bytes=v_incarnation_id)
         f = "Listeners"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -277,7 +278,11 @@ def _d_BrokerRegistrationRequest_BrokerRegistrationRequest_v0(buf, pos):
                 x, pos = _d_BrokerRegistrationRequest_Listener_v0(buf, pos)
                 ap(x)
         f = "Features"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -371,7 +376,6 @@ def _e_BrokerRegistrationRequest_BrokerRegistrationRequest_v0(o, parts):
 def _d_BrokerRegistrationRequest_BrokerRegistrationRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "BrokerId"
         v_broker_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -382,7 +386,11 @@ def _d_BrokerRegistrationRequest_BrokerRegistrationRequest_v1(buf, pos):
         pos += 16
         v_incarnation_id = UUID(bytes=v_incarnation_id)
         f = "Listeners"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -395,7 +403,11 @@ def _d_BrokerRegistrationRequest_BrokerRegistrationRequest_v1(buf, pos):
                 x, pos = _d_BrokerRegistrationRequest_Listener_v0(buf, pos)
                 ap(x)
         f = "Features"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -476,7 +488,6 @@ def _e_BrokerRegistrationRequest_BrokerRegistrationRequest_v1(o, parts):
 def _d_BrokerRegistrationRequest_BrokerRegistrationRequest_v2(buf, pos):
     f = None
     try:
-        pass
         f = "BrokerId"
         v_broker_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -487,7 +498,11 @@ def _d_BrokerRegistrationRequest_BrokerRegistrationRequest_v2(buf, pos):
         pos += 16
         v_incarnation_id = UUID(bytes=v_incarnation_id)
         f = "Listeners"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -500,7 +515,11 @@ def _d_BrokerRegistrationRequest_BrokerRegistrationRequest_v2(buf, pos):
                 x, pos = _d_BrokerRegistrationRequest_Listener_v0(buf, pos)
                 ap(x)
         f = "Features"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -518,7 +537,11 @@ def _d_BrokerRegistrationRequest_BrokerRegistrationRequest_v2(buf, pos):
         v_is_migrating_zk_broker = _st_z.unpack_from(buf, pos)[0]
         pos += 1
         f = "LogDirs"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -603,7 +626,6 @@ def _e_BrokerRegistrationRequest_BrokerRegistrationRequest_v2(o, parts):
 def _d_BrokerRegistrationRequest_BrokerRegistrationRequest_v3(buf, pos):
     f = None
     try:
-        pass
         f = "BrokerId"
         v_broker_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -614,7 +636,11 @@ def _d_BrokerRegistrationRequest_BrokerRegistrationRequest_v3(buf, pos):
         pos += 16
         v_incarnation_id = UUID(bytes=v_incarnation_id)
         f = "Listeners"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -627,7 +653,11 @@ def _d_BrokerRegistrationRequest_BrokerRegistrationRequest_v3(buf, pos):
                 x, pos = _d_BrokerRegistrationRequest_Listener_v0(buf, pos)
                 ap(x)
         f = "Features"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -645,7 +675,11 @@ def _d_BrokerRegistrationRequest_BrokerRegistrationRequest_v3(buf, pos):
         v_is_migrating_zk_broker = _st_z.unpack_from(buf, pos)[0]
         pos += 1
         f = "LogDirs"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -734,7 +768,6 @@ def _e_BrokerRegistrationRequest_BrokerRegistrationRequest_v3(o, parts):
 def _d_BrokerRegistrationResponse_BrokerRegistrationResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code, v_broker_epoch = _st_ihq.unpack_from(buf, pos)
         pos += 14

@@ -160,14 +160,17 @@ _c_CreateChunksResponse_CreateChunksTopicPartitionResult = CreateChunksResponse.
 def _d_CreateChunksRequest_CreateChunksTopicPartition_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TopicName"
         v_topic_name, pos = read_cstr(buf, pos)
         f = "PartitionId"
         v_partition_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "BrokerIds"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -207,9 +210,12 @@ def _d_CreateChunksRequest_CreateChunksTopicPartition_v0(buf, pos):
 def _d_CreateChunksRequest_CreateChunksRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TopicPartitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -279,7 +285,6 @@ def _e_CreateChunksRequest_CreateChunksRequest_v0(o, parts):
 def _d_CreateChunksResponse_CreateChunksTopicPartitionResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TopicName"
         v_topic_name, pos = read_cstr(buf, pos)
         f = "PartitionId"
@@ -315,12 +320,15 @@ def _d_CreateChunksResponse_CreateChunksTopicPartitionResult_v0(buf, pos):
 def _d_CreateChunksResponse_CreateChunksResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Results"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

@@ -159,7 +159,6 @@ _c_CreatePartitionsResponse_CreatePartitionsTopicResult = CreatePartitionsRespon
 def _d_CreatePartitionsRequest_CreatePartitionsAssignment_v0(buf, pos):
     f = None
     try:
-        pass
         f = "BrokerIds"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -182,7 +181,6 @@ def _d_CreatePartitionsRequest_CreatePartitionsAssignment_v0(buf, pos):
 def _d_CreatePartitionsRequest_CreatePartitionsTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Count"
@@ -213,7 +211,6 @@ def _d_CreatePartitionsRequest_CreatePartitionsTopic_v0(buf, pos):
 def _d_CreatePartitionsRequest_CreatePartitionsRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -277,9 +274,12 @@ def _e_CreatePartitionsRequest_CreatePartitionsRequest_v0(o, parts):
 def _d_CreatePartitionsRequest_CreatePartitionsAssignment_v1(buf, pos):
     f = None
     try:
-        pass
         f = "BrokerIds"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -314,14 +314,17 @@ def _d_CreatePartitionsRequest_CreatePartitionsAssignment_v1(buf, pos):
 def _d_CreatePartitionsRequest_CreatePartitionsTopic_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Count"
         v_count = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Assignments"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             v_assignments = None
@@ -359,9 +362,12 @@ def _d_CreatePartitionsRequest_CreatePartitionsTopic_v1(buf, pos):
 def _d_CreatePartitionsRequest_CreatePartitionsRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -449,7 +455,6 @@ def _e_CreatePartitionsRequest_CreatePartitionsRequest_v1(o, parts):
 def _d_CreatePartitionsResponse_CreatePartitionsTopicResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "ErrorCode"
@@ -469,7 +474,6 @@ def _d_CreatePartitionsResponse_CreatePartitionsTopicResult_v0(buf, pos):
 def _d_CreatePartitionsResponse_CreatePartitionsResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -517,7 +521,6 @@ def _e_CreatePartitionsResponse_CreatePartitionsResponse_v0(o, parts):
 def _d_CreatePartitionsResponse_CreatePartitionsTopicResult_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "ErrorCode"
@@ -551,12 +554,15 @@ def _d_CreatePartitionsResponse_CreatePartitionsTopicResult_v1(buf, pos):
 def _d_CreatePartitionsResponse_CreatePartitionsResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Results"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

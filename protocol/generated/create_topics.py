@@ -244,7 +244,6 @@ _c_CreateTopicsResponse_CreatableTopicConfigs = CreateTopicsResponse.CreatableTo
 def _d_CreateTopicsRequest_CreatableReplicaAssignment_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -270,7 +269,6 @@ def _d_CreateTopicsRequest_CreatableReplicaAssignment_v0(buf, pos):
 def _d_CreateTopicsRequest_CreatableTopicConfig_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Value"
@@ -287,7 +285,6 @@ def _d_CreateTopicsRequest_CreatableTopicConfig_v0(buf, pos):
 def _d_CreateTopicsRequest_CreatableTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "NumPartitions"
@@ -333,7 +330,6 @@ def _d_CreateTopicsRequest_CreatableTopic_v0(buf, pos):
 def _d_CreateTopicsRequest_CreateTopicsRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -415,7 +411,6 @@ def _e_CreateTopicsRequest_CreateTopicsRequest_v0(o, parts):
 def _d_CreateTopicsRequest_CreateTopicsRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -456,12 +451,15 @@ def _e_CreateTopicsRequest_CreateTopicsRequest_v1(o, parts):
 def _d_CreateTopicsRequest_CreatableReplicaAssignment_v1(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "BrokerIds"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -496,7 +494,6 @@ def _d_CreateTopicsRequest_CreatableReplicaAssignment_v1(buf, pos):
 def _d_CreateTopicsRequest_CreatableTopicConfig_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Value"
@@ -527,14 +524,17 @@ def _d_CreateTopicsRequest_CreatableTopicConfig_v1(buf, pos):
 def _d_CreateTopicsRequest_CreatableTopic_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "NumPartitions"
         v_num_partitions, v_replication_factor = _st_ih.unpack_from(buf, pos)
         pos += 6
         f = "Assignments"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -547,7 +547,11 @@ def _d_CreateTopicsRequest_CreatableTopic_v1(buf, pos):
                 x, pos = _d_CreateTopicsRequest_CreatableReplicaAssignment_v1(buf, pos)
                 ap(x)
         f = "Configs"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -587,9 +591,12 @@ def _d_CreateTopicsRequest_CreatableTopic_v1(buf, pos):
 def _d_CreateTopicsRequest_CreateTopicsRequest_v2(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -695,7 +702,6 @@ def _e_CreateTopicsRequest_CreateTopicsRequest_v2(o, parts):
 def _d_CreateTopicsResponse_CreatableTopicResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "ErrorCode"
@@ -713,7 +719,6 @@ def _d_CreateTopicsResponse_CreatableTopicResult_v0(buf, pos):
 def _d_CreateTopicsResponse_CreateTopicsResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -756,7 +761,6 @@ def _e_CreateTopicsResponse_CreateTopicsResponse_v0(o, parts):
 def _d_CreateTopicsResponse_CreatableTopicResult_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "ErrorCode"
@@ -778,7 +782,6 @@ def _d_CreateTopicsResponse_CreatableTopicResult_v1(buf, pos):
 def _d_CreateTopicsResponse_CreateTopicsResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -822,7 +825,6 @@ def _e_CreateTopicsResponse_CreateTopicsResponse_v1(o, parts):
 def _d_CreateTopicsResponse_CreateTopicsResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -863,7 +865,6 @@ def _e_CreateTopicsResponse_CreateTopicsResponse_v2(o, parts):
 def _d_CreateTopicsResponse_CreatableTopicConfigs_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Value"
@@ -899,7 +900,6 @@ def _d_CreateTopicsResponse_CreatableTopicConfigs_v0(buf, pos):
 def _d_CreateTopicsResponse_CreatableTopicResult_v2(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "ErrorCode"
@@ -911,7 +911,11 @@ def _d_CreateTopicsResponse_CreatableTopicResult_v2(buf, pos):
         v_num_partitions, v_replication_factor = _st_ih.unpack_from(buf, pos)
         pos += 6
         f = "Configs"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             v_configs = None
@@ -967,12 +971,15 @@ def _d_CreateTopicsResponse_CreatableTopicResult_v2(buf, pos):
 def _d_CreateTopicsResponse_CreateTopicsResponse_v3(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1066,7 +1073,6 @@ def _e_CreateTopicsResponse_CreateTopicsResponse_v3(o, parts):
 def _d_CreateTopicsResponse_CreatableTopicResult_v3(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "TopicId"
@@ -1079,7 +1085,11 @@ def _d_CreateTopicsResponse_CreatableTopicResult_v3(buf, pos):
         v_num_partitions, v_replication_factor = _st_ih.unpack_from(buf, pos)
         pos += 6
         f = "Configs"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             v_configs = None
@@ -1135,12 +1145,15 @@ def _d_CreateTopicsResponse_CreatableTopicResult_v3(buf, pos):
 def _d_CreateTopicsResponse_CreateTopicsResponse_v4(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

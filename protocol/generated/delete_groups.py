@@ -115,7 +115,6 @@ _c_DeleteGroupsResponse_DeletableGroupResult = DeleteGroupsResponse.DeletableGro
 def _d_DeleteGroupsRequest_DeleteGroupsRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "GroupsNames"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -152,9 +151,12 @@ def _e_DeleteGroupsRequest_DeleteGroupsRequest_v0(o, parts):
 def _d_DeleteGroupsRequest_DeleteGroupsRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "GroupsNames"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -207,7 +209,6 @@ def _e_DeleteGroupsRequest_DeleteGroupsRequest_v1(o, parts):
 def _d_DeleteGroupsResponse_DeletableGroupResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_str(buf, pos)
         f = "ErrorCode"
@@ -225,7 +226,6 @@ def _d_DeleteGroupsResponse_DeletableGroupResult_v0(buf, pos):
 def _d_DeleteGroupsResponse_DeleteGroupsResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -272,7 +272,6 @@ def _e_DeleteGroupsResponse_DeleteGroupsResponse_v0(o, parts):
 def _d_DeleteGroupsResponse_DeletableGroupResult_v1(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_cstr(buf, pos)
         f = "ErrorCode"
@@ -304,12 +303,15 @@ def _d_DeleteGroupsResponse_DeletableGroupResult_v1(buf, pos):
 def _d_DeleteGroupsResponse_DeleteGroupsResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Results"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

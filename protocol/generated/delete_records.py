@@ -175,7 +175,6 @@ _c_DeleteRecordsResponse_DeleteRecordsPartitionResult = DeleteRecordsResponse.De
 def _d_DeleteRecordsRequest_DeleteRecordsPartition_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_offset = _st_iq.unpack_from(buf, pos)
         pos += 12
@@ -191,7 +190,6 @@ def _d_DeleteRecordsRequest_DeleteRecordsPartition_v0(buf, pos):
 def _d_DeleteRecordsRequest_DeleteRecordsTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Partitions"
@@ -219,7 +217,6 @@ def _d_DeleteRecordsRequest_DeleteRecordsTopic_v0(buf, pos):
 def _d_DeleteRecordsRequest_DeleteRecordsRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -277,7 +274,6 @@ def _e_DeleteRecordsRequest_DeleteRecordsRequest_v0(o, parts):
 def _d_DeleteRecordsRequest_DeleteRecordsPartition_v1(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_offset = _st_iq.unpack_from(buf, pos)
         pos += 12
@@ -307,11 +303,14 @@ def _d_DeleteRecordsRequest_DeleteRecordsPartition_v1(buf, pos):
 def _d_DeleteRecordsRequest_DeleteRecordsTopic_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -349,9 +348,12 @@ def _d_DeleteRecordsRequest_DeleteRecordsTopic_v1(buf, pos):
 def _d_DeleteRecordsRequest_DeleteRecordsRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -433,7 +435,6 @@ def _e_DeleteRecordsRequest_DeleteRecordsRequest_v1(o, parts):
 def _d_DeleteRecordsResponse_DeleteRecordsPartitionResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_low_watermark, v_error_code = _st_iqh.unpack_from(buf, pos)
         pos += 14
@@ -451,7 +452,6 @@ def _d_DeleteRecordsResponse_DeleteRecordsPartitionResult_v0(buf, pos):
 def _d_DeleteRecordsResponse_DeleteRecordsTopicResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Partitions"
@@ -479,7 +479,6 @@ def _d_DeleteRecordsResponse_DeleteRecordsTopicResult_v0(buf, pos):
 def _d_DeleteRecordsResponse_DeleteRecordsResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -537,7 +536,6 @@ def _e_DeleteRecordsResponse_DeleteRecordsResponse_v0(o, parts):
 def _d_DeleteRecordsResponse_DeleteRecordsPartitionResult_v1(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_low_watermark, v_error_code = _st_iqh.unpack_from(buf, pos)
         pos += 14
@@ -569,11 +567,14 @@ def _d_DeleteRecordsResponse_DeleteRecordsPartitionResult_v1(buf, pos):
 def _d_DeleteRecordsResponse_DeleteRecordsTopicResult_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -611,12 +612,15 @@ def _d_DeleteRecordsResponse_DeleteRecordsTopicResult_v1(buf, pos):
 def _d_DeleteRecordsResponse_DeleteRecordsResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

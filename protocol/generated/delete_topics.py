@@ -148,7 +148,6 @@ _c_DeleteTopicsResponse_DeletableTopicResult = DeleteTopicsResponse.DeletableTop
 def _d_DeleteTopicsRequest_DeleteTopicsRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TopicNames"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -191,9 +190,12 @@ def _e_DeleteTopicsRequest_DeleteTopicsRequest_v0(o, parts):
 def _d_DeleteTopicsRequest_DeleteTopicsRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "TopicNames"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -252,7 +254,6 @@ def _e_DeleteTopicsRequest_DeleteTopicsRequest_v1(o, parts):
 def _d_DeleteTopicsRequest_DeleteTopicState_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr_n(buf, pos)
         f = "TopicId"
@@ -285,9 +286,12 @@ def _d_DeleteTopicsRequest_DeleteTopicState_v0(buf, pos):
 def _d_DeleteTopicsRequest_DeleteTopicsRequest_v2(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -354,7 +358,6 @@ def _e_DeleteTopicsRequest_DeleteTopicsRequest_v2(o, parts):
 def _d_DeleteTopicsResponse_DeletableTopicResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "ErrorCode"
@@ -372,7 +375,6 @@ def _d_DeleteTopicsResponse_DeletableTopicResult_v0(buf, pos):
 def _d_DeleteTopicsResponse_DeleteTopicsResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Responses"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -415,7 +417,6 @@ def _e_DeleteTopicsResponse_DeleteTopicsResponse_v0(o, parts):
 def _d_DeleteTopicsResponse_DeleteTopicsResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -456,7 +457,6 @@ def _e_DeleteTopicsResponse_DeleteTopicsResponse_v1(o, parts):
 def _d_DeleteTopicsResponse_DeletableTopicResult_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "ErrorCode"
@@ -488,12 +488,15 @@ def _d_DeleteTopicsResponse_DeletableTopicResult_v1(buf, pos):
 def _d_DeleteTopicsResponse_DeleteTopicsResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Responses"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -557,7 +560,6 @@ def _e_DeleteTopicsResponse_DeleteTopicsResponse_v2(o, parts):
 def _d_DeleteTopicsResponse_DeletableTopicResult_v2(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "ErrorCode"
@@ -591,12 +593,15 @@ def _d_DeleteTopicsResponse_DeletableTopicResult_v2(buf, pos):
 def _d_DeleteTopicsResponse_DeleteTopicsResponse_v3(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Responses"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -661,7 +666,6 @@ def _e_DeleteTopicsResponse_DeleteTopicsResponse_v3(o, parts):
 def _d_DeleteTopicsResponse_DeletableTopicResult_v3(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr_n(buf, pos)
         f = "TopicId"
@@ -696,12 +700,15 @@ def _d_DeleteTopicsResponse_DeletableTopicResult_v3(buf, pos):
 def _d_DeleteTopicsResponse_DeleteTopicsResponse_v4(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Responses"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

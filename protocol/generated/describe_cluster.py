@@ -171,7 +171,6 @@ _c_DescribeClusterResponse_DescribeClusterBroker = DescribeClusterResponse.Descr
 def _d_DescribeClusterRequest_DescribeClusterRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "IncludeClusterAuthorizedOperations"
         v_include_cluster_authorized_operations = _st_z.unpack_from(buf, pos)[0]
         pos += 1
@@ -219,7 +218,6 @@ def _e_DescribeClusterRequest_DescribeClusterRequest_v0(o, parts):
 def _d_DescribeClusterRequest_DescribeClusterRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "IncludeClusterAuthorizedOperations"
         v_include_cluster_authorized_operations, v_endpoint_type = _st_zb.unpack_from(buf, pos)
         pos += 2
@@ -263,7 +261,6 @@ def _e_DescribeClusterRequest_DescribeClusterRequest_v1(o, parts):
 def _d_DescribeClusterRequest_DescribeClusterRequest_v2(buf, pos):
     f = None
     try:
-        pass
         f = "IncludeClusterAuthorizedOperations"
         v_include_cluster_authorized_operations, v_endpoint_type, v_include_fenced_brokers = _st_zbz.unpack_from(
             buf, pos
@@ -306,7 +303,6 @@ def _e_DescribeClusterRequest_DescribeClusterRequest_v2(o, parts):
 def _d_DescribeClusterResponse_DescribeClusterBroker_v0(buf, pos):
     f = None
     try:
-        pass
         f = "BrokerId"
         v_broker_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -343,7 +339,6 @@ def _d_DescribeClusterResponse_DescribeClusterBroker_v0(buf, pos):
 def _d_DescribeClusterResponse_DescribeClusterResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -355,7 +350,11 @@ def _d_DescribeClusterResponse_DescribeClusterResponse_v0(buf, pos):
         v_controller_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Brokers"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -446,7 +445,6 @@ def _e_DescribeClusterResponse_DescribeClusterResponse_v0(o, parts):
 def _d_DescribeClusterResponse_DescribeClusterResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -461,7 +459,11 @@ def _d_DescribeClusterResponse_DescribeClusterResponse_v1(buf, pos):
         v_controller_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Brokers"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -533,7 +535,6 @@ def _e_DescribeClusterResponse_DescribeClusterResponse_v1(o, parts):
 def _d_DescribeClusterResponse_DescribeClusterBroker_v1(buf, pos):
     f = None
     try:
-        pass
         f = "BrokerId"
         v_broker_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -575,7 +576,6 @@ def _d_DescribeClusterResponse_DescribeClusterBroker_v1(buf, pos):
 def _d_DescribeClusterResponse_DescribeClusterResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -590,7 +590,11 @@ def _d_DescribeClusterResponse_DescribeClusterResponse_v2(buf, pos):
         v_controller_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Brokers"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

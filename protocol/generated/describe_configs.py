@@ -229,7 +229,6 @@ _c_DescribeConfigsResponse_DescribeConfigsSynonym = DescribeConfigsResponse.Desc
 def _d_DescribeConfigsRequest_DescribeConfigsResource_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ResourceType"
         v_resource_type = _st_b.unpack_from(buf, pos)[0]
         pos += 1
@@ -262,7 +261,6 @@ def _d_DescribeConfigsRequest_DescribeConfigsResource_v0(buf, pos):
 def _d_DescribeConfigsRequest_DescribeConfigsRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Resources"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -322,7 +320,6 @@ def _e_DescribeConfigsRequest_DescribeConfigsRequest_v0(o, parts):
 def _d_DescribeConfigsRequest_DescribeConfigsRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Resources"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -368,7 +365,6 @@ def _e_DescribeConfigsRequest_DescribeConfigsRequest_v1(o, parts):
 def _d_DescribeConfigsRequest_DescribeConfigsRequest_v2(buf, pos):
     f = None
     try:
-        pass
         f = "Resources"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -409,14 +405,17 @@ def _e_DescribeConfigsRequest_DescribeConfigsRequest_v2(o, parts):
 def _d_DescribeConfigsRequest_DescribeConfigsResource_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ResourceType"
         v_resource_type = _st_b.unpack_from(buf, pos)[0]
         pos += 1
         f = "ResourceName"
         v_resource_name, pos = read_cstr(buf, pos)
         f = "ConfigurationKeys"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             v_configuration_keys = None
@@ -456,9 +455,12 @@ def _d_DescribeConfigsRequest_DescribeConfigsResource_v1(buf, pos):
 def _d_DescribeConfigsRequest_DescribeConfigsRequest_v3(buf, pos):
     f = None
     try:
-        pass
         f = "Resources"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -532,7 +534,6 @@ def _e_DescribeConfigsRequest_DescribeConfigsRequest_v3(o, parts):
 def _d_DescribeConfigsResponse_DescribeConfigsResourceResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Value"
@@ -554,7 +555,6 @@ def _d_DescribeConfigsResponse_DescribeConfigsResourceResult_v0(buf, pos):
 def _d_DescribeConfigsResponse_DescribeConfigsResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -592,7 +592,6 @@ def _d_DescribeConfigsResponse_DescribeConfigsResult_v0(buf, pos):
 def _d_DescribeConfigsResponse_DescribeConfigsResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -655,7 +654,6 @@ def _e_DescribeConfigsResponse_DescribeConfigsResponse_v0(o, parts):
 def _d_DescribeConfigsResponse_DescribeConfigsSynonym_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Value"
@@ -675,7 +673,6 @@ def _d_DescribeConfigsResponse_DescribeConfigsSynonym_v0(buf, pos):
 def _d_DescribeConfigsResponse_DescribeConfigsResourceResult_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Value"
@@ -710,7 +707,6 @@ def _d_DescribeConfigsResponse_DescribeConfigsResourceResult_v1(buf, pos):
 def _d_DescribeConfigsResponse_DescribeConfigsResult_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -748,7 +744,6 @@ def _d_DescribeConfigsResponse_DescribeConfigsResult_v1(buf, pos):
 def _d_DescribeConfigsResponse_DescribeConfigsResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -829,7 +824,6 @@ def _e_DescribeConfigsResponse_DescribeConfigsResponse_v1(o, parts):
 def _d_DescribeConfigsResponse_DescribeConfigsResourceResult_v2(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Value"
@@ -878,7 +872,6 @@ def _d_DescribeConfigsResponse_DescribeConfigsResourceResult_v2(buf, pos):
 def _d_DescribeConfigsResponse_DescribeConfigsResult_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -916,7 +909,6 @@ def _d_DescribeConfigsResponse_DescribeConfigsResult_v2(buf, pos):
 def _d_DescribeConfigsResponse_DescribeConfigsResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -992,7 +984,6 @@ def _e_DescribeConfigsResponse_DescribeConfigsResponse_v2(o, parts):
 def _d_DescribeConfigsResponse_DescribeConfigsSynonym_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Value"
@@ -1026,7 +1017,6 @@ def _d_DescribeConfigsResponse_DescribeConfigsSynonym_v1(buf, pos):
 def _d_DescribeConfigsResponse_DescribeConfigsResourceResult_v3(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Value"
@@ -1035,7 +1025,11 @@ def _d_DescribeConfigsResponse_DescribeConfigsResourceResult_v3(buf, pos):
         v_read_only, v_config_source, v_is_sensitive = _st_zbz.unpack_from(buf, pos)
         pos += 3
         f = "Synonyms"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1089,7 +1083,6 @@ def _d_DescribeConfigsResponse_DescribeConfigsResourceResult_v3(buf, pos):
 def _d_DescribeConfigsResponse_DescribeConfigsResult_v3(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -1101,7 +1094,11 @@ def _d_DescribeConfigsResponse_DescribeConfigsResult_v3(buf, pos):
         f = "ResourceName"
         v_resource_name, pos = read_cstr(buf, pos)
         f = "Configs"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1141,12 +1138,15 @@ def _d_DescribeConfigsResponse_DescribeConfigsResult_v3(buf, pos):
 def _d_DescribeConfigsResponse_DescribeConfigsResponse_v3(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Results"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

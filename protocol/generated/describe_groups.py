@@ -188,7 +188,6 @@ _c_DescribeGroupsResponse_DescribedGroupMember = DescribeGroupsResponse.Describe
 def _d_DescribeGroupsRequest_DescribeGroupsRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Groups"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -230,7 +229,6 @@ def _e_DescribeGroupsRequest_DescribeGroupsRequest_v0(o, parts):
 def _d_DescribeGroupsRequest_DescribeGroupsRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Groups"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -271,9 +269,12 @@ def _e_DescribeGroupsRequest_DescribeGroupsRequest_v1(o, parts):
 def _d_DescribeGroupsRequest_DescribeGroupsRequest_v2(buf, pos):
     f = None
     try:
-        pass
         f = "Groups"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -330,7 +331,6 @@ def _e_DescribeGroupsRequest_DescribeGroupsRequest_v2(o, parts):
 def _d_DescribeGroupsResponse_DescribedGroupMember_v0(buf, pos):
     f = None
     try:
-        pass
         f = "MemberId"
         v_member_id, pos = read_str(buf, pos)
         f = "ClientId"
@@ -355,7 +355,6 @@ def _d_DescribeGroupsResponse_DescribedGroupMember_v0(buf, pos):
 def _d_DescribeGroupsResponse_DescribedGroup_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -394,7 +393,6 @@ def _d_DescribeGroupsResponse_DescribedGroup_v0(buf, pos):
 def _d_DescribeGroupsResponse_DescribeGroupsResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Groups"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -465,7 +463,6 @@ def _e_DescribeGroupsResponse_DescribeGroupsResponse_v0(o, parts):
 def _d_DescribeGroupsResponse_DescribeGroupsResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -506,7 +503,6 @@ def _e_DescribeGroupsResponse_DescribeGroupsResponse_v1(o, parts):
 def _d_DescribeGroupsResponse_DescribedGroup_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -556,7 +552,6 @@ def _d_DescribeGroupsResponse_DescribedGroup_v1(buf, pos):
 def _d_DescribeGroupsResponse_DescribeGroupsResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -618,7 +613,6 @@ def _e_DescribeGroupsResponse_DescribeGroupsResponse_v2(o, parts):
 def _d_DescribeGroupsResponse_DescribedGroupMember_v1(buf, pos):
     f = None
     try:
-        pass
         f = "MemberId"
         v_member_id, pos = read_str(buf, pos)
         f = "GroupInstanceId"
@@ -645,7 +639,6 @@ def _d_DescribeGroupsResponse_DescribedGroupMember_v1(buf, pos):
 def _d_DescribeGroupsResponse_DescribedGroup_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -695,7 +688,6 @@ def _d_DescribeGroupsResponse_DescribedGroup_v2(buf, pos):
 def _d_DescribeGroupsResponse_DescribeGroupsResponse_v3(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -767,7 +759,6 @@ def _e_DescribeGroupsResponse_DescribeGroupsResponse_v3(o, parts):
 def _d_DescribeGroupsResponse_DescribedGroupMember_v2(buf, pos):
     f = None
     try:
-        pass
         f = "MemberId"
         v_member_id, pos = read_cstr(buf, pos)
         f = "GroupInstanceId"
@@ -808,7 +799,6 @@ def _d_DescribeGroupsResponse_DescribedGroupMember_v2(buf, pos):
 def _d_DescribeGroupsResponse_DescribedGroup_v3(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -821,7 +811,11 @@ def _d_DescribeGroupsResponse_DescribedGroup_v3(buf, pos):
         f = "ProtocolData"
         v_protocol_data, pos = read_cstr(buf, pos)
         f = "Members"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -872,12 +866,15 @@ def _d_DescribeGroupsResponse_DescribedGroup_v3(buf, pos):
 def _d_DescribeGroupsResponse_DescribeGroupsResponse_v4(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Groups"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -970,7 +967,6 @@ def _e_DescribeGroupsResponse_DescribeGroupsResponse_v4(o, parts):
 def _d_DescribeGroupsResponse_DescribedGroup_v4(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -985,7 +981,11 @@ def _d_DescribeGroupsResponse_DescribedGroup_v4(buf, pos):
         f = "ProtocolData"
         v_protocol_data, pos = read_cstr(buf, pos)
         f = "Members"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1036,12 +1036,15 @@ def _d_DescribeGroupsResponse_DescribedGroup_v4(buf, pos):
 def _d_DescribeGroupsResponse_DescribeGroupsResponse_v5(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Groups"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

@@ -187,7 +187,6 @@ _c_DescribeLogDirsResponse_DescribeLogDirsPartition = DescribeLogDirsResponse.De
 def _d_DescribeLogDirsRequest_DescribableLogDirTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Topic"
         v_topic, pos = read_str(buf, pos)
         f = "Partitions"
@@ -212,7 +211,6 @@ def _d_DescribeLogDirsRequest_DescribableLogDirTopic_v0(buf, pos):
 def _d_DescribeLogDirsRequest_DescribeLogDirsRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -260,11 +258,14 @@ def _e_DescribeLogDirsRequest_DescribeLogDirsRequest_v0(o, parts):
 def _d_DescribeLogDirsRequest_DescribableLogDirTopic_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Topic"
         v_topic, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -299,9 +300,12 @@ def _d_DescribeLogDirsRequest_DescribableLogDirTopic_v1(buf, pos):
 def _d_DescribeLogDirsRequest_DescribeLogDirsRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             v_topics = None
@@ -369,7 +373,6 @@ def _e_DescribeLogDirsRequest_DescribeLogDirsRequest_v1(o, parts):
 def _d_DescribeLogDirsResponse_DescribeLogDirsPartition_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_partition_size, v_offset_lag, v_is_future_key = _st_iqqz.unpack_from(buf, pos)
         pos += 21
@@ -387,7 +390,6 @@ def _d_DescribeLogDirsResponse_DescribeLogDirsPartition_v0(buf, pos):
 def _d_DescribeLogDirsResponse_DescribeLogDirsTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Partitions"
@@ -415,7 +417,6 @@ def _d_DescribeLogDirsResponse_DescribeLogDirsTopic_v0(buf, pos):
 def _d_DescribeLogDirsResponse_DescribeLogDirsResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -446,7 +447,6 @@ def _d_DescribeLogDirsResponse_DescribeLogDirsResult_v0(buf, pos):
 def _d_DescribeLogDirsResponse_DescribeLogDirsResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -517,7 +517,6 @@ def _e_DescribeLogDirsResponse_DescribeLogDirsResponse_v0(o, parts):
 def _d_DescribeLogDirsResponse_DescribeLogDirsPartition_v1(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_partition_size, v_offset_lag, v_is_future_key = _st_iqqz.unpack_from(buf, pos)
         pos += 21
@@ -549,11 +548,14 @@ def _d_DescribeLogDirsResponse_DescribeLogDirsPartition_v1(buf, pos):
 def _d_DescribeLogDirsResponse_DescribeLogDirsTopic_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -591,14 +593,17 @@ def _d_DescribeLogDirsResponse_DescribeLogDirsTopic_v1(buf, pos):
 def _d_DescribeLogDirsResponse_DescribeLogDirsResult_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
         f = "LogDir"
         v_log_dir, pos = read_cstr(buf, pos)
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -636,12 +641,15 @@ def _d_DescribeLogDirsResponse_DescribeLogDirsResult_v1(buf, pos):
 def _d_DescribeLogDirsResponse_DescribeLogDirsResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Results"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -737,12 +745,15 @@ def _e_DescribeLogDirsResponse_DescribeLogDirsResponse_v1(o, parts):
 def _d_DescribeLogDirsResponse_DescribeLogDirsResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
         f = "Results"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -796,14 +807,17 @@ def _e_DescribeLogDirsResponse_DescribeLogDirsResponse_v2(o, parts):
 def _d_DescribeLogDirsResponse_DescribeLogDirsResult_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
         f = "LogDir"
         v_log_dir, pos = read_cstr(buf, pos)
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -846,12 +860,15 @@ def _d_DescribeLogDirsResponse_DescribeLogDirsResult_v2(buf, pos):
 def _d_DescribeLogDirsResponse_DescribeLogDirsResponse_v3(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
         f = "Results"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

@@ -239,7 +239,6 @@ _c_DisklessCommitFileResponse_DisklessCommitBatchResult = DisklessCommitFileResp
 def _d_DisklessCommitFileRequest_DisklessCommitBatch_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Magic"
         (
             v_magic,
@@ -301,14 +300,17 @@ def _d_DisklessCommitFileRequest_DisklessCommitBatch_v0(buf, pos):
 def _d_DisklessCommitFileRequest_DisklessCommitFileRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ObjectKey"
         v_object_key, pos = read_cstr(buf, pos)
         f = "ObjectFormat"
         v_object_format, v_file_size, v_uploader_broker_id = _st_bqi.unpack_from(buf, pos)
         pos += 13
         f = "OwnerIds"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -318,7 +320,11 @@ def _d_DisklessCommitFileRequest_DisklessCommitFileRequest_v0(buf, pos):
             v_owner_ids = list(_unpack_from(f">{n}i", buf, pos))
             pos += n * 4
         f = "Batches"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -411,7 +417,6 @@ def _e_DisklessCommitFileRequest_DisklessCommitFileRequest_v0(o, parts):
 def _d_DisklessCommitFileResponse_DisklessCommitBatchResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -454,12 +459,15 @@ def _d_DisklessCommitFileResponse_DisklessCommitBatchResult_v0(buf, pos):
 def _d_DisklessCommitFileResponse_DisklessCommitFileResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Batches"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

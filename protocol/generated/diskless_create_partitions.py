@@ -148,7 +148,6 @@ _c_DisklessCreatePartitionsResponse_DisklessCreatablePartitionsResult = (
 def _d_DisklessCreatePartitionsRequest_DisklessCreatablePartitions_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
@@ -186,9 +185,12 @@ def _d_DisklessCreatePartitionsRequest_DisklessCreatablePartitions_v0(buf, pos):
 def _d_DisklessCreatePartitionsRequest_DisklessCreatePartitionsRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -256,7 +258,6 @@ def _e_DisklessCreatePartitionsRequest_DisklessCreatePartitionsRequest_v0(o, par
 def _d_DisklessCreatePartitionsResponse_DisklessCreatablePartitionsResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TopicId"
         v_topic_id, v_error_code = _st_16sh.unpack_from(buf, pos)
         pos += 18
@@ -291,12 +292,15 @@ def _d_DisklessCreatePartitionsResponse_DisklessCreatablePartitionsResult_v0(buf
 def _d_DisklessCreatePartitionsResponse_DisklessCreatePartitionsResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

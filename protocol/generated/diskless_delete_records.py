@@ -185,7 +185,6 @@ _c_DisklessDeleteRecordsResponse_DisklessDeleteRecordsPartitionResult = (
 def _d_DisklessDeleteRecordsRequest_DisklessDeleteRecordsPartition_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_offset = _st_iq.unpack_from(buf, pos)
         pos += 12
@@ -215,13 +214,16 @@ def _d_DisklessDeleteRecordsRequest_DisklessDeleteRecordsPartition_v0(buf, pos):
 def _d_DisklessDeleteRecordsRequest_DisklessDeleteRecordsTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
         v_topic_id = UUID(bytes=v_topic_id)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -259,9 +261,12 @@ def _d_DisklessDeleteRecordsRequest_DisklessDeleteRecordsTopic_v0(buf, pos):
 def _d_DisklessDeleteRecordsRequest_DisklessDeleteRecordsRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -343,7 +348,6 @@ def _e_DisklessDeleteRecordsRequest_DisklessDeleteRecordsRequest_v0(o, parts):
 def _d_DisklessDeleteRecordsResponse_DisklessDeleteRecordsPartitionResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_low_watermark, v_error_code = _st_iqh.unpack_from(buf, pos)
         pos += 14
@@ -377,13 +381,16 @@ def _d_DisklessDeleteRecordsResponse_DisklessDeleteRecordsPartitionResult_v0(buf
 def _d_DisklessDeleteRecordsResponse_DisklessDeleteRecordsTopicResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
         v_topic_id = UUID(bytes=v_topic_id)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -421,12 +428,15 @@ def _d_DisklessDeleteRecordsResponse_DisklessDeleteRecordsTopicResult_v0(buf, po
 def _d_DisklessDeleteRecordsResponse_DisklessDeleteRecordsResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

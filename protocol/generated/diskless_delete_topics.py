@@ -136,7 +136,6 @@ _c_DisklessDeleteTopicsResponse_DisklessDeletableTopicResult = DisklessDeleteTop
 def _d_DisklessDeleteTopicsRequest_DisklessDeletableTopicState_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
@@ -167,9 +166,12 @@ def _d_DisklessDeleteTopicsRequest_DisklessDeletableTopicState_v0(buf, pos):
 def _d_DisklessDeleteTopicsRequest_DisklessDeleteTopicsRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -235,7 +237,6 @@ def _e_DisklessDeleteTopicsRequest_DisklessDeleteTopicsRequest_v0(o, parts):
 def _d_DisklessDeleteTopicsResponse_DisklessDeletableTopicResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TopicId"
         v_topic_id, v_error_code = _st_16sh.unpack_from(buf, pos)
         pos += 18
@@ -270,12 +271,15 @@ def _d_DisklessDeleteTopicsResponse_DisklessDeletableTopicResult_v0(buf, pos):
 def _d_DisklessDeleteTopicsResponse_DisklessDeleteTopicsResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Responses"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

@@ -139,7 +139,6 @@ _c_DisklessDescribeFilesResponse_DisklessDescribeFileResult = DisklessDescribeFi
 def _d_DisklessDescribeFilesRequest_DisklessDescribeFileEntry_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ObjectKey"
         v_object_key, pos = read_cstr(buf, pos)
         f = "<tagged fields>"
@@ -168,9 +167,12 @@ def _d_DisklessDescribeFilesRequest_DisklessDescribeFileEntry_v0(buf, pos):
 def _d_DisklessDescribeFilesRequest_DisklessDescribeFilesRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Files"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -236,7 +238,6 @@ def _e_DisklessDescribeFilesRequest_DisklessDescribeFilesRequest_v0(o, parts):
 def _d_DisklessDescribeFilesResponse_DisklessDescribeFileResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ObjectKey"
         v_object_key, pos = read_cstr(buf, pos)
         f = "ErrorCode"
@@ -275,12 +276,15 @@ def _d_DisklessDescribeFilesResponse_DisklessDescribeFileResult_v0(buf, pos):
 def _d_DisklessDescribeFilesResponse_DisklessDescribeFilesResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Files"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

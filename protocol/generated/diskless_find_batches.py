@@ -262,7 +262,6 @@ _c_DisklessFindBatchesResponse_DisklessFindBatchesBatchInfo = DisklessFindBatche
 def _d_DisklessFindBatchesRequest_DisklessFindBatchesPartition_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_offset, v_max_partition_fetch_bytes = _st_iqi.unpack_from(buf, pos)
         pos += 16
@@ -294,13 +293,16 @@ def _d_DisklessFindBatchesRequest_DisklessFindBatchesPartition_v0(buf, pos):
 def _d_DisklessFindBatchesRequest_DisklessFindBatchesTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
         v_topic_id = UUID(bytes=v_topic_id)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -338,12 +340,15 @@ def _d_DisklessFindBatchesRequest_DisklessFindBatchesTopic_v0(buf, pos):
 def _d_DisklessFindBatchesRequest_DisklessFindBatchesRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "FetchMaxBytes"
         v_fetch_max_bytes, v_max_batches_per_partition = _st_ii.unpack_from(buf, pos)
         pos += 8
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -428,7 +433,6 @@ def _e_DisklessFindBatchesRequest_DisklessFindBatchesRequest_v0(o, parts):
 def _d_DisklessFindBatchesResponse_DisklessFindBatchesBatchInfo_v0(buf, pos):
     f = None
     try:
-        pass
         f = "BatchId"
         v_batch_id = _st_q.unpack_from(buf, pos)[0]
         pos += 8
@@ -484,12 +488,15 @@ def _d_DisklessFindBatchesResponse_DisklessFindBatchesBatchInfo_v0(buf, pos):
 def _d_DisklessFindBatchesResponse_DisklessFindBatchesPartitionResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_error_code, v_log_start_offset, v_high_watermark = _st_ihqq.unpack_from(buf, pos)
         pos += 22
         f = "Batches"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -529,13 +536,16 @@ def _d_DisklessFindBatchesResponse_DisklessFindBatchesPartitionResponse_v0(buf, 
 def _d_DisklessFindBatchesResponse_DisklessFindBatchesTopicResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
         v_topic_id = UUID(bytes=v_topic_id)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -573,12 +583,15 @@ def _d_DisklessFindBatchesResponse_DisklessFindBatchesTopicResponse_v0(buf, pos)
 def _d_DisklessFindBatchesResponse_DisklessFindBatchesResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

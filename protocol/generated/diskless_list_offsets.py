@@ -189,7 +189,6 @@ _c_DisklessListOffsetsResponse_DisklessListOffsetsPartitionResponse = (
 def _d_DisklessListOffsetsRequest_DisklessListOffsetsPartition_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_timestamp = _st_iq.unpack_from(buf, pos)
         pos += 12
@@ -219,13 +218,16 @@ def _d_DisklessListOffsetsRequest_DisklessListOffsetsPartition_v0(buf, pos):
 def _d_DisklessListOffsetsRequest_DisklessListOffsetsTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
         v_topic_id = UUID(bytes=v_topic_id)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -263,9 +265,12 @@ def _d_DisklessListOffsetsRequest_DisklessListOffsetsTopic_v0(buf, pos):
 def _d_DisklessListOffsetsRequest_DisklessListOffsetsRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -347,7 +352,6 @@ def _e_DisklessListOffsetsRequest_DisklessListOffsetsRequest_v0(o, parts):
 def _d_DisklessListOffsetsResponse_DisklessListOffsetsPartitionResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -384,13 +388,16 @@ def _d_DisklessListOffsetsResponse_DisklessListOffsetsPartitionResponse_v0(buf, 
 def _d_DisklessListOffsetsResponse_DisklessListOffsetsTopicResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
         v_topic_id = UUID(bytes=v_topic_id)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -428,12 +435,15 @@ def _d_DisklessListOffsetsResponse_DisklessListOffsetsTopicResponse_v0(buf, pos)
 def _d_DisklessListOffsetsResponse_DisklessListOffsetsResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

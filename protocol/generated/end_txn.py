@@ -117,7 +117,6 @@ _c_EndTxnResponse = EndTxnResponse
 def _d_EndTxnRequest_EndTxnRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TransactionalId"
         v_transactional_id, pos = read_str(buf, pos)
         f = "ProducerId"
@@ -141,7 +140,6 @@ def _e_EndTxnRequest_EndTxnRequest_v0(o, parts):
 def _d_EndTxnRequest_EndTxnRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "TransactionalId"
         v_transactional_id, pos = read_cstr(buf, pos)
         f = "ProducerId"
@@ -183,7 +181,6 @@ def _e_EndTxnRequest_EndTxnRequest_v1(o, parts):
 def _d_EndTxnResponse_EndTxnResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -204,7 +201,6 @@ def _e_EndTxnResponse_EndTxnResponse_v0(o, parts):
 def _d_EndTxnResponse_EndTxnResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -243,7 +239,6 @@ def _e_EndTxnResponse_EndTxnResponse_v1(o, parts):
 def _d_EndTxnResponse_EndTxnResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code, v_producer_id, v_producer_epoch = _st_ihqh.unpack_from(buf, pos)
         pos += 16

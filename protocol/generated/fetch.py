@@ -444,7 +444,6 @@ _c_FetchResponse_NodeEndpoint = FetchResponse.NodeEndpoint
 def _d_FetchRequest_FetchPartition_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Partition"
         v_partition, v_fetch_offset, v_partition_max_bytes = _st_iqi.unpack_from(buf, pos)
         pos += 16
@@ -462,7 +461,6 @@ def _d_FetchRequest_FetchPartition_v0(buf, pos):
 def _d_FetchRequest_FetchTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Topic"
         v_topic, pos = read_str(buf, pos)
         f = "Partitions"
@@ -490,7 +488,6 @@ def _d_FetchRequest_FetchTopic_v0(buf, pos):
 def _d_FetchRequest_FetchRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ReplicaId"
         v_replica_id, v_max_wait_ms, v_min_bytes = _st_iii.unpack_from(buf, pos)
         pos += 12
@@ -562,7 +559,6 @@ def _e_FetchRequest_FetchRequest_v0(o, parts):
 def _d_FetchRequest_FetchRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ReplicaId"
         v_replica_id, v_max_wait_ms, v_min_bytes, v_max_bytes = _st_iiii.unpack_from(buf, pos)
         pos += 16
@@ -613,7 +609,6 @@ def _e_FetchRequest_FetchRequest_v1(o, parts):
 def _d_FetchRequest_FetchRequest_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ReplicaId"
         v_replica_id, v_max_wait_ms, v_min_bytes, v_max_bytes, v_isolation_level = _st_iiiib.unpack_from(buf, pos)
         pos += 17
@@ -676,7 +671,6 @@ def _e_FetchRequest_FetchRequest_v2(o, parts):
 def _d_FetchRequest_FetchPartition_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Partition"
         v_partition, v_fetch_offset, v_log_start_offset, v_partition_max_bytes = _st_iqqi.unpack_from(buf, pos)
         pos += 24
@@ -694,7 +688,6 @@ def _d_FetchRequest_FetchPartition_v1(buf, pos):
 def _d_FetchRequest_FetchTopic_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Topic"
         v_topic, pos = read_str(buf, pos)
         f = "Partitions"
@@ -722,7 +715,6 @@ def _d_FetchRequest_FetchTopic_v1(buf, pos):
 def _d_FetchRequest_FetchRequest_v3(buf, pos):
     f = None
     try:
-        pass
         f = "ReplicaId"
         v_replica_id, v_max_wait_ms, v_min_bytes, v_max_bytes, v_isolation_level = _st_iiiib.unpack_from(buf, pos)
         pos += 17
@@ -806,7 +798,6 @@ def _e_FetchRequest_FetchRequest_v3(o, parts):
 def _d_FetchRequest_ForgottenTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Topic"
         v_topic, pos = read_str(buf, pos)
         f = "Partitions"
@@ -831,7 +822,6 @@ def _d_FetchRequest_ForgottenTopic_v0(buf, pos):
 def _d_FetchRequest_FetchRequest_v4(buf, pos):
     f = None
     try:
-        pass
         f = "ReplicaId"
         v_replica_id, v_max_wait_ms, v_min_bytes, v_max_bytes, v_isolation_level, v_session_id, v_session_epoch = (
             _st_iiiibii.unpack_from(buf, pos)
@@ -927,7 +917,6 @@ def _e_FetchRequest_FetchRequest_v4(o, parts):
 def _d_FetchRequest_FetchPartition_v2(buf, pos):
     f = None
     try:
-        pass
         f = "Partition"
         v_partition, v_current_leader_epoch, v_fetch_offset, v_log_start_offset, v_partition_max_bytes = (
             _st_iiqqi.unpack_from(buf, pos)
@@ -954,7 +943,6 @@ def _d_FetchRequest_FetchPartition_v2(buf, pos):
 def _d_FetchRequest_FetchTopic_v2(buf, pos):
     f = None
     try:
-        pass
         f = "Topic"
         v_topic, pos = read_str(buf, pos)
         f = "Partitions"
@@ -982,7 +970,6 @@ def _d_FetchRequest_FetchTopic_v2(buf, pos):
 def _d_FetchRequest_FetchRequest_v5(buf, pos):
     f = None
     try:
-        pass
         f = "ReplicaId"
         v_replica_id, v_max_wait_ms, v_min_bytes, v_max_bytes, v_isolation_level, v_session_id, v_session_epoch = (
             _st_iiiibii.unpack_from(buf, pos)
@@ -1088,7 +1075,6 @@ def _e_FetchRequest_FetchRequest_v5(o, parts):
 def _d_FetchRequest_FetchRequest_v6(buf, pos):
     f = None
     try:
-        pass
         f = "ReplicaId"
         v_replica_id, v_max_wait_ms, v_min_bytes, v_max_bytes, v_isolation_level, v_session_id, v_session_epoch = (
             _st_iiiibii.unpack_from(buf, pos)
@@ -1176,7 +1162,6 @@ def _e_FetchRequest_FetchRequest_v6(o, parts):
 def _d_FetchRequest_FetchPartition_v3(buf, pos):
     f = None
     try:
-        pass
         f = "Partition"
         (
             v_partition,
@@ -1222,11 +1207,14 @@ def _d_FetchRequest_FetchPartition_v3(buf, pos):
 def _d_FetchRequest_FetchTopic_v3(buf, pos):
     f = None
     try:
-        pass
         f = "Topic"
         v_topic, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1264,11 +1252,14 @@ def _d_FetchRequest_FetchTopic_v3(buf, pos):
 def _d_FetchRequest_ForgottenTopic_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Topic"
         v_topic, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1303,14 +1294,17 @@ def _d_FetchRequest_ForgottenTopic_v1(buf, pos):
 def _d_FetchRequest_FetchRequest_v7(buf, pos):
     f = None
     try:
-        pass
         f = "ReplicaId"
         v_replica_id, v_max_wait_ms, v_min_bytes, v_max_bytes, v_isolation_level, v_session_id, v_session_epoch = (
             _st_iiiibii.unpack_from(buf, pos)
         )
         pos += 25
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1323,7 +1317,11 @@ def _d_FetchRequest_FetchRequest_v7(buf, pos):
                 x, pos = _d_FetchRequest_FetchTopic_v3(buf, pos)
                 ap(x)
         f = "ForgottenTopicsData"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1475,13 +1473,16 @@ def _e_FetchRequest_FetchRequest_v7(o, parts):
 def _d_FetchRequest_FetchTopic_v4(buf, pos):
     f = None
     try:
-        pass
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
         v_topic_id = UUID(bytes=v_topic_id)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1519,13 +1520,16 @@ def _d_FetchRequest_FetchTopic_v4(buf, pos):
 def _d_FetchRequest_ForgottenTopic_v2(buf, pos):
     f = None
     try:
-        pass
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
         v_topic_id = UUID(bytes=v_topic_id)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1560,14 +1564,17 @@ def _d_FetchRequest_ForgottenTopic_v2(buf, pos):
 def _d_FetchRequest_FetchRequest_v8(buf, pos):
     f = None
     try:
-        pass
         f = "ReplicaId"
         v_replica_id, v_max_wait_ms, v_min_bytes, v_max_bytes, v_isolation_level, v_session_id, v_session_epoch = (
             _st_iiiibii.unpack_from(buf, pos)
         )
         pos += 25
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1580,7 +1587,11 @@ def _d_FetchRequest_FetchRequest_v8(buf, pos):
                 x, pos = _d_FetchRequest_FetchTopic_v4(buf, pos)
                 ap(x)
         f = "ForgottenTopicsData"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1714,7 +1725,6 @@ def _e_FetchRequest_FetchRequest_v8(o, parts):
 def _d_FetchRequest_ReplicaState_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ReplicaId"
         v_replica_id, v_replica_epoch = _st_iq.unpack_from(buf, pos)
         pos += 12
@@ -1744,14 +1754,17 @@ def _d_FetchRequest_ReplicaState_v0(buf, pos):
 def _d_FetchRequest_FetchRequest_v9(buf, pos):
     f = None
     try:
-        pass
         f = "MaxWaitMs"
         v_max_wait_ms, v_min_bytes, v_max_bytes, v_isolation_level, v_session_id, v_session_epoch = (
             _st_iiibii.unpack_from(buf, pos)
         )
         pos += 21
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1764,7 +1777,11 @@ def _d_FetchRequest_FetchRequest_v9(buf, pos):
                 x, pos = _d_FetchRequest_FetchTopic_v4(buf, pos)
                 ap(x)
         f = "ForgottenTopicsData"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1885,7 +1902,6 @@ def _e_FetchRequest_FetchRequest_v9(o, parts):
 def _d_FetchRequest_FetchPartition_v4(buf, pos):
     f = None
     try:
-        pass
         f = "Partition"
         (
             v_partition,
@@ -1940,13 +1956,16 @@ def _d_FetchRequest_FetchPartition_v4(buf, pos):
 def _d_FetchRequest_FetchTopic_v5(buf, pos):
     f = None
     try:
-        pass
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
         v_topic_id = UUID(bytes=v_topic_id)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1984,14 +2003,17 @@ def _d_FetchRequest_FetchTopic_v5(buf, pos):
 def _d_FetchRequest_FetchRequest_v10(buf, pos):
     f = None
     try:
-        pass
         f = "MaxWaitMs"
         v_max_wait_ms, v_min_bytes, v_max_bytes, v_isolation_level, v_session_id, v_session_epoch = (
             _st_iiibii.unpack_from(buf, pos)
         )
         pos += 21
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -2004,7 +2026,11 @@ def _d_FetchRequest_FetchRequest_v10(buf, pos):
                 x, pos = _d_FetchRequest_FetchTopic_v5(buf, pos)
                 ap(x)
         f = "ForgottenTopicsData"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -2160,7 +2186,6 @@ def _e_FetchRequest_FetchRequest_v10(o, parts):
 def _d_FetchResponse_PartitionData_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_error_code, v_high_watermark = _st_ihq.unpack_from(buf, pos)
         pos += 14
@@ -2180,7 +2205,6 @@ def _d_FetchResponse_PartitionData_v0(buf, pos):
 def _d_FetchResponse_FetchableTopicResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Topic"
         v_topic, pos = read_str(buf, pos)
         f = "Partitions"
@@ -2208,7 +2232,6 @@ def _d_FetchResponse_FetchableTopicResponse_v0(buf, pos):
 def _d_FetchResponse_FetchResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Responses"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -2284,7 +2307,6 @@ def _e_FetchResponse_FetchResponse_v0(o, parts):
 def _d_FetchResponse_FetchResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -2331,7 +2353,6 @@ def _e_FetchResponse_FetchResponse_v1(o, parts):
 def _d_FetchResponse_AbortedTransaction_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ProducerId"
         v_producer_id, v_first_offset = _st_qq.unpack_from(buf, pos)
         pos += 16
@@ -2347,7 +2368,6 @@ def _d_FetchResponse_AbortedTransaction_v0(buf, pos):
 def _d_FetchResponse_PartitionData_v1(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_error_code, v_high_watermark, v_last_stable_offset = _st_ihqq.unpack_from(buf, pos)
         pos += 22
@@ -2391,7 +2411,6 @@ def _d_FetchResponse_PartitionData_v1(buf, pos):
 def _d_FetchResponse_FetchableTopicResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Topic"
         v_topic, pos = read_str(buf, pos)
         f = "Partitions"
@@ -2419,7 +2438,6 @@ def _d_FetchResponse_FetchableTopicResponse_v1(buf, pos):
 def _d_FetchResponse_FetchResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -2511,7 +2529,6 @@ def _e_FetchResponse_FetchResponse_v2(o, parts):
 def _d_FetchResponse_PartitionData_v2(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_error_code, v_high_watermark, v_last_stable_offset, v_log_start_offset = (
             _st_ihqqq.unpack_from(buf, pos)
@@ -2557,7 +2574,6 @@ def _d_FetchResponse_PartitionData_v2(buf, pos):
 def _d_FetchResponse_FetchableTopicResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "Topic"
         v_topic, pos = read_str(buf, pos)
         f = "Partitions"
@@ -2585,7 +2601,6 @@ def _d_FetchResponse_FetchableTopicResponse_v2(buf, pos):
 def _d_FetchResponse_FetchResponse_v3(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -2672,7 +2687,6 @@ def _e_FetchResponse_FetchResponse_v3(o, parts):
 def _d_FetchResponse_FetchResponse_v4(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code, v_session_id = _st_ihi.unpack_from(buf, pos)
         pos += 10
@@ -2717,7 +2731,6 @@ def _e_FetchResponse_FetchResponse_v4(o, parts):
 def _d_FetchResponse_PartitionData_v3(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_error_code, v_high_watermark, v_last_stable_offset, v_log_start_offset = (
             _st_ihqqq.unpack_from(buf, pos)
@@ -2766,7 +2779,6 @@ def _d_FetchResponse_PartitionData_v3(buf, pos):
 def _d_FetchResponse_FetchableTopicResponse_v3(buf, pos):
     f = None
     try:
-        pass
         f = "Topic"
         v_topic, pos = read_str(buf, pos)
         f = "Partitions"
@@ -2794,7 +2806,6 @@ def _d_FetchResponse_FetchableTopicResponse_v3(buf, pos):
 def _d_FetchResponse_FetchResponse_v5(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code, v_session_id = _st_ihi.unpack_from(buf, pos)
         pos += 10
@@ -2875,7 +2886,6 @@ def _e_FetchResponse_FetchResponse_v5(o, parts):
 def _d_FetchResponse_AbortedTransaction_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ProducerId"
         v_producer_id, v_first_offset = _st_qq.unpack_from(buf, pos)
         pos += 16
@@ -2905,7 +2915,6 @@ def _d_FetchResponse_AbortedTransaction_v1(buf, pos):
 def _d_FetchResponse_EpochEndOffset_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Epoch"
         v_epoch, v_end_offset = _st_iq.unpack_from(buf, pos)
         pos += 12
@@ -2935,7 +2944,6 @@ def _d_FetchResponse_EpochEndOffset_v0(buf, pos):
 def _d_FetchResponse_LeaderIdAndEpoch_v0(buf, pos):
     f = None
     try:
-        pass
         f = "LeaderId"
         v_leader_id, v_leader_epoch = _st_ii.unpack_from(buf, pos)
         pos += 8
@@ -2965,7 +2973,6 @@ def _d_FetchResponse_LeaderIdAndEpoch_v0(buf, pos):
 def _d_FetchResponse_SnapshotId_v0(buf, pos):
     f = None
     try:
-        pass
         f = "EndOffset"
         v_end_offset, v_epoch = _st_qi.unpack_from(buf, pos)
         pos += 12
@@ -2995,14 +3002,17 @@ def _d_FetchResponse_SnapshotId_v0(buf, pos):
 def _d_FetchResponse_PartitionData_v4(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_error_code, v_high_watermark, v_last_stable_offset, v_log_start_offset = (
             _st_ihqqq.unpack_from(buf, pos)
         )
         pos += 30
         f = "AbortedTransactions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             v_aborted_transactions = None
@@ -3077,11 +3087,14 @@ def _d_FetchResponse_PartitionData_v4(buf, pos):
 def _d_FetchResponse_FetchableTopicResponse_v4(buf, pos):
     f = None
     try:
-        pass
         f = "Topic"
         v_topic, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -3119,12 +3132,15 @@ def _d_FetchResponse_FetchableTopicResponse_v4(buf, pos):
 def _d_FetchResponse_FetchResponse_v6(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code, v_session_id = _st_ihi.unpack_from(buf, pos)
         pos += 10
         f = "Responses"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -3280,13 +3296,16 @@ def _e_FetchResponse_FetchResponse_v6(o, parts):
 def _d_FetchResponse_FetchableTopicResponse_v5(buf, pos):
     f = None
     try:
-        pass
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
         v_topic_id = UUID(bytes=v_topic_id)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -3324,12 +3343,15 @@ def _d_FetchResponse_FetchableTopicResponse_v5(buf, pos):
 def _d_FetchResponse_FetchResponse_v7(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code, v_session_id = _st_ihi.unpack_from(buf, pos)
         pos += 10
         f = "Responses"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -3403,7 +3425,6 @@ def _e_FetchResponse_FetchResponse_v7(o, parts):
 def _d_FetchResponse_NodeEndpoint_v0(buf, pos):
     f = None
     try:
-        pass
         f = "NodeId"
         v_node_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -3440,12 +3461,15 @@ def _d_FetchResponse_NodeEndpoint_v0(buf, pos):
 def _d_FetchResponse_FetchResponse_v8(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code, v_session_id = _st_ihi.unpack_from(buf, pos)
         pos += 10
         f = "Responses"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -3470,7 +3494,11 @@ def _d_FetchResponse_FetchResponse_v8(buf, pos):
                 end = check_len(buf, pos, size)
                 if tag == 0:
                     f = "NodeEndpoints"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         raise ProtocolError("null array in a non-nullable field")

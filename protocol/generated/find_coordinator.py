@@ -162,7 +162,6 @@ _c_FindCoordinatorResponse_Coordinator = FindCoordinatorResponse.Coordinator
 def _d_FindCoordinatorRequest_FindCoordinatorRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Key"
         v_key, pos = read_str(buf, pos)
     except ProtocolError as e:
@@ -191,7 +190,6 @@ def _e_FindCoordinatorRequest_FindCoordinatorRequest_v0(o, parts):
 def _d_FindCoordinatorRequest_FindCoordinatorRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Key"
         v_key, pos = read_str(buf, pos)
         f = "KeyType"
@@ -220,7 +218,6 @@ def _e_FindCoordinatorRequest_FindCoordinatorRequest_v1(o, parts):
 def _d_FindCoordinatorRequest_FindCoordinatorRequest_v2(buf, pos):
     f = None
     try:
-        pass
         f = "Key"
         v_key, pos = read_cstr(buf, pos)
         f = "KeyType"
@@ -267,12 +264,15 @@ def _e_FindCoordinatorRequest_FindCoordinatorRequest_v2(o, parts):
 def _d_FindCoordinatorRequest_FindCoordinatorRequest_v3(buf, pos):
     f = None
     try:
-        pass
         f = "KeyType"
         v_key_type = _st_b.unpack_from(buf, pos)[0]
         pos += 1
         f = "CoordinatorKeys"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -328,7 +328,6 @@ def _e_FindCoordinatorRequest_FindCoordinatorRequest_v3(o, parts):
 def _d_FindCoordinatorResponse_FindCoordinatorResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code, v_node_id = _st_hi.unpack_from(buf, pos)
         pos += 6
@@ -360,7 +359,6 @@ def _e_FindCoordinatorResponse_FindCoordinatorResponse_v0(o, parts):
 def _d_FindCoordinatorResponse_FindCoordinatorResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -401,7 +399,6 @@ def _e_FindCoordinatorResponse_FindCoordinatorResponse_v1(o, parts):
 def _d_FindCoordinatorResponse_FindCoordinatorResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -460,7 +457,6 @@ def _e_FindCoordinatorResponse_FindCoordinatorResponse_v2(o, parts):
 def _d_FindCoordinatorResponse_Coordinator_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Key"
         v_key, pos = read_cstr(buf, pos)
         f = "NodeId"
@@ -501,12 +497,15 @@ def _d_FindCoordinatorResponse_Coordinator_v0(buf, pos):
 def _d_FindCoordinatorResponse_FindCoordinatorResponse_v3(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Coordinators"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

@@ -110,7 +110,6 @@ _c_HeartbeatResponse = HeartbeatResponse
 def _d_HeartbeatRequest_HeartbeatRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_str(buf, pos)
         f = "GenerationId"
@@ -141,7 +140,6 @@ def _e_HeartbeatRequest_HeartbeatRequest_v0(o, parts):
 def _d_HeartbeatRequest_HeartbeatRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_str(buf, pos)
         f = "GenerationId"
@@ -171,7 +169,6 @@ def _e_HeartbeatRequest_HeartbeatRequest_v1(o, parts):
 def _d_HeartbeatRequest_HeartbeatRequest_v2(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_cstr(buf, pos)
         f = "GenerationId"
@@ -219,7 +216,6 @@ def _e_HeartbeatRequest_HeartbeatRequest_v2(o, parts):
 def _d_HeartbeatResponse_HeartbeatResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -240,7 +236,6 @@ def _e_HeartbeatResponse_HeartbeatResponse_v0(o, parts):
 def _d_HeartbeatResponse_HeartbeatResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -261,7 +256,6 @@ def _e_HeartbeatResponse_HeartbeatResponse_v1(o, parts):
 def _d_HeartbeatResponse_HeartbeatResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6

@@ -170,7 +170,6 @@ _c_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse = (
 def _d_IncrementalAlterConfigsRequest_AlterableConfig_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "ConfigOperation"
@@ -190,7 +189,6 @@ def _d_IncrementalAlterConfigsRequest_AlterableConfig_v0(buf, pos):
 def _d_IncrementalAlterConfigsRequest_AlterConfigsResource_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ResourceType"
         v_resource_type = _st_b.unpack_from(buf, pos)[0]
         pos += 1
@@ -223,7 +221,6 @@ def _d_IncrementalAlterConfigsRequest_AlterConfigsResource_v0(buf, pos):
 def _d_IncrementalAlterConfigsRequest_IncrementalAlterConfigsRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Resources"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -284,7 +281,6 @@ def _e_IncrementalAlterConfigsRequest_IncrementalAlterConfigsRequest_v0(o, parts
 def _d_IncrementalAlterConfigsRequest_AlterableConfig_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "ConfigOperation"
@@ -318,14 +314,17 @@ def _d_IncrementalAlterConfigsRequest_AlterableConfig_v1(buf, pos):
 def _d_IncrementalAlterConfigsRequest_AlterConfigsResource_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ResourceType"
         v_resource_type = _st_b.unpack_from(buf, pos)[0]
         pos += 1
         f = "ResourceName"
         v_resource_name, pos = read_cstr(buf, pos)
         f = "Configs"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -365,9 +364,12 @@ def _d_IncrementalAlterConfigsRequest_AlterConfigsResource_v1(buf, pos):
 def _d_IncrementalAlterConfigsRequest_IncrementalAlterConfigsRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Resources"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -452,7 +454,6 @@ def _e_IncrementalAlterConfigsRequest_IncrementalAlterConfigsRequest_v1(o, parts
 def _d_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -477,7 +478,6 @@ def _d_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v0(buf, pos)
 def _d_IncrementalAlterConfigsResponse_IncrementalAlterConfigsResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -526,7 +526,6 @@ def _e_IncrementalAlterConfigsResponse_IncrementalAlterConfigsResponse_v0(o, par
 def _d_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -565,12 +564,15 @@ def _d_IncrementalAlterConfigsResponse_AlterConfigsResourceResponse_v1(buf, pos)
 def _d_IncrementalAlterConfigsResponse_IncrementalAlterConfigsResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Responses"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

@@ -118,7 +118,6 @@ _c_InitProducerIdResponse = InitProducerIdResponse
 def _d_InitProducerIdRequest_InitProducerIdRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TransactionalId"
         v_transactional_id, pos = read_str_n(buf, pos)
         f = "TransactionTimeoutMs"
@@ -150,7 +149,6 @@ def _e_InitProducerIdRequest_InitProducerIdRequest_v0(o, parts):
 def _d_InitProducerIdRequest_InitProducerIdRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "TransactionalId"
         v_transactional_id, pos = read_cstr_n(buf, pos)
         f = "TransactionTimeoutMs"
@@ -200,7 +198,6 @@ def _e_InitProducerIdRequest_InitProducerIdRequest_v1(o, parts):
 def _d_InitProducerIdRequest_InitProducerIdRequest_v2(buf, pos):
     f = None
     try:
-        pass
         f = "TransactionalId"
         v_transactional_id, pos = read_cstr_n(buf, pos)
         f = "TransactionTimeoutMs"
@@ -244,7 +241,6 @@ def _e_InitProducerIdRequest_InitProducerIdRequest_v2(o, parts):
 def _d_InitProducerIdResponse_InitProducerIdResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code, v_producer_id, v_producer_epoch = _st_ihqh.unpack_from(buf, pos)
         pos += 16
@@ -265,7 +261,6 @@ def _e_InitProducerIdResponse_InitProducerIdResponse_v0(o, parts):
 def _d_InitProducerIdResponse_InitProducerIdResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code, v_producer_id, v_producer_epoch = _st_ihqh.unpack_from(buf, pos)
         pos += 16

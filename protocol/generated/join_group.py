@@ -205,7 +205,6 @@ _c_JoinGroupResponse_JoinGroupResponseMember = JoinGroupResponse.JoinGroupRespon
 def _d_JoinGroupRequest_JoinGroupRequestProtocol_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Metadata"
@@ -222,7 +221,6 @@ def _d_JoinGroupRequest_JoinGroupRequestProtocol_v0(buf, pos):
 def _d_JoinGroupRequest_JoinGroupRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_str(buf, pos)
         f = "SessionTimeoutMs"
@@ -284,7 +282,6 @@ def _e_JoinGroupRequest_JoinGroupRequest_v0(o, parts):
 def _d_JoinGroupRequest_JoinGroupRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_str(buf, pos)
         f = "SessionTimeoutMs"
@@ -348,7 +345,6 @@ def _e_JoinGroupRequest_JoinGroupRequest_v1(o, parts):
 def _d_JoinGroupRequest_JoinGroupRequest_v2(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_str(buf, pos)
         f = "SessionTimeoutMs"
@@ -411,7 +407,6 @@ def _e_JoinGroupRequest_JoinGroupRequest_v2(o, parts):
 def _d_JoinGroupRequest_JoinGroupRequestProtocol_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Metadata"
@@ -442,7 +437,6 @@ def _d_JoinGroupRequest_JoinGroupRequestProtocol_v1(buf, pos):
 def _d_JoinGroupRequest_JoinGroupRequest_v3(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_cstr(buf, pos)
         f = "SessionTimeoutMs"
@@ -455,7 +449,11 @@ def _d_JoinGroupRequest_JoinGroupRequest_v3(buf, pos):
         f = "ProtocolType"
         v_protocol_type, pos = read_cstr(buf, pos)
         f = "Protocols"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -533,7 +531,6 @@ def _e_JoinGroupRequest_JoinGroupRequest_v3(o, parts):
 def _d_JoinGroupRequest_JoinGroupRequest_v4(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_cstr(buf, pos)
         f = "SessionTimeoutMs"
@@ -546,7 +543,11 @@ def _d_JoinGroupRequest_JoinGroupRequest_v4(buf, pos):
         f = "ProtocolType"
         v_protocol_type, pos = read_cstr(buf, pos)
         f = "Protocols"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -617,7 +618,6 @@ def _e_JoinGroupRequest_JoinGroupRequest_v4(o, parts):
 def _d_JoinGroupResponse_JoinGroupResponseMember_v0(buf, pos):
     f = None
     try:
-        pass
         f = "MemberId"
         v_member_id, pos = read_str(buf, pos)
         f = "Metadata"
@@ -634,7 +634,6 @@ def _d_JoinGroupResponse_JoinGroupResponseMember_v0(buf, pos):
 def _d_JoinGroupResponse_JoinGroupResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code, v_generation_id = _st_hi.unpack_from(buf, pos)
         pos += 6
@@ -696,7 +695,6 @@ def _e_JoinGroupResponse_JoinGroupResponse_v0(o, parts):
 def _d_JoinGroupResponse_JoinGroupResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code, v_generation_id = _st_ihi.unpack_from(buf, pos)
         pos += 10
@@ -761,7 +759,6 @@ def _e_JoinGroupResponse_JoinGroupResponse_v1(o, parts):
 def _d_JoinGroupResponse_JoinGroupResponseMember_v1(buf, pos):
     f = None
     try:
-        pass
         f = "MemberId"
         v_member_id, pos = read_str(buf, pos)
         f = "GroupInstanceId"
@@ -780,7 +777,6 @@ def _d_JoinGroupResponse_JoinGroupResponseMember_v1(buf, pos):
 def _d_JoinGroupResponse_JoinGroupResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code, v_generation_id = _st_ihi.unpack_from(buf, pos)
         pos += 10
@@ -852,7 +848,6 @@ def _e_JoinGroupResponse_JoinGroupResponse_v2(o, parts):
 def _d_JoinGroupResponse_JoinGroupResponseMember_v2(buf, pos):
     f = None
     try:
-        pass
         f = "MemberId"
         v_member_id, pos = read_cstr(buf, pos)
         f = "GroupInstanceId"
@@ -885,7 +880,6 @@ def _d_JoinGroupResponse_JoinGroupResponseMember_v2(buf, pos):
 def _d_JoinGroupResponse_JoinGroupResponse_v3(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code, v_generation_id = _st_ihi.unpack_from(buf, pos)
         pos += 10
@@ -896,7 +890,11 @@ def _d_JoinGroupResponse_JoinGroupResponse_v3(buf, pos):
         f = "MemberId"
         v_member_id, pos = read_cstr(buf, pos)
         f = "Members"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -979,7 +977,6 @@ def _e_JoinGroupResponse_JoinGroupResponse_v3(o, parts):
 def _d_JoinGroupResponse_JoinGroupResponse_v4(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code, v_generation_id = _st_ihi.unpack_from(buf, pos)
         pos += 10
@@ -992,7 +989,11 @@ def _d_JoinGroupResponse_JoinGroupResponse_v4(buf, pos):
         f = "MemberId"
         v_member_id, pos = read_cstr(buf, pos)
         f = "Members"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1065,7 +1066,6 @@ def _e_JoinGroupResponse_JoinGroupResponse_v4(o, parts):
 def _d_JoinGroupResponse_JoinGroupResponse_v5(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code, v_generation_id = _st_ihi.unpack_from(buf, pos)
         pos += 10
@@ -1081,7 +1081,11 @@ def _d_JoinGroupResponse_JoinGroupResponse_v5(buf, pos):
         f = "MemberId"
         v_member_id, pos = read_cstr(buf, pos)
         f = "Members"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

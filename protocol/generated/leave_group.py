@@ -150,7 +150,6 @@ _c_LeaveGroupResponse_MemberResponse = LeaveGroupResponse.MemberResponse
 def _d_LeaveGroupRequest_LeaveGroupRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_str(buf, pos)
         f = "MemberId"
@@ -175,7 +174,6 @@ def _e_LeaveGroupRequest_LeaveGroupRequest_v0(o, parts):
 def _d_LeaveGroupRequest_MemberIdentity_v0(buf, pos):
     f = None
     try:
-        pass
         f = "MemberId"
         v_member_id, pos = read_str(buf, pos)
         f = "GroupInstanceId"
@@ -192,7 +190,6 @@ def _d_LeaveGroupRequest_MemberIdentity_v0(buf, pos):
 def _d_LeaveGroupRequest_LeaveGroupRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_str(buf, pos)
         f = "Members"
@@ -240,7 +237,6 @@ def _e_LeaveGroupRequest_LeaveGroupRequest_v1(o, parts):
 def _d_LeaveGroupRequest_MemberIdentity_v1(buf, pos):
     f = None
     try:
-        pass
         f = "MemberId"
         v_member_id, pos = read_cstr(buf, pos)
         f = "GroupInstanceId"
@@ -271,11 +267,14 @@ def _d_LeaveGroupRequest_MemberIdentity_v1(buf, pos):
 def _d_LeaveGroupRequest_LeaveGroupRequest_v2(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_cstr(buf, pos)
         f = "Members"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -341,7 +340,6 @@ def _e_LeaveGroupRequest_LeaveGroupRequest_v2(o, parts):
 def _d_LeaveGroupRequest_MemberIdentity_v2(buf, pos):
     f = None
     try:
-        pass
         f = "MemberId"
         v_member_id, pos = read_cstr(buf, pos)
         f = "GroupInstanceId"
@@ -374,11 +372,14 @@ def _d_LeaveGroupRequest_MemberIdentity_v2(buf, pos):
 def _d_LeaveGroupRequest_LeaveGroupRequest_v3(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_cstr(buf, pos)
         f = "Members"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -445,7 +446,6 @@ def _e_LeaveGroupRequest_LeaveGroupRequest_v3(o, parts):
 def _d_LeaveGroupResponse_LeaveGroupResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -468,7 +468,6 @@ def _e_LeaveGroupResponse_LeaveGroupResponse_v0(o, parts):
 def _d_LeaveGroupResponse_LeaveGroupResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -491,7 +490,6 @@ def _e_LeaveGroupResponse_LeaveGroupResponse_v1(o, parts):
 def _d_LeaveGroupResponse_MemberResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "MemberId"
         v_member_id, pos = read_str(buf, pos)
         f = "GroupInstanceId"
@@ -511,7 +509,6 @@ def _d_LeaveGroupResponse_MemberResponse_v0(buf, pos):
 def _d_LeaveGroupResponse_LeaveGroupResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -559,7 +556,6 @@ def _e_LeaveGroupResponse_LeaveGroupResponse_v2(o, parts):
 def _d_LeaveGroupResponse_MemberResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "MemberId"
         v_member_id, pos = read_cstr(buf, pos)
         f = "GroupInstanceId"
@@ -593,12 +589,15 @@ def _d_LeaveGroupResponse_MemberResponse_v1(buf, pos):
 def _d_LeaveGroupResponse_LeaveGroupResponse_v3(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
         f = "Members"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

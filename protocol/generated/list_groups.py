@@ -155,7 +155,6 @@ def _e_ListGroupsRequest_ListGroupsRequest_v0(o, parts):
 def _d_ListGroupsRequest_ListGroupsRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "<tagged fields>"
         unknown = None
         if buf[pos] == 0:
@@ -198,9 +197,12 @@ def _e_ListGroupsRequest_ListGroupsRequest_v1(o, parts):
 def _d_ListGroupsRequest_ListGroupsRequest_v2(buf, pos):
     f = None
     try:
-        pass
         f = "StatesFilter"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -257,9 +259,12 @@ def _e_ListGroupsRequest_ListGroupsRequest_v2(o, parts):
 def _d_ListGroupsRequest_ListGroupsRequest_v3(buf, pos):
     f = None
     try:
-        pass
         f = "StatesFilter"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -272,7 +277,11 @@ def _d_ListGroupsRequest_ListGroupsRequest_v3(buf, pos):
                 x, pos = read_cstr(buf, pos)
                 ap(x)
         f = "TypesFilter"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -332,7 +341,6 @@ def _e_ListGroupsRequest_ListGroupsRequest_v3(o, parts):
 def _d_ListGroupsResponse_ListedGroup_v0(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_str(buf, pos)
         f = "ProtocolType"
@@ -349,7 +357,6 @@ def _d_ListGroupsResponse_ListedGroup_v0(buf, pos):
 def _d_ListGroupsResponse_ListGroupsResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -396,7 +403,6 @@ def _e_ListGroupsResponse_ListGroupsResponse_v0(o, parts):
 def _d_ListGroupsResponse_ListGroupsResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -437,7 +443,6 @@ def _e_ListGroupsResponse_ListGroupsResponse_v1(o, parts):
 def _d_ListGroupsResponse_ListedGroup_v1(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_cstr(buf, pos)
         f = "ProtocolType"
@@ -468,12 +473,15 @@ def _d_ListGroupsResponse_ListedGroup_v1(buf, pos):
 def _d_ListGroupsResponse_ListGroupsResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
         f = "Groups"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -537,7 +545,6 @@ def _e_ListGroupsResponse_ListGroupsResponse_v2(o, parts):
 def _d_ListGroupsResponse_ListedGroup_v2(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_cstr(buf, pos)
         f = "ProtocolType"
@@ -570,12 +577,15 @@ def _d_ListGroupsResponse_ListedGroup_v2(buf, pos):
 def _d_ListGroupsResponse_ListGroupsResponse_v3(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
         f = "Groups"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -640,7 +650,6 @@ def _e_ListGroupsResponse_ListGroupsResponse_v3(o, parts):
 def _d_ListGroupsResponse_ListedGroup_v3(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_cstr(buf, pos)
         f = "ProtocolType"
@@ -675,12 +684,15 @@ def _d_ListGroupsResponse_ListedGroup_v3(buf, pos):
 def _d_ListGroupsResponse_ListGroupsResponse_v4(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
         f = "Groups"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

@@ -212,7 +212,6 @@ _c_ListOffsetsResponse_ListOffsetsPartitionResponse = ListOffsetsResponse.ListOf
 def _d_ListOffsetsRequest_ListOffsetsPartition_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_timestamp, v_max_num_offsets = _st_iqi.unpack_from(buf, pos)
         pos += 16
@@ -228,7 +227,6 @@ def _d_ListOffsetsRequest_ListOffsetsPartition_v0(buf, pos):
 def _d_ListOffsetsRequest_ListOffsetsTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Partitions"
@@ -256,7 +254,6 @@ def _d_ListOffsetsRequest_ListOffsetsTopic_v0(buf, pos):
 def _d_ListOffsetsRequest_ListOffsetsRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ReplicaId"
         v_replica_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -318,7 +315,6 @@ def _e_ListOffsetsRequest_ListOffsetsRequest_v0(o, parts):
 def _d_ListOffsetsRequest_ListOffsetsPartition_v1(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_timestamp = _st_iq.unpack_from(buf, pos)
         pos += 12
@@ -334,7 +330,6 @@ def _d_ListOffsetsRequest_ListOffsetsPartition_v1(buf, pos):
 def _d_ListOffsetsRequest_ListOffsetsTopic_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Partitions"
@@ -362,7 +357,6 @@ def _d_ListOffsetsRequest_ListOffsetsTopic_v1(buf, pos):
 def _d_ListOffsetsRequest_ListOffsetsRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ReplicaId"
         v_replica_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -428,7 +422,6 @@ def _e_ListOffsetsRequest_ListOffsetsRequest_v1(o, parts):
 def _d_ListOffsetsRequest_ListOffsetsRequest_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ReplicaId"
         v_replica_id, v_isolation_level = _st_ib.unpack_from(buf, pos)
         pos += 5
@@ -469,7 +462,6 @@ def _e_ListOffsetsRequest_ListOffsetsRequest_v2(o, parts):
 def _d_ListOffsetsRequest_ListOffsetsPartition_v2(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_current_leader_epoch, v_timestamp = _st_iiq.unpack_from(buf, pos)
         pos += 16
@@ -487,7 +479,6 @@ def _d_ListOffsetsRequest_ListOffsetsPartition_v2(buf, pos):
 def _d_ListOffsetsRequest_ListOffsetsTopic_v2(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Partitions"
@@ -515,7 +506,6 @@ def _d_ListOffsetsRequest_ListOffsetsTopic_v2(buf, pos):
 def _d_ListOffsetsRequest_ListOffsetsRequest_v3(buf, pos):
     f = None
     try:
-        pass
         f = "ReplicaId"
         v_replica_id, v_isolation_level = _st_ib.unpack_from(buf, pos)
         pos += 5
@@ -577,7 +567,6 @@ def _e_ListOffsetsRequest_ListOffsetsRequest_v3(o, parts):
 def _d_ListOffsetsRequest_ListOffsetsPartition_v3(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_current_leader_epoch, v_timestamp = _st_iiq.unpack_from(buf, pos)
         pos += 16
@@ -609,11 +598,14 @@ def _d_ListOffsetsRequest_ListOffsetsPartition_v3(buf, pos):
 def _d_ListOffsetsRequest_ListOffsetsTopic_v3(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -651,12 +643,15 @@ def _d_ListOffsetsRequest_ListOffsetsTopic_v3(buf, pos):
 def _d_ListOffsetsRequest_ListOffsetsRequest_v4(buf, pos):
     f = None
     try:
-        pass
         f = "ReplicaId"
         v_replica_id, v_isolation_level = _st_ib.unpack_from(buf, pos)
         pos += 5
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -739,12 +734,15 @@ def _e_ListOffsetsRequest_ListOffsetsRequest_v4(o, parts):
 def _d_ListOffsetsRequest_ListOffsetsRequest_v5(buf, pos):
     f = None
     try:
-        pass
         f = "ReplicaId"
         v_replica_id, v_isolation_level = _st_ib.unpack_from(buf, pos)
         pos += 5
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -802,7 +800,6 @@ def _e_ListOffsetsRequest_ListOffsetsRequest_v5(o, parts):
 def _d_ListOffsetsResponse_ListOffsetsPartitionResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -830,7 +827,6 @@ def _d_ListOffsetsResponse_ListOffsetsPartitionResponse_v0(buf, pos):
 def _d_ListOffsetsResponse_ListOffsetsTopicResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Partitions"
@@ -858,7 +854,6 @@ def _d_ListOffsetsResponse_ListOffsetsTopicResponse_v0(buf, pos):
 def _d_ListOffsetsResponse_ListOffsetsResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -930,7 +925,6 @@ def _e_ListOffsetsResponse_ListOffsetsResponse_v0(o, parts):
 def _d_ListOffsetsResponse_ListOffsetsPartitionResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_error_code, v_timestamp, v_offset = _st_ihqq.unpack_from(buf, pos)
         pos += 22
@@ -948,7 +942,6 @@ def _d_ListOffsetsResponse_ListOffsetsPartitionResponse_v1(buf, pos):
 def _d_ListOffsetsResponse_ListOffsetsTopicResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Partitions"
@@ -976,7 +969,6 @@ def _d_ListOffsetsResponse_ListOffsetsTopicResponse_v1(buf, pos):
 def _d_ListOffsetsResponse_ListOffsetsResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -1039,7 +1031,6 @@ def _e_ListOffsetsResponse_ListOffsetsResponse_v1(o, parts):
 def _d_ListOffsetsResponse_ListOffsetsResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -1080,7 +1071,6 @@ def _e_ListOffsetsResponse_ListOffsetsResponse_v2(o, parts):
 def _d_ListOffsetsResponse_ListOffsetsPartitionResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_error_code, v_timestamp, v_offset, v_leader_epoch = _st_ihqqi.unpack_from(buf, pos)
         pos += 26
@@ -1098,7 +1088,6 @@ def _d_ListOffsetsResponse_ListOffsetsPartitionResponse_v2(buf, pos):
 def _d_ListOffsetsResponse_ListOffsetsTopicResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Partitions"
@@ -1126,7 +1115,6 @@ def _d_ListOffsetsResponse_ListOffsetsTopicResponse_v2(buf, pos):
 def _d_ListOffsetsResponse_ListOffsetsResponse_v3(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -1189,7 +1177,6 @@ def _e_ListOffsetsResponse_ListOffsetsResponse_v3(o, parts):
 def _d_ListOffsetsResponse_ListOffsetsPartitionResponse_v3(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_error_code, v_timestamp, v_offset, v_leader_epoch = _st_ihqqi.unpack_from(buf, pos)
         pos += 26
@@ -1221,11 +1208,14 @@ def _d_ListOffsetsResponse_ListOffsetsPartitionResponse_v3(buf, pos):
 def _d_ListOffsetsResponse_ListOffsetsTopicResponse_v3(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1263,12 +1253,15 @@ def _d_ListOffsetsResponse_ListOffsetsTopicResponse_v3(buf, pos):
 def _d_ListOffsetsResponse_ListOffsetsResponse_v4(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

@@ -179,11 +179,14 @@ _c_ListPartitionReassignmentsResponse_OngoingPartitionReassignment = (
 def _d_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "PartitionIndexes"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -220,12 +223,15 @@ def _d_ListPartitionReassignmentsRequest_ListPartitionReassignmentsTopics_v0(buf
 def _d_ListPartitionReassignmentsRequest_ListPartitionReassignmentsRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TimeoutMs"
         v_timeout_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             v_topics = None
@@ -294,12 +300,15 @@ def _e_ListPartitionReassignmentsRequest_ListPartitionReassignmentsRequest_v0(o,
 def _d_ListPartitionReassignmentsResponse_OngoingPartitionReassignment_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Replicas"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -309,7 +318,11 @@ def _d_ListPartitionReassignmentsResponse_OngoingPartitionReassignment_v0(buf, p
             v_replicas = list(_unpack_from(f">{n}i", buf, pos))
             pos += n * 4
         f = "AddingReplicas"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -319,7 +332,11 @@ def _d_ListPartitionReassignmentsResponse_OngoingPartitionReassignment_v0(buf, p
             v_adding_replicas = list(_unpack_from(f">{n}i", buf, pos))
             pos += n * 4
         f = "RemovingReplicas"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -356,11 +373,14 @@ def _d_ListPartitionReassignmentsResponse_OngoingPartitionReassignment_v0(buf, p
 def _d_ListPartitionReassignmentsResponse_OngoingTopicReassignment_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -398,14 +418,17 @@ def _d_ListPartitionReassignmentsResponse_OngoingTopicReassignment_v0(buf, pos):
 def _d_ListPartitionReassignmentsResponse_ListPartitionReassignmentsResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
         f = "ErrorMessage"
         v_error_message, pos = read_cstr_n(buf, pos)
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

@@ -316,7 +316,6 @@ _c_MetadataResponse_MetadataResponseChunk = MetadataResponse.MetadataResponseChu
 def _d_MetadataRequest_MetadataRequestTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
     except ProtocolError as e:
@@ -331,7 +330,6 @@ def _d_MetadataRequest_MetadataRequestTopic_v0(buf, pos):
 def _d_MetadataRequest_MetadataRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -388,7 +386,6 @@ def _e_MetadataRequest_MetadataRequest_v0(o, parts):
 def _d_MetadataRequest_MetadataRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -440,7 +437,6 @@ def _e_MetadataRequest_MetadataRequest_v1(o, parts):
 def _d_MetadataRequest_MetadataRequest_v2(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -491,7 +487,6 @@ def _e_MetadataRequest_MetadataRequest_v2(o, parts):
 def _d_MetadataRequest_MetadataRequest_v3(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -544,7 +539,6 @@ def _e_MetadataRequest_MetadataRequest_v3(o, parts):
 def _d_MetadataRequest_MetadataRequestTopic_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "<tagged fields>"
@@ -573,9 +567,12 @@ def _d_MetadataRequest_MetadataRequestTopic_v1(buf, pos):
 def _d_MetadataRequest_MetadataRequest_v4(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             v_topics = None
@@ -653,7 +650,6 @@ def _e_MetadataRequest_MetadataRequest_v4(o, parts):
 def _d_MetadataRequest_MetadataRequestTopic_v2(buf, pos):
     f = None
     try:
-        pass
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
@@ -686,9 +682,12 @@ def _d_MetadataRequest_MetadataRequestTopic_v2(buf, pos):
 def _d_MetadataRequest_MetadataRequest_v5(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             v_topics = None
@@ -767,9 +766,12 @@ def _e_MetadataRequest_MetadataRequest_v5(o, parts):
 def _d_MetadataRequest_MetadataRequest_v6(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             v_topics = None
@@ -833,7 +835,6 @@ def _e_MetadataRequest_MetadataRequest_v6(o, parts):
 def _d_MetadataResponse_MetadataResponseBroker_v0(buf, pos):
     f = None
     try:
-        pass
         f = "NodeId"
         v_node_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -854,7 +855,6 @@ def _d_MetadataResponse_MetadataResponseBroker_v0(buf, pos):
 def _d_MetadataResponse_MetadataResponsePartition_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code, v_partition_index, v_leader_id = _st_hii.unpack_from(buf, pos)
         pos += 10
@@ -892,7 +892,6 @@ def _d_MetadataResponse_MetadataResponsePartition_v0(buf, pos):
 def _d_MetadataResponse_MetadataResponseTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -925,7 +924,6 @@ def _d_MetadataResponse_MetadataResponseTopic_v0(buf, pos):
 def _d_MetadataResponse_MetadataResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Brokers"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -1029,7 +1027,6 @@ def _e_MetadataResponse_MetadataResponse_v0(o, parts):
 def _d_MetadataResponse_MetadataResponseBroker_v1(buf, pos):
     f = None
     try:
-        pass
         f = "NodeId"
         v_node_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -1052,7 +1049,6 @@ def _d_MetadataResponse_MetadataResponseBroker_v1(buf, pos):
 def _d_MetadataResponse_MetadataResponseTopic_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -1088,7 +1084,6 @@ def _d_MetadataResponse_MetadataResponseTopic_v1(buf, pos):
 def _d_MetadataResponse_MetadataResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Brokers"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -1181,7 +1176,6 @@ def _e_MetadataResponse_MetadataResponse_v1(o, parts):
 def _d_MetadataResponse_MetadataResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "Brokers"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -1250,7 +1244,6 @@ def _e_MetadataResponse_MetadataResponse_v2(o, parts):
 def _d_MetadataResponse_MetadataResponse_v3(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -1325,7 +1318,6 @@ def _e_MetadataResponse_MetadataResponse_v3(o, parts):
 def _d_MetadataResponse_MetadataResponsePartition_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code, v_partition_index, v_leader_id = _st_hii.unpack_from(buf, pos)
         pos += 10
@@ -1373,7 +1365,6 @@ def _d_MetadataResponse_MetadataResponsePartition_v1(buf, pos):
 def _d_MetadataResponse_MetadataResponseTopic_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -1409,7 +1400,6 @@ def _d_MetadataResponse_MetadataResponseTopic_v2(buf, pos):
 def _d_MetadataResponse_MetadataResponse_v4(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -1526,7 +1516,6 @@ def _e_MetadataResponse_MetadataResponse_v4(o, parts):
 def _d_MetadataResponse_MetadataResponsePartition_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code, v_partition_index, v_leader_id, v_leader_epoch = _st_hiii.unpack_from(buf, pos)
         pos += 14
@@ -1583,7 +1572,6 @@ def _d_MetadataResponse_MetadataResponsePartition_v2(buf, pos):
 def _d_MetadataResponse_MetadataResponseTopic_v3(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -1619,7 +1607,6 @@ def _d_MetadataResponse_MetadataResponseTopic_v3(buf, pos):
 def _d_MetadataResponse_MetadataResponse_v5(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -1736,7 +1723,6 @@ def _e_MetadataResponse_MetadataResponse_v5(o, parts):
 def _d_MetadataResponse_MetadataResponseTopic_v4(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -1775,7 +1761,6 @@ def _d_MetadataResponse_MetadataResponseTopic_v4(buf, pos):
 def _d_MetadataResponse_MetadataResponse_v6(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -1864,7 +1849,6 @@ def _e_MetadataResponse_MetadataResponse_v6(o, parts):
 def _d_MetadataResponse_MetadataResponseBroker_v2(buf, pos):
     f = None
     try:
-        pass
         f = "NodeId"
         v_node_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -1901,12 +1885,15 @@ def _d_MetadataResponse_MetadataResponseBroker_v2(buf, pos):
 def _d_MetadataResponse_MetadataResponseChunk_v0(buf, pos):
     f = None
     try:
-        pass
         f = "StartOffset"
         v_start_offset, v_start_timestamp, v_stop_offset, v_end_offset = _st_qqqq.unpack_from(buf, pos)
         pos += 32
         f = "ReplicaNodes"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1916,7 +1903,11 @@ def _d_MetadataResponse_MetadataResponseChunk_v0(buf, pos):
             v_replica_nodes = list(_unpack_from(f">{n}i", buf, pos))
             pos += n * 4
         f = "IsrNodes"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1953,12 +1944,15 @@ def _d_MetadataResponse_MetadataResponseChunk_v0(buf, pos):
 def _d_MetadataResponse_MetadataResponsePartition_v3(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code, v_partition_index, v_leader_id, v_leader_epoch = _st_hiii.unpack_from(buf, pos)
         pos += 14
         f = "ReplicaNodes"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1968,7 +1962,11 @@ def _d_MetadataResponse_MetadataResponsePartition_v3(buf, pos):
             v_replica_nodes = list(_unpack_from(f">{n}i", buf, pos))
             pos += n * 4
         f = "IsrNodes"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1978,7 +1976,11 @@ def _d_MetadataResponse_MetadataResponsePartition_v3(buf, pos):
             v_isr_nodes = list(_unpack_from(f">{n}i", buf, pos))
             pos += n * 4
         f = "OfflineReplicas"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -2007,7 +2009,11 @@ def _d_MetadataResponse_MetadataResponsePartition_v3(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 1001:
                     f = "Chunks"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         raise ProtocolError("null array in a non-nullable field")
@@ -2049,7 +2055,6 @@ def _d_MetadataResponse_MetadataResponsePartition_v3(buf, pos):
 def _d_MetadataResponse_MetadataResponseTopic_v5(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -2059,7 +2064,11 @@ def _d_MetadataResponse_MetadataResponseTopic_v5(buf, pos):
         v_is_internal = _st_z.unpack_from(buf, pos)[0]
         pos += 1
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -2102,12 +2111,15 @@ def _d_MetadataResponse_MetadataResponseTopic_v5(buf, pos):
 def _d_MetadataResponse_MetadataResponse_v7(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Brokers"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -2125,7 +2137,11 @@ def _d_MetadataResponse_MetadataResponse_v7(buf, pos):
         v_controller_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -2305,7 +2321,6 @@ def _e_MetadataResponse_MetadataResponse_v7(o, parts):
 def _d_MetadataResponse_MetadataResponseTopic_v6(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -2316,7 +2331,11 @@ def _d_MetadataResponse_MetadataResponseTopic_v6(buf, pos):
         pos += 17
         v_topic_id = UUID(bytes=v_topic_id)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -2359,12 +2378,15 @@ def _d_MetadataResponse_MetadataResponseTopic_v6(buf, pos):
 def _d_MetadataResponse_MetadataResponse_v8(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Brokers"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -2382,7 +2404,11 @@ def _d_MetadataResponse_MetadataResponse_v8(buf, pos):
         v_controller_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -2477,12 +2503,15 @@ def _e_MetadataResponse_MetadataResponse_v8(o, parts):
 def _d_MetadataResponse_MetadataResponse_v9(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Brokers"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -2500,7 +2529,11 @@ def _d_MetadataResponse_MetadataResponse_v9(buf, pos):
         v_controller_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -2570,7 +2603,6 @@ def _e_MetadataResponse_MetadataResponse_v9(o, parts):
 def _d_MetadataResponse_MetadataResponseTopic_v7(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -2581,7 +2613,11 @@ def _d_MetadataResponse_MetadataResponseTopic_v7(buf, pos):
         pos += 17
         v_topic_id = UUID(bytes=v_topic_id)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -2624,12 +2660,15 @@ def _d_MetadataResponse_MetadataResponseTopic_v7(buf, pos):
 def _d_MetadataResponse_MetadataResponse_v10(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Brokers"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -2647,7 +2686,11 @@ def _d_MetadataResponse_MetadataResponse_v10(buf, pos):
         v_controller_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -2736,12 +2779,15 @@ def _e_MetadataResponse_MetadataResponse_v10(o, parts):
 def _d_MetadataResponse_MetadataResponse_v11(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Brokers"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -2759,7 +2805,11 @@ def _d_MetadataResponse_MetadataResponse_v11(buf, pos):
         v_controller_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

@@ -213,7 +213,6 @@ _c_OffsetCommitResponse_OffsetCommitResponsePartition = OffsetCommitResponse.Off
 def _d_OffsetCommitRequest_OffsetCommitRequestPartition_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_committed_offset = _st_iq.unpack_from(buf, pos)
         pos += 12
@@ -233,7 +232,6 @@ def _d_OffsetCommitRequest_OffsetCommitRequestPartition_v0(buf, pos):
 def _d_OffsetCommitRequest_OffsetCommitRequestTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Partitions"
@@ -261,7 +259,6 @@ def _d_OffsetCommitRequest_OffsetCommitRequestTopic_v0(buf, pos):
 def _d_OffsetCommitRequest_OffsetCommitRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_str(buf, pos)
         f = "Topics"
@@ -328,7 +325,6 @@ def _e_OffsetCommitRequest_OffsetCommitRequest_v0(o, parts):
 def _d_OffsetCommitRequest_OffsetCommitRequestPartition_v1(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_committed_offset, v_commit_timestamp = _st_iqq.unpack_from(buf, pos)
         pos += 20
@@ -348,7 +344,6 @@ def _d_OffsetCommitRequest_OffsetCommitRequestPartition_v1(buf, pos):
 def _d_OffsetCommitRequest_OffsetCommitRequestTopic_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Partitions"
@@ -376,7 +371,6 @@ def _d_OffsetCommitRequest_OffsetCommitRequestTopic_v1(buf, pos):
 def _d_OffsetCommitRequest_OffsetCommitRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_str(buf, pos)
         f = "GenerationIdOrMemberEpoch"
@@ -447,7 +441,6 @@ def _e_OffsetCommitRequest_OffsetCommitRequest_v1(o, parts):
 def _d_OffsetCommitRequest_OffsetCommitRequest_v2(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_str(buf, pos)
         f = "GenerationIdOrMemberEpoch"
@@ -504,7 +497,6 @@ def _e_OffsetCommitRequest_OffsetCommitRequest_v2(o, parts):
 def _d_OffsetCommitRequest_OffsetCommitRequest_v3(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_str(buf, pos)
         f = "GenerationIdOrMemberEpoch"
@@ -557,7 +549,6 @@ def _e_OffsetCommitRequest_OffsetCommitRequest_v3(o, parts):
 def _d_OffsetCommitRequest_OffsetCommitRequestPartition_v2(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_committed_offset, v_committed_leader_epoch = _st_iqi.unpack_from(buf, pos)
         pos += 16
@@ -577,7 +568,6 @@ def _d_OffsetCommitRequest_OffsetCommitRequestPartition_v2(buf, pos):
 def _d_OffsetCommitRequest_OffsetCommitRequestTopic_v2(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Partitions"
@@ -605,7 +595,6 @@ def _d_OffsetCommitRequest_OffsetCommitRequestTopic_v2(buf, pos):
 def _d_OffsetCommitRequest_OffsetCommitRequest_v4(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_str(buf, pos)
         f = "GenerationIdOrMemberEpoch"
@@ -681,7 +670,6 @@ def _e_OffsetCommitRequest_OffsetCommitRequest_v4(o, parts):
 def _d_OffsetCommitRequest_OffsetCommitRequest_v5(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_str(buf, pos)
         f = "GenerationIdOrMemberEpoch"
@@ -733,7 +721,6 @@ def _e_OffsetCommitRequest_OffsetCommitRequest_v5(o, parts):
 def _d_OffsetCommitRequest_OffsetCommitRequestPartition_v3(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_committed_offset, v_committed_leader_epoch = _st_iqi.unpack_from(buf, pos)
         pos += 16
@@ -767,11 +754,14 @@ def _d_OffsetCommitRequest_OffsetCommitRequestPartition_v3(buf, pos):
 def _d_OffsetCommitRequest_OffsetCommitRequestTopic_v3(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -809,7 +799,6 @@ def _d_OffsetCommitRequest_OffsetCommitRequestTopic_v3(buf, pos):
 def _d_OffsetCommitRequest_OffsetCommitRequest_v6(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_cstr(buf, pos)
         f = "GenerationIdOrMemberEpoch"
@@ -820,7 +809,11 @@ def _d_OffsetCommitRequest_OffsetCommitRequest_v6(buf, pos):
         f = "GroupInstanceId"
         v_group_instance_id, pos = read_cstr_n(buf, pos)
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -910,7 +903,6 @@ def _e_OffsetCommitRequest_OffsetCommitRequest_v6(o, parts):
 def _d_OffsetCommitResponse_OffsetCommitResponsePartition_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -926,7 +918,6 @@ def _d_OffsetCommitResponse_OffsetCommitResponsePartition_v0(buf, pos):
 def _d_OffsetCommitResponse_OffsetCommitResponseTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Partitions"
@@ -954,7 +945,6 @@ def _d_OffsetCommitResponse_OffsetCommitResponseTopic_v0(buf, pos):
 def _d_OffsetCommitResponse_OffsetCommitResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -1008,7 +998,6 @@ def _e_OffsetCommitResponse_OffsetCommitResponse_v0(o, parts):
 def _d_OffsetCommitResponse_OffsetCommitResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -1049,7 +1038,6 @@ def _e_OffsetCommitResponse_OffsetCommitResponse_v1(o, parts):
 def _d_OffsetCommitResponse_OffsetCommitResponsePartition_v1(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -1079,11 +1067,14 @@ def _d_OffsetCommitResponse_OffsetCommitResponsePartition_v1(buf, pos):
 def _d_OffsetCommitResponse_OffsetCommitResponseTopic_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1121,12 +1112,15 @@ def _d_OffsetCommitResponse_OffsetCommitResponseTopic_v1(buf, pos):
 def _d_OffsetCommitResponse_OffsetCommitResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

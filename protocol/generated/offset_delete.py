@@ -170,7 +170,6 @@ _c_OffsetDeleteResponse_OffsetDeleteResponsePartition = OffsetDeleteResponse.Off
 def _d_OffsetDeleteRequest_OffsetDeleteRequestPartition_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -186,7 +185,6 @@ def _d_OffsetDeleteRequest_OffsetDeleteRequestPartition_v0(buf, pos):
 def _d_OffsetDeleteRequest_OffsetDeleteRequestTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Partitions"
@@ -214,7 +212,6 @@ def _d_OffsetDeleteRequest_OffsetDeleteRequestTopic_v0(buf, pos):
 def _d_OffsetDeleteRequest_OffsetDeleteRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_str(buf, pos)
         f = "Topics"
@@ -271,7 +268,6 @@ def _e_OffsetDeleteRequest_OffsetDeleteRequest_v0(o, parts):
 def _d_OffsetDeleteResponse_OffsetDeleteResponsePartition_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -287,7 +283,6 @@ def _d_OffsetDeleteResponse_OffsetDeleteResponsePartition_v0(buf, pos):
 def _d_OffsetDeleteResponse_OffsetDeleteResponseTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Partitions"
@@ -315,7 +310,6 @@ def _d_OffsetDeleteResponse_OffsetDeleteResponseTopic_v0(buf, pos):
 def _d_OffsetDeleteResponse_OffsetDeleteResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code, v_throttle_time_ms = _st_hi.unpack_from(buf, pos)
         pos += 6

@@ -297,7 +297,6 @@ _c_OffsetFetchResponse_OffsetFetchResponsePartitions = OffsetFetchResponse.Offse
 def _d_OffsetFetchRequest_OffsetFetchRequestTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "PartitionIndexes"
@@ -322,7 +321,6 @@ def _d_OffsetFetchRequest_OffsetFetchRequestTopic_v0(buf, pos):
 def _d_OffsetFetchRequest_OffsetFetchRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_str(buf, pos)
         f = "Topics"
@@ -379,7 +377,6 @@ def _e_OffsetFetchRequest_OffsetFetchRequest_v0(o, parts):
 def _d_OffsetFetchRequest_OffsetFetchRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_str(buf, pos)
         f = "Topics"
@@ -425,11 +422,14 @@ def _e_OffsetFetchRequest_OffsetFetchRequest_v1(o, parts):
 def _d_OffsetFetchRequest_OffsetFetchRequestTopic_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "PartitionIndexes"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -464,11 +464,14 @@ def _d_OffsetFetchRequest_OffsetFetchRequestTopic_v1(buf, pos):
 def _d_OffsetFetchRequest_OffsetFetchRequest_v2(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_cstr(buf, pos)
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             v_topics = None
@@ -543,11 +546,14 @@ def _e_OffsetFetchRequest_OffsetFetchRequest_v2(o, parts):
 def _d_OffsetFetchRequest_OffsetFetchRequest_v3(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_cstr(buf, pos)
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             v_topics = None
@@ -607,11 +613,14 @@ def _e_OffsetFetchRequest_OffsetFetchRequest_v3(o, parts):
 def _d_OffsetFetchRequest_OffsetFetchRequestTopics_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "PartitionIndexes"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -646,11 +655,14 @@ def _d_OffsetFetchRequest_OffsetFetchRequestTopics_v0(buf, pos):
 def _d_OffsetFetchRequest_OffsetFetchRequestGroup_v0(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_cstr(buf, pos)
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             v_topics = None
@@ -688,9 +700,12 @@ def _d_OffsetFetchRequest_OffsetFetchRequestGroup_v0(buf, pos):
 def _d_OffsetFetchRequest_OffsetFetchRequest_v4(buf, pos):
     f = None
     try:
-        pass
         f = "Groups"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -767,7 +782,6 @@ def _e_OffsetFetchRequest_OffsetFetchRequest_v4(o, parts):
 def _d_OffsetFetchRequest_OffsetFetchRequestGroup_v1(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_cstr(buf, pos)
         f = "MemberId"
@@ -776,7 +790,11 @@ def _d_OffsetFetchRequest_OffsetFetchRequestGroup_v1(buf, pos):
         v_member_epoch = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             v_topics = None
@@ -816,9 +834,12 @@ def _d_OffsetFetchRequest_OffsetFetchRequestGroup_v1(buf, pos):
 def _d_OffsetFetchRequest_OffsetFetchRequest_v5(buf, pos):
     f = None
     try:
-        pass
         f = "Groups"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -897,7 +918,6 @@ def _e_OffsetFetchRequest_OffsetFetchRequest_v5(o, parts):
 def _d_OffsetFetchResponse_OffsetFetchResponsePartition_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_committed_offset = _st_iq.unpack_from(buf, pos)
         pos += 12
@@ -920,7 +940,6 @@ def _d_OffsetFetchResponse_OffsetFetchResponsePartition_v0(buf, pos):
 def _d_OffsetFetchResponse_OffsetFetchResponseTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Partitions"
@@ -948,7 +967,6 @@ def _d_OffsetFetchResponse_OffsetFetchResponseTopic_v0(buf, pos):
 def _d_OffsetFetchResponse_OffsetFetchResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -1006,7 +1024,6 @@ def _e_OffsetFetchResponse_OffsetFetchResponse_v0(o, parts):
 def _d_OffsetFetchResponse_OffsetFetchResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -1049,7 +1066,6 @@ def _e_OffsetFetchResponse_OffsetFetchResponse_v1(o, parts):
 def _d_OffsetFetchResponse_OffsetFetchResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -1096,7 +1112,6 @@ def _e_OffsetFetchResponse_OffsetFetchResponse_v2(o, parts):
 def _d_OffsetFetchResponse_OffsetFetchResponsePartition_v1(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_committed_offset, v_committed_leader_epoch = _st_iqi.unpack_from(buf, pos)
         pos += 16
@@ -1119,7 +1134,6 @@ def _d_OffsetFetchResponse_OffsetFetchResponsePartition_v1(buf, pos):
 def _d_OffsetFetchResponse_OffsetFetchResponseTopic_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Partitions"
@@ -1147,7 +1161,6 @@ def _d_OffsetFetchResponse_OffsetFetchResponseTopic_v1(buf, pos):
 def _d_OffsetFetchResponse_OffsetFetchResponse_v3(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -1213,7 +1226,6 @@ def _e_OffsetFetchResponse_OffsetFetchResponse_v3(o, parts):
 def _d_OffsetFetchResponse_OffsetFetchResponsePartition_v2(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_committed_offset, v_committed_leader_epoch = _st_iqi.unpack_from(buf, pos)
         pos += 16
@@ -1250,11 +1262,14 @@ def _d_OffsetFetchResponse_OffsetFetchResponsePartition_v2(buf, pos):
 def _d_OffsetFetchResponse_OffsetFetchResponseTopic_v2(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1292,12 +1307,15 @@ def _d_OffsetFetchResponse_OffsetFetchResponseTopic_v2(buf, pos):
 def _d_OffsetFetchResponse_OffsetFetchResponse_v4(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1384,7 +1402,6 @@ def _e_OffsetFetchResponse_OffsetFetchResponse_v4(o, parts):
 def _d_OffsetFetchResponse_OffsetFetchResponsePartitions_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_committed_offset, v_committed_leader_epoch = _st_iqi.unpack_from(buf, pos)
         pos += 16
@@ -1421,11 +1438,14 @@ def _d_OffsetFetchResponse_OffsetFetchResponsePartitions_v0(buf, pos):
 def _d_OffsetFetchResponse_OffsetFetchResponseTopics_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1463,11 +1483,14 @@ def _d_OffsetFetchResponse_OffsetFetchResponseTopics_v0(buf, pos):
 def _d_OffsetFetchResponse_OffsetFetchResponseGroup_v0(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_cstr(buf, pos)
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1508,12 +1531,15 @@ def _d_OffsetFetchResponse_OffsetFetchResponseGroup_v0(buf, pos):
 def _d_OffsetFetchResponse_OffsetFetchResponse_v5(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Groups"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

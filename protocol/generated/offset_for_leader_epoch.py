@@ -183,7 +183,6 @@ _c_OffsetForLeaderEpochResponse_EpochEndOffset = OffsetForLeaderEpochResponse.Ep
 def _d_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Partition"
         v_partition, v_leader_epoch = _st_ii.unpack_from(buf, pos)
         pos += 8
@@ -199,7 +198,6 @@ def _d_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v0(buf, pos):
 def _d_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Topic"
         v_topic, pos = read_str(buf, pos)
         f = "Partitions"
@@ -227,7 +225,6 @@ def _d_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v0(buf, pos):
 def _d_OffsetForLeaderEpochRequest_OffsetForLeaderEpochRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -281,7 +278,6 @@ def _e_OffsetForLeaderEpochRequest_OffsetForLeaderEpochRequest_v0(o, parts):
 def _d_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Partition"
         v_partition, v_current_leader_epoch, v_leader_epoch = _st_iii.unpack_from(buf, pos)
         pos += 12
@@ -299,7 +295,6 @@ def _d_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v1(buf, pos):
 def _d_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Topic"
         v_topic, pos = read_str(buf, pos)
         f = "Partitions"
@@ -327,7 +322,6 @@ def _d_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v1(buf, pos):
 def _d_OffsetForLeaderEpochRequest_OffsetForLeaderEpochRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -381,7 +375,6 @@ def _e_OffsetForLeaderEpochRequest_OffsetForLeaderEpochRequest_v1(o, parts):
 def _d_OffsetForLeaderEpochRequest_OffsetForLeaderEpochRequest_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ReplicaId"
         v_replica_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -422,7 +415,6 @@ def _e_OffsetForLeaderEpochRequest_OffsetForLeaderEpochRequest_v2(o, parts):
 def _d_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v2(buf, pos):
     f = None
     try:
-        pass
         f = "Partition"
         v_partition, v_current_leader_epoch, v_leader_epoch = _st_iii.unpack_from(buf, pos)
         pos += 12
@@ -454,11 +446,14 @@ def _d_OffsetForLeaderEpochRequest_OffsetForLeaderPartition_v2(buf, pos):
 def _d_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v2(buf, pos):
     f = None
     try:
-        pass
         f = "Topic"
         v_topic, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -496,12 +491,15 @@ def _d_OffsetForLeaderEpochRequest_OffsetForLeaderTopic_v2(buf, pos):
 def _d_OffsetForLeaderEpochRequest_OffsetForLeaderEpochRequest_v3(buf, pos):
     f = None
     try:
-        pass
         f = "ReplicaId"
         v_replica_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -580,7 +578,6 @@ def _e_OffsetForLeaderEpochRequest_OffsetForLeaderEpochRequest_v3(o, parts):
 def _d_OffsetForLeaderEpochResponse_EpochEndOffset_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code, v_partition, v_end_offset = _st_hiq.unpack_from(buf, pos)
         pos += 14
@@ -596,7 +593,6 @@ def _d_OffsetForLeaderEpochResponse_EpochEndOffset_v0(buf, pos):
 def _d_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Topic"
         v_topic, pos = read_str(buf, pos)
         f = "Partitions"
@@ -624,7 +620,6 @@ def _d_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v0(buf, pos):
 def _d_OffsetForLeaderEpochResponse_OffsetForLeaderEpochResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -678,7 +673,6 @@ def _e_OffsetForLeaderEpochResponse_OffsetForLeaderEpochResponse_v0(o, parts):
 def _d_OffsetForLeaderEpochResponse_EpochEndOffset_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code, v_partition, v_leader_epoch, v_end_offset = _st_hiiq.unpack_from(buf, pos)
         pos += 18
@@ -696,7 +690,6 @@ def _d_OffsetForLeaderEpochResponse_EpochEndOffset_v1(buf, pos):
 def _d_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Topic"
         v_topic, pos = read_str(buf, pos)
         f = "Partitions"
@@ -724,7 +717,6 @@ def _d_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v1(buf, pos):
 def _d_OffsetForLeaderEpochResponse_OffsetForLeaderEpochResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Topics"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -778,7 +770,6 @@ def _e_OffsetForLeaderEpochResponse_OffsetForLeaderEpochResponse_v1(o, parts):
 def _d_OffsetForLeaderEpochResponse_OffsetForLeaderEpochResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -819,7 +810,6 @@ def _e_OffsetForLeaderEpochResponse_OffsetForLeaderEpochResponse_v2(o, parts):
 def _d_OffsetForLeaderEpochResponse_EpochEndOffset_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code, v_partition, v_leader_epoch, v_end_offset = _st_hiiq.unpack_from(buf, pos)
         pos += 18
@@ -851,11 +841,14 @@ def _d_OffsetForLeaderEpochResponse_EpochEndOffset_v2(buf, pos):
 def _d_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v2(buf, pos):
     f = None
     try:
-        pass
         f = "Topic"
         v_topic, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -893,12 +886,15 @@ def _d_OffsetForLeaderEpochResponse_OffsetForLeaderTopicResult_v2(buf, pos):
 def _d_OffsetForLeaderEpochResponse_OffsetForLeaderEpochResponse_v3(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

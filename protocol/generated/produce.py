@@ -270,7 +270,6 @@ _c_ProduceResponse_NodeEndpoint = ProduceResponse.NodeEndpoint
 def _d_ProduceRequest_PartitionProduceData_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Index"
         v_index = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -288,7 +287,6 @@ def _d_ProduceRequest_PartitionProduceData_v0(buf, pos):
 def _d_ProduceRequest_TopicProduceData_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "PartitionData"
@@ -316,7 +314,6 @@ def _d_ProduceRequest_TopicProduceData_v0(buf, pos):
 def _d_ProduceRequest_ProduceRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Acks"
         v_acks, v_timeout_ms = _st_hi.unpack_from(buf, pos)
         pos += 6
@@ -379,7 +376,6 @@ def _e_ProduceRequest_ProduceRequest_v0(o, parts):
 def _d_ProduceRequest_ProduceRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "TransactionalId"
         v_transactional_id, pos = read_str_n(buf, pos)
         f = "Acks"
@@ -423,7 +419,6 @@ def _e_ProduceRequest_ProduceRequest_v1(o, parts):
 def _d_ProduceRequest_PartitionProduceData_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Index"
         v_index = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -455,11 +450,14 @@ def _d_ProduceRequest_PartitionProduceData_v1(buf, pos):
 def _d_ProduceRequest_TopicProduceData_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "PartitionData"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -497,14 +495,17 @@ def _d_ProduceRequest_TopicProduceData_v1(buf, pos):
 def _d_ProduceRequest_ProduceRequest_v2(buf, pos):
     f = None
     try:
-        pass
         f = "TransactionalId"
         v_transactional_id, pos = read_cstr_n(buf, pos)
         f = "Acks"
         v_acks, v_timeout_ms = _st_hi.unpack_from(buf, pos)
         pos += 6
         f = "TopicData"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -585,7 +586,6 @@ def _e_ProduceRequest_ProduceRequest_v2(o, parts):
 def _d_ProduceResponse_PartitionProduceResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Index"
         v_index, v_error_code, v_base_offset = _st_ihq.unpack_from(buf, pos)
         pos += 14
@@ -603,7 +603,6 @@ def _d_ProduceResponse_PartitionProduceResponse_v0(buf, pos):
 def _d_ProduceResponse_TopicProduceResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "PartitionResponses"
@@ -631,7 +630,6 @@ def _d_ProduceResponse_TopicProduceResponse_v0(buf, pos):
 def _d_ProduceResponse_ProduceResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Responses"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -693,7 +691,6 @@ def _e_ProduceResponse_ProduceResponse_v0(o, parts):
 def _d_ProduceResponse_ProduceResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Responses"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -738,7 +735,6 @@ def _e_ProduceResponse_ProduceResponse_v1(o, parts):
 def _d_ProduceResponse_PartitionProduceResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Index"
         v_index, v_error_code, v_base_offset, v_log_append_time_ms = _st_ihqq.unpack_from(buf, pos)
         pos += 22
@@ -756,7 +752,6 @@ def _d_ProduceResponse_PartitionProduceResponse_v1(buf, pos):
 def _d_ProduceResponse_TopicProduceResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "PartitionResponses"
@@ -784,7 +779,6 @@ def _d_ProduceResponse_TopicProduceResponse_v1(buf, pos):
 def _d_ProduceResponse_ProduceResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "Responses"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -850,7 +844,6 @@ def _e_ProduceResponse_ProduceResponse_v2(o, parts):
 def _d_ProduceResponse_PartitionProduceResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "Index"
         v_index, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset = _st_ihqqq.unpack_from(buf, pos)
         pos += 30
@@ -868,7 +861,6 @@ def _d_ProduceResponse_PartitionProduceResponse_v2(buf, pos):
 def _d_ProduceResponse_TopicProduceResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "PartitionResponses"
@@ -896,7 +888,6 @@ def _d_ProduceResponse_TopicProduceResponse_v2(buf, pos):
 def _d_ProduceResponse_ProduceResponse_v3(buf, pos):
     f = None
     try:
-        pass
         f = "Responses"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -962,7 +953,6 @@ def _e_ProduceResponse_ProduceResponse_v3(o, parts):
 def _d_ProduceResponse_BatchIndexAndErrorMessage_v0(buf, pos):
     f = None
     try:
-        pass
         f = "BatchIndex"
         v_batch_index = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -980,7 +970,6 @@ def _d_ProduceResponse_BatchIndexAndErrorMessage_v0(buf, pos):
 def _d_ProduceResponse_PartitionProduceResponse_v3(buf, pos):
     f = None
     try:
-        pass
         f = "Index"
         v_index, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset = _st_ihqqq.unpack_from(buf, pos)
         pos += 30
@@ -1021,7 +1010,6 @@ def _d_ProduceResponse_PartitionProduceResponse_v3(buf, pos):
 def _d_ProduceResponse_TopicProduceResponse_v3(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "PartitionResponses"
@@ -1049,7 +1037,6 @@ def _d_ProduceResponse_TopicProduceResponse_v3(buf, pos):
 def _d_ProduceResponse_ProduceResponse_v4(buf, pos):
     f = None
     try:
-        pass
         f = "Responses"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -1129,7 +1116,6 @@ def _e_ProduceResponse_ProduceResponse_v4(o, parts):
 def _d_ProduceResponse_BatchIndexAndErrorMessage_v1(buf, pos):
     f = None
     try:
-        pass
         f = "BatchIndex"
         v_batch_index = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -1161,12 +1147,15 @@ def _d_ProduceResponse_BatchIndexAndErrorMessage_v1(buf, pos):
 def _d_ProduceResponse_PartitionProduceResponse_v4(buf, pos):
     f = None
     try:
-        pass
         f = "Index"
         v_index, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset = _st_ihqqq.unpack_from(buf, pos)
         pos += 30
         f = "RecordErrors"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1216,11 +1205,14 @@ def _d_ProduceResponse_PartitionProduceResponse_v4(buf, pos):
 def _d_ProduceResponse_TopicProduceResponse_v4(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "PartitionResponses"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1258,9 +1250,12 @@ def _d_ProduceResponse_TopicProduceResponse_v4(buf, pos):
 def _d_ProduceResponse_ProduceResponse_v5(buf, pos):
     f = None
     try:
-        pass
         f = "Responses"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1368,7 +1363,6 @@ def _e_ProduceResponse_ProduceResponse_v5(o, parts):
 def _d_ProduceResponse_LeaderIdAndEpoch_v0(buf, pos):
     f = None
     try:
-        pass
         f = "LeaderId"
         v_leader_id, v_leader_epoch = _st_ii.unpack_from(buf, pos)
         pos += 8
@@ -1398,12 +1392,15 @@ def _d_ProduceResponse_LeaderIdAndEpoch_v0(buf, pos):
 def _d_ProduceResponse_PartitionProduceResponse_v5(buf, pos):
     f = None
     try:
-        pass
         f = "Index"
         v_index, v_error_code, v_base_offset, v_log_append_time_ms, v_log_start_offset = _st_ihqqq.unpack_from(buf, pos)
         pos += 30
         f = "RecordErrors"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1460,11 +1457,14 @@ def _d_ProduceResponse_PartitionProduceResponse_v5(buf, pos):
 def _d_ProduceResponse_TopicProduceResponse_v5(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "PartitionResponses"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1502,7 +1502,6 @@ def _d_ProduceResponse_TopicProduceResponse_v5(buf, pos):
 def _d_ProduceResponse_NodeEndpoint_v0(buf, pos):
     f = None
     try:
-        pass
         f = "NodeId"
         v_node_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -1539,9 +1538,12 @@ def _d_ProduceResponse_NodeEndpoint_v0(buf, pos):
 def _d_ProduceResponse_ProduceResponse_v6(buf, pos):
     f = None
     try:
-        pass
         f = "Responses"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -1569,7 +1571,11 @@ def _d_ProduceResponse_ProduceResponse_v6(buf, pos):
                 end = check_len(buf, pos, size)
                 if tag == 0:
                     f = "NodeEndpoints"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         raise ProtocolError("null array in a non-nullable field")

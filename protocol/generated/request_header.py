@@ -81,7 +81,6 @@ _c_RequestHeader = RequestHeader
 def _d_RequestHeader_RequestHeader_v0(buf, pos):
     f = None
     try:
-        pass
         f = "RequestApiKey"
         v_request_api_key, v_request_api_version, v_correlation_id = _st_hhi.unpack_from(buf, pos)
         pos += 8
@@ -102,7 +101,6 @@ def _e_RequestHeader_RequestHeader_v0(o, parts):
 def _d_RequestHeader_RequestHeader_v1(buf, pos):
     f = None
     try:
-        pass
         f = "RequestApiKey"
         v_request_api_key, v_request_api_version, v_correlation_id = _st_hhi.unpack_from(buf, pos)
         pos += 8
@@ -126,7 +124,6 @@ def _e_RequestHeader_RequestHeader_v1(o, parts):
 def _d_RequestHeader_RequestHeader_v2(buf, pos):
     f = None
     try:
-        pass
         f = "RequestApiKey"
         v_request_api_key, v_request_api_version, v_correlation_id = _st_hhi.unpack_from(buf, pos)
         pos += 8

@@ -69,7 +69,6 @@ _c_ResponseHeader = ResponseHeader
 def _d_ResponseHeader_ResponseHeader_v0(buf, pos):
     f = None
     try:
-        pass
         f = "CorrelationId"
         v_correlation_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -90,7 +89,6 @@ def _e_ResponseHeader_ResponseHeader_v0(o, parts):
 def _d_ResponseHeader_ResponseHeader_v1(buf, pos):
     f = None
     try:
-        pass
         f = "CorrelationId"
         v_correlation_id = _st_i.unpack_from(buf, pos)[0]
         pos += 4

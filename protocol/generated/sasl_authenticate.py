@@ -105,7 +105,6 @@ _c_SaslAuthenticateResponse = SaslAuthenticateResponse
 def _d_SaslAuthenticateRequest_SaslAuthenticateRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "AuthBytes"
         v_auth_bytes, pos = read_bytes(buf, pos)
     except ProtocolError as e:
@@ -125,7 +124,6 @@ def _e_SaslAuthenticateRequest_SaslAuthenticateRequest_v0(o, parts):
 def _d_SaslAuthenticateRequest_SaslAuthenticateRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "AuthBytes"
         v_auth_bytes, pos = read_cbytes(buf, pos)
         f = "<tagged fields>"
@@ -163,7 +161,6 @@ def _e_SaslAuthenticateRequest_SaslAuthenticateRequest_v1(o, parts):
 def _d_SaslAuthenticateResponse_SaslAuthenticateResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -190,7 +187,6 @@ def _e_SaslAuthenticateResponse_SaslAuthenticateResponse_v0(o, parts):
 def _d_SaslAuthenticateResponse_SaslAuthenticateResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -221,7 +217,6 @@ def _e_SaslAuthenticateResponse_SaslAuthenticateResponse_v1(o, parts):
 def _d_SaslAuthenticateResponse_SaslAuthenticateResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2

@@ -98,7 +98,6 @@ _c_SaslHandshakeResponse = SaslHandshakeResponse
 def _d_SaslHandshakeRequest_SaslHandshakeRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Mechanism"
         v_mechanism, pos = read_str(buf, pos)
     except ProtocolError as e:
@@ -118,7 +117,6 @@ def _e_SaslHandshakeRequest_SaslHandshakeRequest_v0(o, parts):
 def _d_SaslHandshakeResponse_SaslHandshakeResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2

@@ -163,7 +163,6 @@ _c_SyncGroupResponse = SyncGroupResponse
 def _d_SyncGroupRequest_SyncGroupRequestAssignment_v0(buf, pos):
     f = None
     try:
-        pass
         f = "MemberId"
         v_member_id, pos = read_str(buf, pos)
         f = "Assignment"
@@ -180,7 +179,6 @@ def _d_SyncGroupRequest_SyncGroupRequestAssignment_v0(buf, pos):
 def _d_SyncGroupRequest_SyncGroupRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_str(buf, pos)
         f = "GenerationId"
@@ -237,7 +235,6 @@ def _e_SyncGroupRequest_SyncGroupRequest_v0(o, parts):
 def _d_SyncGroupRequest_SyncGroupRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_str(buf, pos)
         f = "GenerationId"
@@ -289,7 +286,6 @@ def _e_SyncGroupRequest_SyncGroupRequest_v1(o, parts):
 def _d_SyncGroupRequest_SyncGroupRequestAssignment_v1(buf, pos):
     f = None
     try:
-        pass
         f = "MemberId"
         v_member_id, pos = read_cstr(buf, pos)
         f = "Assignment"
@@ -320,7 +316,6 @@ def _d_SyncGroupRequest_SyncGroupRequestAssignment_v1(buf, pos):
 def _d_SyncGroupRequest_SyncGroupRequest_v2(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_cstr(buf, pos)
         f = "GenerationId"
@@ -331,7 +326,11 @@ def _d_SyncGroupRequest_SyncGroupRequest_v2(buf, pos):
         f = "GroupInstanceId"
         v_group_instance_id, pos = read_cstr_n(buf, pos)
         f = "Assignments"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -400,7 +399,6 @@ def _e_SyncGroupRequest_SyncGroupRequest_v2(o, parts):
 def _d_SyncGroupRequest_SyncGroupRequest_v3(buf, pos):
     f = None
     try:
-        pass
         f = "GroupId"
         v_group_id, pos = read_cstr(buf, pos)
         f = "GenerationId"
@@ -415,7 +413,11 @@ def _d_SyncGroupRequest_SyncGroupRequest_v3(buf, pos):
         f = "ProtocolName"
         v_protocol_name, pos = read_cstr_n(buf, pos)
         f = "Assignments"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -483,7 +485,6 @@ def _e_SyncGroupRequest_SyncGroupRequest_v3(o, parts):
 def _d_SyncGroupResponse_SyncGroupResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ErrorCode"
         v_error_code = _st_h.unpack_from(buf, pos)[0]
         pos += 2
@@ -507,7 +508,6 @@ def _e_SyncGroupResponse_SyncGroupResponse_v0(o, parts):
 def _d_SyncGroupResponse_SyncGroupResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -531,7 +531,6 @@ def _e_SyncGroupResponse_SyncGroupResponse_v1(o, parts):
 def _d_SyncGroupResponse_SyncGroupResponse_v2(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -573,7 +572,6 @@ def _e_SyncGroupResponse_SyncGroupResponse_v2(o, parts):
 def _d_SyncGroupResponse_SyncGroupResponse_v3(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6

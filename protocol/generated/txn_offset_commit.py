@@ -217,7 +217,6 @@ _c_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition = TxnOffsetCommitRes
 def _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_committed_offset = _st_iq.unpack_from(buf, pos)
         pos += 12
@@ -237,7 +236,6 @@ def _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v0(buf, pos):
 def _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Partitions"
@@ -265,7 +263,6 @@ def _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v0(buf, pos):
 def _d_TxnOffsetCommitRequest_TxnOffsetCommitRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TransactionalId"
         v_transactional_id, pos = read_str(buf, pos)
         f = "GroupId"
@@ -345,7 +342,6 @@ def _e_TxnOffsetCommitRequest_TxnOffsetCommitRequest_v0(o, parts):
 def _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v1(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_committed_offset, v_committed_leader_epoch = _st_iqi.unpack_from(buf, pos)
         pos += 16
@@ -365,7 +361,6 @@ def _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v1(buf, pos):
 def _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Partitions"
@@ -393,7 +388,6 @@ def _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v1(buf, pos):
 def _d_TxnOffsetCommitRequest_TxnOffsetCommitRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "TransactionalId"
         v_transactional_id, pos = read_str(buf, pos)
         f = "GroupId"
@@ -473,7 +467,6 @@ def _e_TxnOffsetCommitRequest_TxnOffsetCommitRequest_v1(o, parts):
 def _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v2(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_committed_offset, v_committed_leader_epoch = _st_iqi.unpack_from(buf, pos)
         pos += 16
@@ -507,11 +500,14 @@ def _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestPartition_v2(buf, pos):
 def _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v2(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -549,7 +545,6 @@ def _d_TxnOffsetCommitRequest_TxnOffsetCommitRequestTopic_v2(buf, pos):
 def _d_TxnOffsetCommitRequest_TxnOffsetCommitRequest_v2(buf, pos):
     f = None
     try:
-        pass
         f = "TransactionalId"
         v_transactional_id, pos = read_cstr(buf, pos)
         f = "GroupId"
@@ -562,7 +557,11 @@ def _d_TxnOffsetCommitRequest_TxnOffsetCommitRequest_v2(buf, pos):
         f = "GroupInstanceId"
         v_group_instance_id, pos = read_cstr_n(buf, pos)
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -656,7 +655,6 @@ def _e_TxnOffsetCommitRequest_TxnOffsetCommitRequest_v2(o, parts):
 def _d_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -672,7 +670,6 @@ def _d_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_v0(buf, pos):
 def _d_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Partitions"
@@ -700,7 +697,6 @@ def _d_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v0(buf, pos):
 def _d_TxnOffsetCommitResponse_TxnOffsetCommitResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -758,7 +754,6 @@ def _e_TxnOffsetCommitResponse_TxnOffsetCommitResponse_v0(o, parts):
 def _d_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_v1(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -788,11 +783,14 @@ def _d_TxnOffsetCommitResponse_TxnOffsetCommitResponsePartition_v1(buf, pos):
 def _d_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -830,12 +828,15 @@ def _d_TxnOffsetCommitResponse_TxnOffsetCommitResponseTopic_v1(buf, pos):
 def _d_TxnOffsetCommitResponse_TxnOffsetCommitResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ThrottleTimeMs"
         v_throttle_time_ms = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

@@ -197,7 +197,6 @@ _c_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult = WriteTxnMarkersRes
 def _d_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "PartitionIndexes"
@@ -222,7 +221,6 @@ def _d_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v0(buf, pos):
 def _d_WriteTxnMarkersRequest_WritableTxnMarker_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ProducerId"
         v_producer_id, v_producer_epoch, v_transaction_result = _st_qhz.unpack_from(buf, pos)
         pos += 11
@@ -256,7 +254,6 @@ def _d_WriteTxnMarkersRequest_WritableTxnMarker_v0(buf, pos):
 def _d_WriteTxnMarkersRequest_WriteTxnMarkersRequest_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Markers"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -317,11 +314,14 @@ def _e_WriteTxnMarkersRequest_WriteTxnMarkersRequest_v0(o, parts):
 def _d_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "PartitionIndexes"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -356,12 +356,15 @@ def _d_WriteTxnMarkersRequest_WritableTxnMarkerTopic_v1(buf, pos):
 def _d_WriteTxnMarkersRequest_WritableTxnMarker_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ProducerId"
         v_producer_id, v_producer_epoch, v_transaction_result = _st_qhz.unpack_from(buf, pos)
         pos += 11
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -404,9 +407,12 @@ def _d_WriteTxnMarkersRequest_WritableTxnMarker_v1(buf, pos):
 def _d_WriteTxnMarkersRequest_WriteTxnMarkersRequest_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Markers"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -491,7 +497,6 @@ def _e_WriteTxnMarkersRequest_WriteTxnMarkersRequest_v1(o, parts):
 def _d_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -507,7 +512,6 @@ def _d_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_v0(buf, pos):
 def _d_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_str(buf, pos)
         f = "Partitions"
@@ -535,7 +539,6 @@ def _d_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_v0(buf, pos):
 def _d_WriteTxnMarkersResponse_WritableTxnMarkerResult_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ProducerId"
         v_producer_id = _st_q.unpack_from(buf, pos)[0]
         pos += 8
@@ -564,7 +567,6 @@ def _d_WriteTxnMarkersResponse_WritableTxnMarkerResult_v0(buf, pos):
 def _d_WriteTxnMarkersResponse_WriteTxnMarkersResponse_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Markers"
         n = _st_i.unpack_from(buf, pos)[0]
         pos += 4
@@ -630,7 +632,6 @@ def _e_WriteTxnMarkersResponse_WriteTxnMarkersResponse_v0(o, parts):
 def _d_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_v1(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index, v_error_code = _st_ih.unpack_from(buf, pos)
         pos += 6
@@ -660,11 +661,14 @@ def _d_WriteTxnMarkersResponse_WritableTxnMarkerPartitionResult_v1(buf, pos):
 def _d_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -702,12 +706,15 @@ def _d_WriteTxnMarkersResponse_WritableTxnMarkerTopicResult_v1(buf, pos):
 def _d_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1(buf, pos):
     f = None
     try:
-        pass
         f = "ProducerId"
         v_producer_id = _st_q.unpack_from(buf, pos)[0]
         pos += 8
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -745,9 +752,12 @@ def _d_WriteTxnMarkersResponse_WritableTxnMarkerResult_v1(buf, pos):
 def _d_WriteTxnMarkersResponse_WriteTxnMarkersResponse_v1(buf, pos):
     f = None
     try:
-        pass
         f = "Markers"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

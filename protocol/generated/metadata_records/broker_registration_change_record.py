@@ -88,7 +88,6 @@ _c_BrokerRegistrationChangeRecord = BrokerRegistrationChangeRecord
 def _d_BrokerRegistrationChangeRecord_BrokerRegistrationChangeRecord_v0(buf, pos):
     f = None
     try:
-        pass
         f = "BrokerId"
         v_broker_id, v_broker_epoch = _st_iq.unpack_from(buf, pos)
         pos += 12
@@ -154,7 +153,6 @@ def _e_BrokerRegistrationChangeRecord_BrokerRegistrationChangeRecord_v0(o, parts
 def _d_BrokerRegistrationChangeRecord_BrokerRegistrationChangeRecord_v1(buf, pos):
     f = None
     try:
-        pass
         f = "BrokerId"
         v_broker_id, v_broker_epoch = _st_iq.unpack_from(buf, pos)
         pos += 12
@@ -233,7 +231,6 @@ def _e_BrokerRegistrationChangeRecord_BrokerRegistrationChangeRecord_v1(o, parts
 def _d_BrokerRegistrationChangeRecord_BrokerRegistrationChangeRecord_v2(buf, pos):
     f = None
     try:
-        pass
         f = "BrokerId"
         v_broker_id, v_broker_epoch = _st_iq.unpack_from(buf, pos)
         pos += 12
@@ -264,7 +261,11 @@ def _d_BrokerRegistrationChangeRecord_BrokerRegistrationChangeRecord_v2(buf, pos
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 2:
                     f = "LogDirs"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         raise ProtocolError("null array in a non-nullable field")

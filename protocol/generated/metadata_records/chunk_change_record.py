@@ -109,7 +109,6 @@ _c_ChunkChangeRecord = ChunkChangeRecord
 def _d_ChunkChangeRecord_ChunkChangeRecord_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionId"
         v_partition_id, v_topic_id, v_start_offset, v_epoch = _st_i16sqi.unpack_from(buf, pos)
         pos += 32
@@ -131,7 +130,11 @@ def _d_ChunkChangeRecord_ChunkChangeRecord_v0(buf, pos):
                 end = check_len(buf, pos, size)
                 if tag == 0:
                     f = "Replicas"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_replicas = None
@@ -144,7 +147,11 @@ def _d_ChunkChangeRecord_ChunkChangeRecord_v0(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 1:
                     f = "Directories"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_directories = None
@@ -162,7 +169,11 @@ def _d_ChunkChangeRecord_ChunkChangeRecord_v0(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 2:
                     f = "Isr"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_isr = None
@@ -175,7 +186,11 @@ def _d_ChunkChangeRecord_ChunkChangeRecord_v0(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 3:
                     f = "RemovingReplicas"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_removing_replicas = None
@@ -188,7 +203,11 @@ def _d_ChunkChangeRecord_ChunkChangeRecord_v0(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 4:
                     f = "AddingReplicas"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_adding_replicas = None

@@ -125,7 +125,6 @@ _c_ChunkRecord = ChunkRecord
 def _d_ChunkRecord_ChunkRecord_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionId"
         v_partition_id, v_topic_id, v_start_offset, v_start_timestamp, v_stop_offset, v_end_offset, v_chunk_epoch = (
             _st_i16sqqqqi.unpack_from(buf, pos)
@@ -133,7 +132,11 @@ def _d_ChunkRecord_ChunkRecord_v0(buf, pos):
         pos += 56
         v_topic_id = UUID(bytes=v_topic_id)
         f = "Replicas"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -143,7 +146,11 @@ def _d_ChunkRecord_ChunkRecord_v0(buf, pos):
             v_replicas = list(_unpack_from(f">{n}i", buf, pos))
             pos += n * 4
         f = "Directories"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -158,7 +165,11 @@ def _d_ChunkRecord_ChunkRecord_v0(buf, pos):
                 x = UUID(bytes=x)
                 ap(x)
         f = "Isr"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -168,7 +179,11 @@ def _d_ChunkRecord_ChunkRecord_v0(buf, pos):
             v_isr = list(_unpack_from(f">{n}i", buf, pos))
             pos += n * 4
         f = "RemovingReplicas"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -178,7 +193,11 @@ def _d_ChunkRecord_ChunkRecord_v0(buf, pos):
             v_removing_replicas = list(_unpack_from(f">{n}i", buf, pos))
             pos += n * 4
         f = "AddingReplicas"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

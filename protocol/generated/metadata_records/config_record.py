@@ -81,7 +81,6 @@ _c_ConfigRecord = ConfigRecord
 def _d_ConfigRecord_ConfigRecord_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ResourceType"
         v_resource_type = _st_b.unpack_from(buf, pos)[0]
         pos += 1

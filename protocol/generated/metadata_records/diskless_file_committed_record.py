@@ -194,7 +194,6 @@ _c_DisklessFileCommittedRecord_DisklessCommittedBatch = DisklessFileCommittedRec
 def _d_DisklessFileCommittedRecord_DisklessCommittedBatch_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Magic"
         (
             v_magic,
@@ -251,12 +250,15 @@ def _d_DisklessFileCommittedRecord_DisklessCommittedBatch_v0(buf, pos):
 def _d_DisklessFileCommittedRecord_DisklessCommittedPartition_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionIndex"
         v_partition_index = _st_i.unpack_from(buf, pos)[0]
         pos += 4
         f = "Batches"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -294,13 +296,16 @@ def _d_DisklessFileCommittedRecord_DisklessCommittedPartition_v0(buf, pos):
 def _d_DisklessFileCommittedRecord_DisklessCommittedTopic_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
         v_topic_id = UUID(bytes=v_topic_id)
         f = "Partitions"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -338,14 +343,17 @@ def _d_DisklessFileCommittedRecord_DisklessCommittedTopic_v0(buf, pos):
 def _d_DisklessFileCommittedRecord_DisklessFileCommittedRecord_v0(buf, pos):
     f = None
     try:
-        pass
         f = "ObjectKey"
         v_object_key, pos = read_cstr(buf, pos)
         f = "ObjectFormat"
         v_object_format, v_file_size, v_uploader_broker_id = _st_bqi.unpack_from(buf, pos)
         pos += 13
         f = "OwnerIds"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -355,7 +363,11 @@ def _d_DisklessFileCommittedRecord_DisklessFileCommittedRecord_v0(buf, pos):
             v_owner_ids = list(_unpack_from(f">{n}i", buf, pos))
             pos += n * 4
         f = "Topics"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")

@@ -78,7 +78,6 @@ _c_DisklessPartitionCreatedRecord = DisklessPartitionCreatedRecord
 def _d_DisklessPartitionCreatedRecord_DisklessPartitionCreatedRecord_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16

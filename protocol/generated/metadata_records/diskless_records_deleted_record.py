@@ -78,7 +78,6 @@ _c_DisklessRecordsDeletedRecord = DisklessRecordsDeletedRecord
 def _d_DisklessRecordsDeletedRecord_DisklessRecordsDeletedRecord_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TopicId"
         v_topic_id, v_partition_index, v_new_log_start_offset = _st_16siq.unpack_from(buf, pos)
         pos += 28

@@ -70,7 +70,6 @@ _c_DisklessTopicDeletedRecord = DisklessTopicDeletedRecord
 def _d_DisklessTopicDeletedRecord_DisklessTopicDeletedRecord_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16

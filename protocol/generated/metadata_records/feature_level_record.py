@@ -75,7 +75,6 @@ _c_FeatureLevelRecord = FeatureLevelRecord
 def _d_FeatureLevelRecord_FeatureLevelRecord_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "FeatureLevel"

@@ -65,7 +65,6 @@ _c_NoOpRecord = NoOpRecord
 def _d_NoOpRecord_NoOpRecord_v0(buf, pos):
     f = None
     try:
-        pass
         f = "<tagged fields>"
         unknown = None
         if buf[pos] == 0:

@@ -127,7 +127,6 @@ _c_PartitionChangeRecord = PartitionChangeRecord
 def _d_PartitionChangeRecord_PartitionChangeRecord_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionId"
         v_partition_id, v_topic_id = _st_i16s.unpack_from(buf, pos)
         pos += 20
@@ -150,7 +149,11 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v0(buf, pos):
                 end = check_len(buf, pos, size)
                 if tag == 0:
                     f = "Isr"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_isr = None
@@ -169,7 +172,11 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v0(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 2:
                     f = "Replicas"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_replicas = None
@@ -182,7 +189,11 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v0(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 3:
                     f = "RemovingReplicas"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_removing_replicas = None
@@ -195,7 +206,11 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v0(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 4:
                     f = "AddingReplicas"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_adding_replicas = None
@@ -349,7 +364,6 @@ def _e_PartitionChangeRecord_PartitionChangeRecord_v0(o, parts):
 def _d_PartitionChangeRecord_PartitionChangeRecord_v1(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionId"
         v_partition_id, v_topic_id = _st_i16s.unpack_from(buf, pos)
         pos += 20
@@ -373,7 +387,11 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v1(buf, pos):
                 end = check_len(buf, pos, size)
                 if tag == 0:
                     f = "Isr"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_isr = None
@@ -392,7 +410,11 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v1(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 2:
                     f = "Replicas"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_replicas = None
@@ -405,7 +427,11 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v1(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 3:
                     f = "RemovingReplicas"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_removing_replicas = None
@@ -418,7 +444,11 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v1(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 4:
                     f = "AddingReplicas"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_adding_replicas = None
@@ -437,7 +467,11 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v1(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 8:
                     f = "Directories"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_directories = None
@@ -601,7 +635,6 @@ def _e_PartitionChangeRecord_PartitionChangeRecord_v1(o, parts):
 def _d_PartitionChangeRecord_PartitionChangeRecord_v2(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionId"
         v_partition_id, v_topic_id = _st_i16s.unpack_from(buf, pos)
         pos += 20
@@ -627,7 +660,11 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v2(buf, pos):
                 end = check_len(buf, pos, size)
                 if tag == 0:
                     f = "Isr"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_isr = None
@@ -646,7 +683,11 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v2(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 2:
                     f = "Replicas"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_replicas = None
@@ -659,7 +700,11 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v2(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 3:
                     f = "RemovingReplicas"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_removing_replicas = None
@@ -672,7 +717,11 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v2(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 4:
                     f = "AddingReplicas"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_adding_replicas = None
@@ -691,7 +740,11 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v2(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 8:
                     f = "Directories"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_directories = None
@@ -709,7 +762,11 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v2(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 6:
                     f = "EligibleLeaderReplicas"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_eligible_leader_replicas = None
@@ -722,7 +779,11 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v2(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 7:
                     f = "LastKnownElr"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_last_known_elr = None
@@ -900,7 +961,6 @@ def _e_PartitionChangeRecord_PartitionChangeRecord_v2(o, parts):
 def _d_PartitionChangeRecord_PartitionChangeRecord_v3(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionId"
         v_partition_id, v_topic_id = _st_i16s.unpack_from(buf, pos)
         pos += 20
@@ -928,7 +988,11 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v3(buf, pos):
                 end = check_len(buf, pos, size)
                 if tag == 0:
                     f = "Isr"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_isr = None
@@ -947,7 +1011,11 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v3(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 2:
                     f = "Replicas"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_replicas = None
@@ -960,7 +1028,11 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v3(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 3:
                     f = "RemovingReplicas"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_removing_replicas = None
@@ -973,7 +1045,11 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v3(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 4:
                     f = "AddingReplicas"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_adding_replicas = None
@@ -992,7 +1068,11 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v3(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 8:
                     f = "Directories"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_directories = None
@@ -1010,7 +1090,11 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v3(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 6:
                     f = "EligibleLeaderReplicas"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_eligible_leader_replicas = None
@@ -1023,7 +1107,11 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v3(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 7:
                     f = "LastKnownElr"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_last_known_elr = None

@@ -136,13 +136,16 @@ _c_PartitionRecord = PartitionRecord
 def _d_PartitionRecord_PartitionRecord_v0(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionId"
         v_partition_id, v_topic_id = _st_i16s.unpack_from(buf, pos)
         pos += 20
         v_topic_id = UUID(bytes=v_topic_id)
         f = "Replicas"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -152,7 +155,11 @@ def _d_PartitionRecord_PartitionRecord_v0(buf, pos):
             v_replicas = list(_unpack_from(f">{n}i", buf, pos))
             pos += n * 4
         f = "Isr"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -162,7 +169,11 @@ def _d_PartitionRecord_PartitionRecord_v0(buf, pos):
             v_isr = list(_unpack_from(f">{n}i", buf, pos))
             pos += n * 4
         f = "RemovingReplicas"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -172,7 +183,11 @@ def _d_PartitionRecord_PartitionRecord_v0(buf, pos):
             v_removing_replicas = list(_unpack_from(f">{n}i", buf, pos))
             pos += n * 4
         f = "AddingReplicas"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -300,13 +315,16 @@ def _e_PartitionRecord_PartitionRecord_v0(o, parts):
 def _d_PartitionRecord_PartitionRecord_v1(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionId"
         v_partition_id, v_topic_id = _st_i16s.unpack_from(buf, pos)
         pos += 20
         v_topic_id = UUID(bytes=v_topic_id)
         f = "Replicas"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -316,7 +334,11 @@ def _d_PartitionRecord_PartitionRecord_v1(buf, pos):
             v_replicas = list(_unpack_from(f">{n}i", buf, pos))
             pos += n * 4
         f = "Isr"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -326,7 +348,11 @@ def _d_PartitionRecord_PartitionRecord_v1(buf, pos):
             v_isr = list(_unpack_from(f">{n}i", buf, pos))
             pos += n * 4
         f = "RemovingReplicas"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -336,7 +362,11 @@ def _d_PartitionRecord_PartitionRecord_v1(buf, pos):
             v_removing_replicas = list(_unpack_from(f">{n}i", buf, pos))
             pos += n * 4
         f = "AddingReplicas"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -349,7 +379,11 @@ def _d_PartitionRecord_PartitionRecord_v1(buf, pos):
         v_leader, v_leader_epoch, v_partition_epoch = _st_iii.unpack_from(buf, pos)
         pos += 12
         f = "Directories"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -482,13 +516,16 @@ def _e_PartitionRecord_PartitionRecord_v1(o, parts):
 def _d_PartitionRecord_PartitionRecord_v2(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionId"
         v_partition_id, v_topic_id = _st_i16s.unpack_from(buf, pos)
         pos += 20
         v_topic_id = UUID(bytes=v_topic_id)
         f = "Replicas"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -498,7 +535,11 @@ def _d_PartitionRecord_PartitionRecord_v2(buf, pos):
             v_replicas = list(_unpack_from(f">{n}i", buf, pos))
             pos += n * 4
         f = "Isr"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -508,7 +549,11 @@ def _d_PartitionRecord_PartitionRecord_v2(buf, pos):
             v_isr = list(_unpack_from(f">{n}i", buf, pos))
             pos += n * 4
         f = "RemovingReplicas"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -518,7 +563,11 @@ def _d_PartitionRecord_PartitionRecord_v2(buf, pos):
             v_removing_replicas = list(_unpack_from(f">{n}i", buf, pos))
             pos += n * 4
         f = "AddingReplicas"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -531,7 +580,11 @@ def _d_PartitionRecord_PartitionRecord_v2(buf, pos):
         v_leader, v_leader_epoch, v_partition_epoch = _st_iii.unpack_from(buf, pos)
         pos += 12
         f = "Directories"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -566,7 +619,11 @@ def _d_PartitionRecord_PartitionRecord_v2(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 1:
                     f = "EligibleLeaderReplicas"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_eligible_leader_replicas = None
@@ -579,7 +636,11 @@ def _d_PartitionRecord_PartitionRecord_v2(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 2:
                     f = "LastKnownElr"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_last_known_elr = None
@@ -711,13 +772,16 @@ def _e_PartitionRecord_PartitionRecord_v2(o, parts):
 def _d_PartitionRecord_PartitionRecord_v3(buf, pos):
     f = None
     try:
-        pass
         f = "PartitionId"
         v_partition_id, v_topic_id = _st_i16s.unpack_from(buf, pos)
         pos += 20
         v_topic_id = UUID(bytes=v_topic_id)
         f = "Replicas"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -727,7 +791,11 @@ def _d_PartitionRecord_PartitionRecord_v3(buf, pos):
             v_replicas = list(_unpack_from(f">{n}i", buf, pos))
             pos += n * 4
         f = "Isr"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -737,7 +805,11 @@ def _d_PartitionRecord_PartitionRecord_v3(buf, pos):
             v_isr = list(_unpack_from(f">{n}i", buf, pos))
             pos += n * 4
         f = "RemovingReplicas"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -747,7 +819,11 @@ def _d_PartitionRecord_PartitionRecord_v3(buf, pos):
             v_removing_replicas = list(_unpack_from(f">{n}i", buf, pos))
             pos += n * 4
         f = "AddingReplicas"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -760,7 +836,11 @@ def _d_PartitionRecord_PartitionRecord_v3(buf, pos):
         v_leader, v_leader_epoch, v_partition_epoch = _st_iii.unpack_from(buf, pos)
         pos += 12
         f = "Directories"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -797,7 +877,11 @@ def _d_PartitionRecord_PartitionRecord_v3(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 1:
                     f = "EligibleLeaderReplicas"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_eligible_leader_replicas = None
@@ -810,7 +894,11 @@ def _d_PartitionRecord_PartitionRecord_v3(buf, pos):
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 2:
                     f = "LastKnownElr"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         v_last_known_elr = None

@@ -78,7 +78,6 @@ _c_ProducerIdsRecord = ProducerIdsRecord
 def _d_ProducerIdsRecord_ProducerIdsRecord_v0(buf, pos):
     f = None
     try:
-        pass
         f = "BrokerId"
         v_broker_id, v_broker_epoch, v_next_producer_id = _st_iqq.unpack_from(buf, pos)
         pos += 20

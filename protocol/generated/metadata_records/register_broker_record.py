@@ -161,7 +161,6 @@ _c_RegisterBrokerRecord_BrokerFeature = RegisterBrokerRecord.BrokerFeature
 def _d_RegisterBrokerRecord_BrokerEndpoint_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "Host"
@@ -195,7 +194,6 @@ def _d_RegisterBrokerRecord_BrokerEndpoint_v0(buf, pos):
 def _d_RegisterBrokerRecord_BrokerFeature_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "MinSupportedVersion"
@@ -227,13 +225,16 @@ def _d_RegisterBrokerRecord_BrokerFeature_v0(buf, pos):
 def _d_RegisterBrokerRecord_RegisterBrokerRecord_v0(buf, pos):
     f = None
     try:
-        pass
         f = "BrokerId"
         v_broker_id, v_incarnation_id, v_broker_epoch = _st_i16sq.unpack_from(buf, pos)
         pos += 28
         v_incarnation_id = UUID(bytes=v_incarnation_id)
         f = "EndPoints"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -246,7 +247,11 @@ def _d_RegisterBrokerRecord_RegisterBrokerRecord_v0(buf, pos):
                 x, pos = _d_RegisterBrokerRecord_BrokerEndpoint_v0(buf, pos)
                 ap(x)
         f = "Features"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -359,13 +364,16 @@ def _e_RegisterBrokerRecord_RegisterBrokerRecord_v0(o, parts):
 def _d_RegisterBrokerRecord_RegisterBrokerRecord_v1(buf, pos):
     f = None
     try:
-        pass
         f = "BrokerId"
         v_broker_id, v_incarnation_id, v_broker_epoch = _st_i16sq.unpack_from(buf, pos)
         pos += 28
         v_incarnation_id = UUID(bytes=v_incarnation_id)
         f = "EndPoints"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -378,7 +386,11 @@ def _d_RegisterBrokerRecord_RegisterBrokerRecord_v1(buf, pos):
                 x, pos = _d_RegisterBrokerRecord_BrokerEndpoint_v0(buf, pos)
                 ap(x)
         f = "Features"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -465,13 +477,16 @@ def _e_RegisterBrokerRecord_RegisterBrokerRecord_v1(o, parts):
 def _d_RegisterBrokerRecord_RegisterBrokerRecord_v2(buf, pos):
     f = None
     try:
-        pass
         f = "BrokerId"
         v_broker_id, v_is_migrating_zk_broker, v_incarnation_id, v_broker_epoch = _st_iz16sq.unpack_from(buf, pos)
         pos += 29
         v_incarnation_id = UUID(bytes=v_incarnation_id)
         f = "EndPoints"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -484,7 +499,11 @@ def _d_RegisterBrokerRecord_RegisterBrokerRecord_v2(buf, pos):
                 x, pos = _d_RegisterBrokerRecord_BrokerEndpoint_v0(buf, pos)
                 ap(x)
         f = "Features"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -566,13 +585,16 @@ def _e_RegisterBrokerRecord_RegisterBrokerRecord_v2(o, parts):
 def _d_RegisterBrokerRecord_RegisterBrokerRecord_v3(buf, pos):
     f = None
     try:
-        pass
         f = "BrokerId"
         v_broker_id, v_is_migrating_zk_broker, v_incarnation_id, v_broker_epoch = _st_iz16sq.unpack_from(buf, pos)
         pos += 29
         v_incarnation_id = UUID(bytes=v_incarnation_id)
         f = "EndPoints"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -585,7 +607,11 @@ def _d_RegisterBrokerRecord_RegisterBrokerRecord_v3(buf, pos):
                 x, pos = _d_RegisterBrokerRecord_BrokerEndpoint_v0(buf, pos)
                 ap(x)
         f = "Features"
-        n, pos = read_uvarint(buf, pos)
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
         n -= 1
         if n < 0:
             raise ProtocolError("null array in a non-nullable field")
@@ -615,7 +641,11 @@ def _d_RegisterBrokerRecord_RegisterBrokerRecord_v3(buf, pos):
                 end = check_len(buf, pos, size)
                 if tag == 0:
                     f = "LogDirs"
-                    n, pos = read_uvarint(buf, pos)
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
                     n -= 1
                     if n < 0:
                         raise ProtocolError("null array in a non-nullable field")

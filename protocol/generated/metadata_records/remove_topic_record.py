@@ -70,7 +70,6 @@ _c_RemoveTopicRecord = RemoveTopicRecord
 def _d_RemoveTopicRecord_RemoveTopicRecord_v0(buf, pos):
     f = None
     try:
-        pass
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16

@@ -75,7 +75,6 @@ _c_TopicRecord = TopicRecord
 def _d_TopicRecord_TopicRecord_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "TopicId"

@@ -75,7 +75,6 @@ _c_UnfenceBrokerRecord = UnfenceBrokerRecord
 def _d_UnfenceBrokerRecord_UnfenceBrokerRecord_v0(buf, pos):
     f = None
     try:
-        pass
         f = "Id"
         v_id, v_epoch = _st_iq.unpack_from(buf, pos)
         pos += 12

@@ -75,7 +75,6 @@ _c_UnregisterBrokerRecord = UnregisterBrokerRecord
 def _d_UnregisterBrokerRecord_UnregisterBrokerRecord_v0(buf, pos):
     f = None
     try:
-        pass
         f = "BrokerId"
         v_broker_id, v_broker_epoch = _st_iq.unpack_from(buf, pos)
         pos += 12
