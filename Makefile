@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test codegen lint bench clean
+.PHONY: run test codegen lint bench clean system-deps
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,7 +21,14 @@ codegen: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: $(STAMP)
+# kcat (Debian's package, on librdkafka) is one of the clients the tests drive.
+system-deps:
+	@command -v kcat >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; \
+	  else echo "kcat missing: install Debian's kcat package (the kcat tests will fail loudly)"; fi; }
+
+test: $(STAMP) system-deps
 	$(PY) -m protocol.codegen --check
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q

@@ -36,6 +36,8 @@ def read_uvarint(buf, pos: int) -> tuple[int, int]:
         shift += 7
         if shift > 28:
             raise ProtocolError("unsigned varint longer than 5 bytes", offset=pos)
+        if shift == 28 and buf[pos] > 0x0F:
+            raise ProtocolError("unsigned varint exceeds 32 bits", offset=pos)
 
 
 def read_uvarlong(buf, pos: int) -> tuple[int, int]:

@@ -428,6 +428,9 @@ class ModuleEmitter:
                 for fl in tagged:
                     src = "o." + snake(fl.name)
                     cond = self.non_default_test(fl, src, msg.name) or "True"
+                    if fl.kind == "struct" and not fl.nullable.__contains__(v):
+                        # Kafka writes a tagged struct only when it differs from the default struct
+                        cond = f"{src} is not None and {src} != {msg.name}.{fl.struct.name}()"  # type: ignore[union-attr]
                     lines.append(f"{ind}if {cond}:")
                     lines.append(f"{ind}    outer, parts = parts, []")
                     lines.append(f"{ind}    w = parts.append")

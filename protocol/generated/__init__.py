@@ -31,6 +31,7 @@ import protocol.generated.diskless_find_batches as diskless_find_batches
 import protocol.generated.diskless_list_offsets as diskless_list_offsets
 import protocol.generated.end_txn as end_txn
 import protocol.generated.fetch as fetch
+import protocol.generated.fetch_snapshot as fetch_snapshot
 import protocol.generated.find_coordinator as find_coordinator
 import protocol.generated.heartbeat as heartbeat
 import protocol.generated.incremental_alter_configs as incremental_alter_configs
@@ -111,6 +112,7 @@ REQUESTS = {
     46: list_partition_reassignments.ListPartitionReassignmentsRequest,
     47: offset_delete.OffsetDeleteRequest,
     56: alter_partition.AlterPartitionRequest,
+    59: fetch_snapshot.FetchSnapshotRequest,
     60: describe_cluster.DescribeClusterRequest,
     62: broker_registration.BrokerRegistrationRequest,
     63: broker_heartbeat.BrokerHeartbeatRequest,
@@ -162,6 +164,7 @@ RESPONSES = {
     46: list_partition_reassignments.ListPartitionReassignmentsResponse,
     47: offset_delete.OffsetDeleteResponse,
     56: alter_partition.AlterPartitionResponse,
+    59: fetch_snapshot.FetchSnapshotResponse,
     60: describe_cluster.DescribeClusterResponse,
     62: broker_registration.BrokerRegistrationResponse,
     63: broker_heartbeat.BrokerHeartbeatResponse,

@@ -1884,7 +1884,7 @@ def _e_FetchRequest_FetchRequest_v9(o, parts):
         tg.append((0, b"".join(parts)))
         parts = outer
         w = parts.append
-    if o.replica_state is not None:
+    if o.replica_state is not None and o.replica_state != FetchRequest.ReplicaState():
         outer, parts = parts, []
         w = parts.append
         _e_FetchRequest_ReplicaState_v0(o.replica_state, parts)
@@ -2168,7 +2168,7 @@ def _e_FetchRequest_FetchRequest_v10(o, parts):
         tg.append((0, b"".join(parts)))
         parts = outer
         w = parts.append
-    if o.replica_state is not None:
+    if o.replica_state is not None and o.replica_state != FetchRequest.ReplicaState():
         outer, parts = parts, []
         w = parts.append
         _e_FetchRequest_ReplicaState_v0(o.replica_state, parts)
@@ -3224,7 +3224,7 @@ def _e_FetchResponse_PartitionData_v4(o, parts):
     w(_st_i.pack(o.preferred_read_replica))
     write_cbytes_n(parts, o.records)
     tg = None
-    if o.diverging_epoch is not None:
+    if o.diverging_epoch is not None and o.diverging_epoch != FetchResponse.EpochEndOffset():
         outer, parts = parts, []
         w = parts.append
         _e_FetchResponse_EpochEndOffset_v0(o.diverging_epoch, parts)
@@ -3233,7 +3233,7 @@ def _e_FetchResponse_PartitionData_v4(o, parts):
         tg.append((0, b"".join(parts)))
         parts = outer
         w = parts.append
-    if o.current_leader is not None:
+    if o.current_leader is not None and o.current_leader != FetchResponse.LeaderIdAndEpoch():
         outer, parts = parts, []
         w = parts.append
         _e_FetchResponse_LeaderIdAndEpoch_v0(o.current_leader, parts)
@@ -3242,7 +3242,7 @@ def _e_FetchResponse_PartitionData_v4(o, parts):
         tg.append((1, b"".join(parts)))
         parts = outer
         w = parts.append
-    if o.snapshot_id is not None:
+    if o.snapshot_id is not None and o.snapshot_id != FetchResponse.SnapshotId():
         outer, parts = parts, []
         w = parts.append
         _e_FetchResponse_SnapshotId_v0(o.snapshot_id, parts)

@@ -1624,7 +1624,7 @@ def _e_ProduceResponse_PartitionProduceResponse_v5(o, parts):
             _e_ProduceResponse_BatchIndexAndErrorMessage_v1(x, parts)
     write_cstr_n(parts, o.error_message)
     tg = None
-    if o.current_leader is not None:
+    if o.current_leader is not None and o.current_leader != ProduceResponse.LeaderIdAndEpoch():
         outer, parts = parts, []
         w = parts.append
         _e_ProduceResponse_LeaderIdAndEpoch_v0(o.current_leader, parts)
