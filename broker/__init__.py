@@ -1,0 +1,1 @@
+"""Strata broker: request handling and the subsystems below it."""

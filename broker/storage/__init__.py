@@ -1,0 +1,77 @@
+"""Storage: log dirs, chunk replica logs, segments and their indexes. Files only; no requests, no
+sockets, no asyncio. Methods are synchronous (the broker runs the fsync-heavy ones in an executor).
+
+On-disk layout
+--------------
+::
+
+    <log dir>/                              one entry of log.dirs (LogDir)
+        meta.properties                     version=1, node.id, cluster.id, directory.id (Kafka's format)
+        <topic>-<partition>-<chunkStart>/   one chunk replica (Log); parse with rsplit('-', 2)
+            00000000000000000000.log        segment: whole RecordBatch v2 batches, as produced/replicated
+            00000000000000000000.index      offset index of that segment
+            00000000000000000000.timeindex  time index of that segment
+            ...                             name = base offset, 20 digits, so names sort like offsets
+            leader-epoch-checkpoint         "0\\n<count>\\n<epoch> <start offset>\\n..." (Kafka's text format)
+            partition.metadata              "version: 0\\ntopic_id: <base64 uuid>" (Kafka's format)
+            log-state.checkpoint            "0\\nlog_start_offset N\\nrecovery_point N\\nhigh_watermark N\\n"
+            .clean-shutdown                 present only between a clean close and the next open
+        <topic>-<partition>-<chunkStart>.move/    a replica being copied in (JBOD move): not served
+        <topic>-<partition>-<chunkStart>.delete/  a replica waiting for deletion: not served
+
+A partition that never had chunks is one chunk starting at 0 (`orders-3-0`).
+
+Segment files
+  `.log`: batches back to back, bytes exactly as written (offsets and partition leader epoch patched
+  into the header on the leader; never re-encoded). A batch never spans two segments.
+  `.index`: sparse, append-only (not preallocated: the file length is the number of entries, so no
+  trimming and nothing to guess after a crash). Entry = int32 offset relative to the segment's base
+  offset (the last offset of a batch) + int32 byte position of that batch, big-endian. One entry
+  per index.interval.bytes of data.
+  `.timeindex`: sparse, append-only. Entry = int64 largest timestamp so far + int32 relative offset
+  (last offset of the batch that carried it). Timestamps strictly increase; the last entry of an
+  inactive segment is its max timestamp (written on roll and on close).
+  A segment rolls when the next append would pass segment.bytes, when segment.ms has passed since
+  its first batch's timestamp, when either index reaches segment.index.bytes, or when a relative
+  offset would overflow int32. Deleted segments are renamed `<name>.deleted` and unlinked
+  file.delete.delay.ms later; leftovers are removed on the next open.
+
+Small files are written atomically (tmp + fsync + rename + fsync of the dir).
+
+Recovery
+  Without `.clean-shutdown`, Log.open checks every batch (header + CRC32C + increasing offsets) from
+  the segment holding the recovery point on, cuts a torn or corrupt tail at the last whole batch,
+  deletes later segments, rebuilds those segments' indexes and re-derives leader epochs from the
+  batches. Indexes of other segments are sanity-checked and rebuilt if missing or damaged.
+"""
+
+from broker.storage.config import LogConfig
+from broker.storage.errors import (
+    InconsistentTopicIdError,
+    InvalidRecordError,
+    OffsetOutOfRangeError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+    StorageError,
+    UnexpectedAppendOffsetError,
+)
+from broker.storage.leader_epoch import LeaderEpochCache
+from broker.storage.log import AppendInfo, AppendOrigin, FetchInfo, Log
+from broker.storage.log_dir import LogDir
+
+__all__ = [
+    "AppendInfo",
+    "AppendOrigin",
+    "FetchInfo",
+    "InconsistentTopicIdError",
+    "InvalidRecordError",
+    "LeaderEpochCache",
+    "Log",
+    "LogConfig",
+    "LogDir",
+    "OffsetOutOfRangeError",
+    "RecordListTooLargeError",
+    "RecordTooLargeError",
+    "StorageError",
+    "UnexpectedAppendOffsetError",
+]

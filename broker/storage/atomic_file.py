@@ -1,0 +1,42 @@
+"""Small files replaced atomically: a crash leaves either the old or the new content, never a mix."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from broker.storage.file_names import TMP_SUFFIX
+
+
+def fsync_dir(path: Path) -> None:
+    """Make creates, renames and unlinks inside `path` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """tmp file + fsync + rename + fsync of the dir (the rename itself must reach the disk)."""
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def remove_durably(path: Path) -> bool:
+    """Unlink `path` and fsync its dir; False if it was not there."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    fsync_dir(path.parent)
+    return True

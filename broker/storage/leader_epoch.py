@@ -1,0 +1,155 @@
+"""LeaderEpochCache: which leader epoch started at which offset, for OffsetForLeaderEpoch and
+follower truncation.
+
+Persisted to `leader-epoch-checkpoint` in Kafka's text layout (version line, entry count, then
+"epoch start_offset" lines), rewritten atomically on every change. Changes happen once per leader
+election or truncation, so the fsync cost stays off the steady-state append path.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left, bisect_right
+from pathlib import Path
+
+import structlog
+
+from broker.storage.atomic_file import write_atomically
+from broker.storage.errors import StorageError
+
+log = structlog.get_logger(__name__)
+
+VERSION = 0
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+
+
+class LeaderEpochCache:
+    """Entries (epoch, start offset), both strictly increasing."""
+
+    def __init__(self, path: Path | None, entries: list[tuple[int, int]] | None = None) -> None:
+        self.path = path  # None: kept in memory only
+        self._entries: list[tuple[int, int]] = list(entries or [])
+        # The replication layer asks end_offset_for() from the event loop while appends run in an
+        # executor; one small lock keeps every answer consistent.
+        self._lock = threading.RLock()
+
+    @classmethod
+    def load(cls, path: Path) -> LeaderEpochCache:
+        """Read the checkpoint; a missing file is an empty cache."""
+        try:
+            text = path.read_text("ascii")
+        except FileNotFoundError:
+            return cls(path)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise StorageError(f"cannot read {path}: {exc}") from exc
+        return cls(path, _parse_checkpoint(path, text))
+
+    @property
+    def entries(self) -> list[tuple[int, int]]:
+        with self._lock:
+            return list(self._entries)
+
+    def latest_epoch(self) -> int:
+        with self._lock:
+            return self._entries[-1][0] if self._entries else UNDEFINED_EPOCH
+
+    def latest_entry(self) -> tuple[int, int] | None:
+        with self._lock:
+            return self._entries[-1] if self._entries else None
+
+    def epoch_for_offset(self, offset: int) -> int:
+        """The epoch that wrote `offset` (the last entry starting at or before it), -1 if none."""
+        with self._lock:
+            i = bisect_right(self._entries, offset, key=lambda e: e[1])
+            return self._entries[i - 1][0] if i else UNDEFINED_EPOCH
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        """Record that `epoch` starts at `start_offset`. A repeat of the latest epoch at a later
+        offset is a no-op; an entry that conflicts with later ones (higher or equal epoch, or
+        an equal or later start offset) replaces them, as a new leader's history wins."""
+        if epoch < 0 or start_offset < 0:
+            raise ValueError(f"leader epoch entry ({epoch}, {start_offset}) must be non-negative")
+        with self._lock:
+            if self._entries:
+                last_epoch, last_start = self._entries[-1]
+                if epoch == last_epoch and start_offset >= last_start:
+                    return
+                if epoch < last_epoch:
+                    log.warning("leader_epoch_went_back", path=str(self.path), epoch=epoch, latest_epoch=last_epoch)
+            kept = [e for e in self._entries if e[0] < epoch and e[1] < start_offset]
+            kept.append((epoch, start_offset))
+            self._replace(kept)
+
+    def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: (largest known epoch <= `epoch`, start offset of the epoch after it,
+        or the log end offset when `epoch` is the latest). An epoch older than every entry answers
+        (epoch, first entry's start); an epoch newer than all, an undefined epoch or an empty cache
+        answer (-1, -1)."""
+        with self._lock:
+            if epoch == UNDEFINED_EPOCH or not self._entries:
+                return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+            if epoch == self._entries[-1][0]:
+                return epoch, log_end_offset
+            higher = bisect_right(self._entries, epoch, key=lambda e: e[0])
+            if higher == len(self._entries):
+                return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+            next_start = self._entries[higher][1]
+            if higher == 0:
+                return epoch, next_start
+            return self._entries[higher - 1][0], next_start
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Forget epochs that start at or after `end_offset` (the log was truncated there)."""
+        with self._lock:
+            keep = bisect_left(self._entries, end_offset, key=lambda e: e[1])
+            if keep < len(self._entries):
+                self._replace(self._entries[:keep])
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """The log now starts at `start_offset`: drop epochs wholly before it, and move the epoch
+        that covers it to start there."""
+        with self._lock:
+            first_after = bisect_right(self._entries, start_offset, key=lambda e: e[1])
+            if first_after == 0:
+                return
+            covering_epoch, covering_start = self._entries[first_after - 1]
+            if first_after == 1 and covering_start == start_offset:
+                return
+            self._replace([(covering_epoch, start_offset)] + self._entries[first_after:])
+
+    def clear(self) -> None:
+        with self._lock:
+            if self._entries or (self.path is not None and not self.path.exists()):
+                self._replace([])
+
+    def _replace(self, entries: list[tuple[int, int]]) -> None:
+        # Write first: if the disk refuses, memory still matches what a restart would load.
+        if self.path is not None:
+            write_atomically(self.path, _format_checkpoint(entries))
+        self._entries = entries
+
+
+def _format_checkpoint(entries: list[tuple[int, int]]) -> bytes:
+    lines = [str(VERSION), str(len(entries))] + [f"{epoch} {offset}" for epoch, offset in entries]
+    return ("\n".join(lines) + "\n").encode("ascii")
+
+
+def _parse_checkpoint(path: Path, text: str) -> list[tuple[int, int]]:
+    lines = [line.strip() for line in text.splitlines()]
+    try:
+        if lines[0] != str(VERSION):
+            raise ValueError(f"unknown version {lines[0]!r}")
+        count = int(lines[1])
+        entries = []
+        for line in lines[2 : 2 + count]:
+            epoch, offset = line.split()
+            entries.append((int(epoch), int(offset)))
+        if len(entries) != count:
+            raise ValueError(f"expected {count} entries, found {len(entries)}")
+    except (IndexError, ValueError) as exc:
+        raise StorageError(f"{path} is malformed: {exc}") from None
+    for (e1, o1), (e2, o2) in zip(entries, entries[1:]):
+        if not (e2 > e1 and o2 > o1):
+            raise StorageError(f"{path} is malformed: entries not increasing at ({e1}, {o1}), ({e2}, {o2})")
+    return entries

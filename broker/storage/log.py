@@ -1,0 +1,828 @@
+"""Log: one chunk replica's records, as a list of segments in the replica's own dir.
+
+Threading: every change (append, roll, truncation, retention, close) runs under the log's lock.
+read() only snapshots the segment list and sizes under it and does its preads outside, so a
+consumer never waits behind an fsync; flush() fsyncs outside the lock for the same reason.
+Deleted segments are renamed `.deleted` and purged file.delete.delay.ms later (never in the call
+that deleted them), so a read that snapshotted one keeps valid descriptors.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import shutil
+import threading
+import time
+import uuid
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from broker.storage.atomic_file import fsync_dir, remove_durably, write_atomically
+from broker.storage.batch_validation import validate_client_batches, validate_replicated_batches
+from broker.storage.config import LogConfig
+from broker.storage.errors import (
+    InconsistentTopicIdError,
+    InvalidRecordError,
+    OffsetOutOfRangeError,
+    RecordListTooLargeError,
+    StorageError,
+    UnexpectedAppendOffsetError,
+)
+from broker.storage.file_names import (
+    CLEAN_SHUTDOWN_MARKER,
+    DELETED_SUFFIX,
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_STATE_CHECKPOINT,
+    LOG_SUFFIX,
+    PARTITION_METADATA,
+    TMP_SUFFIX,
+    parse_replica_dir_name,
+    parse_segment_file_name,
+)
+from broker.storage.leader_epoch import LeaderEpochCache
+from broker.storage.log_state import LogState, read_log_state, write_log_state
+from broker.storage.partition_metadata import read_topic_id, write_topic_id
+from broker.storage.segment import BatchSpan, CorruptSegmentError, LogSegment
+from protocol.errors import ProtocolError
+from protocol.records.batch import BatchHeader, set_base_offset, set_log_append_time, set_partition_leader_epoch
+from protocol.records.codec import decode_batches
+
+log = structlog.get_logger(__name__)
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class AppendOrigin(enum.Enum):
+    """Who is appending as leader: clients may not write control batches, coordinators may."""
+
+    CLIENT = "client"
+    COORDINATOR = "coordinator"
+
+
+@dataclass
+class AppendInfo:
+    first_offset: int  # -1 when nothing was appended (an empty follower append)
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int  # batch granularity: last offset of the batch with the max timestamp
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    batch_count: int
+    bytes: int
+
+
+@dataclass
+class FetchInfo:
+    records: list  # bytes-like parts straight from os.pread, whole batches, in offset order
+    total_bytes: int
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int = -1  # taken in the same snapshot as the reads' bounds
+
+
+def _io_guarded(method):
+    """OSError (and corrupt bytes in a region we trusted) from a public method: the log is failed,
+    the log dir's handler hears of it, and the caller gets StorageError (KAFKA_STORAGE_ERROR)."""
+
+    @functools.wraps(method)
+    def guarded(self: Log, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except (OSError, CorruptSegmentError) as exc:
+            raise self._io_failure(method.__name__, exc) from exc
+
+    return guarded
+
+
+class Log:
+    """One chunk replica's log: the records of one partition from `chunk_start` on, in its own dir."""
+
+    def __init__(
+        self,
+        dir: Path,
+        config: LogConfig,
+        topic_id: uuid.UUID | None,
+        io_error_handler: Callable[[Path, BaseException], None] | None,
+    ) -> None:
+        name = parse_replica_dir_name(dir.name)
+        if name is None:
+            raise ValueError(f"{dir.name!r} is not a chunk replica dir name (<topic>-<partition>-<chunkStart>)")
+        self.dir = dir
+        self.topic = name.topic
+        self.partition = name.partition
+        self.chunk_start = name.chunk_start
+        self.config = config
+        self.topic_id = topic_id  # after open: the id stored in the dir
+        self._expected_topic_id: uuid.UUID | None = None  # set only when the dir holds another topic id
+        self._io_error_handler = io_error_handler
+        self._lock = threading.RLock()
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []  # base offsets of _segments, for bisect
+        self._pending_deletes: list[tuple[int, LogSegment]] = []  # (due ms, segment)
+        self._log_start = 0
+        self._leo = 0
+        self._recovery_point = 0
+        self._hw = 0
+        self._closed = False
+        self._failed = False
+        self.leader_epoch_cache = LeaderEpochCache(None)
+
+    # -- opening ---------------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        dir: Path,
+        config: LogConfig,
+        *,
+        topic_id: uuid.UUID | None = None,
+        now_ms: int | None = None,
+        io_error_handler: Callable[[Path, BaseException], None] | None = None,
+    ) -> Log:
+        """Open (creating if missing) the log in `dir`. Without a clean-shutdown marker, every batch
+        from the recovery point on is checked (header + CRC32C) and a torn or corrupt tail is cut
+        off at the last whole batch; missing or damaged indexes are rebuilt either way."""
+        self = cls(Path(dir), config, topic_id, io_error_handler)
+        now = now_ms if now_ms is not None else _wall_clock_ms()
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self._load(now)
+        except (OSError, CorruptSegmentError) as exc:
+            self._close_files()
+            if io_error_handler is not None:
+                io_error_handler(self.dir, exc)
+            raise StorageError(f"cannot open log {self.dir}: {exc}") from exc
+        except BaseException:
+            self._close_files()
+            raise
+        return self
+
+    def _load(self, now_ms: int) -> None:
+        marker = self.dir / CLEAN_SHUTDOWN_MARKER
+        clean = marker.exists()
+        state = read_log_state(self.dir / LOG_STATE_CHECKPOINT)
+        self._check_topic_id()
+        self.leader_epoch_cache = LeaderEpochCache.load(self.dir / LEADER_EPOCH_CHECKPOINT)
+        bases = self._remove_leftover_files()
+
+        # Recovery starts at the segment holding the recovery point; a missing checkpoint means
+        # nothing is known to be flushed, so everything is checked.
+        recovery_point = state.recovery_point if state is not None else -1
+        recover_from = None if clean else (bases[max(0, bisect_right(bases, recovery_point) - 1)] if bases else None)
+        cfg = self.config
+        recovered = truncated_bytes = 0
+        for i, base in enumerate(bases):
+            seg = None
+            if recover_from is None or base < recover_from:
+                try:
+                    seg = LogSegment.load(self.dir, base, cfg.segment_index_bytes, cfg.index_interval_bytes, now_ms)
+                except CorruptSegmentError as exc:
+                    log.warning("segment_needs_recovery", dir=str(self.dir), segment_base_offset=base, reason=str(exc))
+            if seg is None:
+                seg = LogSegment.open_for_recovery(self.dir, base, cfg.segment_index_bytes, now_ms)
+                truncated = seg.recover(cfg.index_interval_bytes, on_batch=self._assign_epoch_from_batch)
+                recovered += 1
+                if truncated:
+                    truncated_bytes += truncated
+                    self._segments.append(seg)
+                    for later in bases[i + 1 :]:
+                        self._delete_unrecoverable_segment(later)
+                    log.warning(
+                        "log_truncated_on_recovery",
+                        dir=str(self.dir),
+                        segment_base_offset=base,
+                        bytes_dropped=truncated,
+                        later_segments_deleted=len(bases) - i - 1,
+                        log_end_offset=seg.next_offset,
+                    )
+                    break
+            self._segments.append(seg)
+
+        if not self._segments:
+            start = state.log_start_offset if state is not None else self.chunk_start
+            self._segments.append(LogSegment.create(self.dir, start, cfg.segment_index_bytes, now_ms))
+        self._bases = [s.base_offset for s in self._segments]
+        self._leo = self._segments[-1].next_offset
+        self._log_start = max(state.log_start_offset if state is not None else 0, self._segments[0].base_offset)
+        if self._log_start > self._leo:
+            # Records up to the log start were deleted and the tail past it did not survive the crash:
+            # continue from the log start rather than hand out offsets below it again.
+            log.warning(
+                "log_restarted_at_log_start",
+                dir=str(self.dir),
+                log_start_offset=self._log_start,
+                log_end_offset=self._leo,
+            )
+            self._truncate_fully_locked(self._log_start, now_ms)
+        self._recovery_point = self._leo
+        self._hw = min(max(state.high_watermark if state is not None else 0, self._log_start), self._leo)
+        self.leader_epoch_cache.truncate_from_end(self._leo)
+        self.leader_epoch_cache.truncate_from_start(self._log_start)
+        for seg in self._segments:
+            seg.flush()  # recovered segments and rebuilt indexes: durable before the recovery point says so
+        fsync_dir(self.dir)
+        for seg in self._segments[:-1]:
+            seg.close_files()  # reopened on demand: old segments hold no descriptors
+        self._write_state()
+        if clean:
+            remove_durably(marker)  # from now on a crash must be detected as one
+        log.info(
+            "log_loaded",
+            dir=str(self.dir),
+            clean_shutdown=clean,
+            segments=len(self._segments),
+            recovered_segments=recovered,
+            bytes_truncated=truncated_bytes,
+            log_start_offset=self._log_start,
+            log_end_offset=self._leo,
+        )
+
+    def _check_topic_id(self) -> None:
+        path = self.dir / PARTITION_METADATA
+        stored = read_topic_id(path)
+        if stored is None:
+            if self.topic_id is not None:
+                write_topic_id(path, self.topic_id)
+        elif self.topic_id is None:
+            self.topic_id = stored
+        elif stored != self.topic_id:
+            # A stale dir of a deleted topic with the same name. Opening still succeeds so the caller
+            # can compare `topic_id` and delete() it; until then the log refuses reads and writes.
+            log.warning("topic_id_mismatch", dir=str(self.dir), stored=str(stored), expected=str(self.topic_id))
+            self._expected_topic_id = self.topic_id
+            self.topic_id = stored
+
+    def _remove_leftover_files(self) -> list[int]:
+        """Delete what a previous run left half done; return the base offsets of the segments."""
+        bases: set[int] = set()
+        indexes: list[tuple[int, Path]] = []
+        for path in self.dir.iterdir():
+            if path.name.endswith(DELETED_SUFFIX) or path.name.endswith(TMP_SUFFIX):
+                path.unlink(missing_ok=True)
+                continue
+            parsed = parse_segment_file_name(path.name)
+            if parsed is None:
+                continue
+            if parsed.suffix == LOG_SUFFIX:
+                bases.add(parsed.base_offset)
+            else:
+                indexes.append((parsed.base_offset, path))
+        for base, path in indexes:
+            if base not in bases:
+                log.info("orphan_index_deleted", path=str(path))
+                path.unlink(missing_ok=True)
+        return sorted(bases)
+
+    def _delete_unrecoverable_segment(self, base: int) -> None:
+        seg = LogSegment(self.dir, base, self.config.segment_index_bytes, 0)
+        seg.delete_files()
+
+    def _assign_epoch_from_batch(self, header: BatchHeader) -> None:
+        epoch = header.partition_leader_epoch
+        if epoch >= 0 and epoch > self.leader_epoch_cache.latest_epoch():
+            self.leader_epoch_cache.assign(epoch, header.base_offset)
+
+    # -- state -----------------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start
+
+    @property
+    def log_end_offset(self) -> int:
+        """The next offset to assign."""
+        return self._leo
+
+    @property
+    def recovery_point(self) -> int:
+        """Everything below it is fsynced; a restart after a crash checks only what lies above."""
+        return self._recovery_point
+
+    @property
+    def high_watermark(self) -> int:
+        return self._hw
+
+    @property
+    def size_bytes(self) -> int:
+        with self._lock:
+            return sum(s.size for s in self._segments)
+
+    @property
+    def segment_base_offsets(self) -> list[int]:
+        with self._lock:
+            return list(self._bases)
+
+    @property
+    def active_segment_base_offset(self) -> int:
+        return self._bases[-1]
+
+    def update_config(self, config: LogConfig) -> None:
+        """New settings apply from the next append / roll check / retention pass."""
+        self.config = config
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set by the replication layer; clamped to [log start, LEO]. Persisted by checkpoint() (call
+        it periodically, as Kafka's high watermark checkpoint), close(), and any call that rewrites
+        log-state.checkpoint anyway; not on every update, which follows every acknowledged produce."""
+        with self._lock:
+            self._hw = min(max(offset, self._log_start), self._leo)
+            return self._hw
+
+    @_io_guarded
+    def checkpoint(self) -> None:
+        """Persist log start offset, recovery point and high watermark (call periodically)."""
+        with self._lock:
+            self._check_usable()
+            self._write_state()
+
+    def _write_state(self) -> None:
+        write_log_state(self.dir / LOG_STATE_CHECKPOINT, LogState(self._log_start, self._recovery_point, self._hw))
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise StorageError(f"log {self.dir} is closed")
+        if self._failed:
+            raise StorageError(f"log {self.dir} failed an earlier I/O operation and is offline")
+        if self._expected_topic_id is not None:
+            raise InconsistentTopicIdError(
+                f"{self.dir} belongs to topic id {self.topic_id}, not {self._expected_topic_id}; delete it first"
+            )
+
+    def _io_failure(self, operation: str, exc: BaseException) -> StorageError:
+        self._failed = True
+        log.error("log_io_error", dir=str(self.dir), operation=operation, error=str(exc))
+        if self._io_error_handler is not None:
+            try:
+                self._io_error_handler(self.dir, exc)
+            except Exception:  # the handler's failure must not hide the I/O error
+                log.exception("io_error_handler_failed", dir=str(self.dir))
+        return StorageError(f"I/O error during {operation} on log {self.dir}: {exc}")
+
+    # -- appending -------------------------------------------------------------------------------
+
+    @_io_guarded
+    def append_as_leader(
+        self,
+        records: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        now_ms: int,
+        *,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> AppendInfo:
+        """Validate producer batches (header, CRC, size, counts), assign offsets by patching the
+        headers of one bytearray copy, stamp the leader epoch (and LogAppendTime when configured),
+        and append. Invalid input raises before any byte is written."""
+        cfg = self.config
+        if records is None:
+            raise InvalidRecordError("a produce without records")
+        batches = validate_client_batches(
+            records, cfg.max_message_bytes, allow_control=origin is not AppendOrigin.CLIENT
+        )
+        size = memoryview(records).nbytes
+        if size > cfg.segment_bytes:
+            raise RecordListTooLargeError(f"{size} bytes of batches can never fit segment.bytes ({cfg.segment_bytes})")
+        buf = bytearray(records)  # the one copy: offsets, epoch and LogAppendTime are patched into it
+        log_append_time = now_ms if cfg.log_append_time else -1
+        with self._lock:
+            self._check_usable()
+            first_offset = offset = self._leo
+            max_timestamp, offset_of_max = -1, -1
+            spans: list[BatchSpan] = []
+            for pos, header in batches:
+                set_base_offset(buf, pos, offset)
+                set_partition_leader_epoch(buf, pos, leader_epoch)
+                if log_append_time >= 0:
+                    set_log_append_time(buf, pos, header, log_append_time)
+                    timestamp = log_append_time
+                else:
+                    timestamp = header.max_timestamp
+                last = offset + header.last_offset_delta
+                if timestamp > max_timestamp:
+                    max_timestamp, offset_of_max = timestamp, last
+                spans.append((pos, last, timestamp, header.size))
+                offset = last + 1
+            last_offset = offset - 1
+            if log_append_time >= 0:
+                offset_of_max = last_offset  # as Kafka: every record carries the same timestamp
+            rolled_to = self._append_locked(buf, spans, last_offset, now_ms)
+            if leader_epoch >= 0 and leader_epoch != self.leader_epoch_cache.latest_epoch():
+                self.leader_epoch_cache.assign(leader_epoch, first_offset)
+            info = AppendInfo(
+                first_offset,
+                last_offset,
+                max_timestamp,
+                offset_of_max,
+                log_append_time,
+                self._log_start,
+                len(batches),
+                len(buf),
+            )
+        if rolled_to is not None:
+            self._flush_below(rolled_to)
+        return info
+
+    @_io_guarded
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
+        """Append batches the leader already numbered. They must start at the log end offset;
+        a partial batch at the end (a fetch may end mid-batch) is left out. No copy is made."""
+        batches, valid_bytes = validate_replicated_batches(records)
+        if not batches:
+            return AppendInfo(-1, -1, -1, -1, -1, self._log_start, 0, 0)
+        view = memoryview(records)[:valid_bytes]
+        segment_bytes = self.config.segment_bytes
+        for _, header in batches:
+            if header.size > segment_bytes:
+                raise RecordListTooLargeError(
+                    f"a {header.size}-byte batch can never fit segment.bytes ({segment_bytes})"
+                )
+        now_ms = _wall_clock_ms()
+        rolled_to = None
+        with self._lock:
+            self._check_usable()
+            first = batches[0][1].base_offset
+            if first != self._leo:
+                raise UnexpectedAppendOffsetError(
+                    f"follower append to {self.dir} starts at offset {first}, log end offset is {self._leo}",
+                    first_offset=first,
+                    expected_offset=self._leo,
+                )
+            max_timestamp, offset_of_max = -1, -1
+            # Groups that fit one segment each: a fetch may carry more bytes than segment.bytes.
+            group_start = 0
+            spans: list[BatchSpan] = []
+            for i, (pos, header) in enumerate(batches):
+                if header.max_timestamp > max_timestamp:
+                    max_timestamp, offset_of_max = header.max_timestamp, header.last_offset
+                if spans and pos + header.size - group_start > segment_bytes:
+                    rolled = self._append_locked(view[group_start:pos], spans, batches[i - 1][1].last_offset, now_ms)
+                    rolled_to = rolled if rolled is not None else rolled_to
+                    group_start, spans = pos, []
+                spans.append((pos - group_start, header.last_offset, header.max_timestamp, header.size))
+            last_offset = batches[-1][1].last_offset
+            rolled = self._append_locked(view[group_start:], spans, last_offset, now_ms)
+            rolled_to = rolled if rolled is not None else rolled_to
+            for _, header in batches:
+                epoch = header.partition_leader_epoch
+                if epoch >= 0 and epoch != self.leader_epoch_cache.latest_epoch():
+                    self.leader_epoch_cache.assign(epoch, header.base_offset)
+            info = AppendInfo(
+                first, last_offset, max_timestamp, offset_of_max, -1, self._log_start, len(batches), valid_bytes
+            )
+        if rolled_to is not None:
+            self._flush_below(rolled_to)
+        return info
+
+    def _append_locked(self, data, spans: list[BatchSpan], last_offset: int, now_ms: int) -> int | None:
+        """Roll if needed, append, advance the LEO. Returns the new segment's base offset if it rolled."""
+        cfg = self.config
+        rolled_to = None
+        if self._segments[-1].should_roll(len(data), last_offset, now_ms, cfg.segment_bytes, cfg.segment_ms):
+            self._roll_locked(now_ms)
+            rolled_to = self._leo
+        self._segments[-1].append(data, spans, cfg.index_interval_bytes)
+        self._leo = last_offset + 1
+        return rolled_to
+
+    @_io_guarded
+    def roll(self, now_ms: int | None = None) -> None:
+        """Start a new active segment at the log end offset (no-op if the active one is empty)."""
+        with self._lock:
+            self._check_usable()
+            if self._segments[-1].size == 0:
+                return
+            self._roll_locked(now_ms if now_ms is not None else _wall_clock_ms())
+            rolled_to = self._leo
+        self._flush_below(rolled_to)
+
+    def _roll_locked(self, now_ms: int) -> None:
+        old = self._segments[-1]
+        old.on_become_inactive()
+        new = LogSegment.create(self.dir, self._leo, self.config.segment_index_bytes, now_ms)
+        self._segments.append(new)
+        self._bases.append(new.base_offset)
+        log.info(
+            "segment_rolled",
+            topic=self.topic,
+            partition=self.partition,
+            chunk_start=self.chunk_start,
+            base_offset=new.base_offset,
+            previous_size=old.size,
+        )
+
+    def _flush_below(self, offset: int) -> None:
+        # Kafka flushes a rolled segment right away, which is what keeps the recovery point (and so
+        # the work of a crash restart) close to the log end. Done after the lock is released.
+        self.flush(offset)
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    @_io_guarded
+    def read(
+        self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_batch: bool = True
+    ) -> FetchInfo:
+        """Whole batches from the one holding `offset` (it may start before `offset`), at most
+        `max_bytes` (but one whole batch anyway if min_one_batch), none reaching `max_offset`
+        (exclusive: the high watermark or LSO for consumers). Bytes come from os.pread, unparsed
+        beyond batch headers."""
+        with self._lock:
+            self._check_usable()
+            log_start, leo, hw = self._log_start, self._leo, self._hw
+            segments = list(self._segments)
+            sizes = [s.size for s in segments]
+            bases = list(self._bases)
+        if offset < log_start or offset > leo:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{log_start}, {leo}] of {self.topic}-{self.partition} (chunk {self.chunk_start})"
+            )
+        limit = leo if max_offset is None else min(max_offset, leo)
+        parts: list = []
+        total = 0
+        cursor = offset
+        if cursor < limit:
+            first = max(0, bisect_right(bases, cursor) - 1)
+            for seg, end in zip(segments[first:], sizes[first:]):
+                found = seg.find_batch(cursor, end)
+                if found is None:
+                    continue
+                data, next_offset, reached_end = seg.read_from(
+                    found[0], end, max_bytes - total, limit, min_one_batch and not parts
+                )
+                if len(data):
+                    parts.append(data)
+                    total += len(data)
+                    cursor = next_offset
+                if not reached_end or cursor >= limit:
+                    break
+        return FetchInfo(parts, total, log_start, leo, hw)
+
+    @_io_guarded
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after `timestamp` (ListOffsets by time), or
+        None. Batch headers find the batch (time index, then a header walk); that one batch is then
+        decoded, off the hot path, to name the exact record as Kafka does."""
+        with self._lock:
+            self._check_usable()
+            log_start = self._log_start
+            found = None
+            for seg in self._segments:
+                if seg.max_timestamp < timestamp:
+                    continue
+                hit = seg.find_batch_by_timestamp(timestamp, log_start)
+                if hit is not None:
+                    found = (seg, *hit)
+                    break
+            if found is None:
+                return None
+            seg, pos, header = found
+            data = seg.read_batch(pos, header.size)
+        for record_offset, record_ts in self._record_timestamps(data):
+            if record_offset >= log_start and record_ts >= timestamp:
+                return record_offset, record_ts
+        return max(header.base_offset, log_start), header.max_timestamp
+
+    @_io_guarded
+    def max_timestamp(self) -> tuple[int, int]:
+        """(timestamp, offset) of the record with the largest timestamp (ListOffsets -3), (-1, -1) if
+        there is none."""
+        with self._lock:
+            self._check_usable()
+            best = None
+            for seg in self._segments:
+                if seg.max_timestamp >= 0 and (best is None or seg.max_timestamp > best.max_timestamp):
+                    best = seg
+            if best is None:
+                return -1, -1
+            hit = best.find_batch(best.offset_of_max_timestamp, best.size)
+            if hit is None:
+                return best.max_timestamp, best.offset_of_max_timestamp
+            pos, header = hit
+            data = best.read_batch(pos, header.size)
+            max_ts = best.max_timestamp
+        for record_offset, record_ts in self._record_timestamps(data):
+            if record_ts == max_ts:
+                return max_ts, record_offset
+        return max_ts, header.last_offset
+
+    @staticmethod
+    def _record_timestamps(batch: bytes) -> list[tuple[int, int]]:
+        try:
+            decoded = decode_batches(batch)
+        except ProtocolError:
+            return []  # an undecodable batch: callers fall back to the batch header
+        return [(r.offset, r.timestamp) for b in decoded for r in b.records]
+
+    # -- flushing, truncation, deletion ----------------------------------------------------------
+
+    @_io_guarded
+    def flush(self, up_to: int | None = None) -> None:
+        """fsync the segments holding offsets in [recovery point, up_to) (default: the LEO) and move
+        the recovery point there."""
+        with self._lock:
+            self._check_usable()
+            target = self._leo if up_to is None else min(up_to, self._leo)
+            if target <= self._recovery_point:
+                return
+            ends = self._bases[1:] + [self._leo]
+            dirty = [s for s, end in zip(self._segments, ends) if s.base_offset < target and end > self._recovery_point]
+        for seg in dirty:
+            seg.flush()
+        fsync_dir(self.dir)  # new segment files must survive too
+        with self._lock:
+            new_point = min(target, self._leo)
+            if new_point > self._recovery_point:
+                self._recovery_point = new_point
+                self._write_state()
+
+    @_io_guarded
+    def truncate_to(self, offset: int) -> None:
+        """Drop every record at or after `offset` (follower truncation); indexes, LEO, high watermark,
+        recovery point and leader epochs follow."""
+        if offset < 0:
+            raise ValueError(f"cannot truncate to negative offset {offset}")
+        with self._lock:
+            self._check_usable()
+            if offset >= self._leo:
+                return
+            old_leo = self._leo
+            now_ms = _wall_clock_ms()
+            if offset < self._bases[0]:
+                self._truncate_fully_locked(offset, now_ms)
+            else:
+                keep = bisect_right(self._bases, offset)
+                for seg in self._segments[keep:]:
+                    self._schedule_delete(seg, now_ms, "truncation")
+                del self._segments[keep:]
+                del self._bases[keep:]
+                active = self._segments[-1]
+                active.truncate_to(offset)
+                self._leo = active.next_offset
+                self._log_start = min(self._log_start, self._leo)
+                self._recovery_point = min(self._recovery_point, self._leo)
+                self._hw = min(self._hw, self._leo)
+                self.leader_epoch_cache.truncate_from_end(self._leo)
+                self._write_state()
+            log.info(
+                "log_truncated",
+                dir=str(self.dir),
+                to_offset=offset,
+                old_log_end_offset=old_leo,
+                log_end_offset=self._leo,
+            )
+
+    @_io_guarded
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and restart empty at `offset` (a follower far behind the leader's log start)."""
+        if offset < 0:
+            raise ValueError(f"cannot start a log at negative offset {offset}")
+        with self._lock:
+            self._check_usable()
+            self._truncate_fully_locked(offset, _wall_clock_ms())
+            log.info("log_truncated_fully", dir=str(self.dir), start_offset=offset)
+
+    def _truncate_fully_locked(self, offset: int, now_ms: int) -> None:
+        for seg in self._segments:
+            self._schedule_delete(seg, now_ms, "truncate fully")
+        new = LogSegment.create(self.dir, offset, self.config.segment_index_bytes, now_ms)
+        self._segments = [new]
+        self._bases = [offset]
+        self._leo = self._log_start = self._recovery_point = self._hw = offset
+        self.leader_epoch_cache.clear()
+        self._write_state()
+
+    @_io_guarded
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: raise the log start offset to `offset` (which may not pass the high
+        watermark) and delete the whole segments now below it. Returns the new log start offset."""
+        with self._lock:
+            self._check_usable()
+            if offset > self._hw:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records before {offset}: beyond the high watermark {self._hw} of {self.dir.name}"
+                )
+            if offset <= self._log_start:
+                return self._log_start
+            now_ms = _wall_clock_ms()
+            self._purge_deleted(now_ms)
+            self._log_start = offset
+            self.leader_epoch_cache.truncate_from_start(offset)
+            self._delete_prefix(lambda seg, next_base: next_base <= self._log_start, now_ms, "log start offset")
+            self._write_state()
+            log.info("log_start_offset_raised", dir=str(self.dir), log_start_offset=offset)
+            return self._log_start
+
+    @_io_guarded
+    def enforce_retention(self, now_ms: int) -> int:
+        """Delete whole segments, oldest first and never the active one or any holding offsets at or
+        above the high watermark: those wholly below the log start offset, those whose newest
+        timestamp is older than retention.ms, and those beyond retention.bytes. Also purges
+        segments deleted more than file.delete.delay.ms ago. Returns the number deleted."""
+        with self._lock:
+            self._check_usable()
+            self._purge_deleted(now_ms)
+            cfg = self.config
+            deleted = self._delete_prefix(
+                lambda seg, next_base: next_base <= self._log_start, now_ms, "log start offset"
+            )
+            if cfg.retention_ms >= 0:
+                deleted += self._delete_prefix(
+                    lambda seg, next_base: now_ms - seg.largest_timestamp() > cfg.retention_ms, now_ms, "retention.ms"
+                )
+            if cfg.retention_bytes >= 0:
+                excess = sum(s.size for s in self._segments) - cfg.retention_bytes
+
+                def over_size(seg: LogSegment, next_base: int) -> bool:
+                    nonlocal excess
+                    if excess - seg.size < 0:
+                        return False
+                    excess -= seg.size
+                    return True
+
+                deleted += self._delete_prefix(over_size, now_ms, "retention.bytes")
+            if deleted:
+                self._write_state()
+            return deleted
+
+    def _delete_prefix(self, predicate: Callable[[LogSegment, int], bool], now_ms: int, reason: str) -> int:
+        deleted = 0
+        while len(self._segments) > 1:
+            seg, next_base = self._segments[0], self._bases[1]
+            if next_base > self._hw or not predicate(seg, next_base):
+                break
+            self._schedule_delete(seg, now_ms, reason)
+            del self._segments[0]
+            del self._bases[0]
+            deleted += 1
+        if deleted:
+            if self._bases[0] > self._log_start:
+                self._log_start = self._bases[0]
+                self.leader_epoch_cache.truncate_from_start(self._log_start)
+        return deleted
+
+    def _schedule_delete(self, seg: LogSegment, now_ms: int, reason: str) -> None:
+        seg.rename_to_deleted()
+        self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, seg))
+        log.info("segment_deleted", dir=str(self.dir), base_offset=seg.base_offset, size=seg.size, reason=reason)
+
+    def _purge_deleted(self, now_ms: int) -> None:
+        still_pending = []
+        for due, seg in self._pending_deletes:
+            if due <= now_ms:
+                seg.delete_files()
+            else:
+                still_pending.append((due, seg))
+        self._pending_deletes = still_pending
+
+    # -- shutdown --------------------------------------------------------------------------------
+
+    @_io_guarded
+    def close(self) -> None:
+        """Flush everything, checkpoint, and leave the clean-shutdown marker so the next open skips
+        recovery. A failed log closes its files without the marker."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                if not self._failed:
+                    self._segments[-1].on_become_inactive()
+                    for seg in self._segments:
+                        seg.flush()
+                    fsync_dir(self.dir)
+                    self._recovery_point = self._leo
+                    self._write_state()
+                    write_atomically(self.dir / CLEAN_SHUTDOWN_MARKER, b"")
+            finally:
+                self._closed = True
+                self._close_files()
+        log.info("log_closed", dir=str(self.dir), log_end_offset=self._leo)
+
+    def delete(self) -> None:
+        """Remove the whole replica dir."""
+        with self._lock:
+            self._closed = True
+            self._close_files()
+            try:
+                shutil.rmtree(self.dir)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise self._io_failure("delete", exc) from exc
+        log.info("log_deleted", dir=str(self.dir))
+
+    def _close_files(self) -> None:
+        for seg in self._segments:
+            seg.close_files()
+        for _, seg in self._pending_deletes:
+            seg.close_files()
+
+    def __repr__(self) -> str:
+        return f"Log({self.dir.name}, log_start={self._log_start}, leo={self._leo}, hw={self._hw})"
+
+
+__all__ = ["AppendInfo", "AppendOrigin", "FetchInfo", "Log"]

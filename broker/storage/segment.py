@@ -1,0 +1,427 @@
+"""LogSegment: one `.log` file of whole record batches, with its `.index` and `.timeindex`.
+
+The segment moves bytes and reads batch headers; it never decodes records. It is not thread-safe on
+its own: Log serializes every change under its lock, and readers pass the file size they saw under
+that lock, so they never look past bytes that were completely written.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import structlog
+
+from broker.storage.file_names import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    segment_file_name,
+)
+from broker.storage.index_file import OffsetIndex, TimeIndex
+from protocol.errors import ProtocolError
+from protocol.records.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, BatchHeader, iter_batches, read_header
+
+log = structlog.get_logger(__name__)
+
+INT32_MAX = 2**31 - 1
+_HEADER_CHUNK = 16 * 1024  # header walks: about four index intervals per pread
+_RECOVERY_CHUNK = 1024 * 1024  # recovery hashes everything: big reads
+_BATCH_LENGTH = struct.Struct(">i")
+
+# (position in the appended buffer, last offset, max timestamp, size) of each batch being appended:
+# computed by Log after it assigned offsets, so the segment need not parse headers again.
+BatchSpan = tuple[int, int, int, int]
+
+
+class CorruptSegmentError(Exception):
+    """Bytes in a segment that are not a valid batch where one must be."""
+
+    def __init__(self, position: int, reason: str) -> None:
+        super().__init__(f"{reason} (at byte {position})")
+        self.position = position
+        self.reason = reason
+
+
+def header_at(buf, position: int, file_position: int) -> BatchHeader:
+    """The header of a batch in trusted bytes; anything odd there is corruption of the file."""
+    try:
+        header = read_header(buf, position)
+    except ProtocolError as exc:
+        raise CorruptSegmentError(file_position, exc.reason) from None
+    if header.size < BATCH_HEADER_SIZE:
+        raise CorruptSegmentError(file_position, f"batch length {header.batch_length} is too small")
+    return header
+
+
+def write_all(fd: int, data, position: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, position)
+        view = view[written:]
+        position += written
+
+
+def iter_headers(fd: int, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
+    """Headers of the batches in [start, end), which must be trusted bytes (validated on append or
+    by recovery). Bodies are skipped, so walking large batches reads little."""
+    pos = start
+    while end - pos >= BATCH_HEADER_SIZE:
+        buf = os.pread(fd, min(_HEADER_CHUNK, end - pos), pos)
+        off = 0
+        while len(buf) - off >= BATCH_HEADER_SIZE:
+            header = header_at(buf, off, pos + off)
+            yield pos + off, header
+            off += header.size
+        if off == 0:
+            return  # the file is shorter than it was: a concurrent truncation; nothing more to read
+        pos += off
+
+
+def iter_verified_batches(fd: int, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
+    """Batches in [start, end) with header and CRC32C checked, for recovery. Raises
+    CorruptSegmentError at the first bad or incomplete batch (a torn tail ends that way)."""
+    pos = start
+    while pos < end:
+        buf = os.pread(fd, min(_RECOVERY_CHUNK, end - pos), pos)
+        consumed = 0
+        try:
+            for rel, header in iter_batches(buf, check_crc=True, allow_partial_tail=True):
+                yield pos + rel, header
+                consumed = rel + header.size
+        except ProtocolError as exc:
+            raise CorruptSegmentError(pos + (exc.offset or 0), exc.reason) from None
+        if consumed == 0:
+            # The first batch does not fit the chunk: either larger than the chunk, or torn.
+            if len(buf) < LOG_OVERHEAD:
+                raise CorruptSegmentError(pos, "incomplete batch header at the end of the segment")
+            size = _BATCH_LENGTH.unpack_from(buf, 8)[0] + LOG_OVERHEAD
+            if size < BATCH_HEADER_SIZE:
+                raise CorruptSegmentError(pos, f"batch of {size} bytes is shorter than its header")
+            if pos + size > end:
+                raise CorruptSegmentError(pos, f"batch of {size} bytes runs past the end of the segment")
+            whole = os.pread(fd, size, pos)
+            try:
+                for _, header in iter_batches(whole, check_crc=True):
+                    yield pos, header
+            except ProtocolError as exc:
+                raise CorruptSegmentError(pos + (exc.offset or 0), exc.reason) from None
+            consumed = size
+        pos += consumed
+
+
+class LogSegment:
+    def __init__(self, dir: Path, base_offset: int, index_bytes: int, created_ms: int) -> None:
+        self.base_offset = base_offset
+        self.log_path = dir / segment_file_name(base_offset, LOG_SUFFIX)
+        self.offset_index = OffsetIndex(dir / segment_file_name(base_offset, INDEX_SUFFIX), base_offset, index_bytes)
+        self.time_index = TimeIndex(dir / segment_file_name(base_offset, TIME_INDEX_SUFFIX), base_offset, index_bytes)
+        self._fd: int | None = None
+        self._dirty = False
+        self.size = 0
+        self.next_offset = base_offset  # one past the last offset held
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = -1  # last offset of the batch carrying max_timestamp
+        self.first_batch_timestamp = -1  # segment.ms counts from here (Kafka's rolling base)
+        self.created_ms = created_ms
+        self._bytes_since_index_entry = 0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, dir: Path, base_offset: int, index_bytes: int, now_ms: int) -> LogSegment:
+        seg = cls(dir, base_offset, index_bytes, now_ms)
+        seg._fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        seg.offset_index.reset()
+        seg.time_index.reset()
+        return seg
+
+    @classmethod
+    def load(cls, dir: Path, base_offset: int, index_bytes: int, index_interval: int, now_ms: int) -> LogSegment:
+        """A segment whose bytes are trusted (below the recovery point, or after a clean shutdown).
+        Indexes that are missing or fail the sanity check are rebuilt from the log. Raises
+        CorruptSegmentError if the batches do not parse to the end of the file."""
+        seg = cls(dir, base_offset, index_bytes, now_ms)
+        try:
+            seg.size = os.fstat(seg.file()).st_size
+            problem = seg.offset_index.sanity_problem(seg.size) or seg.time_index.sanity_problem(seg.size)
+            if problem is None and not (seg.offset_index.path.exists() and seg.time_index.path.exists()):
+                problem = "index file missing"
+            if problem is not None:
+                log.warning("index_rebuilt", segment=str(seg.log_path), reason=problem)
+                seg.rebuild_indexes(index_interval)
+            else:
+                seg._load_tail_state()
+        except BaseException:
+            seg.close_files()
+            raise
+        return seg
+
+    @classmethod
+    def open_for_recovery(cls, dir: Path, base_offset: int, index_bytes: int, now_ms: int) -> LogSegment:
+        seg = cls(dir, base_offset, index_bytes, now_ms)
+        seg.size = os.fstat(seg.file()).st_size
+        return seg
+
+    def file(self) -> int:
+        # Opened on demand, so inactive segments hold no descriptor until someone reads them.
+        if self._fd is None:
+            self._fd = os.open(self.log_path, os.O_RDWR)
+        return self._fd
+
+    def close_files(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+        self.offset_index.close()
+        self.time_index.close()
+
+    def flush(self) -> None:
+        if self._dirty and self._fd is not None:
+            os.fsync(self._fd)
+            self._dirty = False
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def rename_to_deleted(self) -> None:
+        """First step of a delete: readers holding the descriptors keep working until the purge."""
+        for path, rename in (
+            (self.log_path, self._rename_log),
+            (self.offset_index.path, self.offset_index.rename),
+            (self.time_index.path, self.time_index.rename),
+        ):
+            if path.exists():
+                rename(path.with_name(path.name + DELETED_SUFFIX))
+
+    def _rename_log(self, path: Path) -> None:
+        os.rename(self.log_path, path)
+        self.log_path = path
+
+    def delete_files(self) -> None:
+        self.close_files()
+        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            path.unlink(missing_ok=True)
+
+    # -- state -----------------------------------------------------------------------------------
+
+    def largest_timestamp(self) -> int:
+        """What retention.ms measures: the newest record timestamp, or the file's mtime if the
+        segment holds no timestamps."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        return int(os.stat(self.log_path).st_mtime * 1000)
+
+    def should_roll(
+        self, append_bytes: int, last_offset: int, now_ms: int, segment_bytes: int, segment_ms: int
+    ) -> bool:
+        if self.size == 0:
+            return False  # a new segment would get this one's name; an empty segment takes anything
+        rolling_base = self.first_batch_timestamp if self.first_batch_timestamp >= 0 else self.created_ms
+        return (
+            self.size + append_bytes > segment_bytes
+            or now_ms - rolling_base > segment_ms
+            or self.offset_index.is_full
+            or self.time_index.is_full
+            or last_offset - self.base_offset > INT32_MAX  # relative offsets are int32 in the index
+        )
+
+    def on_become_inactive(self) -> None:
+        """Record the segment's max timestamp in the time index, so a restart knows it without a scan."""
+        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True)
+
+    def _track_batch(self, position: int, last_offset: int, max_timestamp: int, size: int, index_interval: int) -> None:
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+            self.offset_of_max_timestamp = last_offset
+        if position == 0:
+            self.first_batch_timestamp = max_timestamp
+        if self._bytes_since_index_entry > index_interval:
+            self.offset_index.append(last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self._bytes_since_index_entry = 0
+        self._bytes_since_index_entry += size
+        self.next_offset = last_offset + 1
+
+    def _reset_state(self) -> None:
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = -1
+        self.first_batch_timestamp = -1
+        self._bytes_since_index_entry = 0
+
+    def _load_tail_state(self) -> None:
+        """next offset, max timestamp and index spacing from the indexes plus a walk of the batches
+        after the last offset-index entry (Kafka reads the next offset the same way)."""
+        self._reset_state()
+        last_time = self.time_index.last_timestamp_offset()
+        if last_time is not None:
+            self.max_timestamp, self.offset_of_max_timestamp = last_time
+        last_entry = self.offset_index.last_entry()
+        start = last_entry[1] if last_entry is not None else 0
+        fd = self.file()
+        end = start
+        for pos, header in iter_headers(fd, start, self.size):
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp = header.max_timestamp
+                self.offset_of_max_timestamp = header.last_offset
+            self.next_offset = header.last_offset + 1
+            if pos == 0:
+                self.first_batch_timestamp = header.max_timestamp
+            end = pos + header.size
+        self._check_ends_at(end)
+        if start > 0 and self.size > 0:
+            self.first_batch_timestamp = header_at(os.pread(fd, BATCH_HEADER_SIZE, 0), 0, 0).max_timestamp
+        self._bytes_since_index_entry = self.size - start
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def append(self, data, spans: Sequence[BatchSpan], index_interval: int) -> None:
+        start = self.size
+        fd = self.file()
+        try:
+            write_all(fd, data, start)
+        except OSError:
+            try:  # leave no half batch behind for the next append to build on
+                os.ftruncate(fd, start)
+            except OSError:
+                pass
+            raise
+        self._dirty = True
+        for rel, last_offset, max_timestamp, size in spans:
+            self._track_batch(start + rel, last_offset, max_timestamp, size, index_interval)
+        self.size = start + len(memoryview(data))
+
+    def rebuild_indexes(self, index_interval: int) -> None:
+        """Indexes from the batch headers (trusted bytes; recovery uses recover() instead)."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._reset_state()
+        end = 0
+        for pos, header in iter_headers(self.file(), 0, self.size):
+            self._track_batch(pos, header.last_offset, header.max_timestamp, header.size, index_interval)
+            end = pos + header.size
+        self._check_ends_at(end)
+
+    def _check_ends_at(self, end: int) -> None:
+        # Trusted bytes must end exactly with a whole batch; otherwise the next append would land
+        # after junk, so the caller recovers the segment instead.
+        if end != self.size:
+            raise CorruptSegmentError(
+                min(end, self.size), f"the last batch does not end at the file's end ({self.size})"
+            )
+
+    def recover(self, index_interval: int, on_batch: Callable[[BatchHeader], None] | None = None) -> int:
+        """Validate every batch (header, CRC32C, increasing offsets), rebuild both indexes, and cut
+        the file after the last whole valid batch. Returns the number of bytes cut."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._reset_state()
+        fd = self.file()
+        # Whatever a crashed process wrote may still sit in the page cache only: the caller's flush
+        # must fsync it before the recovery point moves past it.
+        self._dirty = True
+        valid_end = 0
+        expected = self.base_offset
+        try:
+            for pos, header in iter_verified_batches(fd, 0, self.size):
+                if header.base_offset < expected or header.last_offset_delta < 0:
+                    raise CorruptSegmentError(
+                        pos, f"batch offsets [{header.base_offset}, {header.last_offset}] are below {expected}"
+                    )
+                if header.last_offset - self.base_offset > INT32_MAX:
+                    raise CorruptSegmentError(pos, "batch offset too far from the segment's base offset")
+                self._track_batch(pos, header.last_offset, header.max_timestamp, header.size, index_interval)
+                if on_batch is not None:
+                    on_batch(header)
+                valid_end = pos + header.size
+                expected = header.last_offset + 1
+        except CorruptSegmentError as exc:
+            log.warning(
+                "segment_corrupt_tail",
+                segment=str(self.log_path),
+                position=exc.position,
+                reason=exc.reason,
+                bytes_dropped=self.size - valid_end,
+            )
+        truncated = self.size - valid_end
+        if truncated:
+            os.ftruncate(fd, valid_end)
+            self.size = valid_end
+            self._dirty = True
+        return truncated
+
+    def truncate_to(self, offset: int) -> bool:
+        """Drop every batch whose last offset is >= `offset` (a batch straddling it goes whole).
+        Afterwards next_offset is `offset`, or the straddling batch's base offset. False if nothing
+        in this segment was at or after `offset`."""
+        found = self.find_batch(offset, self.size)
+        if found is None:
+            return False
+        position, header = found
+        os.ftruncate(self.file(), position)
+        self._dirty = True
+        self.size = position
+        new_next = min(offset, header.base_offset)
+        self.offset_index.truncate_to_position(position)
+        self.time_index.truncate_to_offset(new_next)
+        self._load_tail_state()
+        self.next_offset = new_next  # >= what the kept batches end at; a gap below `offset` stays a gap
+        return True
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def find_batch(self, offset: int, end: int) -> tuple[int, BatchHeader] | None:
+        """(position, header) of the first batch in [0, end) whose last offset is >= `offset`."""
+        start = self.offset_index.lookup(offset)
+        for pos, header in iter_headers(self.file(), start, end):
+            if header.last_offset >= offset:
+                return pos, header
+        return None
+
+    def find_batch_by_timestamp(self, timestamp: int, min_offset: int) -> tuple[int, BatchHeader] | None:
+        """First batch with max timestamp >= `timestamp` and last offset >= `min_offset`."""
+        before = self.time_index.last_before(timestamp)
+        start_offset = max(before[1], min_offset) if before is not None else min_offset
+        for pos, header in iter_headers(self.file(), self.offset_index.lookup(start_offset), self.size):
+            if header.last_offset >= min_offset and header.max_timestamp >= timestamp:
+                return pos, header
+        return None
+
+    def read_batch(self, position: int, size: int) -> bytes:
+        return os.pread(self.file(), size, position)
+
+    def read_from(
+        self, position: int, end: int, max_bytes: int, limit_offset: int, min_one_batch: bool
+    ) -> tuple[bytes | memoryview, int, bool]:
+        """Whole batches starting at `position` (a batch start), in one pread: at most `max_bytes`
+        (or the first whole batch anyway, with min_one_batch), and none whose last offset reaches
+        `limit_offset`. Returns (bytes, next offset after them, True if stopped by the segment's end)."""
+        fd = self.file()
+        data = os.pread(fd, max(0, min(max_bytes, end - position)), position) if max_bytes > 0 else b""
+        used = 0
+        next_offset = -1
+        limited = False
+        while len(data) - used >= BATCH_HEADER_SIZE:
+            header = header_at(data, used, position + used)
+            if used + header.size > len(data):
+                break
+            if header.last_offset >= limit_offset:
+                limited = True
+                break
+            used += header.size
+            next_offset = header.last_offset + 1
+        if used == 0 and min_one_batch and not limited and end - position >= BATCH_HEADER_SIZE:
+            head = os.pread(fd, BATCH_HEADER_SIZE, position)
+            # A short read means a concurrent truncation removed the batch: then there is nothing to serve.
+            header = header_at(head, 0, position) if len(head) == BATCH_HEADER_SIZE else None
+            if header is not None and header.last_offset < limit_offset and position + header.size <= end:
+                whole = os.pread(fd, header.size, position)
+                if len(whole) == header.size:
+                    data, used, next_offset = whole, header.size, header.last_offset + 1
+        reached_end = not limited and position + used >= end
+        if used == len(data):
+            return data, next_offset, reached_end
+        return memoryview(data)[:used], next_offset, reached_end
