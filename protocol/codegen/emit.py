@@ -388,9 +388,11 @@ class ModuleEmitter:
         ind = "    "
         lines = ["def @NAME@(o, parts):", "    w = parts.append"]
         present = [fl for fl in s.fields if v in fl.versions and v not in fl.tagged]
-        # Fields this version lacks must hold their default unless ignorable (Kafka's rule).
+        # Fields this version lacks must hold their default unless ignorable (Kafka's rule), for
+        # requests and records, where a dropped field changes the meaning. Responses drop them:
+        # handlers fill one response for every version, as the client's version decides.
         for fl in s.fields:
-            if v in fl.versions or fl.ignorable:
+            if v in fl.versions or fl.ignorable or msg.type == "response":
                 continue
             cond = self.non_default_test(fl, "o." + snake(fl.name), msg.name)
             if cond:

@@ -696,11 +696,6 @@ def _e_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v0(o, parts):
 
 def _e_AddPartitionsToTxnResponse_AddPartitionsToTxnResponse_v0(o, parts):
     w = parts.append
-    if o.results_by_transaction:
-        raise ProtocolError(
-            "ResultsByTransaction is not in this version and is not ignorable",
-            field="AddPartitionsToTxnResponse.ResultsByTransaction",
-        )
     w(_st_i.pack(o.throttle_time_ms))
     lst = o.results_by_topic_v3_and_below
     if lst is None:
@@ -860,11 +855,6 @@ def _e_AddPartitionsToTxnResponse_AddPartitionsToTxnTopicResult_v1(o, parts):
 
 def _e_AddPartitionsToTxnResponse_AddPartitionsToTxnResponse_v1(o, parts):
     w = parts.append
-    if o.results_by_transaction:
-        raise ProtocolError(
-            "ResultsByTransaction is not in this version and is not ignorable",
-            field="AddPartitionsToTxnResponse.ResultsByTransaction",
-        )
     w(_st_i.pack(o.throttle_time_ms))
     lst = o.results_by_topic_v3_and_below
     if lst is None:
@@ -988,11 +978,6 @@ def _e_AddPartitionsToTxnResponse_AddPartitionsToTxnResult_v0(o, parts):
 
 def _e_AddPartitionsToTxnResponse_AddPartitionsToTxnResponse_v2(o, parts):
     w = parts.append
-    if o.results_by_topic_v3_and_below:
-        raise ProtocolError(
-            "ResultsByTopicV3AndBelow is not in this version and is not ignorable",
-            field="AddPartitionsToTxnResponse.ResultsByTopicV3AndBelow",
-        )
     w(_st_ih.pack(o.throttle_time_ms, o.error_code))
     lst = o.results_by_transaction
     if lst is None:

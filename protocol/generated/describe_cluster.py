@@ -404,10 +404,6 @@ def _d_DescribeClusterResponse_DescribeClusterResponse_v0(buf, pos):
 
 def _e_DescribeClusterResponse_DescribeClusterBroker_v0(o, parts):
     w = parts.append
-    if o.is_fenced != False:
-        raise ProtocolError(
-            "IsFenced is not in this version and is not ignorable", field="DescribeClusterBroker.IsFenced"
-        )
     w(_st_i.pack(o.broker_id))
     write_cstr(parts, o.host)
     w(_st_i.pack(o.port))
@@ -420,10 +416,6 @@ def _e_DescribeClusterResponse_DescribeClusterBroker_v0(o, parts):
 
 def _e_DescribeClusterResponse_DescribeClusterResponse_v0(o, parts):
     w = parts.append
-    if o.endpoint_type != 1:
-        raise ProtocolError(
-            "EndpointType is not in this version and is not ignorable", field="DescribeClusterResponse.EndpointType"
-        )
     w(_st_ih.pack(o.throttle_time_ms, o.error_code))
     write_cstr_n(parts, o.error_message)
     write_cstr(parts, o.cluster_id)

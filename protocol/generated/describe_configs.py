@@ -778,10 +778,6 @@ def _e_DescribeConfigsResponse_DescribeConfigsSynonym_v0(o, parts):
 
 def _e_DescribeConfigsResponse_DescribeConfigsResourceResult_v1(o, parts):
     w = parts.append
-    if o.is_default != False:
-        raise ProtocolError(
-            "IsDefault is not in this version and is not ignorable", field="DescribeConfigsResourceResult.IsDefault"
-        )
     write_str(parts, o.name)
     write_str_n(parts, o.value)
     w(_st_zbz.pack(o.read_only, o.config_source, o.is_sensitive))
@@ -936,10 +932,6 @@ def _d_DescribeConfigsResponse_DescribeConfigsResponse_v2(buf, pos):
 
 def _e_DescribeConfigsResponse_DescribeConfigsResourceResult_v2(o, parts):
     w = parts.append
-    if o.is_default != False:
-        raise ProtocolError(
-            "IsDefault is not in this version and is not ignorable", field="DescribeConfigsResourceResult.IsDefault"
-        )
     write_str(parts, o.name)
     write_str_n(parts, o.value)
     w(_st_zbz.pack(o.read_only, o.config_source, o.is_sensitive))
@@ -1194,10 +1186,6 @@ def _e_DescribeConfigsResponse_DescribeConfigsSynonym_v1(o, parts):
 
 def _e_DescribeConfigsResponse_DescribeConfigsResourceResult_v3(o, parts):
     w = parts.append
-    if o.is_default != False:
-        raise ProtocolError(
-            "IsDefault is not in this version and is not ignorable", field="DescribeConfigsResourceResult.IsDefault"
-        )
     write_cstr(parts, o.name)
     write_cstr_n(parts, o.value)
     w(_st_zbz.pack(o.read_only, o.config_source, o.is_sensitive))

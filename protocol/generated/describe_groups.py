@@ -426,15 +426,6 @@ def _e_DescribeGroupsResponse_DescribedGroupMember_v0(o, parts):
 
 def _e_DescribeGroupsResponse_DescribedGroup_v0(o, parts):
     w = parts.append
-    if o.error_message is not None:
-        raise ProtocolError(
-            "ErrorMessage is not in this version and is not ignorable", field="DescribedGroup.ErrorMessage"
-        )
-    if o.authorized_operations != -2147483648:
-        raise ProtocolError(
-            "AuthorizedOperations is not in this version and is not ignorable",
-            field="DescribedGroup.AuthorizedOperations",
-        )
     w(_st_h.pack(o.error_code))
     write_str(parts, o.group_id)
     write_str(parts, o.group_state)
@@ -579,10 +570,6 @@ def _d_DescribeGroupsResponse_DescribeGroupsResponse_v2(buf, pos):
 
 def _e_DescribeGroupsResponse_DescribedGroup_v1(o, parts):
     w = parts.append
-    if o.error_message is not None:
-        raise ProtocolError(
-            "ErrorMessage is not in this version and is not ignorable", field="DescribedGroup.ErrorMessage"
-        )
     w(_st_h.pack(o.error_code))
     write_str(parts, o.group_id)
     write_str(parts, o.group_state)
@@ -725,10 +712,6 @@ def _e_DescribeGroupsResponse_DescribedGroupMember_v1(o, parts):
 
 def _e_DescribeGroupsResponse_DescribedGroup_v2(o, parts):
     w = parts.append
-    if o.error_message is not None:
-        raise ProtocolError(
-            "ErrorMessage is not in this version and is not ignorable", field="DescribedGroup.ErrorMessage"
-        )
     w(_st_h.pack(o.error_code))
     write_str(parts, o.group_id)
     write_str(parts, o.group_state)
@@ -925,10 +908,6 @@ def _e_DescribeGroupsResponse_DescribedGroupMember_v2(o, parts):
 
 def _e_DescribeGroupsResponse_DescribedGroup_v3(o, parts):
     w = parts.append
-    if o.error_message is not None:
-        raise ProtocolError(
-            "ErrorMessage is not in this version and is not ignorable", field="DescribedGroup.ErrorMessage"
-        )
     w(_st_h.pack(o.error_code))
     write_cstr(parts, o.group_id)
     write_cstr(parts, o.group_state)

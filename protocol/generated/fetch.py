@@ -2256,21 +2256,6 @@ def _d_FetchResponse_FetchResponse_v0(buf, pos):
 
 def _e_FetchResponse_PartitionData_v0(o, parts):
     w = parts.append
-    if o.diverging_epoch is not None:
-        raise ProtocolError(
-            "DivergingEpoch is not in this version and is not ignorable", field="PartitionData.DivergingEpoch"
-        )
-    if o.current_leader is not None:
-        raise ProtocolError(
-            "CurrentLeader is not in this version and is not ignorable", field="PartitionData.CurrentLeader"
-        )
-    if o.snapshot_id is not None:
-        raise ProtocolError("SnapshotId is not in this version and is not ignorable", field="PartitionData.SnapshotId")
-    if o.preferred_read_replica != -1:
-        raise ProtocolError(
-            "PreferredReadReplica is not in this version and is not ignorable",
-            field="PartitionData.PreferredReadReplica",
-        )
     w(_st_ihq.pack(o.partition_index, o.error_code, o.high_watermark))
     write_bytes_n(parts, o.records)
 
@@ -2289,12 +2274,6 @@ def _e_FetchResponse_FetchableTopicResponse_v0(o, parts):
 
 def _e_FetchResponse_FetchResponse_v0(o, parts):
     w = parts.append
-    if o.session_id != 0:
-        raise ProtocolError("SessionId is not in this version and is not ignorable", field="FetchResponse.SessionId")
-    if o.node_endpoints:
-        raise ProtocolError(
-            "NodeEndpoints is not in this version and is not ignorable", field="FetchResponse.NodeEndpoints"
-        )
     lst = o.responses
     if lst is None:
         raise ProtocolError("null in non-nullable array Responses")
@@ -2334,12 +2313,6 @@ def _d_FetchResponse_FetchResponse_v1(buf, pos):
 
 def _e_FetchResponse_FetchResponse_v1(o, parts):
     w = parts.append
-    if o.session_id != 0:
-        raise ProtocolError("SessionId is not in this version and is not ignorable", field="FetchResponse.SessionId")
-    if o.node_endpoints:
-        raise ProtocolError(
-            "NodeEndpoints is not in this version and is not ignorable", field="FetchResponse.NodeEndpoints"
-        )
     w(_st_i.pack(o.throttle_time_ms))
     lst = o.responses
     if lst is None:
@@ -2470,21 +2443,6 @@ def _e_FetchResponse_AbortedTransaction_v0(o, parts):
 
 def _e_FetchResponse_PartitionData_v1(o, parts):
     w = parts.append
-    if o.diverging_epoch is not None:
-        raise ProtocolError(
-            "DivergingEpoch is not in this version and is not ignorable", field="PartitionData.DivergingEpoch"
-        )
-    if o.current_leader is not None:
-        raise ProtocolError(
-            "CurrentLeader is not in this version and is not ignorable", field="PartitionData.CurrentLeader"
-        )
-    if o.snapshot_id is not None:
-        raise ProtocolError("SnapshotId is not in this version and is not ignorable", field="PartitionData.SnapshotId")
-    if o.preferred_read_replica != -1:
-        raise ProtocolError(
-            "PreferredReadReplica is not in this version and is not ignorable",
-            field="PartitionData.PreferredReadReplica",
-        )
     w(_st_ihqq.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset))
     lst = o.aborted_transactions
     if lst is None:
@@ -2510,12 +2468,6 @@ def _e_FetchResponse_FetchableTopicResponse_v1(o, parts):
 
 def _e_FetchResponse_FetchResponse_v2(o, parts):
     w = parts.append
-    if o.session_id != 0:
-        raise ProtocolError("SessionId is not in this version and is not ignorable", field="FetchResponse.SessionId")
-    if o.node_endpoints:
-        raise ProtocolError(
-            "NodeEndpoints is not in this version and is not ignorable", field="FetchResponse.NodeEndpoints"
-        )
     w(_st_i.pack(o.throttle_time_ms))
     lst = o.responses
     if lst is None:
@@ -2628,21 +2580,6 @@ def _d_FetchResponse_FetchResponse_v3(buf, pos):
 
 def _e_FetchResponse_PartitionData_v2(o, parts):
     w = parts.append
-    if o.diverging_epoch is not None:
-        raise ProtocolError(
-            "DivergingEpoch is not in this version and is not ignorable", field="PartitionData.DivergingEpoch"
-        )
-    if o.current_leader is not None:
-        raise ProtocolError(
-            "CurrentLeader is not in this version and is not ignorable", field="PartitionData.CurrentLeader"
-        )
-    if o.snapshot_id is not None:
-        raise ProtocolError("SnapshotId is not in this version and is not ignorable", field="PartitionData.SnapshotId")
-    if o.preferred_read_replica != -1:
-        raise ProtocolError(
-            "PreferredReadReplica is not in this version and is not ignorable",
-            field="PartitionData.PreferredReadReplica",
-        )
     w(_st_ihqqq.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset))
     lst = o.aborted_transactions
     if lst is None:
@@ -2668,12 +2605,6 @@ def _e_FetchResponse_FetchableTopicResponse_v2(o, parts):
 
 def _e_FetchResponse_FetchResponse_v3(o, parts):
     w = parts.append
-    if o.session_id != 0:
-        raise ProtocolError("SessionId is not in this version and is not ignorable", field="FetchResponse.SessionId")
-    if o.node_endpoints:
-        raise ProtocolError(
-            "NodeEndpoints is not in this version and is not ignorable", field="FetchResponse.NodeEndpoints"
-        )
     w(_st_i.pack(o.throttle_time_ms))
     lst = o.responses
     if lst is None:
@@ -2714,10 +2645,6 @@ def _d_FetchResponse_FetchResponse_v4(buf, pos):
 
 def _e_FetchResponse_FetchResponse_v4(o, parts):
     w = parts.append
-    if o.node_endpoints:
-        raise ProtocolError(
-            "NodeEndpoints is not in this version and is not ignorable", field="FetchResponse.NodeEndpoints"
-        )
     w(_st_ihi.pack(o.throttle_time_ms, o.error_code, o.session_id))
     lst = o.responses
     if lst is None:
@@ -2833,16 +2760,6 @@ def _d_FetchResponse_FetchResponse_v5(buf, pos):
 
 def _e_FetchResponse_PartitionData_v3(o, parts):
     w = parts.append
-    if o.diverging_epoch is not None:
-        raise ProtocolError(
-            "DivergingEpoch is not in this version and is not ignorable", field="PartitionData.DivergingEpoch"
-        )
-    if o.current_leader is not None:
-        raise ProtocolError(
-            "CurrentLeader is not in this version and is not ignorable", field="PartitionData.CurrentLeader"
-        )
-    if o.snapshot_id is not None:
-        raise ProtocolError("SnapshotId is not in this version and is not ignorable", field="PartitionData.SnapshotId")
     w(_st_ihqqq.pack(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset))
     lst = o.aborted_transactions
     if lst is None:
@@ -2869,10 +2786,6 @@ def _e_FetchResponse_FetchableTopicResponse_v3(o, parts):
 
 def _e_FetchResponse_FetchResponse_v5(o, parts):
     w = parts.append
-    if o.node_endpoints:
-        raise ProtocolError(
-            "NodeEndpoints is not in this version and is not ignorable", field="FetchResponse.NodeEndpoints"
-        )
     w(_st_ihi.pack(o.throttle_time_ms, o.error_code, o.session_id))
     lst = o.responses
     if lst is None:
@@ -3275,10 +3188,6 @@ def _e_FetchResponse_FetchableTopicResponse_v4(o, parts):
 
 def _e_FetchResponse_FetchResponse_v6(o, parts):
     w = parts.append
-    if o.node_endpoints:
-        raise ProtocolError(
-            "NodeEndpoints is not in this version and is not ignorable", field="FetchResponse.NodeEndpoints"
-        )
     w(_st_ihi.pack(o.throttle_time_ms, o.error_code, o.session_id))
     lst = o.responses
     if lst is None:
@@ -3404,10 +3313,6 @@ def _e_FetchResponse_FetchableTopicResponse_v5(o, parts):
 
 def _e_FetchResponse_FetchResponse_v7(o, parts):
     w = parts.append
-    if o.node_endpoints:
-        raise ProtocolError(
-            "NodeEndpoints is not in this version and is not ignorable", field="FetchResponse.NodeEndpoints"
-        )
     w(_st_ihi.pack(o.throttle_time_ms, o.error_code, o.session_id))
     lst = o.responses
     if lst is None:

@@ -973,10 +973,6 @@ def _e_FetchSnapshotResponse_TopicSnapshot_v0(o, parts):
 
 def _e_FetchSnapshotResponse_FetchSnapshotResponse_v0(o, parts):
     w = parts.append
-    if o.node_endpoints:
-        raise ProtocolError(
-            "NodeEndpoints is not in this version and is not ignorable", field="FetchSnapshotResponse.NodeEndpoints"
-        )
     w(_st_ih.pack(o.throttle_time_ms, o.error_code))
     lst = o.topics
     if lst is None:

@@ -347,10 +347,6 @@ def _d_FindCoordinatorResponse_FindCoordinatorResponse_v0(buf, pos):
 
 def _e_FindCoordinatorResponse_FindCoordinatorResponse_v0(o, parts):
     w = parts.append
-    if o.coordinators:
-        raise ProtocolError(
-            "Coordinators is not in this version and is not ignorable", field="FindCoordinatorResponse.Coordinators"
-        )
     w(_st_hi.pack(o.error_code, o.node_id))
     write_str(parts, o.host)
     w(_st_i.pack(o.port))
@@ -385,10 +381,6 @@ def _d_FindCoordinatorResponse_FindCoordinatorResponse_v1(buf, pos):
 
 def _e_FindCoordinatorResponse_FindCoordinatorResponse_v1(o, parts):
     w = parts.append
-    if o.coordinators:
-        raise ProtocolError(
-            "Coordinators is not in this version and is not ignorable", field="FindCoordinatorResponse.Coordinators"
-        )
     w(_st_ih.pack(o.throttle_time_ms, o.error_code))
     write_str_n(parts, o.error_message)
     w(_st_i.pack(o.node_id))
@@ -439,10 +431,6 @@ def _d_FindCoordinatorResponse_FindCoordinatorResponse_v2(buf, pos):
 
 def _e_FindCoordinatorResponse_FindCoordinatorResponse_v2(o, parts):
     w = parts.append
-    if o.coordinators:
-        raise ProtocolError(
-            "Coordinators is not in this version and is not ignorable", field="FindCoordinatorResponse.Coordinators"
-        )
     w(_st_ih.pack(o.throttle_time_ms, o.error_code))
     write_cstr_n(parts, o.error_message)
     w(_st_i.pack(o.node_id))
@@ -555,18 +543,6 @@ def _e_FindCoordinatorResponse_Coordinator_v0(o, parts):
 
 def _e_FindCoordinatorResponse_FindCoordinatorResponse_v3(o, parts):
     w = parts.append
-    if o.error_code != 0:
-        raise ProtocolError(
-            "ErrorCode is not in this version and is not ignorable", field="FindCoordinatorResponse.ErrorCode"
-        )
-    if o.node_id != 0:
-        raise ProtocolError(
-            "NodeId is not in this version and is not ignorable", field="FindCoordinatorResponse.NodeId"
-        )
-    if o.host != "":
-        raise ProtocolError("Host is not in this version and is not ignorable", field="FindCoordinatorResponse.Host")
-    if o.port != 0:
-        raise ProtocolError("Port is not in this version and is not ignorable", field="FindCoordinatorResponse.Port")
     w(_st_i.pack(o.throttle_time_ms))
     lst = o.coordinators
     if lst is None:

@@ -675,10 +675,6 @@ def _e_JoinGroupResponse_JoinGroupResponseMember_v0(o, parts):
 
 def _e_JoinGroupResponse_JoinGroupResponse_v0(o, parts):
     w = parts.append
-    if o.skip_assignment != False:
-        raise ProtocolError(
-            "SkipAssignment is not in this version and is not ignorable", field="JoinGroupResponse.SkipAssignment"
-        )
     w(_st_hi.pack(o.error_code, o.generation_id))
     write_str(parts, o.protocol_name)
     write_str(parts, o.leader)
@@ -739,10 +735,6 @@ def _d_JoinGroupResponse_JoinGroupResponse_v1(buf, pos):
 
 def _e_JoinGroupResponse_JoinGroupResponse_v1(o, parts):
     w = parts.append
-    if o.skip_assignment != False:
-        raise ProtocolError(
-            "SkipAssignment is not in this version and is not ignorable", field="JoinGroupResponse.SkipAssignment"
-        )
     w(_st_ihi.pack(o.throttle_time_ms, o.error_code, o.generation_id))
     write_str(parts, o.protocol_name)
     write_str(parts, o.leader)
@@ -828,10 +820,6 @@ def _e_JoinGroupResponse_JoinGroupResponseMember_v1(o, parts):
 
 def _e_JoinGroupResponse_JoinGroupResponse_v2(o, parts):
     w = parts.append
-    if o.skip_assignment != False:
-        raise ProtocolError(
-            "SkipAssignment is not in this version and is not ignorable", field="JoinGroupResponse.SkipAssignment"
-        )
     w(_st_ihi.pack(o.throttle_time_ms, o.error_code, o.generation_id))
     write_str(parts, o.protocol_name)
     write_str(parts, o.leader)
@@ -953,10 +941,6 @@ def _e_JoinGroupResponse_JoinGroupResponseMember_v2(o, parts):
 
 def _e_JoinGroupResponse_JoinGroupResponse_v3(o, parts):
     w = parts.append
-    if o.skip_assignment != False:
-        raise ProtocolError(
-            "SkipAssignment is not in this version and is not ignorable", field="JoinGroupResponse.SkipAssignment"
-        )
     w(_st_ihi.pack(o.throttle_time_ms, o.error_code, o.generation_id))
     write_cstr(parts, o.protocol_name)
     write_cstr(parts, o.leader)
@@ -1041,10 +1025,6 @@ def _d_JoinGroupResponse_JoinGroupResponse_v4(buf, pos):
 
 def _e_JoinGroupResponse_JoinGroupResponse_v4(o, parts):
     w = parts.append
-    if o.skip_assignment != False:
-        raise ProtocolError(
-            "SkipAssignment is not in this version and is not ignorable", field="JoinGroupResponse.SkipAssignment"
-        )
     w(_st_ihi.pack(o.throttle_time_ms, o.error_code, o.generation_id))
     write_cstr_n(parts, o.protocol_type)
     write_cstr_n(parts, o.protocol_name)

@@ -460,8 +460,6 @@ def _d_LeaveGroupResponse_LeaveGroupResponse_v0(buf, pos):
 
 def _e_LeaveGroupResponse_LeaveGroupResponse_v0(o, parts):
     w = parts.append
-    if o.members:
-        raise ProtocolError("Members is not in this version and is not ignorable", field="LeaveGroupResponse.Members")
     w(_st_h.pack(o.error_code))
 
 
@@ -482,8 +480,6 @@ def _d_LeaveGroupResponse_LeaveGroupResponse_v1(buf, pos):
 
 def _e_LeaveGroupResponse_LeaveGroupResponse_v1(o, parts):
     w = parts.append
-    if o.members:
-        raise ProtocolError("Members is not in this version and is not ignorable", field="LeaveGroupResponse.Members")
     w(_st_ih.pack(o.throttle_time_ms, o.error_code))
 
 

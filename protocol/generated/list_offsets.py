@@ -878,18 +878,6 @@ def _d_ListOffsetsResponse_ListOffsetsResponse_v0(buf, pos):
 
 def _e_ListOffsetsResponse_ListOffsetsPartitionResponse_v0(o, parts):
     w = parts.append
-    if o.timestamp != -1:
-        raise ProtocolError(
-            "Timestamp is not in this version and is not ignorable", field="ListOffsetsPartitionResponse.Timestamp"
-        )
-    if o.offset != -1:
-        raise ProtocolError(
-            "Offset is not in this version and is not ignorable", field="ListOffsetsPartitionResponse.Offset"
-        )
-    if o.leader_epoch != -1:
-        raise ProtocolError(
-            "LeaderEpoch is not in this version and is not ignorable", field="ListOffsetsPartitionResponse.LeaderEpoch"
-        )
     w(_st_ih.pack(o.partition_index, o.error_code))
     lst = o.old_style_offsets
     if lst is None:
@@ -993,15 +981,6 @@ def _d_ListOffsetsResponse_ListOffsetsResponse_v1(buf, pos):
 
 def _e_ListOffsetsResponse_ListOffsetsPartitionResponse_v1(o, parts):
     w = parts.append
-    if o.old_style_offsets:
-        raise ProtocolError(
-            "OldStyleOffsets is not in this version and is not ignorable",
-            field="ListOffsetsPartitionResponse.OldStyleOffsets",
-        )
-    if o.leader_epoch != -1:
-        raise ProtocolError(
-            "LeaderEpoch is not in this version and is not ignorable", field="ListOffsetsPartitionResponse.LeaderEpoch"
-        )
     w(_st_ihqq.pack(o.partition_index, o.error_code, o.timestamp, o.offset))
 
 
@@ -1142,11 +1121,6 @@ def _d_ListOffsetsResponse_ListOffsetsResponse_v3(buf, pos):
 
 def _e_ListOffsetsResponse_ListOffsetsPartitionResponse_v2(o, parts):
     w = parts.append
-    if o.old_style_offsets:
-        raise ProtocolError(
-            "OldStyleOffsets is not in this version and is not ignorable",
-            field="ListOffsetsPartitionResponse.OldStyleOffsets",
-        )
     w(_st_ihqqi.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch))
 
 
@@ -1298,11 +1272,6 @@ def _d_ListOffsetsResponse_ListOffsetsResponse_v4(buf, pos):
 
 def _e_ListOffsetsResponse_ListOffsetsPartitionResponse_v3(o, parts):
     w = parts.append
-    if o.old_style_offsets:
-        raise ProtocolError(
-            "OldStyleOffsets is not in this version and is not ignorable",
-            field="ListOffsetsPartitionResponse.OldStyleOffsets",
-        )
     w(_st_ihqqi.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch))
     if o.unknown_tags:
         write_tags(parts, None, o.unknown_tags)

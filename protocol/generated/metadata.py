@@ -985,11 +985,6 @@ def _e_MetadataResponse_MetadataResponsePartition_v0(o, parts):
 
 def _e_MetadataResponse_MetadataResponseTopic_v0(o, parts):
     w = parts.append
-    if o.topic_authorized_operations != -2147483648:
-        raise ProtocolError(
-            "TopicAuthorizedOperations is not in this version and is not ignorable",
-            field="MetadataResponseTopic.TopicAuthorizedOperations",
-        )
     w(_st_h.pack(o.error_code))
     write_str(parts, o.name)
     lst = o.partitions
@@ -1003,11 +998,6 @@ def _e_MetadataResponse_MetadataResponseTopic_v0(o, parts):
 
 def _e_MetadataResponse_MetadataResponse_v0(o, parts):
     w = parts.append
-    if o.cluster_authorized_operations != -2147483648:
-        raise ProtocolError(
-            "ClusterAuthorizedOperations is not in this version and is not ignorable",
-            field="MetadataResponse.ClusterAuthorizedOperations",
-        )
     lst = o.brokers
     if lst is None:
         raise ProtocolError("null in non-nullable array Brokers")
@@ -1132,11 +1122,6 @@ def _e_MetadataResponse_MetadataResponseBroker_v1(o, parts):
 
 def _e_MetadataResponse_MetadataResponseTopic_v1(o, parts):
     w = parts.append
-    if o.topic_authorized_operations != -2147483648:
-        raise ProtocolError(
-            "TopicAuthorizedOperations is not in this version and is not ignorable",
-            field="MetadataResponseTopic.TopicAuthorizedOperations",
-        )
     w(_st_h.pack(o.error_code))
     write_str(parts, o.name)
     w(_st_z.pack(o.is_internal))
@@ -1151,11 +1136,6 @@ def _e_MetadataResponse_MetadataResponseTopic_v1(o, parts):
 
 def _e_MetadataResponse_MetadataResponse_v1(o, parts):
     w = parts.append
-    if o.cluster_authorized_operations != -2147483648:
-        raise ProtocolError(
-            "ClusterAuthorizedOperations is not in this version and is not ignorable",
-            field="MetadataResponse.ClusterAuthorizedOperations",
-        )
     lst = o.brokers
     if lst is None:
         raise ProtocolError("null in non-nullable array Brokers")
@@ -1218,11 +1198,6 @@ def _d_MetadataResponse_MetadataResponse_v2(buf, pos):
 
 def _e_MetadataResponse_MetadataResponse_v2(o, parts):
     w = parts.append
-    if o.cluster_authorized_operations != -2147483648:
-        raise ProtocolError(
-            "ClusterAuthorizedOperations is not in this version and is not ignorable",
-            field="MetadataResponse.ClusterAuthorizedOperations",
-        )
     lst = o.brokers
     if lst is None:
         raise ProtocolError("null in non-nullable array Brokers")
@@ -1291,11 +1266,6 @@ def _d_MetadataResponse_MetadataResponse_v3(buf, pos):
 
 def _e_MetadataResponse_MetadataResponse_v3(o, parts):
     w = parts.append
-    if o.cluster_authorized_operations != -2147483648:
-        raise ProtocolError(
-            "ClusterAuthorizedOperations is not in this version and is not ignorable",
-            field="MetadataResponse.ClusterAuthorizedOperations",
-        )
     w(_st_i.pack(o.throttle_time_ms))
     lst = o.brokers
     if lst is None:
@@ -1470,11 +1440,6 @@ def _e_MetadataResponse_MetadataResponsePartition_v1(o, parts):
 
 def _e_MetadataResponse_MetadataResponseTopic_v2(o, parts):
     w = parts.append
-    if o.topic_authorized_operations != -2147483648:
-        raise ProtocolError(
-            "TopicAuthorizedOperations is not in this version and is not ignorable",
-            field="MetadataResponseTopic.TopicAuthorizedOperations",
-        )
     w(_st_h.pack(o.error_code))
     write_str(parts, o.name)
     w(_st_z.pack(o.is_internal))
@@ -1489,11 +1454,6 @@ def _e_MetadataResponse_MetadataResponseTopic_v2(o, parts):
 
 def _e_MetadataResponse_MetadataResponse_v4(o, parts):
     w = parts.append
-    if o.cluster_authorized_operations != -2147483648:
-        raise ProtocolError(
-            "ClusterAuthorizedOperations is not in this version and is not ignorable",
-            field="MetadataResponse.ClusterAuthorizedOperations",
-        )
     w(_st_i.pack(o.throttle_time_ms))
     lst = o.brokers
     if lst is None:
@@ -1677,11 +1637,6 @@ def _e_MetadataResponse_MetadataResponsePartition_v2(o, parts):
 
 def _e_MetadataResponse_MetadataResponseTopic_v3(o, parts):
     w = parts.append
-    if o.topic_authorized_operations != -2147483648:
-        raise ProtocolError(
-            "TopicAuthorizedOperations is not in this version and is not ignorable",
-            field="MetadataResponseTopic.TopicAuthorizedOperations",
-        )
     w(_st_h.pack(o.error_code))
     write_str(parts, o.name)
     w(_st_z.pack(o.is_internal))
@@ -1696,11 +1651,6 @@ def _e_MetadataResponse_MetadataResponseTopic_v3(o, parts):
 
 def _e_MetadataResponse_MetadataResponse_v5(o, parts):
     w = parts.append
-    if o.cluster_authorized_operations != -2147483648:
-        raise ProtocolError(
-            "ClusterAuthorizedOperations is not in this version and is not ignorable",
-            field="MetadataResponse.ClusterAuthorizedOperations",
-        )
     w(_st_i.pack(o.throttle_time_ms))
     lst = o.brokers
     if lst is None:
@@ -2572,11 +2522,6 @@ def _d_MetadataResponse_MetadataResponse_v9(buf, pos):
 
 def _e_MetadataResponse_MetadataResponse_v9(o, parts):
     w = parts.append
-    if o.cluster_authorized_operations != -2147483648:
-        raise ProtocolError(
-            "ClusterAuthorizedOperations is not in this version and is not ignorable",
-            field="MetadataResponse.ClusterAuthorizedOperations",
-        )
     w(_st_i.pack(o.throttle_time_ms))
     lst = o.brokers
     if lst is None:
@@ -2748,11 +2693,6 @@ def _e_MetadataResponse_MetadataResponseTopic_v7(o, parts):
 
 def _e_MetadataResponse_MetadataResponse_v10(o, parts):
     w = parts.append
-    if o.cluster_authorized_operations != -2147483648:
-        raise ProtocolError(
-            "ClusterAuthorizedOperations is not in this version and is not ignorable",
-            field="MetadataResponse.ClusterAuthorizedOperations",
-        )
     w(_st_i.pack(o.throttle_time_ms))
     lst = o.brokers
     if lst is None:
@@ -2851,11 +2791,6 @@ def _d_MetadataResponse_MetadataResponse_v11(buf, pos):
 
 def _e_MetadataResponse_MetadataResponse_v11(o, parts):
     w = parts.append
-    if o.cluster_authorized_operations != -2147483648:
-        raise ProtocolError(
-            "ClusterAuthorizedOperations is not in this version and is not ignorable",
-            field="MetadataResponse.ClusterAuthorizedOperations",
-        )
     w(_st_i.pack(o.throttle_time_ms))
     lst = o.brokers
     if lst is None:

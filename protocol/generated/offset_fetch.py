@@ -1010,8 +1010,6 @@ def _e_OffsetFetchResponse_OffsetFetchResponseTopic_v0(o, parts):
 
 def _e_OffsetFetchResponse_OffsetFetchResponse_v0(o, parts):
     w = parts.append
-    if o.groups:
-        raise ProtocolError("Groups is not in this version and is not ignorable", field="OffsetFetchResponse.Groups")
     lst = o.topics
     if lst is None:
         raise ProtocolError("null in non-nullable array Topics")
@@ -1051,8 +1049,6 @@ def _d_OffsetFetchResponse_OffsetFetchResponse_v1(buf, pos):
 
 def _e_OffsetFetchResponse_OffsetFetchResponse_v1(o, parts):
     w = parts.append
-    if o.groups:
-        raise ProtocolError("Groups is not in this version and is not ignorable", field="OffsetFetchResponse.Groups")
     lst = o.topics
     if lst is None:
         raise ProtocolError("null in non-nullable array Topics")
@@ -1096,8 +1092,6 @@ def _d_OffsetFetchResponse_OffsetFetchResponse_v2(buf, pos):
 
 def _e_OffsetFetchResponse_OffsetFetchResponse_v2(o, parts):
     w = parts.append
-    if o.groups:
-        raise ProtocolError("Groups is not in this version and is not ignorable", field="OffsetFetchResponse.Groups")
     w(_st_i.pack(o.throttle_time_ms))
     lst = o.topics
     if lst is None:
@@ -1210,8 +1204,6 @@ def _e_OffsetFetchResponse_OffsetFetchResponseTopic_v1(o, parts):
 
 def _e_OffsetFetchResponse_OffsetFetchResponse_v3(o, parts):
     w = parts.append
-    if o.groups:
-        raise ProtocolError("Groups is not in this version and is not ignorable", field="OffsetFetchResponse.Groups")
     w(_st_i.pack(o.throttle_time_ms))
     lst = o.topics
     if lst is None:
@@ -1382,8 +1374,6 @@ def _e_OffsetFetchResponse_OffsetFetchResponseTopic_v2(o, parts):
 
 def _e_OffsetFetchResponse_OffsetFetchResponse_v4(o, parts):
     w = parts.append
-    if o.groups:
-        raise ProtocolError("Groups is not in this version and is not ignorable", field="OffsetFetchResponse.Groups")
     w(_st_i.pack(o.throttle_time_ms))
     lst = o.topics
     if lst is None:
@@ -1593,8 +1583,6 @@ def _e_OffsetFetchResponse_OffsetFetchResponseGroup_v0(o, parts):
 
 def _e_OffsetFetchResponse_OffsetFetchResponse_v5(o, parts):
     w = parts.append
-    if o.topics:
-        raise ProtocolError("Topics is not in this version and is not ignorable", field="OffsetFetchResponse.Topics")
     w(_st_i.pack(o.throttle_time_ms))
     lst = o.groups
     if lst is None:

@@ -654,10 +654,6 @@ def _d_ProduceResponse_ProduceResponse_v0(buf, pos):
 
 def _e_ProduceResponse_PartitionProduceResponse_v0(o, parts):
     w = parts.append
-    if o.current_leader is not None:
-        raise ProtocolError(
-            "CurrentLeader is not in this version and is not ignorable", field="PartitionProduceResponse.CurrentLeader"
-        )
     w(_st_ihq.pack(o.index, o.error_code, o.base_offset))
 
 
@@ -675,10 +671,6 @@ def _e_ProduceResponse_TopicProduceResponse_v0(o, parts):
 
 def _e_ProduceResponse_ProduceResponse_v0(o, parts):
     w = parts.append
-    if o.node_endpoints:
-        raise ProtocolError(
-            "NodeEndpoints is not in this version and is not ignorable", field="ProduceResponse.NodeEndpoints"
-        )
     lst = o.responses
     if lst is None:
         raise ProtocolError("null in non-nullable array Responses")
@@ -718,10 +710,6 @@ def _d_ProduceResponse_ProduceResponse_v1(buf, pos):
 
 def _e_ProduceResponse_ProduceResponse_v1(o, parts):
     w = parts.append
-    if o.node_endpoints:
-        raise ProtocolError(
-            "NodeEndpoints is not in this version and is not ignorable", field="ProduceResponse.NodeEndpoints"
-        )
     lst = o.responses
     if lst is None:
         raise ProtocolError("null in non-nullable array Responses")
@@ -806,10 +794,6 @@ def _d_ProduceResponse_ProduceResponse_v2(buf, pos):
 
 def _e_ProduceResponse_PartitionProduceResponse_v1(o, parts):
     w = parts.append
-    if o.current_leader is not None:
-        raise ProtocolError(
-            "CurrentLeader is not in this version and is not ignorable", field="PartitionProduceResponse.CurrentLeader"
-        )
     w(_st_ihqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms))
 
 
@@ -827,10 +811,6 @@ def _e_ProduceResponse_TopicProduceResponse_v1(o, parts):
 
 def _e_ProduceResponse_ProduceResponse_v2(o, parts):
     w = parts.append
-    if o.node_endpoints:
-        raise ProtocolError(
-            "NodeEndpoints is not in this version and is not ignorable", field="ProduceResponse.NodeEndpoints"
-        )
     lst = o.responses
     if lst is None:
         raise ProtocolError("null in non-nullable array Responses")
@@ -915,10 +895,6 @@ def _d_ProduceResponse_ProduceResponse_v3(buf, pos):
 
 def _e_ProduceResponse_PartitionProduceResponse_v2(o, parts):
     w = parts.append
-    if o.current_leader is not None:
-        raise ProtocolError(
-            "CurrentLeader is not in this version and is not ignorable", field="PartitionProduceResponse.CurrentLeader"
-        )
     w(_st_ihqqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset))
 
 
@@ -936,10 +912,6 @@ def _e_ProduceResponse_TopicProduceResponse_v2(o, parts):
 
 def _e_ProduceResponse_ProduceResponse_v3(o, parts):
     w = parts.append
-    if o.node_endpoints:
-        raise ProtocolError(
-            "NodeEndpoints is not in this version and is not ignorable", field="ProduceResponse.NodeEndpoints"
-        )
     lst = o.responses
     if lst is None:
         raise ProtocolError("null in non-nullable array Responses")
@@ -1070,10 +1042,6 @@ def _e_ProduceResponse_BatchIndexAndErrorMessage_v0(o, parts):
 
 def _e_ProduceResponse_PartitionProduceResponse_v3(o, parts):
     w = parts.append
-    if o.current_leader is not None:
-        raise ProtocolError(
-            "CurrentLeader is not in this version and is not ignorable", field="PartitionProduceResponse.CurrentLeader"
-        )
     w(_st_ihqqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset))
     lst = o.record_errors
     if lst is None:
@@ -1099,10 +1067,6 @@ def _e_ProduceResponse_TopicProduceResponse_v3(o, parts):
 
 def _e_ProduceResponse_ProduceResponse_v4(o, parts):
     w = parts.append
-    if o.node_endpoints:
-        raise ProtocolError(
-            "NodeEndpoints is not in this version and is not ignorable", field="ProduceResponse.NodeEndpoints"
-        )
     lst = o.responses
     if lst is None:
         raise ProtocolError("null in non-nullable array Responses")
@@ -1305,10 +1269,6 @@ def _e_ProduceResponse_BatchIndexAndErrorMessage_v1(o, parts):
 
 def _e_ProduceResponse_PartitionProduceResponse_v4(o, parts):
     w = parts.append
-    if o.current_leader is not None:
-        raise ProtocolError(
-            "CurrentLeader is not in this version and is not ignorable", field="PartitionProduceResponse.CurrentLeader"
-        )
     w(_st_ihqqq.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset))
     lst = o.record_errors
     if lst is None:
@@ -1342,10 +1302,6 @@ def _e_ProduceResponse_TopicProduceResponse_v4(o, parts):
 
 def _e_ProduceResponse_ProduceResponse_v5(o, parts):
     w = parts.append
-    if o.node_endpoints:
-        raise ProtocolError(
-            "NodeEndpoints is not in this version and is not ignorable", field="ProduceResponse.NodeEndpoints"
-        )
     lst = o.responses
     if lst is None:
         raise ProtocolError("null in non-nullable array Responses")

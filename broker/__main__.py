@@ -1,0 +1,54 @@
+"""`python -m broker --config server.properties`"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+import uvloop
+
+from broker.broker import Broker
+from broker.config import BrokerConfig
+from node import logging as node_logging
+from node.config import ConfigError, NodeConfig
+from node.shutdown import finish_tasks
+
+
+async def run(config: BrokerConfig) -> None:
+    broker = Broker(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    starting = asyncio.create_task(broker.start())
+    stopper = asyncio.create_task(stop.wait())
+    await asyncio.wait({starting, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    if starting.done() and starting.exception() is not None:
+        raise starting.exception()  # type: ignore[misc]
+    if not stop.is_set():
+        await stop.wait()
+    if not starting.done():
+        starting.cancel()
+    await broker.shutdown(controlled=starting.done())
+    await finish_tasks()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m broker", description="Strata broker")
+    ap.add_argument("--config", required=True, help="server.properties")
+    args = ap.parse_args(argv)
+    try:
+        cfg = NodeConfig.load(args.config)
+        config = BrokerConfig.from_node_config(cfg)
+    except ConfigError as e:
+        print(f"broker: config error: {e}", file=sys.stderr)
+        return 2
+    node_logging.configure(cfg.props.get("log.level", "INFO"), node_id=config.node_id, role="broker")
+    uvloop.run(run(config))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""Topic administration. Mutations are forwarded to the controller (metadata flows one way: the
+controller writes records, every broker's image follows); the answer goes back once this
+broker's image includes the change. DeleteRecords acts on the leader's log."""
+
+from __future__ import annotations
+
+from broker.apis import RequestContext, api
+from broker.storage.errors import StorageError
+from protocol.errors import Errors
+from protocol.generated.delete_records import DeleteRecordsResponse
+
+
+@api(19, 2, 7)
+async def create_topics(ctx: RequestContext, req):
+    return await ctx.broker.forward(req, ctx.api_version)
+
+
+@api(20, 1, 6)
+async def delete_topics(ctx: RequestContext, req):
+    return await ctx.broker.forward(req, ctx.api_version)
+
+
+@api(37, 0, 3)
+async def create_partitions(ctx: RequestContext, req):
+    return await ctx.broker.forward(req, ctx.api_version)
+
+
+@api(21, 0, 2)
+async def delete_records(ctx: RequestContext, req) -> DeleteRecordsResponse:
+    R = DeleteRecordsResponse
+    b = ctx.broker
+    image = b.metadata.image
+    topics = []
+    for t in req.topics:
+        tr = R.DeleteRecordsTopicResult(name=t.name)
+        topics.append(tr)
+        info = image.topic(t.name)
+        for dp in t.partitions:
+            pr = R.DeleteRecordsPartitionResult(partition_index=dp.partition_index, low_watermark=-1)
+            tr.partitions.append(pr)
+            p = b.replicas.get(t.name, dp.partition_index)
+            if p is None or not p.is_leader:
+                known = info is not None and dp.partition_index in info.partitions
+                pr.error_code = Errors.NOT_LEADER_OR_FOLLOWER if known else Errors.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            offset = p.high_watermark if dp.offset == -1 else dp.offset
+            if offset < 0 or offset > p.high_watermark:
+                pr.error_code = Errors.OFFSET_OUT_OF_RANGE
+                continue
+            try:
+                pr.low_watermark = p.log.delete_records_before(offset)
+            except StorageError as e:
+                pr.error_code = e.error_code
+    return R(topics=topics)

@@ -1,0 +1,13 @@
+"""ApiVersions: what this broker serves, exactly the registered handlers."""
+
+from __future__ import annotations
+
+from broker.apis import RequestContext, api
+from protocol.generated.api_versions import ApiVersionsResponse
+
+
+@api(18, 0, 4)
+async def api_versions(ctx: RequestContext, req) -> ApiVersionsResponse:
+    from broker.server import advertised_versions
+
+    return ApiVersionsResponse(error_code=0, api_keys=advertised_versions())

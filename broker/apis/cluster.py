@@ -1,0 +1,28 @@
+"""DescribeCluster: the cluster id and its brokers, from the metadata image."""
+
+from __future__ import annotations
+
+from broker.apis import RequestContext, api
+from protocol.generated.describe_cluster import DescribeClusterResponse
+
+
+@api(60, 0, 2)
+async def describe_cluster(ctx: RequestContext, req) -> DescribeClusterResponse:
+    b = ctx.broker
+    image = b.metadata.image
+    B = DescribeClusterResponse.DescribeClusterBroker
+    brokers = []
+    for info in sorted(image.brokers.values(), key=lambda x: x.id):
+        if info.fenced and not req.include_fenced_brokers:
+            continue
+        ep = info.endpoint(b.config.listener.listener)
+        if ep is None:
+            continue
+        brokers.append(B(broker_id=info.id, host=ep.host, port=ep.port, rack=info.rack, is_fenced=info.fenced))
+    if req.endpoint_type not in (0, 1):  # we only have broker endpoints
+        return DescribeClusterResponse(error_code=115, error_message="only broker endpoints are served here",
+                                       endpoint_type=req.endpoint_type)
+    # As KRaft brokers do, name a live broker as "controller": admin requests sent there get forwarded.
+    return DescribeClusterResponse(
+        cluster_id=b.cluster_id, controller_id=b.config.node_id, brokers=brokers, endpoint_type=req.endpoint_type or 1
+    )

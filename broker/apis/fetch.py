@@ -1,0 +1,136 @@
+"""Fetch: file bytes back to consumers (up to the high watermark) and followers (up to the log
+end), with long polling (max_wait_ms / min_bytes) and incremental fetch sessions."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+
+from broker.apis import RequestContext, api
+from broker.fetch_sessions import FetchSessionError, SessionPartition
+from broker.storage.errors import OffsetOutOfRangeError, StorageError
+from protocol.errors import Errors
+from protocol.generated.fetch import FetchResponse
+
+R = FetchResponse
+READ_COMMITTED = 1
+
+
+def _replica_id(req, version: int) -> int:
+    if version >= 15 and req.replica_state is not None:
+        return req.replica_state.replica_id
+    return req.replica_id
+
+
+@api(1, 4, 17)
+async def fetch(ctx: RequestContext, req) -> FetchResponse:
+    b = ctx.broker
+    v = ctx.api_version
+    image = b.metadata.image
+    by_id = v >= 13
+    requested: OrderedDict = OrderedDict()
+    for t in req.topics:
+        for p in t.partitions:
+            key = (t.topic_id if by_id else t.topic, p.partition)
+            requested[key] = SessionPartition(
+                fetch_offset=p.fetch_offset, max_bytes=p.partition_max_bytes, current_leader_epoch=p.current_leader_epoch
+            )
+    forgotten = []
+    for t in req.forgotten_topics_data or ():
+        for idx in t.partitions:
+            forgotten.append((t.topic_id if by_id else t.topic, idx))
+    try:
+        session, full = b.fetch_sessions.begin(req.session_id, req.session_epoch, requested, forgotten)
+    except FetchSessionError as e:
+        return R(error_code=e.error_code, session_id=req.session_id)
+    parts = session.partitions if session is not None else requested
+    replica_id = _replica_id(req, v)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(req.max_wait_ms, 0) / 1000
+    while True:
+        image = b.metadata.image
+        topics, total, wait_on, errors, sent = _read(b, image, parts, req, replica_id, by_id, full)
+        if total >= req.min_bytes or errors or loop.time() >= deadline or not wait_on:
+            break
+        fut = loop.create_future()
+        for p in wait_on:
+            p.add_data_waiter(fut)
+        try:
+            await asyncio.wait_for(fut, deadline - loop.time())
+        except TimeoutError:
+            pass
+    for sp, pd in sent:  # what the client now knows, for the next incremental response
+        sp.last_high_watermark, sp.last_log_start, sp.last_stable_offset = (
+            pd.high_watermark, pd.log_start_offset, pd.last_stable_offset)
+    b.fetch_sessions.finish(session)
+    return R(responses=topics, session_id=session.id if session is not None else 0)
+
+
+def _read(b, image, parts: OrderedDict, req, replica_id: int, by_id: bool, full: bool):
+    rm = b.replicas
+    is_follower = replica_id >= 0
+    remaining = req.max_bytes if req.max_bytes > 0 else 2**31 - 1
+    total = 0
+    errors = False
+    wait_on = []
+    by_topic: OrderedDict = OrderedDict()
+    sent = []
+    for (tkey, idx), sp in parts.items():
+        info = image.topics.get(tkey) if by_id else image.topic(tkey)
+        name = info.name if info is not None else (None if by_id else tkey)
+        pd = R.PartitionData(partition_index=idx, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1, records=b"")
+        p = rm.get(name, idx) if name is not None else None
+        if info is None:
+            pd.error_code = Errors.UNKNOWN_TOPIC_ID if by_id else Errors.UNKNOWN_TOPIC_OR_PARTITION
+        elif p is None or (not is_follower and not p.is_leader):
+            pd.error_code = Errors.NOT_LEADER_OR_FOLLOWER if idx in info.partitions else Errors.UNKNOWN_TOPIC_OR_PARTITION
+        elif sp.current_leader_epoch >= 0 and sp.current_leader_epoch != p.leader_epoch:
+            pd.error_code = (Errors.FENCED_LEADER_EPOCH if sp.current_leader_epoch < p.leader_epoch
+                             else Errors.UNKNOWN_LEADER_EPOCH)
+        else:
+            lg = p.log
+            if is_follower:
+                p.update_follower(replica_id, sp.fetch_offset)
+            hw = p.high_watermark
+            limit = None if is_follower else hw  # LSO arrives with transactions
+            pd.high_watermark = hw
+            pd.last_stable_offset = hw
+            pd.log_start_offset = lg.log_start_offset
+            if sp.fetch_offset > lg.log_end_offset or sp.fetch_offset < lg.log_start_offset:
+                pd.error_code = Errors.OFFSET_OUT_OF_RANGE
+            elif limit is not None and sp.fetch_offset >= limit:
+                wait_on.append(p)
+            else:
+                try:
+                    fi = lg.read(sp.fetch_offset, min(sp.max_bytes, remaining), max_offset=limit, min_one_batch=total == 0)
+                except OffsetOutOfRangeError:
+                    pd.error_code = Errors.OFFSET_OUT_OF_RANGE
+                except StorageError as e:
+                    pd.error_code = e.error_code
+                else:
+                    if fi.total_bytes:
+                        pd.records = fi.records
+                        total += fi.total_bytes
+                        remaining -= fi.total_bytes
+                    else:
+                        wait_on.append(p)
+        if pd.error_code:
+            errors = True
+        changed = (
+            full
+            or pd.error_code
+            or bool(pd.records)
+            or pd.high_watermark != sp.last_high_watermark
+            or pd.log_start_offset != sp.last_log_start
+            or pd.last_stable_offset != sp.last_stable_offset
+        )
+        if not changed:
+            continue
+        sent.append((sp, pd))
+        t = by_topic.get(tkey)
+        if t is None:
+            t = by_topic[tkey] = R.FetchableTopicResponse(topic=name or "", topic_id=info.id if info else tkey)
+            if not by_id:
+                t.topic_id = R.FetchableTopicResponse().topic_id
+        t.partitions.append(pd)
+    return list(by_topic.values()), total, wait_on, errors, sent

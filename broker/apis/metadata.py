@@ -1,0 +1,130 @@
+"""Metadata: brokers, topics and partitions from this broker's image, with the chunk fields as
+tagged fields on the partition entry; unknown topics may be auto-created (forwarded)."""
+
+from __future__ import annotations
+
+import re
+
+import structlog
+
+from broker.apis import RequestContext, api
+from metadata import MetadataImage, TopicInfo
+from protocol.errors import Errors
+from protocol.generated.create_topics import CreateTopicsRequest
+from protocol.generated.metadata import MetadataResponse
+
+log = structlog.get_logger(__name__)
+INTERNAL_TOPICS = {"__consumer_offsets", "__transaction_state"}
+LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+R = MetadataResponse
+
+
+def is_valid_topic_name(name: str) -> bool:
+    return bool(LEGAL_TOPIC.fullmatch(name)) and name not in (".", "..")
+
+
+def partition_entries(image: MetadataImage, topic: TopicInfo) -> list:
+    out = []
+    for idx in sorted(topic.partitions):
+        p = topic.partitions[idx]
+        offline = [r for r in p.replicas if r not in image.brokers or image.brokers[r].fenced]
+        entry = R.MetadataResponsePartition(
+            error_code=Errors.LEADER_NOT_AVAILABLE if p.leader < 0 else 0,
+            partition_index=idx,
+            leader_id=p.leader,
+            leader_epoch=p.leader_epoch,
+            replica_nodes=list(p.replicas),
+            isr_nodes=list(p.isr),
+            offline_replicas=offline,
+        )
+        chunks = topic.chunks.get(idx, ())
+        if chunks or p.start_offset > 0:
+            entry.start_offset = p.start_offset
+            entry.chunks = [
+                R.MetadataResponseChunk(
+                    start_offset=c.start_offset,
+                    start_timestamp=c.start_timestamp,
+                    stop_offset=c.stop_offset,
+                    end_offset=c.end_offset,
+                    replica_nodes=list(c.replicas),
+                    isr_nodes=list(c.isr),
+                )
+                for c in chunks
+            ]
+        out.append(entry)
+    return out
+
+
+@api(3, 0, 13)
+async def metadata(ctx: RequestContext, req) -> MetadataResponse:
+    b = ctx.broker
+    image = b.metadata.image
+    v = ctx.api_version
+    listener = b.config.listener.listener
+    brokers = []
+    for info in sorted(image.brokers.values(), key=lambda x: x.id):
+        ep = info.endpoint(listener)
+        if info.fenced or ep is None:
+            continue
+        brokers.append(R.MetadataResponseBroker(node_id=info.id, host=ep.host, port=ep.port, rack=info.rack))
+
+    topics = []
+    to_create = []
+    if req.topics is None or (v == 0 and not req.topics):
+        for tid in sorted(image.topics, key=lambda t: image.topics[t].name):
+            topics.append(_topic_entry(image, image.topics[tid]))
+    else:
+        auto = b.config.auto_create_topics and (v < 4 or req.allow_auto_topic_creation)
+        for t in req.topics:
+            if t.name is None:
+                info = image.topics.get(t.topic_id)
+                if info is None:
+                    topics.append(R.MetadataResponseTopic(error_code=Errors.UNKNOWN_TOPIC_ID, topic_id=t.topic_id, name=None))
+                else:
+                    topics.append(_topic_entry(image, info))
+                continue
+            info = image.topic(t.name)
+            if info is not None:
+                topics.append(_topic_entry(image, info))
+            elif not is_valid_topic_name(t.name):
+                topics.append(R.MetadataResponseTopic(error_code=Errors.INVALID_TOPIC_EXCEPTION, name=t.name))
+            elif auto and t.name not in INTERNAL_TOPICS:
+                to_create.append(t.name)
+                topics.append(R.MetadataResponseTopic(error_code=Errors.LEADER_NOT_AVAILABLE, name=t.name))
+            else:
+                topics.append(R.MetadataResponseTopic(error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION, name=t.name))
+    if to_create:
+        b.spawn(_auto_create(b, to_create))
+    return R(brokers=brokers, cluster_id=b.cluster_id, controller_id=b.config.node_id, topics=topics)
+
+
+def _topic_entry(image: MetadataImage, info: TopicInfo):
+    return R.MetadataResponseTopic(
+        error_code=0,
+        name=info.name,
+        topic_id=info.id,
+        is_internal=info.name in INTERNAL_TOPICS,
+        partitions=partition_entries(image, info),
+    )
+
+
+async def _auto_create(b, names: list[str]) -> None:
+    req = CreateTopicsRequest(
+        # Kafka auto-creates with the broker's own num.partitions and default.replication.factor.
+        topics=[
+            CreateTopicsRequest.CreatableTopic(
+                name=n, num_partitions=b.config.num_partitions, replication_factor=b.config.default_replication_factor
+            )
+            for n in names
+        ],
+        timeout_ms=30000,
+    )
+    try:
+        resp = await b.forward(req)
+        for t in resp.topics:
+            if t.error_code not in (0, Errors.TOPIC_ALREADY_EXISTS):
+                log.warning("auto_create_failed", topic=t.name, error_code=t.error_code, error=t.error_message)
+            elif t.error_code == 0:
+                log.info("topic_auto_created", topic=t.name)
+    except Exception as e:
+        log.warning("auto_create_failed", topics=names, error=str(e))

@@ -1,0 +1,77 @@
+"""Produce: validate and append batches as bytes on the leader, then answer per acks.
+
+Appends happen before the first await, so pipelined requests on one connection append in the
+order they were sent. acks=-1 waits (bounded by the request timeout) for the high watermark
+to pass the batch, i.e. for every in-sync replica to hold it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from broker.apis import RequestContext, api
+from broker.replication.partition import now_ms
+from broker.storage.errors import StorageError
+from protocol.errors import Errors
+from protocol.generated.produce import ProduceResponse
+
+R = ProduceResponse
+
+
+@api(0, 3, 12)
+async def produce(ctx: RequestContext, req) -> ProduceResponse | None:
+    b = ctx.broker
+    rm = b.replicas
+    image = b.metadata.image
+    acks = req.acks
+    now = now_ms()
+    waits: list[tuple[R.PartitionProduceResponse, object, int]] = []
+    responses = []
+    for t in req.topic_data:
+        tr = R.TopicProduceResponse(name=t.name)
+        responses.append(tr)
+        topic = image.topic(t.name)
+        for pd in t.partition_data:
+            pr = R.PartitionProduceResponse(index=pd.index, base_offset=-1)
+            tr.partition_responses.append(pr)
+            if acks not in (-1, 0, 1):
+                pr.error_code = Errors.INVALID_REQUIRED_ACKS
+                continue
+            p = rm.get(t.name, pd.index)
+            if p is None or not p.is_leader:
+                known = topic is not None and pd.index in topic.partitions
+                pr.error_code = Errors.NOT_LEADER_OR_FOLLOWER if known else Errors.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            if pd.records is None or len(pd.records) == 0:
+                pr.error_code = Errors.CORRUPT_MESSAGE
+                pr.error_message = "produce request holds no records"
+                continue
+            if acks == -1:
+                min_isr = int(rm.topic_config(t.name)["min.insync.replicas"])
+                if len(p.isr) < min_isr:
+                    pr.error_code = Errors.NOT_ENOUGH_REPLICAS
+                    pr.error_message = f"ISR has {len(p.isr)} replicas, min.insync.replicas is {min_isr}"
+                    continue
+            try:
+                info = p.log.append_as_leader(pd.records, p.leader_epoch, now)
+            except StorageError as e:
+                pr.error_code = e.error_code
+                pr.error_message = str(e)
+                b.log_produce_error(t.name, pd.index, e)
+                continue
+            pr.base_offset = info.first_offset
+            pr.log_append_time_ms = info.log_append_time
+            pr.log_start_offset = p.log.log_start_offset
+            p.notify_data()
+            p.maybe_advance_high_watermark()
+            if acks == -1:
+                waits.append((pr, p, info.last_offset + 1))
+    if acks == 0:
+        return None
+    if waits:
+        timeout = max(req.timeout_ms, 0) / 1000
+        done = await asyncio.gather(*(p.wait_for_high_watermark(end, timeout) for _, p, end in waits))
+        for (pr, p, _), ok in zip(waits, done):
+            if not ok:
+                pr.error_code = Errors.REQUEST_TIMED_OUT if p.is_leader else Errors.NOT_LEADER_OR_FOLLOWER
+    return R(responses=responses)

@@ -1,0 +1,105 @@
+"""The broker process: wires the controller channel, metadata loader, replica manager, lifecycle
+and the request server, and takes them down in order."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+import structlog
+
+from broker.config import BrokerConfig
+from broker.controller_channel import ControllerChannel
+from broker.fetch_sessions import FetchSessionCache
+from broker.lifecycle import BrokerLifecycle
+from broker.metadata_loader import MetadataLoader
+from broker.replication.replica_manager import ReplicaManager
+from broker.server import RequestDispatcher
+from broker.storage.log_dir import LogDir
+from node.server import FramedServer
+from protocol.generated.describe_cluster import DescribeClusterRequest
+
+log = structlog.get_logger(__name__)
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        host, port = config.controller[1], config.controller[2]
+        self.channel = ControllerChannel(host, port, config.node_id)
+        # The metadata fetch long-polls: its own connection keeps heartbeats and forwarded
+        # admin requests from queueing behind it (responses on a connection come in order).
+        self.metadata_channel = ControllerChannel(host, port, config.node_id)
+        self.metadata = MetadataLoader(self.metadata_channel, config.node_id)
+        self.lifecycle = BrokerLifecycle(config, self.channel, self.metadata)
+        self.fetch_sessions = FetchSessionCache(config.fetch_session_cache_slots)
+        self.cluster_id: str | None = None
+        self.replicas: ReplicaManager | None = None  # type: ignore[assignment]
+        self.server: FramedServer | None = None
+        self.port = 0
+        self._tasks: set[asyncio.Task] = set()
+
+    async def start(self) -> None:
+        self.cluster_id = await self._discover_cluster_id()
+        dirs = [LogDir(p) for p in self.config.log_dirs]
+        for d in dirs:
+            d.format_or_check(self.config.node_id, self.cluster_id)
+        self.replicas = ReplicaManager(self.config, dirs)
+        self.metadata.publishers.append(self.replicas.on_metadata)
+        await self.lifecycle.register(self.cluster_id, [d.directory_id for d in dirs])
+        self.metadata.start()
+        await self.metadata.caught_up.wait()
+        self.replicas.delete_strays(self.metadata.image)
+        self.replicas.start_retention()
+        self.lifecycle.start_heartbeats()
+        await self.lifecycle.unfenced.wait()
+        self.server = FramedServer(RequestDispatcher(self), max_frame=self.config.socket_request_max_bytes)
+        self.port = await self.server.start(self.config.listener.host, self.config.listener.port)
+        log.info("broker_started", listener=str(self.config.listener), port=self.port, cluster_id=self.cluster_id,
+                 metadata_offset=self.metadata.image.offset)
+
+    async def _discover_cluster_id(self) -> str:
+        """Ask the controller which cluster this is (retrying until it is up)."""
+        while True:
+            resp = await self.channel.request(DescribeClusterRequest(), timeout=10)
+            if resp.error_code == 0 and resp.cluster_id:
+                return resp.cluster_id
+            log.warning("cluster_id_unavailable", error_code=resp.error_code)
+            await asyncio.sleep(0.5)
+
+    async def forward(self, body: Any, version: int | None = None) -> Any:
+        """Send an admin request to the controller; answer once our image includes its effect."""
+        resp = await self.channel.request(body, version, retry=False)
+        await self.metadata.sync()
+        return resp
+
+    def spawn(self, coro: Coroutine) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def log_produce_error(self, topic: str, partition: int, exc: Exception) -> None:
+        log.warning("produce_rejected", topic=topic, partition=partition, error=str(exc))
+
+    async def shutdown(self, *, controlled: bool = True) -> None:
+        log.info("broker_stopping", controlled=controlled)
+        # Without a reachable controller nobody can move leadership: do not wait for it.
+        if controlled and self.lifecycle.broker_epoch >= 0 and self.channel.connected:
+            await self.lifecycle.controlled_shutdown(timeout=10)
+        steps = [
+            ("server", self.server.stop() if self.server is not None else None),
+            ("lifecycle", self.lifecycle.stop()),
+            ("metadata_loader", self.metadata.stop()),
+        ]
+        for name, coro in steps:
+            if coro is not None:
+                log.debug("shutdown_step", step=name)
+                await coro
+        for t in list(self._tasks):
+            t.cancel()
+        if self.replicas is not None:
+            self.replicas.shutdown()
+        await self.channel.close()
+        await self.metadata_channel.close()
+        log.info("broker_stopped")

@@ -1,0 +1,68 @@
+"""The broker's view of server.properties: typed, with Kafka's defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from node.config import ConfigError, Endpoint, NodeConfig
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    node_id: int
+    listener: Endpoint
+    advertised: Endpoint
+    controller: tuple[int, str, int]  # (node id, host, port) of the controller to follow
+    log_dirs: tuple[Path, ...]
+    rack: str | None
+    num_partitions: int
+    default_replication_factor: int
+    auto_create_topics: bool
+    socket_request_max_bytes: int
+    heartbeat_interval_ms: int
+    retention_check_interval_ms: int
+    replica_lag_time_max_ms: int
+    replica_fetch_wait_max_ms: int
+    replica_fetch_max_bytes: int
+    fetch_session_cache_slots: int
+    props: dict[str, str]
+
+    @classmethod
+    def from_node_config(cls, cfg: NodeConfig) -> BrokerConfig:
+        if "broker" not in cfg.roles:
+            raise ConfigError("process.roles must include broker for `python -m broker`")
+        names = set(cfg.controller_listener_names)
+        listeners = [e for e in cfg.listeners if e.listener not in names]
+        if not listeners:
+            raise ConfigError("listeners: no broker listener (all are controller listeners)")
+        listener = listeners[0]
+        adv = [e for e in cfg.advertised_listeners if e.listener == listener.listener] or [listener]
+        advertised = adv[0]
+        if advertised.host in ("", "0.0.0.0", "::"):
+            raise ConfigError(
+                "advertised.listeners: a client-reachable host is required when listening on all addresses"
+            )
+        voters = cfg.quorum_voters
+        if not voters:
+            raise ConfigError("controller.quorum.voters is required")
+        cid = min(voters)
+        return cls(
+            node_id=cfg.node_id,
+            listener=listener,
+            advertised=advertised,
+            controller=(cid, *voters[cid]),
+            log_dirs=tuple(cfg.log_dirs),
+            rack=cfg.props.get("broker.rack"),
+            num_partitions=cfg.int("num.partitions", 1),
+            default_replication_factor=cfg.int("default.replication.factor", 1),
+            auto_create_topics=cfg.bool("auto.create.topics.enable", True),
+            socket_request_max_bytes=cfg.int("socket.request.max.bytes", 104857600),
+            heartbeat_interval_ms=cfg.int("broker.heartbeat.interval.ms", 2000),
+            retention_check_interval_ms=cfg.int("log.retention.check.interval.ms", 300000),
+            replica_lag_time_max_ms=cfg.int("replica.lag.time.max.ms", 30000),
+            replica_fetch_wait_max_ms=cfg.int("replica.fetch.wait.max.ms", 500),
+            replica_fetch_max_bytes=cfg.int("replica.fetch.max.bytes", 1048576),
+            fetch_session_cache_slots=cfg.int("max.incremental.fetch.session.cache.slots", 1000),
+            props=dict(cfg.props),
+        )

@@ -1,0 +1,104 @@
+"""The broker's standing with the controller: registration, heartbeats, fencing, controlled
+shutdown. As in KRaft, a broker registers fenced and is unfenced once its metadata has caught up."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import structlog
+
+from broker.config import BrokerConfig
+from broker.controller_channel import ControllerChannel
+from broker.metadata_loader import MetadataLoader
+from node.client import ClientError
+from node.shutdown import stop_task
+from protocol.generated.broker_heartbeat import BrokerHeartbeatRequest
+from protocol.generated.broker_registration import BrokerRegistrationRequest
+
+log = structlog.get_logger(__name__)
+STALE_BROKER_EPOCH = 77
+
+
+class BrokerLifecycle:
+    def __init__(self, config: BrokerConfig, channel: ControllerChannel, loader: MetadataLoader) -> None:
+        self.config = config
+        self.channel = channel
+        self.loader = loader
+        self.incarnation_id = uuid.uuid4()
+        self.broker_epoch = -1
+        self.fenced = True
+        self.unfenced = asyncio.Event()
+        self.want_shutdown = False
+        self.shutdown_granted = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._stopping = False
+
+    async def register(self, cluster_id: str, log_dir_ids: list[uuid.UUID]) -> None:
+        R = BrokerRegistrationRequest
+        ep = self.config.advertised
+        req = R(
+            broker_id=self.config.node_id,
+            cluster_id=cluster_id,
+            incarnation_id=self.incarnation_id,
+            listeners=[R.Listener(name=ep.listener, host=ep.host, port=ep.port, security_protocol=0)],
+            features=[R.Feature(name="metadata.version", min_supported_version=1, max_supported_version=25)],
+            rack=self.config.rack,
+            log_dirs=log_dir_ids,
+            previous_broker_epoch=self.broker_epoch,
+        )
+        while True:
+            resp = await self.channel.request(req)
+            if resp.error_code == 0:
+                self.broker_epoch = resp.broker_epoch
+                log.info("broker_registered", broker_epoch=self.broker_epoch)
+                return
+            log.warning("broker_registration_failed", error_code=resp.error_code)
+            await asyncio.sleep(1)
+
+    def start_heartbeats(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._heartbeat_loop())
+
+    async def _heartbeat_loop(self) -> None:
+        interval = self.config.heartbeat_interval_ms / 1000
+        while not self._stopping:
+            req = BrokerHeartbeatRequest(
+                broker_id=self.config.node_id,
+                broker_epoch=self.broker_epoch,
+                current_metadata_offset=self.loader.image.offset,
+                want_fence=False,
+                want_shut_down=self.want_shutdown,
+            )
+            try:
+                resp = await self.channel.request(req, timeout=10)
+            except ClientError as e:
+                log.warning("heartbeat_failed", error=str(e))
+                await asyncio.sleep(min(interval, 0.5))
+                continue
+            if resp.error_code == STALE_BROKER_EPOCH:
+                log.warning("heartbeat_stale_epoch", broker_epoch=self.broker_epoch)
+            elif resp.error_code:
+                log.warning("heartbeat_error", error_code=resp.error_code)
+            else:
+                if self.fenced != resp.is_fenced:
+                    log.info("broker_fenced" if resp.is_fenced else "broker_unfenced")
+                self.fenced = resp.is_fenced
+                if not self.fenced:
+                    self.unfenced.set()
+                if resp.should_shut_down:
+                    self.shutdown_granted.set()
+                    return
+            # heartbeat sooner while waiting to be unfenced or for shutdown, as KRaft brokers do
+            await asyncio.sleep(interval if not (self.fenced or self.want_shutdown) else min(interval, 0.2))
+
+    async def controlled_shutdown(self, timeout: float) -> None:
+        self.want_shutdown = True
+        try:
+            await asyncio.wait_for(self.shutdown_granted.wait(), timeout)
+            log.info("controlled_shutdown_complete")
+        except TimeoutError:
+            log.warning("controlled_shutdown_timed_out", timeout_s=timeout)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        await stop_task(self._task)

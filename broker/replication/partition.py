@@ -1,0 +1,144 @@
+"""One partition's active chunk replica on this broker: its log, its role, its high watermark,
+and the futures of requests waiting for data (long-poll Fetch) or replication (acks=all)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from uuid import UUID
+
+import structlog
+
+from broker.storage.log import Log
+from metadata import PartitionInfo
+
+log = structlog.get_logger(__name__)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class FollowerState:
+    __slots__ = ("log_end_offset", "last_caught_up_ms", "last_fetch_ms")
+
+    def __init__(self) -> None:
+        self.log_end_offset = -1
+        self.last_caught_up_ms = 0
+        self.last_fetch_ms = 0
+
+
+class Partition:
+    def __init__(self, topic: str, index: int, topic_id: UUID, log_: Log, node_id: int) -> None:
+        self.topic = topic
+        self.index = index
+        self.topic_id = topic_id
+        self.log = log_
+        self.node_id = node_id
+        self.info: PartitionInfo | None = None
+        self.followers: dict[int, FollowerState] = {}
+        self._data_waiters: list[asyncio.Future] = []
+        self._hw_waiters: list[tuple[int, asyncio.Future]] = []
+
+    def __repr__(self) -> str:
+        return f"Partition({self.topic}-{self.index})"
+
+    # ---- role
+    @property
+    def is_leader(self) -> bool:
+        return self.info is not None and self.info.leader == self.node_id
+
+    @property
+    def leader_epoch(self) -> int:
+        return -1 if self.info is None else self.info.leader_epoch
+
+    @property
+    def isr(self) -> tuple[int, ...]:
+        return () if self.info is None else self.info.isr
+
+    def update(self, info: PartitionInfo) -> None:
+        """Apply the partition's new metadata (leader, epoch, ISR)."""
+        became_leader = info.leader == self.node_id and (
+            self.info is None or self.info.leader_epoch != info.leader_epoch or not self.is_leader
+        )
+        self.info = info
+        if became_leader:
+            self.log.leader_epoch_cache.assign(info.leader_epoch, self.log.log_end_offset)
+            self.followers = {r: FollowerState() for r in info.replicas if r != self.node_id}
+            log.info("became_leader", topic=self.topic, partition=self.index, epoch=info.leader_epoch)
+        self.maybe_advance_high_watermark()
+        self.notify_data()
+
+    # ---- high watermark
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    def maybe_advance_high_watermark(self) -> None:
+        if not self.is_leader:
+            return
+        leo = self.log.log_end_offset
+        hw = leo
+        for r in self.isr:
+            if r == self.node_id:
+                continue
+            st = self.followers.get(r)
+            hw = min(hw, st.log_end_offset if st is not None else -1)
+        if hw > self.log.high_watermark:
+            self.log.update_high_watermark(hw)
+            self._release_hw_waiters(hw)
+            self.notify_data()
+
+    def update_follower(self, replica_id: int, fetch_offset: int) -> None:
+        """A follower fetched from `fetch_offset`: everything before it is on that replica."""
+        st = self.followers.get(replica_id)
+        if st is None:
+            st = self.followers[replica_id] = FollowerState()
+        t = now_ms()
+        st.log_end_offset = fetch_offset
+        st.last_fetch_ms = t
+        if fetch_offset >= self.log.log_end_offset:
+            st.last_caught_up_ms = t
+        self.maybe_advance_high_watermark()
+
+    async def wait_for_high_watermark(self, offset: int, timeout: float) -> bool:
+        """acks=all: wait until the HW passes `offset` (exclusive end)."""
+        if self.log.high_watermark >= offset:
+            return True
+        fut = asyncio.get_running_loop().create_future()
+        self._hw_waiters.append((offset, fut))
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            return False
+
+    def _release_hw_waiters(self, hw: int) -> None:
+        if not self._hw_waiters:
+            return
+        keep = []
+        for off, fut in self._hw_waiters:
+            if hw >= off:
+                if not fut.done():
+                    fut.set_result(True)
+            else:
+                keep.append((off, fut))
+        self._hw_waiters = keep
+
+    def fail_waiters(self) -> None:
+        """Leadership moved: acks=all requests waiting here will not complete."""
+        for _, fut in self._hw_waiters:
+            if not fut.done():
+                fut.set_result(False)
+        self._hw_waiters = []
+        self.notify_data()
+
+    # ---- long poll
+    def add_data_waiter(self, fut: asyncio.Future) -> None:
+        self._data_waiters.append(fut)
+
+    def notify_data(self) -> None:
+        if self._data_waiters:
+            waiters, self._data_waiters = self._data_waiters, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(True)

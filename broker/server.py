@@ -1,0 +1,57 @@
+"""The broker's request path: frame -> decoded request -> API handler -> encoded response.
+
+Unknown API keys or versions: an ApiVersions request gets UNSUPPORTED_VERSION with a v0 body
+listing what we serve (so a newer client can retry with a version we know); anything else is
+a client bug and closes that connection, logged once. Malformed bytes do the same.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import structlog
+
+from broker.apis import HANDLERS, RequestContext, load_all
+from protocol.errors import ProtocolError
+from protocol.generated.api_versions import ApiVersionsResponse
+from protocol.headers import UnsupportedRequest, decode_request, encode_response
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+    from node.server import Connection
+
+log = structlog.get_logger(__name__)
+API_VERSIONS = 18
+UNSUPPORTED_VERSION = 35
+
+
+def advertised_versions() -> list[ApiVersionsResponse.ApiVersion]:
+    return [
+        ApiVersionsResponse.ApiVersion(api_key=e.key, min_version=e.min_version, max_version=e.max_version)
+        for e in sorted(load_all().values(), key=lambda e: e.key)
+    ]
+
+
+class RequestDispatcher:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        load_all()
+
+    async def __call__(self, frame: bytes, conn: Connection) -> list | None:
+        try:
+            req = decode_request(frame)
+            entry = HANDLERS.get(req.api_key)
+            if entry is None or not entry.min_version <= req.api_version <= entry.max_version:
+                raise UnsupportedRequest(
+                    f"API {req.api_key} v{req.api_version} is not served", req.api_key, req.api_version, req.correlation_id
+                )
+        except UnsupportedRequest as e:
+            if e.api_key == API_VERSIONS:
+                body = ApiVersionsResponse(error_code=UNSUPPORTED_VERSION, api_keys=advertised_versions())
+                return encode_response(API_VERSIONS, 0, e.correlation_id, body)
+            raise ProtocolError(str(e), error_code=UNSUPPORTED_VERSION) from None
+        ctx = RequestContext(self.broker, req.api_key, req.api_version, req.correlation_id, req.header.client_id, conn)
+        resp = await entry.handler(ctx, req.body)
+        if resp is None:
+            return None
+        return encode_response(req.api_key, req.api_version, req.correlation_id, resp)

@@ -1,0 +1,42 @@
+"""python -m controller --config server.properties"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import uvloop
+
+from controller.config import ControllerConfig
+from controller.log_dirs import StartupError
+from node.config import ConfigError, NodeConfig
+from node.logging import configure
+
+EXIT_BAD_CONFIG = 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m controller", description="Run the Strata controller.")
+    parser.add_argument("--config", required=True, help="path to server.properties")
+    args = parser.parse_args(argv)
+    try:
+        config = ControllerConfig.from_node_config(NodeConfig.load(args.config))
+    except ConfigError as e:
+        print(f"controller: bad config {args.config}: {e}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    configure(os.environ.get("STRATA_LOG_LEVEL", "INFO"), node_id=config.node_id, role="controller")
+    from controller.app import run  # after logging is configured
+
+    try:
+        return uvloop.run(run(config))
+    except StartupError as e:
+        print(f"controller: cannot start: {e}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    except OSError as e:
+        print(f"controller: cannot start: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""IncrementalAlterConfigs and AlterConfigs (topics and brokers). DescribeConfigs is the
+brokers' job: they answer it from their own MetadataImage."""
+
+from __future__ import annotations
+
+from controller.apis import Apis
+from protocol.generated.alter_configs import AlterConfigsRequest, AlterConfigsResponse
+from protocol.generated.incremental_alter_configs import (
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+from protocol.headers import Request
+
+
+async def incremental_alter_configs(apis: Apis, req: Request) -> IncrementalAlterConfigsResponse:
+    results = await apis.configs.incremental_alter(req.body.resources, req.body.validate_only)
+    R = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+    return IncrementalAlterConfigsResponse(
+        throttle_time_ms=0,
+        responses=[
+            R(
+                error_code=r.error.code if r.error else 0,
+                error_message=r.error.message if r.error else None,
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+            )
+            for r in results
+        ],
+    )
+
+
+async def alter_configs(apis: Apis, req: Request) -> AlterConfigsResponse:
+    results = await apis.configs.alter(req.body.resources, req.body.validate_only)
+    R = AlterConfigsResponse.AlterConfigsResourceResponse
+    return AlterConfigsResponse(
+        throttle_time_ms=0,
+        responses=[
+            R(
+                error_code=r.error.code if r.error else 0,
+                error_message=r.error.message if r.error else None,
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+            )
+            for r in results
+        ],
+    )
+
+
+HANDLERS = {
+    44: (
+        IncrementalAlterConfigsRequest.MIN_VERSION,
+        IncrementalAlterConfigsRequest.MAX_VERSION,
+        incremental_alter_configs,
+    ),
+    33: (AlterConfigsRequest.MIN_VERSION, AlterConfigsRequest.MAX_VERSION, alter_configs),
+}

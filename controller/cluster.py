@@ -1,0 +1,181 @@
+"""Broker lifecycle: registration, heartbeats, fencing, controlled shutdown.
+
+A broker registers (fenced; its epoch is the offset of its RegisterBrokerRecord), heartbeats,
+and is unfenced once its metadata has caught up to its own registration. A broker that stops
+heartbeating for broker.session.timeout.ms is fenced. Fencing, a new incarnation replacing an old
+one, and controlled shutdown all take the broker out of ISRs and leaderships (replication.py).
+
+Controlled shutdown (want_shut_down) is two steps, as in Kafka: the first heartbeat moves the
+broker's leaderships away and marks it in controlled shutdown; once the broker reports a metadata
+offset that includes those moves, it is fenced and told should_shut_down.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from uuid import UUID
+
+import structlog
+
+from controller.controller import Batch, Controller
+from controller.errors import ApiError, Errors
+from controller.replication import elect_leaderless, leaderships, remove_broker, usable_ids
+from metadata.image import BrokerInfo, MetadataImage
+from protocol.generated.metadata_records.broker_registration_change_record import BrokerRegistrationChangeRecord
+from protocol.generated.metadata_records.fence_broker_record import FenceBrokerRecord
+from protocol.generated.metadata_records.register_broker_record import RegisterBrokerRecord
+from protocol.generated.metadata_records.unfence_broker_record import UnfenceBrokerRecord
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class Registration:
+    broker_id: int
+    cluster_id: str
+    incarnation_id: UUID
+    listeners: list[tuple[str, str, int, int]]  # name, host, port, security protocol
+    features: list[tuple[str, int, int]]
+    rack: str | None
+    log_dirs: list[UUID]
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    broker_id: int
+    broker_epoch: int
+    current_metadata_offset: int
+    want_fence: bool
+    want_shut_down: bool
+
+
+@dataclass(frozen=True)
+class HeartbeatReply:
+    is_caught_up: bool
+    is_fenced: bool
+    should_shut_down: bool
+
+
+class ClusterControl:
+    def __init__(self, controller: Controller) -> None:
+        self.ctl = controller
+
+    # ---- registration
+    async def register(self, reg: Registration) -> int:
+        """The broker's epoch; raises ApiError."""
+
+        def build(image: MetadataImage, batch: Batch) -> tuple[int, str]:
+            if reg.cluster_id != self.ctl.cluster_id:
+                raise ApiError(
+                    Errors.INCONSISTENT_CLUSTER_ID,
+                    f"Broker {reg.broker_id} belongs to cluster {reg.cluster_id!r}, this controller to {self.ctl.cluster_id!r}.",
+                )
+            if reg.broker_id < 0:
+                raise ApiError(Errors.INVALID_REGISTRATION, f"Broker id {reg.broker_id} is negative.")
+            if not reg.listeners:
+                raise ApiError(Errors.INVALID_REGISTRATION, "A broker must register at least one listener.")
+            cur = image.brokers.get(reg.broker_id)
+            if cur is not None and cur.incarnation_id == reg.incarnation_id:
+                return cur.epoch, "retry"  # the same process asking again: same answer
+            if cur is not None:
+                # A new process under an old id: it may have lost unflushed data, so the old
+                # incarnation leaves every ISR and leadership before the new one is recorded.
+                usable = usable_ids(image) - {reg.broker_id}
+                batch.extend(remove_broker(image, reg.broker_id, usable, self.ctl.unclean_for(image)))
+            epoch = batch.next_offset
+            batch.add(
+                RegisterBrokerRecord(
+                    broker_id=reg.broker_id,
+                    incarnation_id=reg.incarnation_id,
+                    broker_epoch=epoch,
+                    end_points=[RegisterBrokerRecord.BrokerEndpoint(n, h, p, sp) for n, h, p, sp in reg.listeners],
+                    features=[RegisterBrokerRecord.BrokerFeature(n, lo, hi) for n, lo, hi in reg.features],
+                    rack=reg.rack,
+                    fenced=True,
+                    in_controlled_shutdown=False,
+                    log_dirs=list(reg.log_dirs),
+                )
+            )
+            return epoch, "new" if cur is None else "replaced"
+
+        epoch, how = await self.ctl.write(build)
+        self.ctl.sessions.touch(reg.broker_id)
+        if how != "retry":
+            self.ctl.shutdown_offsets.pop(reg.broker_id, None)
+        log.info("broker_registered", broker=reg.broker_id, epoch=epoch, how=how, rack=reg.rack)
+        return epoch
+
+    # ---- heartbeat
+    async def heartbeat(self, hb: Heartbeat) -> HeartbeatReply:
+        def build(image: MetadataImage, batch: Batch) -> HeartbeatReply:
+            b = image.brokers.get(hb.broker_id)
+            if b is None:
+                raise ApiError(Errors.STALE_BROKER_EPOCH, f"Broker {hb.broker_id} is not registered.")
+            if b.epoch != hb.broker_epoch:
+                raise ApiError(
+                    Errors.STALE_BROKER_EPOCH,
+                    f"Broker {hb.broker_id} has epoch {b.epoch}; the heartbeat carries {hb.broker_epoch}.",
+                )
+            self.ctl.sessions.touch(hb.broker_id)
+            caught_up = hb.current_metadata_offset >= b.epoch
+            if hb.want_shut_down:
+                return self._shutdown_step(image, batch, b, hb, caught_up)
+            if b.fenced:
+                if hb.want_fence or not caught_up or b.in_controlled_shutdown:
+                    return HeartbeatReply(caught_up, True, False)
+                batch.add(UnfenceBrokerRecord(id=b.id, epoch=b.epoch))
+                usable = usable_ids(image) | {b.id}
+                batch.extend(elect_leaderless(image, usable, self.ctl.unclean_for(image), only_broker=b.id))
+                log.info("broker_unfenced", broker=b.id, epoch=b.epoch)
+                return HeartbeatReply(caught_up, False, False)
+            if hb.want_fence:
+                self._fence(image, batch, b, "asked")
+                return HeartbeatReply(caught_up, True, False)
+            return HeartbeatReply(caught_up, False, False)
+
+        return await self.ctl.write(build)
+
+    def _shutdown_step(
+        self, image: MetadataImage, batch: Batch, b: BrokerInfo, hb: Heartbeat, caught_up: bool
+    ) -> HeartbeatReply:
+        if b.fenced:
+            return HeartbeatReply(caught_up, True, True)  # leads nothing already: stop now
+        if not b.in_controlled_shutdown:
+            usable = usable_ids(image) - {b.id}
+            batch.extend(remove_broker(image, b.id, usable, self.ctl.unclean_for(image)))
+            batch.add(BrokerRegistrationChangeRecord(broker_id=b.id, broker_epoch=b.epoch, in_controlled_shutdown=1))
+            self.ctl.shutdown_offsets[b.id] = batch.next_offset - 1
+            log.info("broker_controlled_shutdown", broker=b.id, moves=len(batch.records) - 1)
+            return HeartbeatReply(caught_up, False, False)
+        needed = self.ctl.shutdown_offsets.get(b.id, -1)
+        if hb.current_metadata_offset >= needed and leaderships(image, b.id) == 0:
+            batch.add(FenceBrokerRecord(id=b.id, epoch=b.epoch))
+            log.info("broker_shut_down", broker=b.id, epoch=b.epoch)
+            return HeartbeatReply(caught_up, True, True)
+        return HeartbeatReply(caught_up, False, False)
+
+    def _fence(self, image: MetadataImage, batch: Batch, b: BrokerInfo, why: str) -> None:
+        usable = usable_ids(image) - {b.id}
+        moves = remove_broker(image, b.id, usable, self.ctl.unclean_for(image))
+        batch.extend(moves)
+        batch.add(FenceBrokerRecord(id=b.id, epoch=b.epoch))
+        log.warning("broker_fenced", broker=b.id, epoch=b.epoch, why=why, partition_changes=len(moves))
+
+    # ---- session timeouts
+    async def fence_expired(self) -> list[int]:
+        """Fence every unfenced broker whose session ran out. Returns their ids."""
+        candidates = [b.id for b in self.ctl.image.brokers.values() if not b.fenced]
+        fenced = []
+        for broker_id in self.ctl.sessions.expired(candidates):
+
+            def build(image: MetadataImage, batch: Batch, broker_id: int = broker_id) -> bool:
+                b = image.brokers.get(broker_id)
+                # re-checked under the lock: it may have heartbeated or been fenced meanwhile
+                if b is None or b.fenced or not self.ctl.sessions.expired([broker_id]):
+                    return False
+                self._fence(image, batch, b, "session_timeout")
+                return True
+
+            if await self.ctl.write(build):
+                fenced.append(broker_id)
+        return fenced

@@ -1,0 +1,102 @@
+"""The controller's settings, read from server.properties with Kafka's KRaft property names.
+
+Everything is checked at start so a bad file fails with one clear line (ConfigError).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from node.config import ConfigError, Endpoint, NodeConfig
+from protocol.framing import DEFAULT_MAX_FRAME
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    node_id: int
+    listeners: tuple[Endpoint, ...]  # the controller listeners this process binds
+    voters: dict[int, tuple[str, int]]
+    log_dirs: tuple[Path, ...]
+    cluster_id: str | None  # from `cluster.id`, used only when formatting an empty log dir
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    session_timeout_ms: int = 9000
+    heartbeat_interval_ms: int = 2000
+    snapshot_max_bytes: int = 20 * 1024 * 1024
+    max_request_bytes: int = DEFAULT_MAX_FRAME
+    static: dict[str, str] = field(default_factory=dict)  # every property, for topic config defaults
+    metadata_log_dir: Path | None = None  # Kafka's metadata.log.dir; default: the first log dir
+
+    @property
+    def metadata_dir(self) -> Path:
+        return self.metadata_log_dir or self.log_dirs[0]
+
+    @property
+    def all_dirs(self) -> tuple[Path, ...]:
+        """Every directory to format: the log dirs and the metadata log dir."""
+        return self.log_dirs if self.metadata_dir in self.log_dirs else (*self.log_dirs, self.metadata_dir)
+
+    @classmethod
+    def from_node_config(cls, cfg: NodeConfig) -> ControllerConfig:
+        roles = cfg.roles
+        if roles != {"controller"}:
+            raise ConfigError(
+                f"process.roles: {cfg.props.get('process.roles')!r}: this process runs the controller role only "
+                "(combined broker,controller mode is not supported)"
+            )
+        node_id = cfg.node_id
+        if node_id < 0:
+            raise ConfigError(f"node.id: {node_id} must be 0 or more")
+        names = cfg.controller_listener_names
+        listeners = tuple(e for e in cfg.listeners if e.listener in names)
+        if not listeners:
+            raise ConfigError(
+                f"listeners: none of {cfg.props.get('listeners')!r} is named in controller.listener.names ({','.join(names)})"
+            )
+        voters = cfg.quorum_voters
+        if node_id not in voters:
+            raise ConfigError(f"controller.quorum.voters: this node ({node_id}) is not one of the voters")
+        if len(voters) != 1:
+            raise ConfigError("controller.quorum.voters: only a quorum of one voter (this node) is supported for now")
+        cluster_id = cfg.props.get("cluster.id") or None
+        if cluster_id is not None:
+            check_cluster_id(cluster_id)
+        out = cls(
+            node_id=node_id,
+            listeners=listeners,
+            voters=voters,
+            log_dirs=tuple(cfg.log_dirs),
+            cluster_id=cluster_id,
+            num_partitions=cfg.int("num.partitions", 1),
+            default_replication_factor=cfg.int("default.replication.factor", 1),
+            session_timeout_ms=cfg.int("broker.session.timeout.ms", 9000),
+            heartbeat_interval_ms=cfg.int("broker.heartbeat.interval.ms", 2000),
+            snapshot_max_bytes=cfg.int("metadata.log.max.record.bytes.between.snapshots", 20 * 1024 * 1024),
+            max_request_bytes=cfg.int("socket.request.max.bytes", DEFAULT_MAX_FRAME),
+            static=dict(cfg.props),
+            metadata_log_dir=Path(cfg.props["metadata.log.dir"]) if cfg.props.get("metadata.log.dir") else None,
+        )
+        for key, value, lo, hi in [
+            ("num.partitions", out.num_partitions, 1, 2**31 - 1),
+            ("default.replication.factor", out.default_replication_factor, 1, 2**15 - 1),
+            ("broker.session.timeout.ms", out.session_timeout_ms, 1, 2**31 - 1),
+            ("broker.heartbeat.interval.ms", out.heartbeat_interval_ms, 1, 2**31 - 1),
+            ("metadata.log.max.record.bytes.between.snapshots", out.snapshot_max_bytes, 1, 2**63 - 1),
+            ("socket.request.max.bytes", out.max_request_bytes, 1, 2**31 - 1),
+        ]:
+            if not lo <= value <= hi:
+                raise ConfigError(f"{key}: {value} is out of range ({lo} to {hi})")
+        return out
+
+
+def check_cluster_id(value: str) -> None:
+    """A cluster id is a base64url (no padding) 16-byte UUID, as Kafka's storage format tool makes."""
+    try:
+        raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(value) != 22 or len(raw) != 16:
+        raise ConfigError(f"cluster.id: {value!r} is not a base64url-encoded 16-byte UUID (22 characters)")

@@ -1,0 +1,343 @@
+"""The durable metadata log: `<log dir>/__cluster_metadata-0/<base offset, 20 digits>.log` segments
+of Kafka record batches (magic 2, CRC32C), each record's value one framed metadata record.
+
+One controller operation is one batch, so an operation is all or nothing on disk. An append is
+written and fsynced (in a thread, never on the event loop) before the operation is acknowledged
+and before Fetch can see it, so brokers never read records that a crash could take back.
+
+Recovery on open validates every batch (length, magic, CRC, contiguous offsets) and truncates
+the log at the first bad one: a torn tail is an append whose fsync never finished, so it was
+never acknowledged. An in-memory index (per segment: base offsets and file positions of every
+batch) serves reads with two bisections. Snapshots roll the log to a new segment at the snapshot
+offset, so truncating "before the snapshot" is deleting whole older segment files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import os
+import re
+import time
+from array import array
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from metadata.image import METADATA_TOPIC
+from metadata.records import encode_record
+from protocol.errors import ProtocolError
+from protocol.records import Record, encode_batch, iter_batches
+
+log = structlog.get_logger(__name__)
+
+PARTITION_DIR = f"{METADATA_TOPIC}-0"
+_SEGMENT_RE = re.compile(r"(\d{20})\.log")
+
+
+class LogCorruption(Exception):
+    """The log cannot be recovered automatically (a hole, not a torn tail)."""
+
+
+class OffsetOutOfRange(Exception):
+    """The offset is below the log start (moved to a snapshot) or past the log end."""
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}.log"
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _Segment:
+    __slots__ = ("base_offset", "end_offset", "path", "size", "bases", "positions")
+
+    def __init__(self, base_offset: int, path: Path) -> None:
+        self.base_offset = base_offset
+        self.end_offset = base_offset  # next offset after the last batch
+        self.path = path
+        self.size = 0
+        self.bases = array("q")
+        self.positions = array("q")
+
+
+class MetadataLog:
+    def __init__(self, log_dir: Path, *, leader_epoch: int = 1) -> None:
+        self.dir = log_dir / PARTITION_DIR
+        self.leader_epoch = leader_epoch
+        self._segments: list[_Segment] = []
+        self._start = 0
+        self._fd: int | None = None
+        # One writer thread keeps appends in order and off the loop; reads use the default pool.
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="metadata-log")
+        self._appended = asyncio.Event()
+
+    # ---- state
+    @property
+    def start_offset(self) -> int:
+        return self._start
+
+    @property
+    def end_offset(self) -> int:
+        return self._segments[-1].end_offset if self._segments else self._start
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segment_offsets(self) -> list[int]:
+        return [s.base_offset for s in self._segments]
+
+    # ---- open and recovery (at start, before anything is served)
+    def open(self, start_offset: int) -> dict[str, Any]:
+        """Recover the segments; `start_offset` is where the latest snapshot ends (0 if none).
+        Returns facts for the start-up log line."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._start = start_offset
+        report: dict[str, Any] = {"truncated_bytes": 0, "deleted_segments": 0}
+        for p in self.dir.glob("*.log.tmp"):
+            p.unlink()
+        found = sorted(
+            (int(m.group(1)), p) for p in self.dir.iterdir() if (m := _SEGMENT_RE.fullmatch(p.name)) is not None
+        )
+        # Segments wholly below the snapshot are covered by it (a crash between writing the
+        # snapshot and deleting them leaves them behind): drop them unread.
+        while len(found) > 1 and found[1][0] <= start_offset:
+            found.pop(0)[1].unlink()
+            report["deleted_segments"] += 1
+        segments: list[_Segment] = []
+        for i, (base, path) in enumerate(found):
+            seg = _Segment(base, path)
+            if segments and base != segments[-1].end_offset and base > start_offset:
+                raise LogCorruption(
+                    f"metadata log segment {path.name} starts at {base} but the previous one ends at "
+                    f"{segments[-1].end_offset}: records are missing"
+                )
+            torn = self._scan(seg, report)
+            segments.append(seg)
+            if torn:
+                for _, later in found[i + 1 :]:
+                    log.error("metadata_log_segment_deleted_after_corruption", segment=later.name)
+                    later.unlink()
+                    report["deleted_segments"] += 1
+                break
+        # A last segment that ends at or below the snapshot (the log lost its tail) is replaced.
+        kept = []
+        for seg in segments:
+            if seg.base_offset < start_offset and seg.end_offset <= start_offset:
+                seg.path.unlink()
+                report["deleted_segments"] += 1
+            else:
+                kept.append(seg)
+        segments = kept
+        if segments and segments[0].base_offset > start_offset:
+            raise LogCorruption(
+                f"metadata log starts at offset {segments[0].base_offset} but the latest snapshot ends at "
+                f"{start_offset}: records in between are missing"
+            )
+        for seg in segments:
+            i = bisect.bisect_right(seg.bases, start_offset) - 1
+            if seg.base_offset < start_offset and i >= 0 and seg.bases[i] < start_offset:
+                nxt = seg.bases[i + 1] if i + 1 < len(seg.bases) else seg.end_offset
+                if nxt > start_offset:
+                    raise LogCorruption(
+                        f"the metadata log batch at {seg.bases[i]} straddles the snapshot offset {start_offset}"
+                    )
+        if not segments:
+            seg = _Segment(start_offset, self.dir / segment_name(start_offset))
+            seg.path.touch()
+            fsync_dir(self.dir)
+            segments.append(seg)
+        self._segments = segments
+        self._fd = os.open(segments[-1].path, os.O_WRONLY | os.O_APPEND)
+        report.update(start_offset=self.start_offset, end_offset=self.end_offset, segments=len(segments))
+        return report
+
+    def _scan(self, seg: _Segment, report: dict[str, Any]) -> bool:
+        """Index one segment's batches; truncate it at the first invalid one. True if truncated."""
+        data = seg.path.read_bytes()
+        expected = seg.base_offset
+        pos = 0
+        problem = None
+        try:
+            for pos, h in iter_batches(data, check_crc=True, allow_partial_tail=False):
+                if h.base_offset != expected or h.record_count < 1 or h.last_offset_delta != h.record_count - 1:
+                    problem = (
+                        f"batch at byte {pos} has offsets {h.base_offset}+{h.last_offset_delta}, expected {expected}"
+                    )
+                    break
+                seg.bases.append(h.base_offset)
+                seg.positions.append(pos)
+                expected = h.last_offset + 1
+                seg.size = pos + h.size
+        except ProtocolError as e:
+            problem = str(e)
+        if problem is None and seg.size == len(data):
+            seg.end_offset = expected
+            return False
+        seg.end_offset = expected
+        cut = len(data) - seg.size
+        # Only a torn tail is expected; anything else is logged loudly but handled the same way,
+        # as Kafka does: the log ends at the last good batch.
+        log.warning(
+            "metadata_log_truncated",
+            segment=seg.path.name,
+            at_byte=seg.size,
+            dropped_bytes=cut,
+            reason=problem or "incomplete batch at the end",
+        )
+        with open(seg.path, "r+b") as f:
+            f.truncate(seg.size)
+            f.flush()
+            os.fsync(f.fileno())
+        report["truncated_bytes"] += cut
+        return True
+
+    def read_batches(self, from_offset: int) -> Iterator[bytes]:
+        """Every whole batch at or after from_offset, from the files (start-up replay only)."""
+        for seg in self._segments:
+            if seg.end_offset <= from_offset or not seg.bases:
+                continue
+            data = seg.path.read_bytes()[: seg.size]
+            for i, base in enumerate(seg.bases):
+                if base < from_offset:
+                    continue
+                end = seg.positions[i + 1] if i + 1 < len(seg.positions) else seg.size
+                yield data[seg.positions[i] : end]
+
+    # ---- append
+    def encode(self, records: list, base_offset: int) -> bytes:
+        return encode_batch(
+            [Record(value=encode_record(r)) for r in records],
+            base_offset=base_offset,
+            partition_leader_epoch=self.leader_epoch,
+            base_timestamp=int(time.time() * 1000),
+        )
+
+    async def append(self, records: list) -> tuple[int, int]:
+        """Write one batch holding `records` and fsync it. Returns (base offset, bytes written).
+        Any OSError is fatal to the caller: the file may now hold a torn batch."""
+        if not records:
+            raise ValueError("an append needs at least one record")
+        seg = self._segments[-1]
+        base = seg.end_offset
+        data = self.encode(records, base)
+        await asyncio.get_running_loop().run_in_executor(self._writer, self._write, data)
+        seg.bases.append(base)
+        seg.positions.append(seg.size)
+        seg.size += len(data)
+        seg.end_offset = base + len(records)
+        self._notify()
+        return base, len(data)
+
+    def _write(self, data: bytes) -> None:
+        assert self._fd is not None
+        view = memoryview(data)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+        os.fsync(self._fd)
+
+    def _notify(self) -> None:
+        ev, self._appended = self._appended, asyncio.Event()
+        ev.set()
+
+    async def wait_for_data(self, offset: int, timeout: float) -> None:
+        """Return when the log end passes `offset`, or after `timeout` seconds (long poll)."""
+        if self.end_offset > offset or timeout <= 0:
+            return
+        ev = self._appended
+        try:
+            await asyncio.wait_for(ev.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    # ---- read
+    async def read(self, offset: int, max_bytes: int) -> bytes:
+        """Whole batches starting with the one holding `offset`, at most max_bytes unless the
+        first batch alone is larger (it is returned whole, as Kafka does)."""
+        if offset < self._start or offset > self.end_offset:
+            raise OffsetOutOfRange(offset)
+        if offset == self.end_offset:
+            return b""
+        k = bisect.bisect_right([s.base_offset for s in self._segments], offset) - 1
+        seg = self._segments[k]
+        if offset >= seg.end_offset:  # an empty rolled segment sits at this offset
+            seg = self._segments[k + 1]
+        i = bisect.bisect_right(seg.bases, offset) - 1
+        start = seg.positions[i]
+        first_end = seg.positions[i + 1] if i + 1 < len(seg.positions) else seg.size
+        limit = start + max(max_bytes, 0)
+        if seg.size <= limit:
+            end = seg.size
+        else:
+            j = bisect.bisect_right(seg.positions, limit) - 1
+            end = max(seg.positions[j], first_end)
+        path = seg.path
+        try:
+            return await asyncio.get_running_loop().run_in_executor(None, _pread, path, start, end - start)
+        except FileNotFoundError:
+            raise OffsetOutOfRange(offset) from None  # the segment went to a snapshot meanwhile
+
+    # ---- roll and truncate (snapshots)
+    async def roll(self) -> None:
+        """Start a new segment at the log end, so a snapshot there can drop whole files."""
+        seg = self._segments[-1]
+        if seg.end_offset == seg.base_offset:
+            return
+        new = _Segment(seg.end_offset, self.dir / segment_name(seg.end_offset))
+        old_fd = self._fd
+        self._fd = await asyncio.get_running_loop().run_in_executor(self._writer, self._create, new.path, old_fd)
+        self._segments.append(new)
+
+    def _create(self, path: Path, old_fd: int | None) -> int:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
+        fsync_dir(self.dir)
+        if old_fd is not None:
+            os.close(old_fd)
+        return fd
+
+    async def truncate_before(self, offset: int) -> int:
+        """Make `offset` the log start (a snapshot covers what is before it) and delete the
+        segment files wholly below it. Returns how many files were deleted."""
+        if offset <= self._start:
+            return 0
+        self._start = offset
+        doomed = []
+        while len(self._segments) > 1 and self._segments[0].end_offset <= offset:
+            doomed.append(self._segments.pop(0).path)
+        if doomed:
+            await asyncio.get_running_loop().run_in_executor(self._writer, self._unlink, doomed)
+        return len(doomed)
+
+    def _unlink(self, paths: list[Path]) -> None:
+        for p in paths:
+            p.unlink(missing_ok=True)
+        fsync_dir(self.dir)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self._writer.shutdown(wait=True)
+
+
+def _pread(path: Path, position: int, length: int) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = os.pread(fd, length, position)
+    finally:
+        os.close(fd)
+    if len(data) != length:
+        raise FileNotFoundError(f"{path} is shorter than its index")
+    return data

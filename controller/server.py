@@ -1,0 +1,60 @@
+"""Dispatch: frame -> decode_request -> handler -> encode_response, on node.server.FramedServer.
+
+An ApiVersions version we do not know is answered with UNSUPPORTED_VERSION and a v0 body listing
+what we serve (clients then retry with a common version). Any other API key or version we do not
+serve closes that connection, logged once by the server; other connections are not affected.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from controller.apis import Apis, handlers
+from controller.apis.api_versions import unsupported_version_response
+from node.server import Connection, FramedServer
+from protocol.generated import REQUESTS
+from protocol.headers import API_VERSIONS_KEY, UnsupportedRequest, decode_request, encode_response
+
+log = structlog.get_logger(__name__)
+
+
+class ControllerServer:
+    def __init__(self, apis: Apis, max_request_bytes: int) -> None:
+        self.apis = apis
+        self.table = handlers()
+        apis.served = {k: (lo, hi) for k, (lo, hi, _) in self.table.items()}
+        self.max_request_bytes = max_request_bytes
+        self.listeners: list[FramedServer] = []
+
+    async def handle(self, frame: bytes, conn: Connection) -> list | None:
+        try:
+            req = decode_request(frame)
+        except UnsupportedRequest as e:
+            if e.api_key == API_VERSIONS_KEY:
+                return encode_response(
+                    API_VERSIONS_KEY, 0, e.correlation_id, unsupported_version_response(self.apis.served)
+                )
+            raise
+        key, version = req.api_key, req.api_version
+        entry = self.table.get(key)
+        if entry is None or not entry[0] <= version <= entry[1]:
+            name = REQUESTS[key].NAME
+            reason = (
+                f"{name} is not served by the controller"
+                if entry is None
+                else (f"{name} v{version} is not served (the controller serves v{entry[0]}-{entry[1]})")
+            )
+            raise UnsupportedRequest(reason, key, version, req.correlation_id)
+        body = await entry[2](self.apis, req)
+        return encode_response(key, version, req.correlation_id, body)
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on one more address; returns the bound port."""
+        framed = FramedServer(self.handle, max_frame=self.max_request_bytes)
+        port = await framed.start(host, port)
+        self.listeners.append(framed)
+        return port
+
+    async def stop(self) -> None:
+        for framed in self.listeners:
+            await framed.stop()

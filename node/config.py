@@ -1,0 +1,161 @@
+"""server.properties: Kafka's property names, parsed and typed.
+
+Bad values raise ConfigError naming the key, so a process fails at start with one clear line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    listener: str  # listener name, e.g. PLAINTEXT or CONTROLLER
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.listener}://{self.host}:{self.port}"
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """The subset of Java .properties we need: key=value or key: value, # and ! comments,
+    backslash line continuations."""
+    props: dict[str, str] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip()
+        i += 1
+        while line.endswith("\\") and i < len(lines):
+            line = line[:-1] + lines[i].strip()
+            i += 1
+        if not line or line[0] in "#!":
+            continue
+        m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+        if not m:
+            props[line] = ""
+            continue
+        props[m.group(1)] = m.group(2).strip()
+    return props
+
+
+def load_properties(path: str | Path) -> dict[str, str]:
+    try:
+        return parse_properties(Path(path).read_text())
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+
+
+def parse_listeners(value: str, key: str = "listeners") -> list[Endpoint]:
+    out = []
+    for item in filter(None, (x.strip() for x in value.split(","))):
+        m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)://(\[[^\]]*\]|[^:]*):(\d+)", item)
+        if not m:
+            raise ConfigError(f"{key}: {item!r} is not NAME://HOST:PORT")
+        host = m.group(2).strip("[]") or "0.0.0.0"
+        out.append(Endpoint(m.group(1).upper(), host, int(m.group(3))))
+    return out
+
+
+def parse_voters(value: str) -> dict[int, tuple[str, int]]:
+    """controller.quorum.voters: ``1@host:port,2@host:port``."""
+    out = {}
+    for item in filter(None, (x.strip() for x in value.split(","))):
+        m = re.fullmatch(r"(\d+)@(\[[^\]]*\]|[^:]+):(\d+)", item)
+        if not m:
+            raise ConfigError(f"controller.quorum.voters: {item!r} is not ID@HOST:PORT")
+        out[int(m.group(1))] = (m.group(2).strip("[]"), int(m.group(3)))
+    return out
+
+
+class NodeConfig:
+    """Typed access to a server.properties mapping."""
+
+    def __init__(self, props: Mapping[str, str]) -> None:
+        self.props = dict(props)
+
+    @classmethod
+    def load(cls, path: str | Path) -> NodeConfig:
+        return cls(load_properties(path))
+
+    def has(self, key: str) -> bool:
+        return key in self.props
+
+    def str(self, key: str, default: str | None = None) -> str:
+        if key in self.props:
+            return self.props[key]
+        if default is None:
+            raise ConfigError(f"{key} is required")
+        return default
+
+    def int(self, key: str, default: int | None = None) -> int:
+        raw = self.props.get(key)
+        if raw is None:
+            if default is None:
+                raise ConfigError(f"{key} is required")
+            return default
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigError(f"{key}: {raw!r} is not an integer") from None
+
+    def bool(self, key: str, default: bool) -> bool:
+        raw = self.props.get(key)
+        if raw is None:
+            return default
+        if raw.lower() not in ("true", "false"):
+            raise ConfigError(f"{key}: {raw!r} is not true or false")
+        return raw.lower() == "true"
+
+    def list(self, key: str, default: list[str] | None = None) -> list[str]:
+        raw = self.props.get(key)
+        if raw is None:
+            if default is None:
+                raise ConfigError(f"{key} is required")
+            return default
+        return [x.strip() for x in raw.split(",") if x.strip()]
+
+    # ---- the keys every node reads
+    @property
+    def node_id(self) -> int:
+        return self.int("node.id")
+
+    @property
+    def roles(self) -> set[str]:
+        roles = set(self.list("process.roles"))
+        if not roles or not roles <= {"broker", "controller"}:
+            raise ConfigError(f"process.roles: {self.props.get('process.roles')!r} must be broker and/or controller")
+        return roles
+
+    @property
+    def listeners(self) -> list[Endpoint]:
+        return parse_listeners(self.str("listeners"))
+
+    @property
+    def advertised_listeners(self) -> list[Endpoint]:
+        if self.has("advertised.listeners"):
+            return parse_listeners(self.str("advertised.listeners"), "advertised.listeners")
+        return self.listeners
+
+    @property
+    def controller_listener_names(self) -> list[str]:
+        return [x.upper() for x in self.list("controller.listener.names", ["CONTROLLER"])]
+
+    @property
+    def quorum_voters(self) -> dict[int, tuple[str, int]]:
+        return parse_voters(self.str("controller.quorum.voters"))
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        dirs = self.list("log.dirs", []) or self.list("log.dir", [])
+        if not dirs:
+            raise ConfigError("log.dirs is required")
+        return [Path(d) for d in dirs]

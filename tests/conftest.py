@@ -1,0 +1,47 @@
+"""Shared fixtures: real clusters on 127.0.0.1 with random free ports in pytest's temp dirs.
+
+`cluster` is a started 1-controller, 3-broker cluster for one test; `cluster_factory(**kwargs)`
+starts clusters with other settings (any Cluster argument: brokers, broker_overrides,
+per_broker_overrides, ...). Both stop every process at teardown, also when the test fails; the
+launcher itself kills them if the interpreter exits first.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# `tests` (a package) and the project packages import from the repo root even when pytest is
+# started from elsewhere or the project is not pip-installed.
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tools.cluster import Cluster  # noqa: E402
+
+ClusterFactory = Callable[..., Cluster]
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: Path) -> Iterator[ClusterFactory]:
+    started: list[Cluster] = []
+
+    def make(*, start: bool = True, timeout: float = 60.0, **kwargs: Any) -> Cluster:
+        c = Cluster(tmp_path / f"cluster-{len(started)}", **kwargs)
+        started.append(c)  # before start(): a half-started cluster is stopped too
+        if start:
+            c.start(timeout=timeout)
+        return c
+
+    yield make
+    for c in started:
+        c.stop()
+
+
+@pytest.fixture
+def cluster(cluster_factory: ClusterFactory) -> Cluster:
+    return cluster_factory()

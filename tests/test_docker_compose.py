@@ -1,0 +1,125 @@
+"""docker-compose.yml, Dockerfile and docker/*/server.properties agree with the launcher.
+
+No docker engine runs here, so this parses the compose file and checks each service against
+tools.cluster.docker_configs(), the generator `make run` uses too: same configs, two log-dir
+volumes per broker at its log.dirs, host names and ports matching listeners and voters.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from node.config import load_properties, parse_listeners, parse_voters
+from tools.cluster import CONTROLLER, CONTROLLER_ID, DOCKER_CONFIG_PATH, docker_configs
+
+ROOT = Path(__file__).resolve().parent.parent
+EXPECTED = docker_configs()
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def mounts(service: dict) -> dict[str, str]:
+    """target -> source of a service's short-syntax volumes (a trailing :ro/:rw dropped)."""
+    out = {}
+    for v in service.get("volumes", []):
+        parts = v.split(":")
+        if parts[-1] in ("ro", "rw"):
+            parts = parts[:-1]
+        source, target = parts
+        out[target] = source
+    return out
+
+
+def test_services(compose: dict) -> None:
+    assert set(compose["services"]) == set(EXPECTED) == {"controller", "broker-1", "broker-2", "broker-3"}
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_service_runs_its_generated_config(compose: dict, name: str) -> None:
+    svc = compose["services"][name]
+    props = EXPECTED[name]
+    role = props["process.roles"]
+    assert svc["command"] == ["python", "-m", role, "--config", DOCKER_CONFIG_PATH]
+    assert svc.get("build") == "." and svc.get("image")
+    assert svc.get("hostname", name) == name
+
+    source = mounts(svc).get(DOCKER_CONFIG_PATH)
+    assert source == f"./docker/{name}/server.properties"
+    assert load_properties(ROOT / source) == props, "regenerate: python -m tools.devcluster --emit-docker docker/"
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_log_dirs_are_volumes(compose: dict, name: str) -> None:
+    svc = compose["services"][name]
+    dirs = EXPECTED[name]["log.dirs"].split(",")
+    assert len(dirs) == (1 if name == CONTROLLER else 2)
+    m = mounts(svc)
+    volumes = [m.get(d) for d in dirs]
+    assert all(volumes), f"{name}: every log dir {dirs} needs a volume, has {m}"
+    # named volumes (declared at top level), one per dir, none shared with another service
+    assert all(v in (compose.get("volumes") or {}) for v in volumes), volumes
+    assert len(set(volumes)) == len(volumes)
+    others = {src for n, s in compose["services"].items() if n != name for src in mounts(s).values()}
+    assert not set(volumes) & others
+
+
+def test_ports_hosts_and_voters(compose: dict) -> None:
+    services = compose["services"]
+    ctl = EXPECTED[CONTROLLER]
+    [cl] = parse_listeners(ctl["listeners"])
+    assert cl.listener in ctl["controller.listener.names"].split(",")
+    assert parse_voters(ctl["controller.quorum.voters"]) == {CONTROLLER_ID: (CONTROLLER, cl.port)}
+    assert int(ctl["node.id"]) == CONTROLLER_ID
+    assert str(cl.port) in [str(p) for p in services[CONTROLLER].get("expose", [])]
+
+    seen_ports = {cl.port}
+    for i in (1, 2, 3):
+        name = f"broker-{i}"
+        props = EXPECTED[name]
+        assert int(props["node.id"]) == i
+        assert props["controller.quorum.voters"] == ctl["controller.quorum.voters"]
+        [listen] = parse_listeners(props["listeners"])
+        [adv] = parse_listeners(props["advertised.listeners"], "advertised.listeners")
+        assert adv.host == name and adv.port == listen.port and adv.listener == listen.listener
+        assert listen.host == "0.0.0.0"
+        # published 1:1, so a client that resolves the service name reaches the advertised port
+        assert services[name]["ports"] == [f"{adv.port}:{adv.port}"]
+        assert CONTROLLER in (services[name].get("depends_on") or [])
+        assert adv.port not in seen_ports
+        seen_ports.add(adv.port)
+
+
+def test_committed_configs_are_what_the_generator_writes(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "tools.devcluster", "--emit-docker", str(tmp_path)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    generated = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+    committed = sorted(p.relative_to(ROOT / "docker") for p in (ROOT / "docker").rglob("*") if p.is_file())
+    assert generated == committed
+    for rel in generated:
+        assert (tmp_path / rel).read_text() == (ROOT / "docker" / rel).read_text(), rel
+
+
+def test_dockerfile_installs_every_package() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.11-slim\b", text, re.M)
+    assert re.search(r"pip install \.", text)
+    copied = set(re.findall(r"^COPY\s+(\S+)\s", text, re.M))
+    includes = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = {pattern.rstrip("*") for pattern in includes}
+    assert packages <= copied, f"Dockerfile does not COPY {sorted(packages - copied)}"
+    for volume_dir in ("/var/lib/strata/metadata", "/var/lib/strata/logs-0", "/var/lib/strata/logs-1"):
+        assert volume_dir in text, f"the image should create {volume_dir} for the volume's ownership"

@@ -1,0 +1,246 @@
+"""A small async admin client shared by the kafka-*.sh clones and the cluster launcher.
+
+It wraps node.client.NodeClient: connects to the first reachable bootstrap broker, and sends
+admin mutations to the broker that Metadata names as controller (as Kafka's AdminClient does; in
+KRaft that is a broker that forwards to the real controller). Results come back as the raw
+response entries; `AdminError` carries a Kafka error code so a tool can print one clear line.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+from uuid import UUID
+
+from node.client import ClientError, NodeClient
+from protocol.errors import error_message, error_name
+from protocol.generated.create_partitions import CreatePartitionsRequest
+from protocol.generated.create_topics import CreateTopicsRequest
+from protocol.generated.delete_topics import DeleteTopicsRequest
+from protocol.generated.describe_configs import DescribeConfigsRequest
+from protocol.generated.metadata import MetadataRequest
+
+RESOURCE_TOPIC = 2  # DescribeConfigs resource type
+CONFIG_SOURCE_DEFAULT = 5  # DescribeConfigs v1+ config_source of a value nobody set
+
+
+class AdminError(Exception):
+    """An admin operation failed; `code` is the Kafka error code when the broker gave one."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        self.code = code
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        msg = " ".join(self.args[0].split())  # one line, whatever the broker put in its message
+        return f"{msg} ({error_name(self.code)})" if self.code else msg
+
+
+def broker_error(what: str, code: int, message: str | None = None) -> AdminError:
+    """`what` failed with Kafka error `code`; the broker's own message wins over our table's."""
+    detail = (message or "").strip() or error_message(code)
+    return AdminError(f"{what}: {detail}", code)
+
+
+def parse_bootstrap(value: str) -> list[tuple[str, int]]:
+    """``host:port,host:port`` (IPv6 hosts in brackets) -> [(host, port)]."""
+    out = []
+    for item in filter(None, (x.strip() for x in value.split(","))):
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise AdminError(f"bootstrap server {item!r} is not HOST:PORT")
+        out.append((host.strip("[]"), int(port)))
+    if not out:
+        raise AdminError("no bootstrap server given")
+    return out
+
+
+def topic_id_str(topic_id: UUID) -> str:
+    """Kafka prints topic ids as URL-safe base64 without padding (Uuid.toString)."""
+    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode()
+
+
+class Admin:
+    """``async with Admin("h:p,h:p") as admin: md = await admin.metadata()``."""
+
+    def __init__(self, bootstrap: str | Sequence[tuple[str, int]], *, timeout: float = 30.0) -> None:
+        self.bootstrap = parse_bootstrap(bootstrap) if isinstance(bootstrap, str) else list(bootstrap)
+        self.timeout = timeout
+        self.client: NodeClient | None = None
+        self._controller: NodeClient | None = None
+
+    async def connect(self) -> Admin:
+        errors = []
+        for host, port in self.bootstrap:
+            try:
+                self.client = await NodeClient(host, port, client_id="strata-admin", timeout=self.timeout).connect()
+                return self
+            except ClientError as e:
+                errors.append(str(e))
+        raise AdminError("; ".join(errors))
+
+    async def close(self) -> None:
+        for c in {id(c): c for c in (self.client, self._controller) if c is not None}.values():
+            await c.close()
+        self.client = self._controller = None
+
+    async def __aenter__(self) -> Admin:
+        return await self.connect()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def request(self, body: Any, *, to_controller: bool = False) -> Any:
+        client = await self._controller_client() if to_controller else self._conn()
+        try:
+            return await client.request(body)
+        except ClientError as e:
+            raise AdminError(str(e)) from None
+
+    def _conn(self) -> NodeClient:
+        if self.client is None:
+            raise AdminError("not connected")
+        return self.client
+
+    async def _controller_client(self) -> NodeClient:
+        if self._controller is not None and self._controller.connected:
+            return self._controller
+        client = self._conn()
+        md = await self.metadata([])
+        target = next((b for b in md.brokers if b.node_id == md.controller_id), None)
+        # The connected broker forwards admin mutations too; use it when the named controller is
+        # not one we can reach as a broker, or is the broker we already talk to.
+        if target is None or (target.host, target.port) == (client.host, client.port):
+            self._controller = client
+        else:
+            try:
+                self._controller = await NodeClient(
+                    target.host, target.port, client_id="strata-admin", timeout=self.timeout
+                ).connect()
+            except ClientError:
+                self._controller = client
+        return self._controller
+
+    # ---- requests
+    async def metadata(self, topics: Iterable[str] | None = None, *, auto_create: bool = False) -> Any:
+        """Metadata for `topics` (None = every topic, [] = brokers only); never creates topics
+        unless asked, since the brokers run with auto.create.topics.enable=true."""
+        req = MetadataRequest(
+            topics=None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
+            allow_auto_topic_creation=auto_create,
+        )
+        return await self.request(req)
+
+    async def create_topics(
+        self,
+        topics: Sequence[tuple[str, int, int, Mapping[int, Sequence[int]] | None, Mapping[str, str] | None]],
+        *,
+        timeout_ms: int = 30000,
+        validate_only: bool = False,
+    ) -> list[Any]:
+        """topics: (name, partitions, replication factor, {partition: [broker ids]} or None,
+        configs or None). -1 counts mean the cluster's defaults. Returns the per-topic results."""
+        T = CreateTopicsRequest
+        req = T(
+            topics=[
+                T.CreatableTopic(
+                    name=name,
+                    num_partitions=-1 if assignment else partitions,
+                    replication_factor=-1 if assignment else rf,
+                    assignments=[
+                        T.CreatableReplicaAssignment(partition_index=p, broker_ids=list(ids))
+                        for p, ids in sorted((assignment or {}).items())
+                    ],
+                    configs=[T.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()],
+                )
+                for name, partitions, rf, assignment, configs in topics
+            ],
+            timeout_ms=timeout_ms,
+            validate_only=validate_only,
+        )
+        resp = await self.request(req, to_controller=True)
+        return list(resp.topics)
+
+    async def delete_topics(self, names: Sequence[str], *, timeout_ms: int = 30000) -> list[Any]:
+        controller = await self._controller_client()
+        try:
+            v = controller.version_for(DeleteTopicsRequest.API_KEY)
+        except ClientError as e:
+            raise AdminError(str(e)) from None
+        # v6 names topics by state entries (name or id); older versions by a plain name list.
+        if v >= 6:
+            req = DeleteTopicsRequest(
+                topics=[DeleteTopicsRequest.DeleteTopicState(name=n) for n in names], timeout_ms=timeout_ms
+            )
+        else:
+            req = DeleteTopicsRequest(topic_names=list(names), timeout_ms=timeout_ms)
+        resp = await self.request(req, to_controller=True)
+        return list(resp.responses)
+
+    async def create_partitions(
+        self,
+        counts: Mapping[str, int],
+        assignments: Mapping[str, Sequence[Sequence[int]]] | None = None,
+        *,
+        timeout_ms: int = 30000,
+    ) -> list[Any]:
+        """Grow each topic to counts[topic] partitions; assignments give the new partitions' replicas."""
+        R = CreatePartitionsRequest
+        req = R(
+            topics=[
+                R.CreatePartitionsTopic(
+                    name=name,
+                    count=count,
+                    # null (not empty) lets the controller place the new partitions
+                    assignments=[R.CreatePartitionsAssignment(broker_ids=list(ids)) for ids in assignments[name]]
+                    if assignments and name in assignments
+                    else None,
+                )
+                for name, count in counts.items()
+            ],
+            timeout_ms=timeout_ms,
+        )
+        resp = await self.request(req, to_controller=True)
+        return list(resp.results)
+
+    async def describe_topic_configs(self, names: Sequence[str]) -> dict[str, list[Any]]:
+        """Every config of each topic, as DescribeConfigs result entries; raises on a topic error."""
+        if not names:
+            return {}
+        R = DescribeConfigsRequest
+        req = R(
+            resources=[
+                R.DescribeConfigsResource(resource_type=RESOURCE_TOPIC, resource_name=n, configuration_keys=None)
+                for n in names
+            ]
+        )
+        resp = await self.request(req)
+        out = {}
+        for r in resp.results:
+            if r.error_code:
+                raise broker_error(
+                    f"cannot describe configs of topic '{r.resource_name}'", r.error_code, r.error_message
+                )
+            out[r.resource_name] = list(r.configs)
+        return out
+
+
+def non_default_configs(entries: Iterable[Any]) -> dict[str, str]:
+    """The configs a topic overrides, as kafka-topics.sh --describe shows them."""
+    out = {}
+    for e in entries:
+        if e.is_default or e.config_source == CONFIG_SOURCE_DEFAULT or e.value is None:
+            continue
+        out[e.name] = e.value
+    return dict(sorted(out.items()))
+
+
+__all__ = [
+    "Admin",
+    "AdminError",
+    "broker_error",
+    "non_default_configs",
+    "parse_bootstrap",
+    "topic_id_str",
+]

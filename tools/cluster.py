@@ -1,0 +1,577 @@
+"""Launch a Strata cluster (1 controller + N brokers) as local processes.
+
+One launcher for `make run` (tools/devcluster.py), the test fixtures (tests/conftest.py) and the
+docker configs (`docker_configs`, checked against docker-compose.yml by a test), so the three
+cannot drift apart.
+
+Layout under base_dir::
+
+    controller.log, broker-1.log, ...          stdout+stderr of each node (appended across restarts)
+    controller/server.properties               generated config
+    controller/metadata/                       controller log.dirs
+    broker-1/server.properties
+    broker-1/logs-0/, broker-1/logs-1/         the broker's two log.dirs (JBOD)
+
+Node ids: the controller is 100, brokers are 1..N. Nodes are addressed by id or by name
+("controller", "broker-2"). Every process is killed when the Cluster is stopped, garbage
+collected, or the interpreter exits; on Linux a node also dies with the thread that started it
+(PR_SET_PDEATHSIG), so even a SIGKILLed test run leaves no broker holding a port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable, Coroutine, Mapping
+from pathlib import Path, PurePath, PurePosixPath
+from typing import Any
+
+CONTROLLER_ID = 100
+CONTROLLER = "controller"
+# `make run` defaults: brokers on 9092, 9093, ... (Kafka's client port first, so the usual
+# bootstrap localhost:9092 works), the controller just below them on 9091.
+DEFAULT_PORT_BASE = 9092
+# Docker: host names are the compose service names, every config lives at one path.
+DOCKER_CONFIG_PATH = "/etc/strata/server.properties"
+DOCKER_DATA_DIR = PurePosixPath("/var/lib/strata")
+
+Overrides = Mapping[str, Any]
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# Keys both process kinds read: in KRaft the controller applies the topic defaults to
+# CreateTopics with -1 counts, the brokers to auto-created topics.
+SHARED_TOPIC_DEFAULTS = ("num.partitions", "default.replication.factor")
+PROGRESS_EVERY = 10.0  # seconds between "still waiting" lines
+
+
+class ClusterError(RuntimeError):
+    """A node failed to start or to become ready; the message holds the tail of its log."""
+
+
+def node_name(node: int | str) -> str:
+    if isinstance(node, str):
+        return node
+    return CONTROLLER if node == CONTROLLER_ID else f"broker-{node}"
+
+
+def node_id(node: int | str) -> int:
+    if isinstance(node, int):
+        return node
+    if node == CONTROLLER:
+        return CONTROLLER_ID
+    if node.startswith("broker-") and node[7:].isdigit():
+        return int(node[7:])
+    raise ValueError(f"unknown node {node!r}")
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _apply(props: dict[str, str], overrides: Overrides | None) -> None:
+    """Overrides win; a value of None removes the key."""
+    for k, v in (overrides or {}).items():
+        if v is None:
+            props.pop(k, None)
+        else:
+            props[k] = _fmt(v)
+
+
+def node_configs(
+    *,
+    brokers: int,
+    controller_port: int,
+    broker_ports: Mapping[int, int],
+    host_of: Callable[[str], str],
+    bind_host_of: Callable[[str], str],
+    dir_of: Callable[[str], PurePath],
+    broker_overrides: Overrides | None = None,
+    controller_overrides: Overrides | None = None,
+    per_broker_overrides: Mapping[int, Overrides] | None = None,
+) -> dict[str, dict[str, str]]:
+    """server.properties of every node, by node name. Pure: no I/O.
+
+    host_of(name) is the host a node advertises (and others dial), bind_host_of(name) the host it
+    listens on, dir_of(name) the directory its data lives under.
+    """
+    chost = host_of(CONTROLLER)
+    voters = f"{CONTROLLER_ID}@{chost}:{controller_port}"
+    topic_defaults = {"num.partitions": "1", "default.replication.factor": "1"}
+    _apply(topic_defaults, {k: v for k, v in (broker_overrides or {}).items() if k in SHARED_TOPIC_DEFAULTS})
+
+    controller = {
+        "process.roles": "controller",
+        "node.id": str(CONTROLLER_ID),
+        "listeners": f"CONTROLLER://{bind_host_of(CONTROLLER)}:{controller_port}",
+        "controller.listener.names": "CONTROLLER",
+        "controller.quorum.voters": voters,
+        "log.dirs": str(dir_of(CONTROLLER) / "metadata"),
+        **topic_defaults,
+    }
+    _apply(controller, controller_overrides)
+    configs = {CONTROLLER: controller}
+
+    for i in range(1, brokers + 1):
+        name = node_name(i)
+        port = broker_ports[i]
+        d = dir_of(name)
+        props = {
+            "process.roles": "broker",
+            "node.id": str(i),
+            "listeners": f"PLAINTEXT://{bind_host_of(name)}:{port}",
+            "advertised.listeners": f"PLAINTEXT://{host_of(name)}:{port}",
+            "controller.listener.names": "CONTROLLER",
+            "controller.quorum.voters": voters,
+            "log.dirs": f"{d / 'logs-0'},{d / 'logs-1'}",
+            "num.partitions": "1",
+            "default.replication.factor": "1",
+            "auto.create.topics.enable": "true",
+        }
+        _apply(props, broker_overrides)
+        _apply(props, (per_broker_overrides or {}).get(i))
+        configs[name] = props
+    return configs
+
+
+def fixed_ports(brokers: int, port_base: int = DEFAULT_PORT_BASE) -> tuple[int, dict[int, int]]:
+    """(controller port, {broker id: port}): brokers on port_base.., the controller on port_base - 1."""
+    return port_base - 1, {i: port_base + i - 1 for i in range(1, brokers + 1)}
+
+
+def docker_configs(
+    brokers: int = 3,
+    *,
+    port_base: int = DEFAULT_PORT_BASE,
+    broker_overrides: Overrides | None = None,
+    controller_overrides: Overrides | None = None,
+    per_broker_overrides: Mapping[int, Overrides] | None = None,
+) -> dict[str, dict[str, str]]:
+    """The configs docker-compose.yml mounts: service name = node name = host name; each node
+    listens on all interfaces of its container on a port distinct across the cluster (so the
+    ports can be published 1:1 and a host client that resolves the service names reaches them)."""
+    controller_port, broker_ports = fixed_ports(brokers, port_base)
+    return node_configs(
+        brokers=brokers,
+        controller_port=controller_port,
+        broker_ports=broker_ports,
+        host_of=lambda name: name,
+        bind_host_of=lambda name: "0.0.0.0",
+        dir_of=lambda name: DOCKER_DATA_DIR,
+        broker_overrides=broker_overrides,
+        controller_overrides=controller_overrides,
+        per_broker_overrides=per_broker_overrides,
+    )
+
+
+def render_properties(props: Mapping[str, str], header: str = "") -> str:
+    lines = [f"# {line}".rstrip() for line in header.splitlines()]
+    lines += [f"{k}={v}" for k, v in props.items()]
+    return "\n".join(lines) + "\n"
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """n distinct ports the OS considers free right now (all held open until all are chosen)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(s)
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def port_in_use(host: str, port: int) -> bool:
+    # SO_REUSEADDR as asyncio servers set it, so a socket in TIME_WAIT does not count as in use.
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def port_open(host: str, port: int, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return f"(no log at {path})"
+    return "\n".join(text.splitlines()[-lines:]) or "(log is empty)"
+
+
+def _run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run a coroutine from sync code, also when the caller is itself inside an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        return ex.submit(asyncio.run, coro).result()
+
+
+async def _metadata_brokers(host: str, port: int, timeout: float) -> set[int]:
+    from tools.admin import Admin  # lazy: generating configs must not need the protocol package
+
+    async with Admin([(host, port)], timeout=timeout) as admin:
+        md = await admin.metadata([])
+        return {b.node_id for b in md.brokers}
+
+
+# Linux: the node gets SIGKILL when the thread that started it dies, however it dies.
+_PDEATHSIG_PRELUDE = (
+    "import ctypes,os,signal,sys;"
+    "ctypes.CDLL(None,use_errno=True).prctl(1,int(signal.SIGKILL));"  # 1 = PR_SET_PDEATHSIG
+    "os.getppid()!=int(sys.argv[1]) and os._exit(1);"  # the parent died before prctl took effect
+    "os.execv(sys.executable,[sys.executable]+sys.argv[2:])"
+)
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    # Each node leads its own process group (start_new_session), so anything it spawned goes too.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+def _reap(procs: dict[str, subprocess.Popen], grace: float = 5.0, say: Callable[[str], None] | None = None) -> None:
+    """SIGTERM everything still running, SIGKILL what is left after `grace` seconds."""
+    live = {n: p for n, p in procs.items() if p.poll() is None}
+    for p in live.values():
+        _signal_group(p, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    note = time.monotonic() + 5.0
+    for name, p in live.items():
+        while p.poll() is None and time.monotonic() < deadline:
+            if say is not None and time.monotonic() >= note:
+                say(f"waiting for {name} to shut down (SIGKILL in {deadline - time.monotonic():.0f}s)")
+                note = time.monotonic() + PROGRESS_EVERY
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(min(0.5, max(0.0, deadline - time.monotonic())))
+        if p.poll() is None:
+            if say is not None:
+                say(f"{name} did not stop within {grace:.0f}s of SIGTERM; killing it")
+            _signal_group(p, signal.SIGKILL)
+            p.wait()
+
+
+class Cluster:
+    """1 controller + N brokers as subprocesses; a context manager.
+
+    Ports: explicit `ports` ({node id: port}) win, else `port_base` (brokers on port_base..,
+    controller on port_base - 1), else random free ports, chosen once so restarts keep them.
+    Overrides: `broker_overrides` apply to every broker, `per_broker_overrides[id]` to one (after
+    the former), `controller_overrides` to the controller; a value of None removes a key.
+    """
+
+    def __init__(
+        self,
+        base_dir: Path | str,
+        brokers: int = 3,
+        host: str = "127.0.0.1",
+        broker_overrides: Overrides | None = None,
+        controller_overrides: Overrides | None = None,
+        per_broker_overrides: Mapping[int, Overrides] | None = None,
+        *,
+        port_base: int | None = None,
+        ports: Mapping[int, int] | None = None,
+        modules: Mapping[str, str] | None = None,
+        verbose: bool = True,
+    ) -> None:
+        if brokers < 1:
+            raise ValueError("a cluster needs at least one broker")
+        self.base_dir = Path(base_dir).absolute()
+        self.brokers = brokers
+        self.host = host
+        self.broker_overrides = dict(broker_overrides or {})
+        self.controller_overrides = dict(controller_overrides or {})
+        self.per_broker_overrides = {int(k): dict(v) for k, v in (per_broker_overrides or {}).items()}
+        self.verbose = verbose
+        # role -> module run with `python -m`; another module (a profiling wrapper, a stub) can stand in
+        self.modules = {"controller": "controller", "broker": "broker", **(modules or {})}
+        ids = [CONTROLLER_ID, *range(1, brokers + 1)]
+        if port_base is not None:
+            cport, bports = fixed_ports(brokers, port_base)
+            chosen = {CONTROLLER_ID: cport, **bports}
+        else:
+            chosen = dict(zip(ids, free_ports(len(ids), host), strict=True))
+        chosen.update(ports or {})
+        if len(set(chosen.values())) != len(ids):
+            raise ValueError(f"two nodes share a port: {chosen}")
+        self.ports: dict[int, int] = {i: chosen[i] for i in ids}
+        self._random_ports = port_base is None and not ports
+        self._procs: dict[str, subprocess.Popen] = {}
+        # Holds only the dict, not self: the cluster can still be collected, and its processes
+        # go with it; finalize also runs at interpreter exit.
+        self._finalizer = weakref.finalize(self, _reap, self._procs)
+
+    # ---- addresses
+    @property
+    def node_names(self) -> list[str]:
+        return [CONTROLLER] + [node_name(i) for i in self.broker_ids]
+
+    @property
+    def broker_ids(self) -> list[int]:
+        return list(range(1, self.brokers + 1))
+
+    @property
+    def controller_port(self) -> int:
+        return self.ports[CONTROLLER_ID]
+
+    def broker_port(self, broker_id: int) -> int:
+        return self.ports[broker_id]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"{self.host}:{self.broker_port(i)}" for i in self.broker_ids)
+
+    def node_dir(self, node: int | str) -> Path:
+        return self.base_dir / node_name(node)
+
+    def config_path(self, node: int | str) -> Path:
+        return self.node_dir(node) / "server.properties"
+
+    def log_path(self, node: int | str) -> Path:
+        return self.base_dir / f"{node_name(node)}.log"
+
+    # ---- configs
+    def generate_configs(self) -> dict[str, dict[str, str]]:
+        """server.properties of every node, by node name. Pure: no I/O."""
+        return node_configs(
+            brokers=self.brokers,
+            controller_port=self.controller_port,
+            broker_ports={i: self.ports[i] for i in self.broker_ids},
+            host_of=lambda name: self.host,
+            bind_host_of=lambda name: self.host,
+            dir_of=lambda name: self.base_dir / name,
+            broker_overrides=self.broker_overrides,
+            controller_overrides=self.controller_overrides,
+            per_broker_overrides=self.per_broker_overrides,
+        )
+
+    def write_configs(self) -> dict[str, Path]:
+        out = {}
+        for name, props in self.generate_configs().items():
+            path = self.config_path(name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(render_properties(props, "Generated by tools/cluster.py; rewritten on every start."))
+            out[name] = path
+        return out
+
+    # ---- processes
+    def process(self, node: int | str) -> subprocess.Popen | None:
+        return self._procs.get(node_name(node))
+
+    def is_running(self, node: int | str) -> bool:
+        p = self.process(node)
+        return p is not None and p.poll() is None
+
+    def pid(self, node: int | str) -> int | None:
+        p = self.process(node)
+        return p.pid if p is not None else None
+
+    def start(self, timeout: float = 60.0) -> Cluster:
+        """Write configs, start the controller, then the brokers; wait until every broker's
+        Metadata lists all brokers. On failure everything started is stopped and ClusterError
+        says which node, with the tail of its log."""
+        running = [n for n in self.node_names if self.is_running(n)]
+        if running:
+            raise ClusterError(f"already running: {', '.join(running)}")
+        try:
+            busy = [f"{node_name(i)} port {p}" for i, p in self.ports.items() if port_in_use(self.host, p)]
+            if busy and self._random_ports:
+                # Someone took a port between our choosing it and now: choose again.
+                self.ports = dict(zip(self.ports, free_ports(len(self.ports), self.host), strict=True))
+                busy = []
+            self.write_configs()
+            if busy:
+                raise ClusterError(f"ports already in use on {self.host}: {', '.join(busy)} (another cluster running?)")
+            deadline = time.monotonic() + timeout
+            self._spawn(CONTROLLER_ID)
+            self._wait_ready([CONTROLLER_ID], deadline, timeout)
+            for i in self.broker_ids:
+                self._spawn(i)
+            self._wait_ready(self.broker_ids, deadline, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def start_node(self, node: int | str, *, wait: bool = True, timeout: float = 60.0) -> None:
+        """Start one node (again) with the config written by start(); wait for it to be ready."""
+        name = node_name(node)
+        if self.is_running(name):
+            raise ClusterError(f"{name} is already running")
+        self._spawn(node_id(name))
+        if wait:
+            self._wait_ready([node_id(name)], time.monotonic() + timeout, timeout)
+
+    def restart(self, node: int | str, *, hard: bool = False, timeout: float = 60.0) -> None:
+        """Stop a node (SIGTERM, or SIGKILL if hard) and start it again, waiting until ready."""
+        if hard:
+            self.kill(node)
+        else:
+            self.terminate(node)
+        self.start_node(node, timeout=timeout)
+
+    def kill(self, node: int | str) -> int | None:
+        """SIGKILL a node; returns its exit status (None if it was not running)."""
+        p = self.process(node)
+        if p is None:
+            return None
+        _signal_group(p, signal.SIGKILL)
+        return p.wait()
+
+    def terminate(self, node: int | str, timeout: float = 30.0) -> int | None:
+        """SIGTERM a node and wait for it to exit; SIGKILL after `timeout` seconds."""
+        p = self.process(node)
+        if p is None:
+            return None
+        if p.poll() is None:
+            _signal_group(p, signal.SIGTERM)
+            try:
+                p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._say(f"{node_name(node)} ignored SIGTERM for {timeout:.0f}s; killing it")
+                _signal_group(p, signal.SIGKILL)
+                p.wait()
+        return p.returncode
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop brokers first (SIGTERM, SIGKILL after `timeout`), then the controller, so brokers
+        can still reach it while shutting down. Idempotent."""
+        brokers = {n: p for n, p in self._procs.items() if n != CONTROLLER}
+        _reap(brokers, timeout, self._say)
+        _reap({n: p for n, p in self._procs.items() if n == CONTROLLER}, timeout, self._say)
+
+    def __enter__(self) -> Cluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- internals
+    def _say(self, msg: str) -> None:
+        if self.verbose:
+            print(f"strata-cluster: {msg}", file=sys.stderr, flush=True)
+
+    def _spawn(self, nid: int) -> subprocess.Popen:
+        name = node_name(nid)
+        module = self.modules["controller" if nid == CONTROLLER_ID else "broker"]
+        # -P: the cwd (base_dir, holding a "controller" directory) must not shadow our packages.
+        args = ["-P", "-m", module, "--config", str(self.config_path(name))]
+        if sys.platform == "linux" and threading.current_thread() is threading.main_thread():
+            args = ["-P", "-c", _PDEATHSIG_PRELUDE, str(os.getpid()), *args]
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"  # the log file shows what happened up to a crash
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        log = self.log_path(name)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as out:
+            out.write(f"==== {time.strftime('%Y-%m-%d %H:%M:%S')} starting {name}: python -m {module}\n".encode())
+            out.flush()
+            proc = subprocess.Popen(
+                [sys.executable, *args],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.base_dir,  # anything a node writes relative to cwd stays out of the repo
+                env=env,
+                start_new_session=True,  # Ctrl-C reaches the launcher only: it stops nodes in order
+            )
+        self._procs[name] = proc
+        return proc
+
+    def _check(self, nid: int, expected: set[int]) -> str | None:
+        """None when the node is ready, else why not."""
+        if nid == CONTROLLER_ID:
+            return None if port_open(self.host, self.controller_port) else "not listening yet"
+        try:
+            seen = _run_sync(_metadata_brokers(self.host, self.broker_port(nid), 5.0))
+        except Exception as e:  # any failure just means "not ready yet"; the deadline bounds it
+            return str(e) or type(e).__name__
+        missing = expected - seen
+        return f"Metadata lists brokers {sorted(seen)}, missing {sorted(missing)}" if missing else None
+
+    def _wait_ready(self, nids: list[int], deadline: float, timeout: float) -> None:
+        pending = list(nids)
+        started = time.monotonic()
+        next_note = started + PROGRESS_EVERY
+        why: dict[int, str] = {}
+        while True:
+            for nid in pending:
+                p = self.process(nid)
+                if p is None or p.poll() is not None:
+                    code = None if p is None else p.returncode
+                    raise ClusterError(self._failure(nid, f"exited with status {code} while starting"))
+            # Ready means the broker sees every broker that is running now (others may be down
+            # on purpose in a test that kills nodes).
+            expected = {i for i in self.broker_ids if self.is_running(i)}
+            for nid in list(pending):
+                reason = self._check(nid, expected)
+                if reason is None:
+                    pending.remove(nid)
+                else:
+                    why[nid] = reason
+            if not pending:
+                return
+            now = time.monotonic()
+            if now >= deadline:
+                detail = "; ".join(f"{node_name(n)}: {why.get(n, '?')}" for n in pending)
+                raise ClusterError(self._failure(pending[0], f"not ready after {timeout:.0f}s ({detail})"))
+            if now >= next_note:
+                names = ", ".join(node_name(n) for n in pending)
+                self._say(f"waiting for {names} ({now - started:.0f}s of {timeout:.0f}s): {why.get(pending[0], '')}")
+                next_note = now + PROGRESS_EVERY
+            time.sleep(0.2)
+
+    def _failure(self, nid: int, what: str) -> str:
+        name = node_name(nid)
+        parts = [f"{name} {what}", f"---- last lines of {self.log_path(name)}:", tail(self.log_path(name))]
+        # A dead controller explains every broker that cannot come up.
+        if nid != CONTROLLER_ID and not self.is_running(CONTROLLER_ID) and self.process(CONTROLLER_ID) is not None:
+            parts += [
+                f"---- the controller is not running; last lines of {self.log_path(CONTROLLER)}:",
+                tail(self.log_path(CONTROLLER)),
+            ]
+        return "\n".join(parts)
+
+
+__all__ = [
+    "CONTROLLER",
+    "CONTROLLER_ID",
+    "DEFAULT_PORT_BASE",
+    "DOCKER_CONFIG_PATH",
+    "DOCKER_DATA_DIR",
+    "Cluster",
+    "ClusterError",
+    "docker_configs",
+    "fixed_ports",
+    "free_ports",
+    "node_configs",
+    "node_id",
+    "node_name",
+    "render_properties",
+]

@@ -1,0 +1,238 @@
+"""kafka-topics.sh for Strata: create, describe, list, alter and delete topics.
+
+Same options and output as Apache Kafka's tool for what it supports. --topic is a regular
+expression for --describe/--list/--alter/--delete (as in Kafka) and an exact name for --create.
+Errors print one line on stderr and exit 1; bad arguments exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from protocol.errors import Errors
+from tools.admin import Admin, AdminError, broker_error, non_default_configs, parse_bootstrap, topic_id_str
+
+
+def parse_config(value: str) -> tuple[str, str]:
+    name, sep, val = value.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"{value!r} is not NAME=VALUE")
+    return name.strip(), val.strip()
+
+
+def parse_assignment(value: str) -> list[list[int]]:
+    """Kafka's --replica-assignment: partitions separated by commas, replicas by colons:
+    ``1:2,2:3`` puts partition 0 on brokers 1 and 2, partition 1 on 2 and 3."""
+    out = []
+    for part in value.split(","):
+        try:
+            ids = [int(x) for x in part.split(":")]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not BROKER:BROKER,... per partition") from None
+        if len(set(ids)) != len(ids):
+            raise argparse.ArgumentTypeError(f"partition {len(out)} lists a broker twice in {value!r}")
+        out.append(ids)
+    if len({len(x) for x in out}) != 1:
+        raise argparse.ArgumentTypeError(f"every partition needs the same number of replicas in {value!r}")
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="kafka-topics.sh", description="Create, delete, describe, or change a topic.")
+    ap.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]", help="brokers to connect to")
+    actions = ap.add_mutually_exclusive_group(required=True)
+    actions.add_argument("--create", action="store_true", help="create a new topic")
+    actions.add_argument("--list", action="store_true", help="list all topics")
+    actions.add_argument("--describe", action="store_true", help="describe topics (all unless --topic)")
+    actions.add_argument("--alter", action="store_true", help="add partitions to a topic")
+    actions.add_argument("--delete", action="store_true", help="delete a topic")
+    ap.add_argument("--topic", help="the topic (a regular expression except with --create)")
+    ap.add_argument("--partitions", type=int, help="number of partitions (create, alter)")
+    ap.add_argument("--replication-factor", type=int, help="replication factor (create)")
+    ap.add_argument("--replica-assignment", type=parse_assignment, metavar="B:B,B:B", help="replicas per partition")
+    ap.add_argument(
+        "--config", type=parse_config, action="append", default=[], metavar="NAME=VALUE", help="topic config (create)"
+    )
+    ap.add_argument("--if-not-exists", action="store_true", help="with --create: no error if the topic exists")
+    ap.add_argument(
+        "--if-exists", action="store_true", help="with --alter/--describe/--delete: no error if no topic matches"
+    )
+    ap.add_argument("--exclude-internal", action="store_true", help="leave out internal topics (list, describe)")
+    ap.add_argument("--timeout", type=float, default=30.0, help=argparse.SUPPRESS)
+    return ap
+
+
+def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    try:
+        parse_bootstrap(a.bootstrap_server)
+    except AdminError as e:
+        ap.error(f"--bootstrap-server: {e}")
+    if (a.create or a.alter or a.delete) and not a.topic:
+        ap.error("--topic is required with --create, --alter and --delete")
+    if a.alter and a.partitions is None:
+        ap.error("--alter needs --partitions (use kafka-configs.sh for configs)")
+    if a.config and not a.create:
+        ap.error("--config is only allowed with --create")
+    if a.replica_assignment and (a.partitions is not None and a.create or a.replication_factor is not None):
+        ap.error("--replica-assignment replaces --partitions and --replication-factor")
+    if a.replica_assignment and not (a.create or a.alter):
+        ap.error("--replica-assignment is only allowed with --create or --alter")
+    if (a.partitions is not None) and not (a.create or a.alter):
+        ap.error("--partitions is only allowed with --create or --alter")
+    if (a.replication_factor is not None) and not a.create:
+        ap.error("--replication-factor is only allowed with --create")
+    if a.if_not_exists and not a.create:
+        ap.error("--if-not-exists is only allowed with --create")
+    if a.if_exists and not (a.alter or a.describe or a.delete):
+        ap.error("--if-exists is only allowed with --alter, --describe and --delete")
+    if a.topic and not a.create:
+        try:
+            re.compile(a.topic)
+        except re.error as e:
+            ap.error(f"--topic {a.topic!r} is not a valid regular expression: {e}")
+
+
+def matching(topics: Sequence[str], pattern: str | None) -> list[str]:
+    if pattern is None:
+        return sorted(topics)
+    rx = re.compile(pattern)
+    return sorted(t for t in topics if rx.fullmatch(t))
+
+
+async def all_topics(admin: Admin, exclude_internal: bool = False) -> dict[str, Any]:
+    md = await admin.metadata(None)
+    if md.error_code:
+        raise broker_error("cannot list topics", md.error_code)
+    # A topic-level error (say, a topic being deleted) must not hide the others: callers that
+    # need the details check the topics they selected.
+    return {
+        t.name: t
+        for t in md.topics
+        if t.error_code != Errors.UNKNOWN_TOPIC_OR_PARTITION and not (exclude_internal and t.is_internal)
+    }
+
+
+def no_match(a: argparse.Namespace) -> AdminError:
+    return AdminError(f"topic '{a.topic}' does not exist", Errors.UNKNOWN_TOPIC_OR_PARTITION)
+
+
+async def selected(admin: Admin, a: argparse.Namespace) -> dict[str, Any]:
+    topics = await all_topics(admin, a.exclude_internal)
+    names = matching(list(topics), a.topic)
+    if a.topic is not None and not names and not a.if_exists:
+        raise no_match(a)
+    return {n: topics[n] for n in names}
+
+
+async def create(admin: Admin, a: argparse.Namespace) -> None:
+    assignment = dict(enumerate(a.replica_assignment)) if a.replica_assignment else None
+    partitions = -1 if a.partitions is None else a.partitions
+    rf = -1 if a.replication_factor is None else a.replication_factor
+    configs = dict(a.config)
+    [result] = await admin.create_topics(
+        [(a.topic, partitions, rf, assignment, configs)], timeout_ms=int(a.timeout * 1000)
+    )
+    if result.error_code == Errors.TOPIC_ALREADY_EXISTS:
+        if a.if_not_exists:
+            return
+        raise AdminError(f"topic '{a.topic}' already exists", result.error_code)
+    if result.error_code:
+        raise broker_error(f"cannot create topic '{a.topic}'", result.error_code, result.error_message)
+    print(f"Created topic {a.topic}.")
+
+
+async def list_topics(admin: Admin, a: argparse.Namespace) -> None:
+    topics = await all_topics(admin, a.exclude_internal)
+    for name in matching(list(topics), a.topic):
+        print(name)
+
+
+async def describe(admin: Admin, a: argparse.Namespace) -> None:
+    topics = await selected(admin, a)
+    for name, t in topics.items():
+        if t.error_code:
+            raise broker_error(f"cannot describe topic '{name}'", t.error_code)
+    configs = await admin.describe_topic_configs(list(topics))
+    lines = []
+    for name, t in topics.items():
+        parts = sorted(t.partitions, key=lambda p: p.partition_index)
+        rf = len(parts[0].replica_nodes) if parts else 0
+        cfg = ",".join(f"{k}={v}" for k, v in non_default_configs(configs.get(name, [])).items())
+        lines.append(
+            f"Topic: {name}\tTopicId: {topic_id_str(t.topic_id)}\tPartitionCount: {len(parts)}\t"
+            f"ReplicationFactor: {rf}\tConfigs: {cfg}"
+        )
+        for p in parts:
+            leader = p.leader_id if p.leader_id >= 0 else "none"
+            line = (
+                f"\tTopic: {name}\tPartition: {p.partition_index}\tLeader: {leader}\t"
+                f"Replicas: {','.join(map(str, p.replica_nodes))}\tIsr: {','.join(map(str, p.isr_nodes))}"
+            )
+            if p.offline_replicas:
+                line += f"\tOffline: {','.join(map(str, p.offline_replicas))}"
+            lines.append(line)
+    if lines:
+        print("\n".join(lines))
+
+
+async def alter(admin: Admin, a: argparse.Namespace) -> None:
+    topics = await selected(admin, a)
+    if not topics:
+        return
+    assignments = None
+    if a.replica_assignment:
+        # As Kafka: the assignment lists every partition; only the new ones are sent.
+        assignments = {n: a.replica_assignment[len(t.partitions) :] for n, t in topics.items()}
+        for n, new in assignments.items():
+            if len(topics[n].partitions) + len(new) != a.partitions:
+                raise AdminError(
+                    f"--replica-assignment lists {len(a.replica_assignment)} partitions, --partitions says {a.partitions}",
+                    Errors.INVALID_REPLICA_ASSIGNMENT,
+                )
+    results = await admin.create_partitions(
+        {n: a.partitions for n in topics}, assignments, timeout_ms=int(a.timeout * 1000)
+    )
+    for r in results:
+        if r.error_code:
+            raise broker_error(f"cannot add partitions to topic '{r.name}'", r.error_code, r.error_message)
+
+
+async def delete(admin: Admin, a: argparse.Namespace) -> None:
+    topics = await selected(admin, a)
+    if not topics:
+        return
+    results = await admin.delete_topics(list(topics), timeout_ms=int(a.timeout * 1000))
+    for r in results:
+        if r.error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION and a.if_exists:
+            continue
+        if r.error_code:
+            raise broker_error(f"cannot delete topic '{r.name}'", r.error_code, r.error_message)
+
+
+async def run(a: argparse.Namespace) -> None:
+    action = create if a.create else list_topics if a.list else describe if a.describe else alter if a.alter else delete
+    async with Admin(a.bootstrap_server, timeout=a.timeout) as admin:
+        await action(admin, a)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = build_parser()
+    a = ap.parse_args(argv)
+    check_args(ap, a)
+    try:
+        asyncio.run(run(a))
+    except AdminError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
