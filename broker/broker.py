@@ -14,6 +14,8 @@ from broker.controller_channel import ControllerChannel
 from broker.fetch_sessions import FetchSessionCache
 from broker.lifecycle import BrokerLifecycle
 from broker.metadata_loader import MetadataLoader
+from broker.replication.fetcher import ReplicaFetcherManager
+from broker.replication.isr import IsrManager
 from broker.replication.replica_manager import ReplicaManager
 from broker.server import RequestDispatcher
 from broker.storage.log_dir import LogDir
@@ -37,6 +39,7 @@ class Broker:
         self.cluster_id: str | None = None
         self.replicas: ReplicaManager | None = None  # type: ignore[assignment]
         self.server: FramedServer | None = None
+        self.isr: IsrManager | None = None
         self.port = 0
         self._tasks: set[asyncio.Task] = set()
 
@@ -46,12 +49,15 @@ class Broker:
         for d in dirs:
             d.format_or_check(self.config.node_id, self.cluster_id)
         self.replicas = ReplicaManager(self.config, dirs)
+        self.replicas.fetchers = ReplicaFetcherManager(self)
+        self.replicas.isr = self.isr = IsrManager(self)
         self.metadata.publishers.append(self.replicas.on_metadata)
         await self.lifecycle.register(self.cluster_id, [d.directory_id for d in dirs])
         self.metadata.start()
         await self.metadata.caught_up.wait()
         self.replicas.delete_strays(self.metadata.image)
-        self.replicas.start_retention()
+        self.replicas.start_background()
+        self.isr.start()
         self.lifecycle.start_heartbeats()
         await self.lifecycle.unfenced.wait()
         self.server = FramedServer(RequestDispatcher(self), max_frame=self.config.socket_request_max_bytes)
@@ -89,6 +95,8 @@ class Broker:
             await self.lifecycle.controlled_shutdown(timeout=10)
         steps = [
             ("server", self.server.stop() if self.server is not None else None),
+            ("fetchers", self.replicas.fetchers.stop() if self.replicas is not None and self.replicas.fetchers else None),
+            ("isr", self.isr.stop() if self.isr is not None else None),
             ("lifecycle", self.lifecycle.stop()),
             ("metadata_loader", self.metadata.stop()),
         ]

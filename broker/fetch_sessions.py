@@ -25,6 +25,7 @@ class SessionPartition:
     fetch_offset: int
     max_bytes: int
     current_leader_epoch: int = -1
+    last_fetched_epoch: int = -1
     last_high_watermark: int = -2
     last_stable_offset: int = -2
     last_log_start: int = -2

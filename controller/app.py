@@ -31,6 +31,20 @@ async def _fencing_loop(apis: Apis) -> None:
             log.exception("fencing_check_failed")  # a bug; keep checking rather than never fence
 
 
+async def _rebalance_loop(apis: Apis) -> None:
+    """auto.leader.rebalance.enable: every leader.imbalance.check.interval.seconds, move leaders
+    back to their preferred replicas where they can lead."""
+    interval = apis.controller.config.leader_imbalance_check_interval_s
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await apis.partitions.rebalance_leaders()
+        except FatalError:
+            return
+        except Exception:
+            log.exception("leader_rebalance_failed")
+
+
 async def run(config: ControllerConfig) -> int:
     """Runs until a signal (exit 0) or a fatal error (exit 1). Start-up errors propagate."""
     loop = asyncio.get_running_loop()
@@ -60,11 +74,14 @@ async def run(config: ControllerConfig) -> int:
         raise OSError(f"cannot listen on {where}: {e.strerror or e}") from None
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    fencing = loop.create_task(_fencing_loop(apis))
+    background = [loop.create_task(_fencing_loop(apis))]
+    if config.auto_leader_rebalance:
+        background.append(loop.create_task(_rebalance_loop(apis)))
     log.info("controller_started", listeners=",".join(bound), **report)
     await stop.wait()
     log.info("controller_stopping", exit_code=exit_code)
-    fencing.cancel()
+    for task in background:
+        task.cancel()
     await server.stop()
     await controller.close()
     log.info("controller_stopped")

@@ -26,6 +26,8 @@ class ControllerConfig:
     session_timeout_ms: int = 9000
     heartbeat_interval_ms: int = 2000
     snapshot_max_bytes: int = 20 * 1024 * 1024
+    auto_leader_rebalance: bool = True  # auto.leader.rebalance.enable
+    leader_imbalance_check_interval_s: int = 300  # leader.imbalance.check.interval.seconds
     max_request_bytes: int = DEFAULT_MAX_FRAME
     static: dict[str, str] = field(default_factory=dict)  # every property, for topic config defaults
     metadata_log_dir: Path | None = None  # Kafka's metadata.log.dir; default: the first log dir
@@ -75,6 +77,8 @@ class ControllerConfig:
             session_timeout_ms=cfg.int("broker.session.timeout.ms", 9000),
             heartbeat_interval_ms=cfg.int("broker.heartbeat.interval.ms", 2000),
             snapshot_max_bytes=cfg.int("metadata.log.max.record.bytes.between.snapshots", 20 * 1024 * 1024),
+            auto_leader_rebalance=cfg.bool("auto.leader.rebalance.enable", True),
+            leader_imbalance_check_interval_s=cfg.int("leader.imbalance.check.interval.seconds", 300),
             max_request_bytes=cfg.int("socket.request.max.bytes", DEFAULT_MAX_FRAME),
             static=dict(cfg.props),
             metadata_log_dir=Path(cfg.props["metadata.log.dir"]) if cfg.props.get("metadata.log.dir") else None,
@@ -85,6 +89,7 @@ class ControllerConfig:
             ("broker.session.timeout.ms", out.session_timeout_ms, 1, 2**31 - 1),
             ("broker.heartbeat.interval.ms", out.heartbeat_interval_ms, 1, 2**31 - 1),
             ("metadata.log.max.record.bytes.between.snapshots", out.snapshot_max_bytes, 1, 2**63 - 1),
+            ("leader.imbalance.check.interval.seconds", out.leader_imbalance_check_interval_s, 1, 2**31 - 1),
             ("socket.request.max.bytes", out.max_request_bytes, 1, 2**31 - 1),
         ]:
             if not lo <= value <= hi:

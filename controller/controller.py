@@ -3,7 +3,8 @@
 Every mutating operation runs `write(build)` under one lock: `build(image, batch)` validates
 against the current (committed) image and adds records to `batch`; the batch is appended as one
 record batch, fsynced, then replayed into the image, and only then is the operation's result
-returned. Reads (Fetch, DescribeCluster) never take the lock.
+returned (an operation that answers with the state it produced reads it in `batch.on_commit`).
+Reads (Fetch, DescribeCluster) never take the lock.
 
 After an append, once `metadata.log.max.record.bytes.between.snapshots` bytes have been written
 since the last snapshot, the log is rolled at its end offset and the image at that point is
@@ -47,6 +48,7 @@ class Batch:
     def __init__(self, base_offset: int) -> None:
         self.base_offset = base_offset
         self.records: list[Any] = []
+        self.committed: list[Callable[[MetadataImage], None]] = []
 
     @property
     def next_offset(self) -> int:
@@ -59,6 +61,11 @@ class Batch:
 
     def extend(self, records: list[Any]) -> None:
         self.records.extend(records)
+
+    def on_commit(self, fn: Callable[[MetadataImage], None]) -> None:
+        """Call `fn(image)` with the image that includes this batch, once it is applied (still
+        under the write lock, so no later operation is in it). Not called if the write fails."""
+        self.committed.append(fn)
 
 
 class Controller:
@@ -128,6 +135,8 @@ class Controller:
             result = build(self.image, batch)
             if batch.records:
                 await self._commit(batch)
+            for fn in batch.committed:
+                fn(self.image)
             return result
 
     async def _commit(self, batch: Batch) -> None:

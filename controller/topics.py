@@ -21,6 +21,7 @@ import structlog
 from controller.controller import Batch, Controller
 from controller.errors import ApiError, Errors
 from controller.placement import PlacementError, current_load, usable_brokers
+from controller.replication import default_directory
 from metadata import config_defs
 from metadata.image import BROKER_RESOURCE, METADATA_TOPIC, METADATA_TOPIC_ID, MetadataImage
 from protocol.generated.metadata_records.config_record import ConfigRecord
@@ -65,13 +66,6 @@ class TopicResult:
     num_partitions: int = -1
     replication_factor: int = -1
     configs: list[tuple[str, str | None, int]] = field(default_factory=list)
-
-
-def default_directory(image: MetadataImage, broker_id: int) -> uuid.UUID:
-    """Kafka's rule: a broker with exactly one log dir gets it; otherwise unassigned (zero) until
-    the broker reports where the replica lives."""
-    b = image.brokers.get(broker_id)
-    return b.log_dirs[0] if b is not None and len(b.log_dirs) == 1 else ZERO_UUID
 
 
 def check_manual_replicas(image: MetadataImage, replicas: list[int], expected_rf: int | None, what: str) -> None:

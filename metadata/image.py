@@ -229,12 +229,13 @@ class MetadataDelta:
             directories=tuple(r.directories) if r.directories is not None else cur.directories,
             partition_epoch=cur.partition_epoch + 1,
         )
-        if leader != cur.leader:
+        if r.leader != -2:
+            # as Kafka replays it: naming a leader, even the same one, starts a new leader epoch
             changes.update(leader=leader, leader_epoch=cur.leader_epoch + 1)
         if r.start_offset >= 0:
             # a new active chunk starts: Kafka bumps the leader epoch so followers resync
             changes.update(start_offset=r.start_offset, start_timestamp=r.start_timestamp)
-            if leader == cur.leader:
+            if r.leader == -2:
                 changes.update(leader_epoch=cur.leader_epoch + 1)
         parts[r.partition_id] = replace(cur, **changes)
         self.changed_partitions.add((r.topic_id, r.partition_id))

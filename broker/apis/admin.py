@@ -52,3 +52,18 @@ async def delete_records(ctx: RequestContext, req) -> DeleteRecordsResponse:
             except StorageError as e:
                 pr.error_code = e.error_code
     return R(topics=topics)
+
+
+@api(45, 0, 0)
+async def alter_partition_reassignments(ctx: RequestContext, req):
+    return await ctx.broker.forward(req, ctx.api_version)
+
+
+@api(46, 0, 0)
+async def list_partition_reassignments(ctx: RequestContext, req):
+    return await ctx.broker.forward(req, ctx.api_version)
+
+
+@api(43, 0, 2)
+async def elect_leaders(ctx: RequestContext, req):
+    return await ctx.broker.forward(req, ctx.api_version)

@@ -33,7 +33,8 @@ async def fetch(ctx: RequestContext, req) -> FetchResponse:
         for p in t.partitions:
             key = (t.topic_id if by_id else t.topic, p.partition)
             requested[key] = SessionPartition(
-                fetch_offset=p.fetch_offset, max_bytes=p.partition_max_bytes, current_leader_epoch=p.current_leader_epoch
+                fetch_offset=p.fetch_offset, max_bytes=p.partition_max_bytes, current_leader_epoch=p.current_leader_epoch,
+                last_fetched_epoch=p.last_fetched_epoch,
             )
     forgotten = []
     for t in req.forgotten_topics_data or ():
@@ -89,14 +90,23 @@ def _read(b, image, parts: OrderedDict, req, replica_id: int, by_id: bool, full:
                              else Errors.UNKNOWN_LEADER_EPOCH)
         else:
             lg = p.log
-            if is_follower:
+            diverging = None
+            if is_follower and sp.last_fetched_epoch >= 0:
+                # KIP-595 / KIP-320: does the follower's log agree with ours up to fetch_offset?
+                epoch, end = lg.leader_epoch_cache.end_offset_for(sp.last_fetched_epoch, lg.log_end_offset)
+                if end < sp.fetch_offset or epoch < sp.last_fetched_epoch:
+                    diverging = R.EpochEndOffset(epoch=epoch, end_offset=end)
+            if is_follower and diverging is None:
                 p.update_follower(replica_id, sp.fetch_offset)
             hw = p.high_watermark
             limit = None if is_follower else hw  # LSO arrives with transactions
             pd.high_watermark = hw
             pd.last_stable_offset = hw
             pd.log_start_offset = lg.log_start_offset
-            if sp.fetch_offset > lg.log_end_offset or sp.fetch_offset < lg.log_start_offset:
+            if diverging is not None:
+                pd.diverging_epoch = diverging
+                errors = True  # answer at once: the follower must truncate before fetching on
+            elif sp.fetch_offset > lg.log_end_offset or sp.fetch_offset < lg.log_start_offset:
                 pd.error_code = Errors.OFFSET_OUT_OF_RANGE
             elif limit is not None and sp.fetch_offset >= limit:
                 wait_on.append(p)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from uuid import UUID
 
 import structlog
@@ -22,9 +23,9 @@ def now_ms() -> int:
 class FollowerState:
     __slots__ = ("log_end_offset", "last_caught_up_ms", "last_fetch_ms")
 
-    def __init__(self) -> None:
+    def __init__(self, now: int = 0) -> None:
         self.log_end_offset = -1
-        self.last_caught_up_ms = 0
+        self.last_caught_up_ms = now
         self.last_fetch_ms = 0
 
 
@@ -38,6 +39,8 @@ class Partition:
         self.info: PartitionInfo | None = None
         self.followers: dict[int, FollowerState] = {}
         self._data_waiters: list[asyncio.Future] = []
+        self.caught_up_at = 0.0  # follower: when the last fetch from the leader succeeded
+        self.on_follower_caught_up: Callable[[Partition, int], None] | None = None
         self._hw_waiters: list[tuple[int, asyncio.Future]] = []
 
     def __repr__(self) -> str:
@@ -58,16 +61,37 @@ class Partition:
 
     def update(self, info: PartitionInfo) -> None:
         """Apply the partition's new metadata (leader, epoch, ISR)."""
-        became_leader = info.leader == self.node_id and (
-            self.info is None or self.info.leader_epoch != info.leader_epoch or not self.is_leader
-        )
+        was_leader = self.is_leader
+        old_epoch = self.leader_epoch
         self.info = info
-        if became_leader:
-            self.log.leader_epoch_cache.assign(info.leader_epoch, self.log.log_end_offset)
-            self.followers = {r: FollowerState() for r in info.replicas if r != self.node_id}
-            log.info("became_leader", topic=self.topic, partition=self.index, epoch=info.leader_epoch)
+        if info.leader == self.node_id:
+            if not was_leader or old_epoch != info.leader_epoch:
+                self.log.leader_epoch_cache.assign(info.leader_epoch, self.log.log_end_offset)
+                t = now_ms()
+                # as Kafka: followers count as caught up when leadership starts, so the ISR is
+                # not shrunk before they had a chance to fetch from us
+                self.followers = {r: FollowerState(t) for r in info.replicas if r != self.node_id}
+                log.info("became_leader", topic=self.topic, partition=self.index, epoch=info.leader_epoch,
+                         isr=list(info.isr), log_end_offset=self.log.log_end_offset)
+            else:
+                for r in info.replicas:
+                    if r != self.node_id and r not in self.followers:
+                        self.followers[r] = FollowerState(now_ms())
+        elif was_leader:
+            log.info("became_follower", topic=self.topic, partition=self.index, leader=info.leader,
+                     epoch=info.leader_epoch)
+            self.fail_waiters()
         self.maybe_advance_high_watermark()
         self.notify_data()
+
+    def apply_isr(self, isr: tuple[int, ...], partition_epoch: int) -> None:
+        """The controller accepted our AlterPartition: use the new ISR before the metadata
+        log brings it, as Kafka's leaders do."""
+        if self.info is not None and partition_epoch >= self.info.partition_epoch:
+            from dataclasses import replace
+
+            self.info = replace(self.info, isr=isr, partition_epoch=partition_epoch)
+            self.maybe_advance_high_watermark()
 
     # ---- high watermark
     @property
@@ -100,6 +124,14 @@ class Partition:
         if fetch_offset >= self.log.log_end_offset:
             st.last_caught_up_ms = t
         self.maybe_advance_high_watermark()
+        if (
+            replica_id not in self.isr
+            and self.info is not None
+            and replica_id in self.info.replicas
+            and fetch_offset >= self.log.high_watermark
+            and self.on_follower_caught_up is not None
+        ):
+            self.on_follower_caught_up(self, replica_id)  # ISR expansion
 
     async def wait_for_high_watermark(self, offset: int, timeout: float) -> bool:
         """acks=all: wait until the HW passes `offset` (exclusive end)."""

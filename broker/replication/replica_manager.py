@@ -14,6 +14,8 @@ from uuid import UUID
 import structlog
 
 from broker.config import BrokerConfig
+from broker.replication.fetcher import ReplicaFetcherManager
+from broker.replication.isr import IsrManager
 from broker.replication.partition import Partition
 from broker.storage.config import LogConfig
 from broker.storage.log_dir import LogDir
@@ -33,7 +35,11 @@ class ReplicaManager:
         self.image = MetadataImage.EMPTY
         self._on_disk: dict[tuple[str, int, int], LogDir] = {}
         self._retention_task: asyncio.Task | None = None
+        self._checkpoint_task: asyncio.Task | None = None
         self._topic_configs: dict[str, dict[str, str]] = {}
+        # set by the Broker once running: follower fetchers and the ISR manager
+        self.fetchers: ReplicaFetcherManager | None = None
+        self.isr: IsrManager | None = None
         for d in log_dirs:
             for topic, partition, chunk_start, _ in d.list_replicas():
                 self._on_disk[(topic, partition, chunk_start)] = d
@@ -89,6 +95,11 @@ class ReplicaManager:
         if p is None:
             p = self._open(topic, info)
         p.update(info)
+        if self.fetchers is not None:
+            if p.is_leader or info.leader < 0:
+                self.fetchers.unfollow(p)
+            else:
+                self.fetchers.follow(p, info.leader)
 
     def _open(self, topic: str, info: PartitionInfo) -> Partition:
         start = info.start_offset
@@ -100,6 +111,8 @@ class ReplicaManager:
             lg = d.open_log(topic, info.partition, start, self.log_config(topic), topic_id=info.topic_id)
         self._on_disk[(topic, info.partition, start)] = d
         p = Partition(topic, info.partition, info.topic_id, lg, self.node_id)
+        if self.isr is not None:
+            p.on_follower_caught_up = self.isr.follower_caught_up
         self.partitions[(topic, info.partition)] = p
         log.info(
             "replica_opened",
@@ -123,6 +136,8 @@ class ReplicaManager:
         p = self.partitions.pop((topic, index), None)
         if p is None:
             return
+        if self.fetchers is not None:
+            self.fetchers.unfollow(p)
         p.fail_waiters()
         if delete:
             p.log.delete()
@@ -147,8 +162,22 @@ class ReplicaManager:
             log.info("stray_replica_deleted", topic=topic, partition=index, chunk_start=start)
 
     # ---- retention
-    def start_retention(self) -> None:
-        self._retention_task = asyncio.get_running_loop().create_task(self._retention_loop())
+    def start_background(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._retention_task = loop.create_task(self._retention_loop())
+        self._checkpoint_task = loop.create_task(self._checkpoint_loop())
+
+    async def _checkpoint_loop(self) -> None:
+        """Persist high watermarks and recovery points (replica.high.watermark.checkpoint.interval.ms)."""
+        interval = int(self.config.props.get("replica.high.watermark.checkpoint.interval.ms", "5000")) / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            logs = [p.log for p in list(self.partitions.values())]
+            try:
+                await loop.run_in_executor(None, _checkpoint_all, logs)
+            except Exception:
+                log.exception("checkpoint_failed")
 
     async def _retention_loop(self) -> None:
         interval = self.config.retention_check_interval_ms / 1000
@@ -171,8 +200,9 @@ class ReplicaManager:
 
     # ---- shutdown
     def shutdown(self) -> None:
-        if self._retention_task is not None:
-            self._retention_task.cancel()
+        for task in (self._retention_task, self._checkpoint_task):
+            if task is not None:
+                task.cancel()
         for p in list(self.partitions.values()):
             try:
                 p.fail_waiters()
@@ -183,3 +213,11 @@ class ReplicaManager:
 
     def topic_id_of(self, topic: str) -> UUID | None:
         return self.image.topic_ids.get(topic)
+
+
+def _checkpoint_all(logs: list) -> None:
+    for lg in logs:
+        try:
+            lg.checkpoint()
+        except Exception:  # a closed or offline log: its state was written when it closed
+            pass

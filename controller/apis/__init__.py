@@ -2,8 +2,7 @@
 
 One module per API family. Each handler takes (Apis, Request) and returns the response body;
 `HANDLERS` maps API key -> (min version, max version, handler) and is also what ApiVersions
-advertises, so nothing unimplemented is ever advertised. AlterPartition, elections and
-reassignments (next issue) go in a new `apis/partitions.py` registered here.
+advertises, so nothing unimplemented is ever advertised.
 """
 
 from __future__ import annotations
@@ -15,6 +14,8 @@ from typing import Any
 from controller.cluster import ClusterControl
 from controller.configs import ConfigControl
 from controller.controller import Controller
+from controller.partitions import PartitionControl
+from controller.producer_ids import ProducerIdControl
 from controller.topics import TopicControl
 from protocol.headers import Request
 
@@ -25,20 +26,29 @@ class Apis:
     cluster: ClusterControl
     topics: TopicControl
     configs: ConfigControl
+    partitions: PartitionControl
+    producer_ids: ProducerIdControl
     served: dict[int, tuple[int, int]] = field(default_factory=dict)  # what ApiVersions lists
 
     @classmethod
     def create(cls, controller: Controller) -> Apis:
-        return cls(controller, ClusterControl(controller), TopicControl(controller), ConfigControl(controller))
+        return cls(
+            controller,
+            ClusterControl(controller),
+            TopicControl(controller),
+            ConfigControl(controller),
+            PartitionControl(controller),
+            ProducerIdControl(controller),
+        )
 
 
 Handler = Callable[[Apis, Request], Awaitable[Any]]
 
 
 def handlers() -> dict[int, tuple[int, int, Handler]]:
-    from controller.apis import api_versions, cluster, configs, fetch, topics
+    from controller.apis import api_versions, cluster, configs, fetch, partitions, producer_ids, topics
 
     table: dict[int, tuple[int, int, Handler]] = {}
-    for module in (api_versions, cluster, configs, fetch, topics):
+    for module in (api_versions, cluster, configs, fetch, partitions, producer_ids, topics):
         table.update(module.HANDLERS)
     return table

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import protocol.generated.add_offsets_to_txn as add_offsets_to_txn
 import protocol.generated.add_partitions_to_txn as add_partitions_to_txn
+import protocol.generated.allocate_producer_ids as allocate_producer_ids
 import protocol.generated.alter_chunk_assignments as alter_chunk_assignments
 import protocol.generated.alter_configs as alter_configs
 import protocol.generated.alter_partition as alter_partition
@@ -29,6 +30,7 @@ import protocol.generated.diskless_delete_topics as diskless_delete_topics
 import protocol.generated.diskless_describe_files as diskless_describe_files
 import protocol.generated.diskless_find_batches as diskless_find_batches
 import protocol.generated.diskless_list_offsets as diskless_list_offsets
+import protocol.generated.elect_leaders as elect_leaders
 import protocol.generated.end_txn as end_txn
 import protocol.generated.fetch as fetch
 import protocol.generated.fetch_snapshot as fetch_snapshot
@@ -107,6 +109,7 @@ REQUESTS = {
     36: sasl_authenticate.SaslAuthenticateRequest,
     37: create_partitions.CreatePartitionsRequest,
     42: delete_groups.DeleteGroupsRequest,
+    43: elect_leaders.ElectLeadersRequest,
     44: incremental_alter_configs.IncrementalAlterConfigsRequest,
     45: alter_partition_reassignments.AlterPartitionReassignmentsRequest,
     46: list_partition_reassignments.ListPartitionReassignmentsRequest,
@@ -116,6 +119,7 @@ REQUESTS = {
     60: describe_cluster.DescribeClusterRequest,
     62: broker_registration.BrokerRegistrationRequest,
     63: broker_heartbeat.BrokerHeartbeatRequest,
+    67: allocate_producer_ids.AllocateProducerIdsRequest,
     1076: create_chunks.CreateChunksRequest,
     1077: alter_chunk_assignments.AlterChunkAssignmentsRequest,
     1093: diskless_create_partitions.DisklessCreatePartitionsRequest,
@@ -159,6 +163,7 @@ RESPONSES = {
     36: sasl_authenticate.SaslAuthenticateResponse,
     37: create_partitions.CreatePartitionsResponse,
     42: delete_groups.DeleteGroupsResponse,
+    43: elect_leaders.ElectLeadersResponse,
     44: incremental_alter_configs.IncrementalAlterConfigsResponse,
     45: alter_partition_reassignments.AlterPartitionReassignmentsResponse,
     46: list_partition_reassignments.ListPartitionReassignmentsResponse,
@@ -168,6 +173,7 @@ RESPONSES = {
     60: describe_cluster.DescribeClusterResponse,
     62: broker_registration.BrokerRegistrationResponse,
     63: broker_heartbeat.BrokerHeartbeatResponse,
+    67: allocate_producer_ids.AllocateProducerIdsResponse,
     1076: create_chunks.CreateChunksResponse,
     1077: alter_chunk_assignments.AlterChunkAssignmentsResponse,
     1093: diskless_create_partitions.DisklessCreatePartitionsResponse,

@@ -1,0 +1,112 @@
+"""ISR changes proposed by partition leaders through AlterPartition (as KRaft leaders do):
+shrink out followers that stopped keeping up for replica.lag.time.max.ms, expand in followers
+that caught up to the high watermark. One change in flight per partition."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import structlog
+
+from broker.replication.partition import Partition, now_ms
+from node.client import ClientError
+from node.shutdown import stop_task
+from protocol.generated.alter_partition import AlterPartitionRequest
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+log = structlog.get_logger(__name__)
+A = AlterPartitionRequest
+
+
+class IsrManager:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._inflight: set[tuple[str, int]] = set()
+        self._task: asyncio.Task | None = None
+        self._stopping = False
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._shrink_loop())
+
+    async def stop(self) -> None:
+        self._stopping = True
+        await stop_task(self._task)
+
+    def follower_caught_up(self, p: Partition, replica_id: int) -> None:
+        alive = self.broker.metadata.image.brokers.get(replica_id)
+        if alive is None or alive.fenced or alive.in_controlled_shutdown:
+            return
+        self.propose(p, tuple(p.isr) + (replica_id,), "expand")
+
+    def propose(self, p: Partition, new_isr: tuple[int, ...], why: str) -> None:
+        key = (p.topic, p.index)
+        if key in self._inflight or p.info is None:
+            return
+        self._inflight.add(key)
+        self.broker.spawn(self._send(p, new_isr, why))
+
+    async def _send(self, p: Partition, new_isr: tuple[int, ...], why: str) -> None:
+        key = (p.topic, p.index)
+        info = p.info
+        try:
+            if info is None or not p.is_leader:
+                return
+            try:
+                version = await self.broker.channel.version_for(A.API_KEY)
+            except ClientError as e:
+                log.warning("alter_partition_unavailable", error=str(e))
+                return
+            pd = A.PartitionData(partition_index=p.index, leader_epoch=info.leader_epoch,
+                                 partition_epoch=info.partition_epoch)
+            if version >= 3:
+                pd.new_isr_with_epochs = [A.BrokerState(broker_id=b, broker_epoch=-1) for b in new_isr]
+            else:
+                pd.new_isr = list(new_isr)
+            td = A.TopicData(partitions=[pd])
+            if version >= 2:
+                td.topic_id = p.topic_id
+            else:
+                td.topic_name = p.topic
+            req = A(broker_id=self.broker.config.node_id, broker_epoch=self.broker.lifecycle.broker_epoch, topics=[td])
+            try:
+                resp = await self.broker.channel.request(req, version, retry=False, timeout=10)
+            except ClientError as e:
+                log.warning("alter_partition_failed", topic=p.topic, partition=p.index, error=str(e))
+                return
+            err = resp.error_code
+            part = resp.topics[0].partitions[0] if resp.topics and resp.topics[0].partitions else None
+            if err == 0 and part is not None:
+                err = part.error_code
+            if err:
+                log.info("alter_partition_rejected", topic=p.topic, partition=p.index, error_code=err, why=why)
+                return
+            log.info("isr_changed", topic=p.topic, partition=p.index, why=why, isr=list(part.isr),
+                     partition_epoch=part.partition_epoch)
+            p.apply_isr(tuple(part.isr), part.partition_epoch)
+        finally:
+            self._inflight.discard(key)
+
+    async def _shrink_loop(self) -> None:
+        lag_ms = self.broker.config.replica_lag_time_max_ms
+        while not self._stopping:
+            await asyncio.sleep(max(lag_ms / 2000, 0.1))
+            now = now_ms()
+            for p in list(self.broker.replicas.partitions.values()):
+                if not p.is_leader:
+                    continue
+                out = [
+                    r for r in p.isr
+                    if r != p.node_id and now - p.followers.get(r, _NEVER).last_caught_up_ms > lag_ms
+                ]
+                if out:
+                    self.propose(p, tuple(r for r in p.isr if r not in out), "shrink")
+
+
+class _Never:
+    last_caught_up_ms = 0
+
+
+_NEVER = _Never()

@@ -1,0 +1,81 @@
+"""Replication throttle on the follower side (KIP-73): fetched bytes of throttled replicas are
+held to follower.replication.throttled.rate (bytes/s) with a token bucket.
+
+A replica is throttled when its topic's follower.replication.throttled.replicas lists
+"<partition>:<this broker>" or is "*"; the rate is this broker's dynamic config (or the
+cluster-wide default, or server.properties). kafka-reassign-partitions.sh --throttle sets both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from metadata.image import BROKER_RESOURCE
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+    from broker.replication.partition import Partition
+
+RATE_KEY = "follower.replication.throttled.rate"
+REPLICAS_KEY = "follower.replication.throttled.replicas"
+
+
+class Throttle:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._tokens = 0.0
+        self._last = time.monotonic()
+
+    def rate(self) -> int | None:
+        image = self.broker.metadata.image
+        me = str(self.broker.config.node_id)
+        for layer in (image.configs.get((BROKER_RESOURCE, me), {}), image.configs.get((BROKER_RESOURCE, ""), {}),
+                      self.broker.config.props):
+            raw = layer.get(RATE_KEY)
+            if raw is not None:
+                try:
+                    value = int(raw)
+                except ValueError:
+                    return None
+                return value if 0 < value < 2**62 else None
+        return None
+
+    def applies(self, p: Partition) -> bool:
+        if self.rate() is None:
+            return False
+        spec = self.broker.metadata.image.topic_config(p.topic).get(REPLICAS_KEY, "")
+        if spec.strip() == "*":
+            return True
+        want = f"{p.index}:{self.broker.config.node_id}"
+        return want in {x.strip() for x in spec.split(",")}
+
+    def fetch_size(self, max_bytes: int) -> int:
+        """Keep each throttled fetch small enough that the rate is smooth (about 1/4 s of it)."""
+        rate = self.rate()
+        return max_bytes if rate is None else max(1024, min(max_bytes, rate // 4))
+
+    def _refill(self, rate: int) -> None:
+        now = time.monotonic()
+        self._tokens = min(self._tokens + (now - self._last) * rate, rate)  # at most one second of burst
+        self._last = now
+
+    def record(self, p: Partition, nbytes: int) -> None:
+        if not self.applies(p):
+            return
+        rate = self.rate()
+        if rate is None:
+            return
+        self._refill(rate)
+        self._tokens -= nbytes
+
+    async def wait(self) -> None:
+        """Before the next fetch: sleep off any debt of throttled bytes."""
+        rate = self.rate()
+        if rate is None:
+            return
+        self._refill(rate)
+        if self._tokens < 0:
+            await asyncio.sleep(-self._tokens / rate)
+            self._refill(rate)
