@@ -14,6 +14,7 @@ from broker.controller_channel import ControllerChannel
 from broker.fetch_sessions import FetchSessionCache
 from broker.lifecycle import BrokerLifecycle
 from broker.metadata_loader import MetadataLoader
+from broker.producer_ids import ProducerIdManager
 from broker.replication.fetcher import ReplicaFetcherManager
 from broker.replication.isr import IsrManager
 from broker.replication.replica_manager import ReplicaManager
@@ -42,6 +43,7 @@ class Broker:
         self.isr: IsrManager | None = None
         self.port = 0
         self._tasks: set[asyncio.Task] = set()
+        self.producer_ids = ProducerIdManager.for_broker(self)
 
     async def start(self) -> None:
         self.cluster_id = await self._discover_cluster_id()
@@ -74,10 +76,12 @@ class Broker:
             log.warning("cluster_id_unavailable", error_code=resp.error_code)
             await asyncio.sleep(0.5)
 
-    async def forward(self, body: Any, version: int | None = None) -> Any:
-        """Send an admin request to the controller; answer once our image includes its effect."""
+    async def forward(self, body: Any, version: int | None = None, *, read_only: bool = False) -> Any:
+        """Send an admin request to the controller; answer once our image includes its effect
+        (a read-only request has none to wait for)."""
         resp = await self.channel.request(body, version, retry=False)
-        await self.metadata.sync()
+        if not read_only and not getattr(body, "validate_only", False) and _changed_something(resp):
+            await self.metadata.sync()
         return resp
 
     def spawn(self, coro: Coroutine) -> None:
@@ -111,3 +115,24 @@ class Broker:
         await self.channel.close()
         await self.metadata_channel.close()
         log.info("broker_stopped")
+
+
+def _changed_something(resp: Any) -> bool:
+    """False when every per-item result of an admin response is an error: the controller wrote
+    nothing, so there is no metadata to wait for (a failed CreateTopics answers at once)."""
+    leaves: list[int] = []
+
+    def walk(obj: Any) -> bool:  # True if obj or something below it holds an error code
+        found_below = False
+        for name in getattr(obj, "_fields", ()):
+            value = getattr(obj, name)
+            for item in value if isinstance(value, list) else [value]:
+                if hasattr(item, "_fields") and walk(item):
+                    found_below = True
+        if not found_below and hasattr(obj, "error_code"):
+            leaves.append(obj.error_code)
+            return True
+        return found_below
+
+    walk(resp)
+    return not leaves or any(code == 0 for code in leaves)

@@ -13,8 +13,16 @@ import structlog
 
 from broker.apis import HANDLERS, RequestContext, load_all
 from protocol.errors import ProtocolError
+from protocol.generated import REQUESTS, RequestHeader
 from protocol.generated.api_versions import ApiVersionsResponse
-from protocol.headers import UnsupportedRequest, decode_request, encode_response
+from protocol.headers import (
+    Request,
+    UnsupportedRequest,
+    decode_request,
+    encode_response,
+    peek_header,
+    request_header_version,
+)
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -32,14 +40,31 @@ def advertised_versions() -> list[ApiVersionsResponse.ApiVersion]:
     ]
 
 
+def decode_client_request(frame: bytes) -> Request:
+    """decode_request, except that bytes after the body are ignored, as Kafka's broker ignores
+    them: librdkafka 2.16's all-topics Metadata v13 (AdminClient.list_topics()) ends with 3 stray
+    bytes, and a broker that refused it would fail every such call."""
+    api_key, api_version, _ = peek_header(frame)
+    cls = REQUESTS.get(api_key)
+    if cls is None or not cls.MIN_VERSION <= api_version <= cls.MAX_VERSION:
+        return decode_request(frame)  # raises UnsupportedRequest
+    mv = memoryview(frame)
+    header, pos = RequestHeader.decode_from(mv, 0, request_header_version(api_key, api_version))
+    body, _ = cls.decode_from(mv, pos, api_version)
+    return Request(header, body)
+
+
 class RequestDispatcher:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         load_all()
 
     async def __call__(self, frame: bytes, conn: Connection) -> list | None:
+        # Each request runs in its own task (a copy of the context): every line logged while
+        # handling it names the peer, so a rejected request is traceable to its connection.
+        structlog.contextvars.bind_contextvars(peer=conn.peer)
         try:
-            req = decode_request(frame)
+            req = decode_client_request(frame)
             entry = HANDLERS.get(req.api_key)
             if entry is None or not entry.min_version <= req.api_version <= entry.max_version:
                 raise UnsupportedRequest(
@@ -47,6 +72,7 @@ class RequestDispatcher:
                 )
         except UnsupportedRequest as e:
             if e.api_key == API_VERSIONS:
+                log.info("api_versions_version_unsupported", version=e.api_version, answered_with="v0 list")
                 body = ApiVersionsResponse(error_code=UNSUPPORTED_VERSION, api_keys=advertised_versions())
                 return encode_response(API_VERSIONS, 0, e.correlation_id, body)
             raise ProtocolError(str(e), error_code=UNSUPPORTED_VERSION) from None

@@ -66,6 +66,9 @@ class Connection(asyncio.Protocol):
             self.reading = False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed and self.reader.pending:
+            # The peer went away in the middle of a frame (a truncated request): say so once.
+            log.warning("connection_closed_mid_frame", peer=self.peer, pending_bytes=self.reader.pending)
         self.closed = True
         self.server.connections.discard(self)
         for t in self.pending:

@@ -20,22 +20,41 @@ class FrameReader:
         self.max_frame = max_frame
         self._buf = bytearray()
 
-    def feed(self, data: bytes) -> list[bytes]:
-        """Add received bytes; return every frame now complete (without its size prefix)."""
-        self._buf += data
+    def feed(self, data: bytes) -> list:
+        """Add received bytes; return every frame now complete (without its size prefix).
+
+        A frame that arrives whole in one read is a zero-copy memoryview of `data` (immutable
+        bytes); a frame that spans reads is assembled in the buffer and copied out once.
+        """
+        if self._buf:
+            self._buf += data
+            buf = self._buf
+        else:
+            buf = data
         frames = []
-        buf = self._buf
         pos = 0
-        while len(buf) - pos >= 4:
-            size = _SIZE.unpack_from(buf, pos)[0]
-            if size < 0 or size > self.max_frame:
-                raise ProtocolError(f"frame size {size} is outside 0..{self.max_frame}", offset=pos)
-            if len(buf) - pos - 4 < size:
-                break
-            frames.append(bytes(buf[pos + 4 : pos + 4 + size]))
-            pos += 4 + size
-        if pos:
-            del buf[:pos]
+        n = len(buf)
+        view = memoryview(buf)
+        try:
+            while n - pos >= 4:
+                size = _SIZE.unpack_from(buf, pos)[0]
+                if size < 0 or size > self.max_frame:
+                    raise ProtocolError(f"frame size {size} is outside 0..{self.max_frame}", offset=pos)
+                if n - pos - 4 < size:
+                    break
+                if buf is data:
+                    frames.append(view[pos + 4 : pos + 4 + size])
+                else:  # no named sub-view may outlive this: the bytearray is resized below
+                    frames.append(bytes(view[pos + 4 : pos + 4 + size]))
+                pos += 4 + size
+        finally:
+            if buf is self._buf:
+                view.release()  # the bytearray may not be resized while a view of it exists
+        if buf is self._buf:
+            if pos:
+                del self._buf[:pos]
+        elif pos < n:
+            self._buf += data[pos:]
         return frames
 
     @property

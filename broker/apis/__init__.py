@@ -59,6 +59,7 @@ def load_all() -> dict[int, ApiEntry]:
         list_offsets,
         metadata,
         produce,
+        producer_ids,
     )
 
     return HANDLERS

@@ -61,7 +61,7 @@ async def alter_partition_reassignments(ctx: RequestContext, req):
 
 @api(46, 0, 0)
 async def list_partition_reassignments(ctx: RequestContext, req):
-    return await ctx.broker.forward(req, ctx.api_version)
+    return await ctx.broker.forward(req, ctx.api_version, read_only=True)
 
 
 @api(43, 0, 2)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from uuid import UUID
 
 import structlog
@@ -40,6 +41,9 @@ class ReplicaManager:
         # set by the Broker once running: follower fetchers and the ISR manager
         self.fetchers: ReplicaFetcherManager | None = None
         self.isr: IsrManager | None = None
+        # told (partition, is_leader) whenever this broker gains or loses a partition's
+        # leadership: coordinators load and unload their state partitions with it
+        self.leadership_listeners: list[Callable[[Partition, bool], None]] = []
         for d in log_dirs:
             for topic, partition, chunk_start, _ in d.list_replicas():
                 self._on_disk[(topic, partition, chunk_start)] = d
@@ -94,12 +98,22 @@ class ReplicaManager:
             p = None
         if p is None:
             p = self._open(topic, info)
+        was_leader, old_epoch = p.is_leader, p.leader_epoch
         p.update(info)
+        if p.is_leader != was_leader or (p.is_leader and p.leader_epoch != old_epoch):
+            self._tell_leadership(p, p.is_leader)
         if self.fetchers is not None:
             if p.is_leader or info.leader < 0:
                 self.fetchers.unfollow(p)
             else:
                 self.fetchers.follow(p, info.leader)
+
+    def _tell_leadership(self, p: Partition, is_leader: bool) -> None:
+        for listener in self.leadership_listeners:
+            try:
+                listener(p, is_leader)
+            except Exception:
+                log.exception("leadership_listener_failed", topic=p.topic, partition=p.index)
 
     def _open(self, topic: str, info: PartitionInfo) -> Partition:
         start = info.start_offset
@@ -110,6 +124,7 @@ class ReplicaManager:
             lg.delete()
             lg = d.open_log(topic, info.partition, start, self.log_config(topic), topic_id=info.topic_id)
         self._on_disk[(topic, info.partition, start)] = d
+        lg.producer_id_expiration_ms = int(self.config.props.get("producer.id.expiration.ms", "86400000"))
         p = Partition(topic, info.partition, info.topic_id, lg, self.node_id)
         if self.isr is not None:
             p.on_follower_caught_up = self.isr.follower_caught_up
@@ -138,6 +153,8 @@ class ReplicaManager:
             return
         if self.fetchers is not None:
             self.fetchers.unfollow(p)
+        if p.is_leader:
+            self._tell_leadership(p, False)
         p.fail_waiters()
         if delete:
             p.log.delete()

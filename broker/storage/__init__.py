@@ -15,6 +15,8 @@ On-disk layout
             leader-epoch-checkpoint         "0\\n<count>\\n<epoch> <start offset>\\n..." (Kafka's text format)
             partition.metadata              "version: 0\\ntopic_id: <base64 uuid>" (Kafka's format)
             log-state.checkpoint            "0\\nlog_start_offset N\\nrecovery_point N\\nhigh_watermark N\\n"
+            00000000000000000000.snapshot   producer state of every batch below that offset (written on
+                                            roll and on clean close)
             .clean-shutdown                 present only between a clean close and the next open
         <topic>-<partition>-<chunkStart>.move/    a replica being copied in (JBOD move): not served
         <topic>-<partition>-<chunkStart>.delete/  a replica waiting for deletion: not served
@@ -43,6 +45,8 @@ Recovery
   the segment holding the recovery point on, cuts a torn or corrupt tail at the last whole batch,
   deletes later segments, rebuilds those segments' indexes and re-derives leader epochs from the
   batches. Indexes of other segments are sanity-checked and rebuilt if missing or damaged.
+  Producer state = the newest snapshot at or below the recovered log end, plus a replay of the
+  batch headers after it.
 """
 
 from broker.storage.config import LogConfig

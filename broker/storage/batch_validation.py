@@ -9,12 +9,14 @@ from __future__ import annotations
 from broker.storage.errors import (
     CORRUPT_MESSAGE,
     INVALID_RECORD,
+    UNSUPPORTED_FOR_MESSAGE_FORMAT,
     InvalidRecordError,
     RecordTooLargeError,
 )
 from protocol.errors import ProtocolError
 from protocol.records.batch import BatchHeader, iter_batches, verify_crc
 
+MAGIC_OFFSET = 16  # base offset (8) + batch length (4) + partition leader epoch (4)
 MAX_COMPRESSION_CODEC = 4  # zstd; 5-7 are unassigned
 
 Batches = list[tuple[int, BatchHeader]]  # (position in the input, header)
@@ -46,7 +48,16 @@ def validate_client_batches(records, max_message_bytes: int, *, allow_control: b
                 )
             batches.append((pos, header))
     except ProtocolError as exc:
-        raise InvalidRecordError(str(exc), error_code=exc.error_code) from None
+        code = exc.error_code
+        at = exc.offset
+        # As Kafka: the magic byte is judged first, so an old-format message set (magic 0/1,
+        # whose entries are shorter than a v2 header) is UNSUPPORTED_FOR_MESSAGE_FORMAT, not corrupt.
+        if code == CORRUPT_MESSAGE and at is not None and len(records) > at + MAGIC_OFFSET:
+            magic = records[at + MAGIC_OFFSET]
+            if magic in (0, 1):
+                code = UNSUPPORTED_FOR_MESSAGE_FORMAT
+                exc = ProtocolError(f"record batch magic {magic} is not supported (only magic 2)", offset=at)
+        raise InvalidRecordError(str(exc), error_code=code) from None
     if not batches:
         raise InvalidRecordError("no record batch to append", error_code=INVALID_RECORD)
     return batches

@@ -47,7 +47,13 @@ from broker.storage.file_names import (
 from broker.storage.leader_epoch import LeaderEpochCache
 from broker.storage.log_state import LogState, read_log_state, write_log_state
 from broker.storage.partition_metadata import read_topic_id, write_topic_id
-from broker.storage.segment import BatchSpan, CorruptSegmentError, LogSegment
+from broker.storage.producer_state import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    BatchMetadata,
+    ProducerStateManager,
+    fsync_file,
+)
+from broker.storage.segment import BatchSpan, CorruptSegmentError, LogSegment, iter_headers
 from protocol.errors import ProtocolError
 from protocol.records.batch import BatchHeader, set_base_offset, set_log_append_time, set_partition_leader_epoch
 from protocol.records.codec import decode_batches
@@ -76,6 +82,7 @@ class AppendInfo:
     log_start_offset: int
     batch_count: int
     bytes: int
+    duplicate: bool = False  # an idempotent producer's retry: nothing appended, the original's offsets
 
 
 @dataclass
@@ -110,6 +117,7 @@ class Log:
         config: LogConfig,
         topic_id: uuid.UUID | None,
         io_error_handler: Callable[[Path, BaseException], None] | None,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
         name = parse_replica_dir_name(dir.name)
         if name is None:
@@ -133,6 +141,7 @@ class Log:
         self._closed = False
         self._failed = False
         self.leader_epoch_cache = LeaderEpochCache(None)
+        self.producer_state = ProducerStateManager(dir, producer_id_expiration_ms)
 
     # -- opening ---------------------------------------------------------------------------------
 
@@ -145,11 +154,13 @@ class Log:
         topic_id: uuid.UUID | None = None,
         now_ms: int | None = None,
         io_error_handler: Callable[[Path, BaseException], None] | None = None,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> Log:
         """Open (creating if missing) the log in `dir`. Without a clean-shutdown marker, every batch
         from the recovery point on is checked (header + CRC32C) and a torn or corrupt tail is cut
-        off at the last whole batch; missing or damaged indexes are rebuilt either way."""
-        self = cls(Path(dir), config, topic_id, io_error_handler)
+        off at the last whole batch; missing or damaged indexes are rebuilt either way. Producer
+        state comes from the newest snapshot at or below the log end plus the batch headers after it."""
+        self = cls(Path(dir), config, topic_id, io_error_handler, producer_id_expiration_ms)
         now = now_ms if now_ms is not None else _wall_clock_ms()
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
@@ -171,6 +182,7 @@ class Log:
         self._check_topic_id()
         self.leader_epoch_cache = LeaderEpochCache.load(self.dir / LEADER_EPOCH_CHECKPOINT)
         bases = self._remove_leftover_files()
+        self.producer_state.scan_snapshot_files()
 
         # Recovery starts at the segment holding the recovery point; a missing checkpoint means
         # nothing is known to be flushed, so everything is checked.
@@ -225,6 +237,7 @@ class Log:
         self._hw = min(max(state.high_watermark if state is not None else 0, self._log_start), self._leo)
         self.leader_epoch_cache.truncate_from_end(self._leo)
         self.leader_epoch_cache.truncate_from_start(self._log_start)
+        snapshot_offset, replayed = self._reload_producer_state(now_ms)
         for seg in self._segments:
             seg.flush()  # recovered segments and rebuilt indexes: durable before the recovery point says so
         fsync_dir(self.dir)
@@ -242,6 +255,9 @@ class Log:
             bytes_truncated=truncated_bytes,
             log_start_offset=self._log_start,
             log_end_offset=self._leo,
+            producers=len(self.producer_state.producers),
+            producer_snapshot_offset=snapshot_offset,
+            producer_batches_replayed=replayed,
         )
 
     def _check_topic_id(self) -> None:
@@ -284,6 +300,29 @@ class Log:
         seg = LogSegment(self.dir, base, self.config.segment_index_bytes, 0)
         seg.delete_files()
 
+    def _reload_producer_state(self, now_ms: int) -> tuple[int, int]:
+        """Producer state = newest snapshot in [log start, LEO] + the batch headers after it (header
+        reads only, no record decoding). Returns (offset replayed from, batches replayed)."""
+        start = self.producer_state.load(self._log_start, self._leo, now_ms)
+        replayed = 0
+        if start < self._leo:
+            first = max(0, bisect_right(self._bases, start) - 1)
+            for seg in self._segments[first:]:
+                found = seg.find_batch(start, seg.size)
+                if found is None:
+                    continue
+                for _, header in iter_headers(seg.file(), found[0], seg.size):
+                    if header.producer_id >= 0:
+                        self.producer_state.update_from_header(header)
+                        replayed += 1
+        return start, replayed
+
+    def _track_producers(self, batches) -> None:
+        """Follower side: state from batches the leader numbered and checked."""
+        for _, header in batches:
+            if header.producer_id >= 0:
+                self.producer_state.update_from_header(header)
+
     def _assign_epoch_from_batch(self, header: BatchHeader) -> None:
         epoch = header.partition_leader_epoch
         if epoch >= 0 and epoch > self.leader_epoch_cache.latest_epoch():
@@ -322,6 +361,15 @@ class Log:
     @property
     def active_segment_base_offset(self) -> int:
         return self._bases[-1]
+
+    @property
+    def producer_id_expiration_ms(self) -> int:
+        return self.producer_state.expiration_ms
+
+    @producer_id_expiration_ms.setter
+    def producer_id_expiration_ms(self, value: int) -> None:
+        """producer.id.expiration.ms (a broker setting, applied by whoever opens the log)."""
+        self.producer_state.expiration_ms = value
 
     def update_config(self, config: LogConfig) -> None:
         """New settings apply from the next append / roll check / retention pass."""
@@ -378,7 +426,10 @@ class Log:
     ) -> AppendInfo:
         """Validate producer batches (header, CRC, size, counts), assign offsets by patching the
         headers of one bytearray copy, stamp the leader epoch (and LogAppendTime when configured),
-        and append. Invalid input raises before any byte is written."""
+        and append. Invalid input raises before any byte is written. Batches with a producer id are
+        checked against producer state (sequence, epoch: OutOfOrderSequenceError,
+        InvalidProducerEpochError); a retry of one of a producer's last 5 batches appends nothing
+        and answers the first append's offsets (AppendInfo.duplicate)."""
         cfg = self.config
         if records is None:
             raise InvalidRecordError("a produce without records")
@@ -395,15 +446,20 @@ class Log:
             first_offset = offset = self._leo
             max_timestamp, offset_of_max = -1, -1
             spans: list[BatchSpan] = []
+            producers = None  # only batches with a producer id touch producer state
             for pos, header in batches:
+                timestamp = log_append_time if log_append_time >= 0 else header.max_timestamp
+                last = offset + header.last_offset_delta
+                if header.producer_id >= 0:
+                    if producers is None:
+                        producers = self.producer_state.begin_leader_append(client=origin is AppendOrigin.CLIENT)
+                    duplicate = producers.add(header, offset, last, timestamp)
+                    if duplicate is not None:
+                        return self._duplicate_info(duplicate, log_append_time >= 0)
                 set_base_offset(buf, pos, offset)
                 set_partition_leader_epoch(buf, pos, leader_epoch)
                 if log_append_time >= 0:
                     set_log_append_time(buf, pos, header, log_append_time)
-                    timestamp = log_append_time
-                else:
-                    timestamp = header.max_timestamp
-                last = offset + header.last_offset_delta
                 if timestamp > max_timestamp:
                     max_timestamp, offset_of_max = timestamp, last
                 spans.append((pos, last, timestamp, header.size))
@@ -412,6 +468,8 @@ class Log:
             if log_append_time >= 0:
                 offset_of_max = last_offset  # as Kafka: every record carries the same timestamp
             rolled_to = self._append_locked(buf, spans, last_offset, now_ms)
+            if producers is not None:
+                producers.commit()  # after the roll inside the append: its snapshot is of the state before
             if leader_epoch >= 0 and leader_epoch != self.leader_epoch_cache.latest_epoch():
                 self.leader_epoch_cache.assign(leader_epoch, first_offset)
             info = AppendInfo(
@@ -428,10 +486,32 @@ class Log:
             self._flush_below(rolled_to)
         return info
 
+    def _duplicate_info(self, batch: BatchMetadata, log_append_time: bool) -> AppendInfo:
+        # As Kafka: a retried batch is answered with the offsets it got the first time.
+        log.info(
+            "duplicate_batch",
+            topic=self.topic,
+            partition=self.partition,
+            first_offset=batch.first_offset,
+            first_sequence=batch.first_seq,
+        )
+        return AppendInfo(
+            batch.first_offset,
+            batch.last_offset,
+            batch.timestamp,
+            batch.last_offset,
+            batch.timestamp if log_append_time else -1,
+            self._log_start,
+            0,
+            0,
+            duplicate=True,
+        )
+
     @_io_guarded
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
         """Append batches the leader already numbered. They must start at the log end offset;
-        a partial batch at the end (a fetch may end mid-batch) is left out. No copy is made."""
+        a partial batch at the end (a fetch may end mid-batch) is left out. No copy is made.
+        Producer state follows the batches unchecked (the leader checked them)."""
         batches, valid_bytes = validate_replicated_batches(records)
         if not batches:
             return AppendInfo(-1, -1, -1, -1, -1, self._log_start, 0, 0)
@@ -455,7 +535,7 @@ class Log:
                 )
             max_timestamp, offset_of_max = -1, -1
             # Groups that fit one segment each: a fetch may carry more bytes than segment.bytes.
-            group_start = 0
+            group_start = group_first = 0
             spans: list[BatchSpan] = []
             for i, (pos, header) in enumerate(batches):
                 if header.max_timestamp > max_timestamp:
@@ -463,11 +543,13 @@ class Log:
                 if spans and pos + header.size - group_start > segment_bytes:
                     rolled = self._append_locked(view[group_start:pos], spans, batches[i - 1][1].last_offset, now_ms)
                     rolled_to = rolled if rolled is not None else rolled_to
-                    group_start, spans = pos, []
+                    self._track_producers(batches[group_first:i])
+                    group_start, group_first, spans = pos, i, []
                 spans.append((pos - group_start, header.last_offset, header.max_timestamp, header.size))
             last_offset = batches[-1][1].last_offset
             rolled = self._append_locked(view[group_start:], spans, last_offset, now_ms)
             rolled_to = rolled if rolled is not None else rolled_to
+            self._track_producers(batches[group_first:])
             for _, header in batches:
                 epoch = header.partition_leader_epoch
                 if epoch >= 0 and epoch != self.leader_epoch_cache.latest_epoch():
@@ -507,6 +589,9 @@ class Log:
         new = LogSegment.create(self.dir, self._leo, self.config.segment_index_bytes, now_ms)
         self._segments.append(new)
         self._bases.append(new.base_offset)
+        # As Kafka: a producer snapshot at every roll bounds the replay after a crash to one segment.
+        # Not fsynced here (we hold the lock); the flush that follows every roll syncs it.
+        self.producer_state.take_snapshot(self._leo, sync=False)
         log.info(
             "segment_rolled",
             topic=self.topic,
@@ -627,13 +712,16 @@ class Log:
         with self._lock:
             self._check_usable()
             target = self._leo if up_to is None else min(up_to, self._leo)
-            if target <= self._recovery_point:
+            snapshots = self.producer_state.take_unsynced()
+            if target <= self._recovery_point and not snapshots:
                 return
             ends = self._bases[1:] + [self._leo]
             dirty = [s for s, end in zip(self._segments, ends) if s.base_offset < target and end > self._recovery_point]
         for seg in dirty:
             seg.flush()
-        fsync_dir(self.dir)  # new segment files must survive too
+        for path in snapshots:
+            fsync_file(path)  # gone if a truncation deleted it meanwhile: nothing to sync then
+        fsync_dir(self.dir)  # new segment and snapshot files must survive too
         with self._lock:
             new_point = min(target, self._leo)
             if new_point > self._recovery_point:
@@ -667,6 +755,7 @@ class Log:
                 self._recovery_point = min(self._recovery_point, self._leo)
                 self._hw = min(self._hw, self._leo)
                 self.leader_epoch_cache.truncate_from_end(self._leo)
+                self._reload_producer_state(now_ms)  # drops snapshots past the new end, replays the rest
                 self._write_state()
             log.info(
                 "log_truncated",
@@ -694,6 +783,7 @@ class Log:
         self._bases = [offset]
         self._leo = self._log_start = self._recovery_point = self._hw = offset
         self.leader_epoch_cache.clear()
+        self.producer_state.truncate_fully()
         self._write_state()
 
     @_io_guarded
@@ -713,6 +803,7 @@ class Log:
             self._log_start = offset
             self.leader_epoch_cache.truncate_from_start(offset)
             self._delete_prefix(lambda seg, next_base: next_base <= self._log_start, now_ms, "log start offset")
+            self.producer_state.delete_snapshots_below(self._log_start)
             self._write_state()
             log.info("log_start_offset_raised", dir=str(self.dir), log_start_offset=offset)
             return self._log_start
@@ -726,6 +817,7 @@ class Log:
         with self._lock:
             self._check_usable()
             self._purge_deleted(now_ms)
+            self._expire_producers(now_ms)
             cfg = self.config
             deleted = self._delete_prefix(
                 lambda seg, next_base: next_base <= self._log_start, now_ms, "log start offset"
@@ -763,7 +855,21 @@ class Log:
             if self._bases[0] > self._log_start:
                 self._log_start = self._bases[0]
                 self.leader_epoch_cache.truncate_from_start(self._log_start)
+            self.producer_state.delete_snapshots_below(self._log_start)
         return deleted
+
+    @_io_guarded
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Forget producers idle for producer.id.expiration.ms (enforce_retention does it too)."""
+        with self._lock:
+            self._check_usable()
+            return self._expire_producers(now_ms)
+
+    def _expire_producers(self, now_ms: int) -> int:
+        n = self.producer_state.remove_expired(now_ms)
+        if n:
+            log.info("producers_expired", dir=str(self.dir), count=n, remaining=len(self.producer_state.producers))
+        return n
 
     def _schedule_delete(self, seg: LogSegment, now_ms: int, reason: str) -> None:
         seg.rename_to_deleted()
@@ -793,6 +899,9 @@ class Log:
                     self._segments[-1].on_become_inactive()
                     for seg in self._segments:
                         seg.flush()
+                    for path in self.producer_state.take_unsynced():
+                        fsync_file(path)
+                    self.producer_state.take_snapshot(self._leo, sync=True)  # the next open replays nothing
                     fsync_dir(self.dir)
                     self._recovery_point = self._leo
                     self._write_state()
