@@ -5,6 +5,7 @@ broker's image includes the change. DeleteRecords acts on the leader's log."""
 from __future__ import annotations
 
 from broker.apis import RequestContext, api
+from broker.apis.leadership import leader_or_error
 from broker.storage.errors import StorageError
 from protocol.errors import Errors
 from protocol.generated.delete_records import DeleteRecordsResponse
@@ -29,19 +30,15 @@ async def create_partitions(ctx: RequestContext, req):
 async def delete_records(ctx: RequestContext, req) -> DeleteRecordsResponse:
     R = DeleteRecordsResponse
     b = ctx.broker
-    image = b.metadata.image
     topics = []
     for t in req.topics:
         tr = R.DeleteRecordsTopicResult(name=t.name)
         topics.append(tr)
-        info = image.topic(t.name)
         for dp in t.partitions:
             pr = R.DeleteRecordsPartitionResult(partition_index=dp.partition_index, low_watermark=-1)
             tr.partitions.append(pr)
-            p = b.replicas.get(t.name, dp.partition_index)
-            if p is None or not p.is_leader:
-                known = info is not None and dp.partition_index in info.partitions
-                pr.error_code = Errors.NOT_LEADER_OR_FOLLOWER if known else Errors.UNKNOWN_TOPIC_OR_PARTITION
+            p, pr.error_code = leader_or_error(b, t.name, dp.partition_index)
+            if p is None:
                 continue
             offset = p.high_watermark if dp.offset == -1 else dp.offset
             if offset < 0 or offset > p.high_watermark:

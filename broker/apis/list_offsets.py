@@ -3,34 +3,27 @@
 from __future__ import annotations
 
 from broker.apis import RequestContext, api
+from broker.apis.leadership import leader_or_error
 from protocol.errors import Errors
 from protocol.generated.list_offsets import ListOffsetsResponse
 
 R = ListOffsetsResponse
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
-DEBUG_REPLICA = -2  # a replica id allowed to read from followers (Kafka's debugging consumer)
 
 
 @api(2, 0, 10)
 async def list_offsets(ctx: RequestContext, req) -> ListOffsetsResponse:
     b = ctx.broker
-    image = b.metadata.image
     topics = []
     for t in req.topics:
         tr = R.ListOffsetsTopicResponse(name=t.name)
         topics.append(tr)
-        info = image.topic(t.name)
         for lp in t.partitions:
             pr = R.ListOffsetsPartitionResponse(partition_index=lp.partition_index, timestamp=-1, offset=-1)
             tr.partitions.append(pr)
-            p = b.replicas.get(t.name, lp.partition_index)
-            if p is None or (req.replica_id != DEBUG_REPLICA and not p.is_leader):
-                known = info is not None and lp.partition_index in info.partitions
-                pr.error_code = Errors.NOT_LEADER_OR_FOLLOWER if known else Errors.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            if lp.current_leader_epoch >= 0 and lp.current_leader_epoch != p.leader_epoch:
-                pr.error_code = (Errors.FENCED_LEADER_EPOCH if lp.current_leader_epoch < p.leader_epoch
-                                 else Errors.UNKNOWN_LEADER_EPOCH)
+            p, pr.error_code = leader_or_error(b, t.name, lp.partition_index, replica_id=req.replica_id,
+                                               current_leader_epoch=lp.current_leader_epoch)
+            if p is None:
                 continue
             lg = p.log
             ts = lp.timestamp

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 
 from broker.apis import RequestContext, api
+from broker.apis.leadership import leader_or_error
 from broker.replication.partition import now_ms
 from broker.storage.errors import StorageError
 from protocol.errors import Errors
@@ -22,7 +23,6 @@ R = ProduceResponse
 async def produce(ctx: RequestContext, req) -> ProduceResponse | None:
     b = ctx.broker
     rm = b.replicas
-    image = b.metadata.image
     acks = req.acks
     now = now_ms()
     waits: list[tuple[R.PartitionProduceResponse, object, int]] = []
@@ -30,17 +30,14 @@ async def produce(ctx: RequestContext, req) -> ProduceResponse | None:
     for t in req.topic_data:
         tr = R.TopicProduceResponse(name=t.name)
         responses.append(tr)
-        topic = image.topic(t.name)
         for pd in t.partition_data:
             pr = R.PartitionProduceResponse(index=pd.index, base_offset=-1)
             tr.partition_responses.append(pr)
             if acks not in (-1, 0, 1):
                 pr.error_code = Errors.INVALID_REQUIRED_ACKS
                 continue
-            p = rm.get(t.name, pd.index)
-            if p is None or not p.is_leader:
-                known = topic is not None and pd.index in topic.partitions
-                pr.error_code = Errors.NOT_LEADER_OR_FOLLOWER if known else Errors.UNKNOWN_TOPIC_OR_PARTITION
+            p, pr.error_code = leader_or_error(b, t.name, pd.index)
+            if p is None:
                 continue
             if pd.records is None or len(pd.records) == 0:
                 pr.error_code = Errors.CORRUPT_MESSAGE

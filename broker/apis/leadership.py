@@ -1,0 +1,24 @@
+"""The check every partition-addressed request starts with: is this broker the partition's
+leader, and does the client's leader epoch match ours? One place, so every API answers alike."""
+
+from __future__ import annotations
+
+from broker.replication.partition import Partition
+from protocol.errors import Errors
+
+DEBUG_REPLICA = -2  # Kafka's id for a debugging reader allowed on followers
+
+
+def leader_or_error(
+    b, topic: str, index: int, *, current_leader_epoch: int = -1, replica_id: int = -1
+) -> tuple[Partition | None, int]:
+    """(partition, 0) when we may serve it, else (None or the partition, Kafka error code)."""
+    p = b.replicas.get(topic, index)
+    if p is None or (replica_id != DEBUG_REPLICA and not p.is_leader):
+        info = b.metadata.image.topic(topic)
+        known = info is not None and index in info.partitions
+        return None, Errors.NOT_LEADER_OR_FOLLOWER if known else Errors.UNKNOWN_TOPIC_OR_PARTITION
+    if current_leader_epoch >= 0 and current_leader_epoch != p.leader_epoch:
+        code = Errors.FENCED_LEADER_EPOCH if current_leader_epoch < p.leader_epoch else Errors.UNKNOWN_LEADER_EPOCH
+        return None, code
+    return p, 0
