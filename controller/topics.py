@@ -89,6 +89,26 @@ def check_manual_replicas(image: MetadataImage, replicas: list[int], expected_rf
         )
 
 
+def _each_topic(topics: list[Any], ctx: Any, action: str, batch: Batch, validate_only: bool) -> list[TopicResult]:
+    """Run ctx.<action>(topic) for each named topic once; a name given twice is INVALID_REQUEST.
+    The records go into the batch unless this is validate-only."""
+    counts = Counter(t.name for t in topics)
+    results: dict[str, TopicResult] = {}
+    for t in topics:
+        if t.name in results:
+            continue
+        if counts[t.name] > 1:
+            results[t.name] = TopicResult(t.name, ApiError(Errors.INVALID_REQUEST, "Duplicate topic name."))
+            continue
+        try:
+            results[t.name] = getattr(ctx, action)(t)
+        except ApiError as e:
+            results[t.name] = TopicResult(t.name, e)
+    if not validate_only:
+        batch.extend(ctx.records)
+    return list(results.values())
+
+
 class TopicControl:
     def __init__(self, controller: Controller) -> None:
         self.ctl = controller
@@ -98,25 +118,11 @@ class TopicControl:
         """`topics` are CreateTopicsRequest.CreatableTopic entries."""
 
         def build(image: MetadataImage, batch: Batch) -> list[TopicResult]:
-            counts = Counter(t.name for t in topics)
-            results: dict[str, TopicResult] = {}
-            ctx = _CreateContext(self.ctl, image)
-            for t in topics:
-                if t.name in results:
-                    continue
-                if counts[t.name] > 1:
-                    results[t.name] = TopicResult(t.name, ApiError(Errors.INVALID_REQUEST, "Duplicate topic name."))
-                    continue
-                try:
-                    results[t.name] = ctx.create(t)
-                except ApiError as e:
-                    results[t.name] = TopicResult(t.name, e)
-            if not validate_only:
-                batch.extend(ctx.records)
-            else:
-                for r in results.values():
+            results = _each_topic(topics, _CreateContext(self.ctl, image), "create", batch, validate_only)
+            if validate_only:
+                for r in results:
                     r.topic_id = ZERO_UUID
-            return list(results.values())
+            return results
 
         results = await self.ctl.write(build)
         log.info(
@@ -179,22 +185,7 @@ class TopicControl:
         """`topics` are CreatePartitionsRequest.CreatePartitionsTopic entries."""
 
         def build(image: MetadataImage, batch: Batch) -> list[TopicResult]:
-            counts = Counter(t.name for t in topics)
-            results: dict[str, TopicResult] = {}
-            ctx = _CreateContext(self.ctl, image)
-            for t in topics:
-                if t.name in results:
-                    continue
-                if counts[t.name] > 1:
-                    results[t.name] = TopicResult(t.name, ApiError(Errors.INVALID_REQUEST, "Duplicate topic name."))
-                    continue
-                try:
-                    results[t.name] = ctx.add_partitions(t)
-                except ApiError as e:
-                    results[t.name] = TopicResult(t.name, e)
-            if not validate_only:
-                batch.extend(ctx.records)
-            return list(results.values())
+            return _each_topic(topics, _CreateContext(self.ctl, image), "add_partitions", batch, validate_only)
 
         results = await self.ctl.write(build)
         log.info(
