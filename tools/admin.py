@@ -8,7 +8,9 @@ response entries; `AdminError` carries a Kafka error code so a tool can print on
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from uuid import UUID
@@ -244,3 +246,16 @@ __all__ = [
     "parse_bootstrap",
     "topic_id_str",
 ]
+
+
+def run_tool(coro: Any) -> int:
+    """A tool's exit: 0, or one clear line on stderr and 1 for an AdminError, 130 on Ctrl-C."""
+    try:
+        asyncio.run(coro)
+    except AdminError as e:
+        sys.stdout.flush()
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0

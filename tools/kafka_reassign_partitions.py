@@ -11,7 +11,6 @@ bad arguments exit 2. --verify exits 0 whether or not the reassignment is done, 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import random
 import sys
@@ -22,7 +21,7 @@ from protocol.errors import Errors, error_message, error_name
 from protocol.generated.alter_partition_reassignments import AlterPartitionReassignmentsRequest
 from protocol.generated.incremental_alter_configs import IncrementalAlterConfigsRequest
 from protocol.generated.list_partition_reassignments import ListPartitionReassignmentsRequest
-from tools.admin import Admin, AdminError, broker_error, parse_bootstrap
+from tools.admin import Admin, AdminError, broker_error, parse_bootstrap, run_tool
 
 ANY_LOG_DIR = "any"
 JSON_VERSION = 1  # the only version of both file formats
@@ -628,15 +627,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = build_parser()
     a = ap.parse_args(argv)
     action = check_args(ap, a)
-    try:
-        asyncio.run(run(action, a))
-    except AdminError as e:
-        sys.stdout.flush()
-        print(f"Error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    return 0
+    return run_tool(run(action, a))
 
 
 if __name__ == "__main__":

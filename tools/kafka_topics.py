@@ -8,14 +8,13 @@ Errors print one line on stderr and exit 1; bad arguments exit 2.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import re
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from protocol.errors import Errors
-from tools.admin import Admin, AdminError, broker_error, non_default_configs, parse_bootstrap, topic_id_str
+from tools.admin import Admin, AdminError, broker_error, non_default_configs, parse_bootstrap, run_tool, topic_id_str
 
 
 def parse_config(value: str) -> tuple[str, str]:
@@ -224,14 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = build_parser()
     a = ap.parse_args(argv)
     check_args(ap, a)
-    try:
-        asyncio.run(run(a))
-    except AdminError as e:
-        print(f"Error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    return 0
+    return run_tool(run(a))
 
 
 if __name__ == "__main__":
