@@ -18,6 +18,7 @@ from broker.config import BrokerConfig
 from broker.replication.fetcher import ReplicaFetcherManager
 from broker.replication.isr import IsrManager
 from broker.replication.partition import Partition
+from broker.storage.cleaner import LogCleaner, retention_applies
 from broker.storage.config import LogConfig
 from broker.storage.log_dir import LogDir
 from metadata import MetadataDelta, MetadataImage, PartitionInfo
@@ -37,6 +38,8 @@ class ReplicaManager:
         self._on_disk: dict[tuple[str, int, int], LogDir] = {}
         self._retention_task: asyncio.Task | None = None
         self._checkpoint_task: asyncio.Task | None = None
+        self._cleaner: LogCleaner | None = None
+        self._cleaner_task: asyncio.Task | None = None
         self._topic_configs: dict[str, dict[str, str]] = {}
         # set by the Broker once running: follower fetchers and the ISR manager
         self.fetchers: ReplicaFetcherManager | None = None
@@ -183,6 +186,12 @@ class ReplicaManager:
         loop = asyncio.get_running_loop()
         self._retention_task = loop.create_task(self._retention_loop())
         self._checkpoint_task = loop.create_task(self._checkpoint_loop())
+        # log compaction of cleanup.policy=compact topics (log.cleaner.enable, log.cleaner.backoff.ms)
+        self._cleaner = LogCleaner(
+            lambda: [(p.log, self.topic_config(p.topic)) for p in list(self.partitions.values())], self.config.props
+        )
+        if self._cleaner.enabled:
+            self._cleaner_task = loop.create_task(self._cleaner.run())
 
     async def _checkpoint_loop(self) -> None:
         """Persist high watermarks and recovery points (replica.high.watermark.checkpoint.interval.ms)."""
@@ -203,7 +212,7 @@ class ReplicaManager:
             now = int(time.time() * 1000)
             for p in list(self.partitions.values()):
                 try:
-                    n = p.log.enforce_retention(now)
+                    n = p.log.enforce_retention(now, delete_policy=retention_applies(self.topic_config(p.topic)))
                     if n:
                         log.info(
                             "retention_deleted_segments",
@@ -217,7 +226,9 @@ class ReplicaManager:
 
     # ---- shutdown
     def shutdown(self) -> None:
-        for task in (self._retention_task, self._checkpoint_task):
+        if self._cleaner is not None:
+            self._cleaner.shutdown()  # a round in progress aborts; the logs close below
+        for task in (self._retention_task, self._checkpoint_task, self._cleaner_task):
             if task is not None:
                 task.cancel()
         for p in list(self.partitions.values()):

@@ -17,6 +17,8 @@ On-disk layout
             log-state.checkpoint            "0\\nlog_start_offset N\\nrecovery_point N\\nhigh_watermark N\\n"
             00000000000000000000.snapshot   producer state of every batch below that offset (written on
                                             roll and on clean close)
+            cleaner-offset-checkpoint       compacted logs: first dirty offset, earliest pending delete horizon
+            *.cleaned / *.swap              a compaction swap in progress (recovered or removed on open)
             .clean-shutdown                 present only between a clean close and the next open
         <topic>-<partition>-<chunkStart>.move/    a replica being copied in (JBOD move): not served
         <topic>-<partition>-<chunkStart>.delete/  a replica waiting for deletion: not served

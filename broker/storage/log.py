@@ -24,6 +24,13 @@ import structlog
 
 from broker.storage.atomic_file import fsync_dir, remove_durably, write_atomically
 from broker.storage.batch_validation import validate_client_batches, validate_replicated_batches
+from broker.storage.cleaner import (
+    CleanerView,
+    SegmentInfo,
+    discard_cleaned,
+    recover_cleaner_files,
+    swap_in_cleaned,
+)
 from broker.storage.config import LogConfig
 from broker.storage.errors import (
     InconsistentTopicIdError,
@@ -181,6 +188,7 @@ class Log:
         state = read_log_state(self.dir / LOG_STATE_CHECKPOINT)
         self._check_topic_id()
         self.leader_epoch_cache = LeaderEpochCache.load(self.dir / LEADER_EPOCH_CHECKPOINT)
+        recover_cleaner_files(self.dir)  # a cleaned segment swap a crash interrupted: finish or undo it
         bases = self._remove_leftover_files()
         self.producer_state.scan_snapshot_files()
 
@@ -809,11 +817,12 @@ class Log:
             return self._log_start
 
     @_io_guarded
-    def enforce_retention(self, now_ms: int) -> int:
+    def enforce_retention(self, now_ms: int, *, delete_policy: bool = True) -> int:
         """Delete whole segments, oldest first and never the active one or any holding offsets at or
         above the high watermark: those wholly below the log start offset, those whose newest
-        timestamp is older than retention.ms, and those beyond retention.bytes. Also purges
-        segments deleted more than file.delete.delay.ms ago. Returns the number deleted."""
+        timestamp is older than retention.ms, and those beyond retention.bytes (the last two only
+        with delete_policy: cleanup.policy has "delete"; a compact-only log keeps its segments).
+        Also purges segments deleted more than file.delete.delay.ms ago. Returns the number deleted."""
         with self._lock:
             self._check_usable()
             self._purge_deleted(now_ms)
@@ -822,11 +831,11 @@ class Log:
             deleted = self._delete_prefix(
                 lambda seg, next_base: next_base <= self._log_start, now_ms, "log start offset"
             )
-            if cfg.retention_ms >= 0:
+            if delete_policy and cfg.retention_ms >= 0:
                 deleted += self._delete_prefix(
                     lambda seg, next_base: now_ms - seg.largest_timestamp() > cfg.retention_ms, now_ms, "retention.ms"
                 )
-            if cfg.retention_bytes >= 0:
+            if delete_policy and cfg.retention_bytes >= 0:
                 excess = sum(s.size for s in self._segments) - cfg.retention_bytes
 
                 def over_size(seg: LogSegment, next_base: int) -> bool:
@@ -884,6 +893,54 @@ class Log:
             else:
                 still_pending.append((due, seg))
         self._pending_deletes = still_pending
+
+    # -- compaction (broker/storage/cleaner.py does the work) -------------------------------------
+
+    @_io_guarded
+    def cleaner_view(self) -> CleanerView:
+        """The inactive segments and the offsets the log cleaner plans with, taken under the lock."""
+        with self._lock:
+            self._check_usable()
+            producers = self.producer_state.producers.values()
+            return CleanerView(
+                [SegmentInfo.of(seg, next_base) for seg, next_base in zip(self._segments[:-1], self._bases[1:])],
+                self._bases[-1],
+                self._log_start,
+                self._hw,
+                self._leo,
+                {e.producer_id: e.last_offset for e in producers if e.last_offset >= 0},
+                self.config,
+                min((e.current_txn_first_offset for e in producers if e.current_txn_first_offset >= 0), default=-1),
+            )
+
+    @_io_guarded
+    def swap_cleaned_segment(self, old: list[SegmentInfo]) -> bool:
+        """Put the cleaned segment the cleaner wrote (`.cleaned` files named after old[0]) in place of
+        the run of inactive segments `old`. False, and the cleaned files deleted, if those segments
+        are no longer exactly the log's (retention, truncation or a close got there first)."""
+        with self._lock:
+            first = next((i for i, seg in enumerate(self._segments) if seg is old[0].segment), -1)
+            current = (
+                not self._closed
+                and not self._failed
+                and first >= 0
+                and first + len(old) < len(self._segments)  # never the active segment
+                and all(info.still_current(seg) for info, seg in zip(old, self._segments[first:]))
+            )
+            if not current:
+                discard_cleaned(self.dir, old[0].base_offset)
+                return False
+            now_ms = _wall_clock_ms()
+            new = swap_in_cleaned(
+                self.dir,
+                [info.segment for info in old],
+                self.config,
+                lambda seg: self._schedule_delete(seg, now_ms, "replaced by its cleaned segment"),
+                now_ms,
+            )
+            self._segments[first : first + len(old)] = [new]
+            self._bases[first : first + len(old)] = [new.base_offset]
+            return True
 
     # -- shutdown --------------------------------------------------------------------------------
 
