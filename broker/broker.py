@@ -53,6 +53,9 @@ class Broker:
         self.replicas = ReplicaManager(self.config, dirs)
         self.replicas.fetchers = ReplicaFetcherManager(self)
         self.replicas.isr = self.isr = IsrManager(self)
+        from broker.coordinator.group import GroupCoordinator  # loads __consumer_offsets partitions as we lead them
+
+        self.group_coordinator = GroupCoordinator(self)
         self.metadata.publishers.append(self.replicas.on_metadata)
         await self.lifecycle.register(self.cluster_id, [d.directory_id for d in dirs])
         self.metadata.start()
@@ -108,6 +111,8 @@ class Broker:
             if coro is not None:
                 log.debug("shutdown_step", step=name)
                 await coro
+        if getattr(self, "group_coordinator", None) is not None:
+            self.group_coordinator.shutdown()
         for t in list(self._tasks):
             t.cancel()
         if self.replicas is not None:

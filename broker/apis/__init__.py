@@ -55,6 +55,7 @@ def load_all() -> dict[int, ApiEntry]:
         cluster,
         configs,
         fetch,
+        groups,
         leader_epoch,
         list_offsets,
         metadata,

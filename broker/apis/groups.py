@@ -1,0 +1,380 @@
+"""Group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
+OffsetFetch, OffsetDelete, ListGroups, DescribeGroups, DeleteGroups.
+
+Thin translation between each version's request/response and the group coordinator
+(broker/coordinator/group), which owns the semantics. FindCoordinator names the leader of the
+group's __consumer_offsets partition, creating the topic on first use; transaction keys answer
+COORDINATOR_NOT_AVAILABLE until a transaction coordinator exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from broker.apis import RequestContext, api
+from broker.coordinator.group.coordinator import GROUP_OPERATIONS, GroupCoordinator
+from broker.coordinator.group.group import wall_clock_ms
+from broker.coordinator.group.records import OFFSETS_TOPIC, OffsetAndMetadata
+from protocol.errors import Errors
+from protocol.generated.delete_groups import DeleteGroupsResponse
+from protocol.generated.describe_groups import DescribeGroupsResponse
+from protocol.generated.find_coordinator import FindCoordinatorResponse
+from protocol.generated.heartbeat import HeartbeatResponse
+from protocol.generated.join_group import JoinGroupResponse
+from protocol.generated.leave_group import LeaveGroupResponse
+from protocol.generated.list_groups import ListGroupsResponse
+from protocol.generated.offset_commit import OffsetCommitResponse
+from protocol.generated.offset_delete import OffsetDeleteResponse
+from protocol.generated.offset_fetch import OffsetFetchResponse
+from protocol.generated.sync_group import SyncGroupResponse
+
+GROUP_KEY, TRANSACTION_KEY = 0, 1
+NO_AUTHORIZED_OPERATIONS = -(2**31)
+
+
+def _coordinator(ctx: RequestContext) -> GroupCoordinator | None:
+    c = getattr(ctx.broker, "group_coordinator", None)
+    return c if c is not None and c.active else None
+
+
+def _client_host(ctx: RequestContext) -> str:
+    peer = ctx.connection.peer if ctx.connection is not None else ""
+    host = peer.rsplit(":", 1)[0] if ":" in peer else peer
+    return f"/{host}" if host else ""
+
+
+# ---------------------------------------------------------------- FindCoordinator
+def _find(ctx: RequestContext, key: str, key_type: int) -> tuple[int, int, str, int]:
+    """(error, node id, host, port)."""
+    none = (Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1)
+    if key_type == TRANSACTION_KEY:
+        return none
+    if key_type != GROUP_KEY:
+        return Errors.INVALID_REQUEST, -1, "", -1
+    c = _coordinator(ctx)
+    if c is None:
+        return none
+    image = ctx.broker.metadata.image
+    topic = image.topic(OFFSETS_TOPIC)
+    if topic is None:
+        c.ensure_offsets_topic()
+        return none
+    info = topic.partitions.get(c.partition_for(key))
+    if info is None or info.leader < 0:
+        return none
+    b = image.brokers.get(info.leader)
+    ep = b.endpoint(ctx.broker.config.listener.listener) if b is not None and not b.fenced else None
+    if ep is None:
+        return none
+    return 0, info.leader, ep.host, ep.port
+
+
+@api(10, 0, 6)
+async def find_coordinator(ctx: RequestContext, req) -> FindCoordinatorResponse:
+    R = FindCoordinatorResponse
+    if ctx.api_version < 4:
+        err, node, host, port = _find(ctx, req.key, req.key_type)
+        return R(error_code=err, error_message=_message(err), node_id=node, host=host, port=port)
+    out = []
+    for key in req.coordinator_keys:
+        err, node, host, port = _find(ctx, key, req.key_type)
+        out.append(R.Coordinator(key=key, node_id=node, host=host, port=port, error_code=err,
+                                 error_message=_message(err)))
+    return R(coordinators=out)
+
+
+def _message(err: int) -> str | None:
+    if err == 0:
+        return None
+    return {
+        Errors.COORDINATOR_NOT_AVAILABLE: "The coordinator is not available.",
+        Errors.INVALID_REQUEST: "Unsupported coordinator key type.",
+    }.get(err, f"error {err}")
+
+
+# ---------------------------------------------------------------- membership
+@api(11, 0, 9)
+async def join_group(ctx: RequestContext, req) -> JoinGroupResponse:
+    R = JoinGroupResponse
+    v = ctx.api_version
+    c = _coordinator(ctx)
+    if c is None:
+        return _join_response(v, Errors.COORDINATOR_NOT_AVAILABLE, req.member_id)
+    instance = req.group_instance_id if v >= 5 else None
+    result = await c.join_group(
+        req.group_id,
+        req.member_id,
+        instance,
+        require_known_member_id=v >= 4 and instance is None,
+        support_skip_assignment=v >= 9,
+        client_id=ctx.client_id or "",
+        client_host=_client_host(ctx),
+        rebalance_timeout_ms=req.session_timeout_ms if v == 0 else req.rebalance_timeout_ms,
+        session_timeout_ms=req.session_timeout_ms,
+        protocol_type=req.protocol_type,
+        protocols=[(p.name, p.metadata) for p in req.protocols],
+        reason=req.reason if v >= 8 else None,
+    )
+    resp = _join_response(v, result.error, result.member_id)
+    if result.error == 0 or result.generation_id >= 0:
+        resp.generation_id = result.generation_id
+        resp.protocol_type = result.protocol_type
+        resp.protocol_name = result.protocol_name if v >= 7 else (result.protocol_name or "")
+        resp.leader = result.leader_id
+        resp.skip_assignment = result.skip_assignment
+        resp.members = [
+            R.JoinGroupResponseMember(member_id=mid, group_instance_id=iid, metadata=meta)
+            for mid, iid, meta in result.members
+        ]
+    return resp
+
+
+def _join_response(v: int, error: int, member_id: str) -> JoinGroupResponse:
+    return JoinGroupResponse(
+        error_code=error, generation_id=-1, protocol_type=None, protocol_name=None if v >= 7 else "", leader="",
+        member_id=member_id, members=[],
+    )
+
+
+@api(14, 0, 5)
+async def sync_group(ctx: RequestContext, req) -> SyncGroupResponse:
+    R = SyncGroupResponse
+    v = ctx.api_version
+    c = _coordinator(ctx)
+    if c is None:
+        return R(error_code=Errors.COORDINATOR_NOT_AVAILABLE, assignment=b"")
+    if v >= 5 and (req.protocol_type is None or req.protocol_name is None):
+        return R(error_code=Errors.INCONSISTENT_GROUP_PROTOCOL, assignment=b"")
+    result = await c.sync_group(
+        req.group_id,
+        req.generation_id,
+        req.member_id,
+        req.protocol_type if v >= 5 else None,
+        req.protocol_name if v >= 5 else None,
+        req.group_instance_id if v >= 3 else None,
+        {a.member_id: bytes(a.assignment) for a in req.assignments},
+    )
+    return R(error_code=result.error, protocol_type=result.protocol_type, protocol_name=result.protocol_name,
+             assignment=result.assignment or b"")
+
+
+@api(12, 0, 4)
+async def heartbeat(ctx: RequestContext, req) -> HeartbeatResponse:
+    c = _coordinator(ctx)
+    if c is None:
+        return HeartbeatResponse(error_code=Errors.COORDINATOR_NOT_AVAILABLE)
+    instance = req.group_instance_id if ctx.api_version >= 3 else None
+    return HeartbeatResponse(error_code=c.heartbeat(req.group_id, req.member_id, instance, req.generation_id))
+
+
+@api(13, 0, 5)
+async def leave_group(ctx: RequestContext, req) -> LeaveGroupResponse:
+    R = LeaveGroupResponse
+    v = ctx.api_version
+    c = _coordinator(ctx)
+    if v < 3:
+        members = [(req.member_id, None, None)]
+    else:
+        members = [(m.member_id, m.group_instance_id, m.reason if v >= 5 else None) for m in req.members]
+    if c is None:
+        return R(error_code=Errors.COORDINATOR_NOT_AVAILABLE, members=[])
+    err, errors = c.leave_group(req.group_id, members)
+    if v < 3:
+        return R(error_code=err or (errors[0] if errors else 0))
+    if err:
+        return R(error_code=err, members=[])
+    return R(error_code=0, members=[
+        R.MemberResponse(member_id=mid, group_instance_id=iid, error_code=e) for (mid, iid, _), e in zip(members, errors)
+    ])
+
+
+# ---------------------------------------------------------------- offsets
+@api(8, 0, 9)
+async def offset_commit(ctx: RequestContext, req) -> OffsetCommitResponse:
+    R = OffsetCommitResponse
+    v = ctx.api_version
+    c = _coordinator(ctx)
+    image = ctx.broker.metadata.image
+    now = wall_clock_ms()
+    retention = req.retention_time_ms if 2 <= v <= 4 else -1
+    offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+    errors: dict[tuple[str, int], int] = {}
+    for t in req.topics:
+        topic = image.topic(t.name)
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            if topic is None or p.partition_index not in topic.partitions:
+                errors[tp] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            commit_ts = p.commit_timestamp if v == 1 and p.commit_timestamp != -1 else now
+            offsets[tp] = OffsetAndMetadata(
+                offset=p.committed_offset,
+                leader_epoch=p.committed_leader_epoch if v >= 6 else -1,
+                metadata=p.committed_metadata or "",
+                commit_timestamp=commit_ts,
+                expire_timestamp=now + retention if retention != -1 else None,
+            )
+    if offsets:
+        if c is None:
+            errors.update({tp: Errors.COORDINATOR_NOT_AVAILABLE for tp in offsets})
+        else:
+            errors.update(await c.commit_offsets(
+                req.group_id,
+                req.member_id if v >= 1 else "",
+                req.group_instance_id if v >= 7 else None,
+                req.generation_id_or_member_epoch if v >= 1 else -1,
+                offsets,
+            ))
+    return R(topics=[
+        R.OffsetCommitResponseTopic(name=t.name, partitions=[
+            R.OffsetCommitResponsePartition(partition_index=p.partition_index,
+                                            error_code=errors.get((t.name, p.partition_index), 0))
+            for p in t.partitions
+        ])
+        for t in req.topics
+    ])
+
+
+def _by_topic(rows: Iterable[tuple[tuple[str, int], Any]]) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for (topic, partition), value in rows:
+        out.setdefault(topic, []).append((partition, value))
+    return out
+
+
+@api(9, 0, 9)
+async def offset_fetch(ctx: RequestContext, req) -> OffsetFetchResponse:
+    R = OffsetFetchResponse
+    v = ctx.api_version
+    c = _coordinator(ctx)
+
+    def fetch(group_id: str, topics) -> tuple[int, list]:
+        parts = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+        if c is None:
+            return Errors.COORDINATOR_NOT_AVAILABLE, []
+        err, rows = c.fetch_offsets(group_id, parts, bool(req.require_stable) if v >= 7 else False)
+        if err and v < 2 and parts is not None:
+            return err, [(tp, (None, err)) for tp in parts]  # v0-1 have no group-level error
+        return err, [(tp, (om, 0)) for tp, om in rows]
+
+    def partition(cls, index: int, value) -> Any:
+        om, err = value
+        if om is None:
+            return cls(partition_index=index, committed_offset=-1, committed_leader_epoch=-1, metadata="",
+                       error_code=err)
+        return cls(partition_index=index, committed_offset=om.offset, committed_leader_epoch=om.leader_epoch,
+                   metadata=om.metadata, error_code=err)
+
+    if v < 8:
+        err, rows = fetch(req.group_id, req.topics)
+        topics = [
+            R.OffsetFetchResponseTopic(name=name, partitions=[partition(R.OffsetFetchResponsePartition, i, val)
+                                                              for i, val in parts])
+            for name, parts in _by_topic(rows).items()
+        ]
+        return R(topics=topics, error_code=err if v >= 2 else 0)
+    groups = []
+    for g in req.groups:
+        err, rows = fetch(g.group_id, g.topics)
+        groups.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=err, topics=[] if err else [
+            R.OffsetFetchResponseTopics(name=name, partitions=[partition(R.OffsetFetchResponsePartitions, i, val)
+                                                               for i, val in parts])
+            for name, parts in _by_topic(rows).items()
+        ]))
+    return R(groups=groups)
+
+
+@api(47, 0, 0)
+async def offset_delete(ctx: RequestContext, req) -> OffsetDeleteResponse:
+    R = OffsetDeleteResponse
+    c = _coordinator(ctx)
+    if c is None:
+        return R(error_code=Errors.COORDINATOR_NOT_AVAILABLE, topics=[])
+    image = ctx.broker.metadata.image
+    errors: dict[tuple[str, int], int] = {}
+    known = []
+    for t in req.topics:
+        topic = image.topic(t.name)
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            if topic is None or p.partition_index not in topic.partitions:
+                errors[tp] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                known.append(tp)
+    err, result = c.delete_offsets(req.group_id, known)
+    if err:
+        return R(error_code=err, topics=[])
+    errors.update(result)
+    return R(error_code=0, topics=[
+        R.OffsetDeleteResponseTopic(name=name, partitions=[
+            R.OffsetDeleteResponsePartition(partition_index=i, error_code=e) for i, e in parts
+        ])
+        for name, parts in _by_topic(errors.items()).items()
+    ])
+
+
+# ---------------------------------------------------------------- admin
+@api(16, 0, 5)
+async def list_groups(ctx: RequestContext, req) -> ListGroupsResponse:
+    R = ListGroupsResponse
+    v = ctx.api_version
+    c = _coordinator(ctx)
+    if c is None:
+        return R(error_code=Errors.COORDINATOR_NOT_AVAILABLE, groups=[])
+    err, groups = c.list_groups(req.states_filter if v >= 4 else (), req.types_filter if v >= 5 else ())
+    return R(error_code=err, groups=[
+        R.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value,
+                      group_type="classic")
+        for g in groups
+    ])
+
+
+@api(15, 0, 6)
+async def describe_groups(ctx: RequestContext, req) -> DescribeGroupsResponse:
+    R = DescribeGroupsResponse
+    v = ctx.api_version
+    c = _coordinator(ctx)
+    ops = GROUP_OPERATIONS if v >= 3 and req.include_authorized_operations else NO_AUTHORIZED_OPERATIONS
+    out = []
+    for gid in req.groups:
+        d = R.DescribedGroup(error_code=0, error_message=None, group_id=gid, group_state="", protocol_type="",
+                             protocol_data="", members=[], authorized_operations=ops)
+        out.append(d)
+        if c is None:
+            d.error_code = Errors.COORDINATOR_NOT_AVAILABLE
+            continue
+        err, summary = c.describe_group(gid)
+        if err:
+            d.error_code = err
+            continue
+        if summary is None:
+            d.group_state = "Dead"
+            if v >= 6:
+                d.error_code = Errors.GROUP_ID_NOT_FOUND
+                d.error_message = f"Group {gid} not found."
+            continue
+        d.group_state = summary.state
+        d.protocol_type = summary.protocol_type
+        d.protocol_data = summary.protocol
+        d.members = [
+            R.DescribedGroupMember(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                member_metadata=m.metadata(summary.protocol) if summary.with_metadata else b"",
+                member_assignment=m.assignment if summary.with_metadata else b"",
+            )
+            for m in summary.members
+        ]
+    return R(groups=out)
+
+
+@api(42, 0, 2)
+async def delete_groups(ctx: RequestContext, req) -> DeleteGroupsResponse:
+    R = DeleteGroupsResponse
+    c = _coordinator(ctx)
+    ids = list(dict.fromkeys(req.groups_names))
+    errors = {g: Errors.COORDINATOR_NOT_AVAILABLE for g in ids} if c is None else c.delete_groups(ids)
+    return R(results=[R.DeletableGroupResult(group_id=g, error_code=errors[g]) for g in ids])

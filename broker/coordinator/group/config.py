@@ -1,0 +1,46 @@
+"""The group coordinator's broker settings, with Kafka's names and defaults."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GroupCoordinatorConfig:
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_replication_factor: int = 3
+    offsets_topic_segment_bytes: int = 104857600
+    initial_rebalance_delay_ms: int = 3000
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1800000
+    max_size: int = 2**31 - 1
+    offset_metadata_max_bytes: int = 4096
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    offsets_retention_check_interval_ms: int = 600000
+    offset_commit_timeout_ms: int = 5000
+    load_buffer_size: int = 5 * 1024 * 1024
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, str]) -> GroupCoordinatorConfig:
+        def get(name: str, default: int) -> int:
+            raw = props.get(name)
+            return default if raw is None or raw.strip() == "" else int(raw)
+
+        d = cls()
+        return cls(
+            offsets_topic_num_partitions=get("offsets.topic.num.partitions", d.offsets_topic_num_partitions),
+            offsets_topic_replication_factor=get("offsets.topic.replication.factor", d.offsets_topic_replication_factor),
+            offsets_topic_segment_bytes=get("offsets.topic.segment.bytes", d.offsets_topic_segment_bytes),
+            initial_rebalance_delay_ms=get("group.initial.rebalance.delay.ms", d.initial_rebalance_delay_ms),
+            min_session_timeout_ms=get("group.min.session.timeout.ms", d.min_session_timeout_ms),
+            max_session_timeout_ms=get("group.max.session.timeout.ms", d.max_session_timeout_ms),
+            max_size=get("group.max.size", d.max_size),
+            offset_metadata_max_bytes=get("offset.metadata.max.bytes", d.offset_metadata_max_bytes),
+            offsets_retention_ms=get("offsets.retention.minutes", d.offsets_retention_ms // 60000) * 60000,
+            offsets_retention_check_interval_ms=get(
+                "offsets.retention.check.interval.ms", d.offsets_retention_check_interval_ms
+            ),
+            offset_commit_timeout_ms=get("offsets.commit.timeout.ms", d.offset_commit_timeout_ms),
+            load_buffer_size=get("offsets.load.buffer.size", d.load_buffer_size),
+        )
