@@ -7,6 +7,7 @@ import asyncio
 from collections import OrderedDict
 
 from broker.apis import RequestContext, api
+from broker.apis.leadership import leader_or_error
 from broker.fetch_sessions import FetchSessionError, SessionPartition
 from broker.storage.errors import OffsetOutOfRangeError, StorageError
 from protocol.errors import Errors
@@ -68,7 +69,6 @@ async def fetch(ctx: RequestContext, req) -> FetchResponse:
 
 
 def _read(b, image, parts: OrderedDict, req, replica_id: int, by_id: bool, full: bool):
-    rm = b.replicas
     is_follower = replica_id >= 0
     remaining = req.max_bytes if req.max_bytes > 0 else 2**31 - 1
     total = 0
@@ -80,15 +80,13 @@ def _read(b, image, parts: OrderedDict, req, replica_id: int, by_id: bool, full:
         info = image.topics.get(tkey) if by_id else image.topic(tkey)
         name = info.name if info is not None else (None if by_id else tkey)
         pd = R.PartitionData(partition_index=idx, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1, records=b"")
-        p = rm.get(name, idx) if name is not None else None
         if info is None:
+            p = None
             pd.error_code = Errors.UNKNOWN_TOPIC_ID if by_id else Errors.UNKNOWN_TOPIC_OR_PARTITION
-        elif p is None or (not is_follower and not p.is_leader):
-            pd.error_code = Errors.NOT_LEADER_OR_FOLLOWER if idx in info.partitions else Errors.UNKNOWN_TOPIC_OR_PARTITION
-        elif sp.current_leader_epoch >= 0 and sp.current_leader_epoch != p.leader_epoch:
-            pd.error_code = (Errors.FENCED_LEADER_EPOCH if sp.current_leader_epoch < p.leader_epoch
-                             else Errors.UNKNOWN_LEADER_EPOCH)
         else:
+            p, pd.error_code = leader_or_error(b, info.name, idx, current_leader_epoch=sp.current_leader_epoch,
+                                               allow_follower=is_follower)
+        if p is not None:
             lg = p.log
             diverging = None
             if is_follower and sp.last_fetched_epoch >= 0:

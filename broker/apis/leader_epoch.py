@@ -5,7 +5,7 @@ where their log and the leader's diverge."""
 from __future__ import annotations
 
 from broker.apis import RequestContext, api
-from broker.apis.leadership import leader_or_error
+from broker.apis.leadership import DEBUG_REPLICA, leader_or_error
 from protocol.generated.offset_for_leader_epoch import OffsetForLeaderEpochResponse
 
 R = OffsetForLeaderEpochResponse
@@ -22,7 +22,7 @@ async def offset_for_leader_epoch(ctx: RequestContext, req) -> OffsetForLeaderEp
         for op in t.partitions:
             e = R.EpochEndOffset(partition=op.partition, leader_epoch=-1, end_offset=-1)
             tr.partitions.append(e)
-            p, e.error_code = leader_or_error(b, t.topic, op.partition, replica_id=req.replica_id,
+            p, e.error_code = leader_or_error(b, t.topic, op.partition, allow_follower=req.replica_id == DEBUG_REPLICA,
                                               current_leader_epoch=op.current_leader_epoch)
             if p is None:
                 continue

@@ -10,11 +10,12 @@ DEBUG_REPLICA = -2  # Kafka's id for a debugging reader allowed on followers
 
 
 def leader_or_error(
-    b, topic: str, index: int, *, current_leader_epoch: int = -1, replica_id: int = -1
+    b, topic: str, index: int, *, current_leader_epoch: int = -1, allow_follower: bool = False
 ) -> tuple[Partition | None, int]:
-    """(partition, 0) when we may serve it, else (None or the partition, Kafka error code)."""
+    """(partition, 0) when we may serve it, else (None, Kafka error code). allow_follower lets a
+    replica that is not the leader answer (Kafka's debugging reader, follower fetches)."""
     p = b.replicas.get(topic, index)
-    if p is None or (replica_id != DEBUG_REPLICA and not p.is_leader):
+    if p is None or (not allow_follower and not p.is_leader):
         info = b.metadata.image.topic(topic)
         known = info is not None and index in info.partitions
         return None, Errors.NOT_LEADER_OR_FOLLOWER if known else Errors.UNKNOWN_TOPIC_OR_PARTITION

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from broker.apis import RequestContext, api
-from broker.apis.leadership import leader_or_error
+from broker.apis.leadership import DEBUG_REPLICA, leader_or_error
 from protocol.errors import Errors
 from protocol.generated.list_offsets import ListOffsetsResponse
 
@@ -21,7 +21,7 @@ async def list_offsets(ctx: RequestContext, req) -> ListOffsetsResponse:
         for lp in t.partitions:
             pr = R.ListOffsetsPartitionResponse(partition_index=lp.partition_index, timestamp=-1, offset=-1)
             tr.partitions.append(pr)
-            p, pr.error_code = leader_or_error(b, t.name, lp.partition_index, replica_id=req.replica_id,
+            p, pr.error_code = leader_or_error(b, t.name, lp.partition_index, allow_follower=req.replica_id == DEBUG_REPLICA,
                                                current_leader_epoch=lp.current_leader_epoch)
             if p is None:
                 continue
