@@ -39,6 +39,10 @@ async def produce(ctx: RequestContext, req) -> ProduceResponse | None:
             p, pr.error_code = leader_or_error(b, t.name, pd.index)
             if p is None:
                 continue
+            if p.sealed:
+                pr.error_code = Errors.NOT_LEADER_OR_FOLLOWER
+                pr.error_message = "a new chunk is being created for this partition"
+                continue
             if pd.records is None or len(pd.records) == 0:
                 pr.error_code = Errors.CORRUPT_MESSAGE
                 pr.error_message = "produce request holds no records"

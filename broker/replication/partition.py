@@ -42,6 +42,9 @@ class Partition:
         self.caught_up_at = 0.0  # follower: when the last fetch from the leader succeeded
         self.on_follower_caught_up: Callable[[Partition, int], None] | None = None
         self._hw_waiters: list[tuple[int, asyncio.Future]] = []
+        # set while a CreateChunks for this partition is under way: the chunk's offsets are being
+        # fixed, so Produce answers NOT_LEADER_OR_FOLLOWER (retriable) until the new chunk leads
+        self.sealed = False
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.index})"
