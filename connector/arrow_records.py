@@ -5,7 +5,7 @@ fetch at once, and key/value columns point into the decompressed bytes. This is 
 Spark source yields: Arrow batches cross into Spark without per-row Python objects.
 
 Columns are those of Spark's Kafka source: key, value (binary), topic (string), partition (int),
-offset (long), timestamp (timestamp[ms]), timestampType (int: 0 CreateTime, 1 LogAppendTime) and,
+offset (long), timestamp (timestamp, microseconds UTC, from Kafka's milliseconds), timestampType (int: 0 CreateTime, 1 LogAppendTime) and,
 with include_headers, headers (array<struct<key: string, value: binary>>).
 
 Under read_committed the caller passes the Fetch response's aborted transactions; records of an
@@ -40,7 +40,7 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
         ("topic", pa.string()),
         ("partition", pa.int32()),
         ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("ms")),
+        ("timestamp", pa.timestamp("us", tz="UTC")),  # what Spark's TimestampType arrives as
         ("timestampType", pa.int32()),
     ]
     if include_headers:
@@ -270,7 +270,7 @@ def records_to_arrow(
         pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([topic])).cast(pa.string()),
         pa.array(np.full(n, partition, np.int32)),
         pa.array(offsets),
-        pa.array(timestamps.astype("datetime64[ms]")),
+        pa.array(timestamps * 1000, pa.timestamp("us", tz="UTC")),
         pa.array((ats >= 0).astype(np.int32)),
     ]
     if include_headers:
