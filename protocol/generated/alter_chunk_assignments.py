@@ -46,7 +46,7 @@ _st_iqi = _Struct(">iqi")
 
 
 class AlterChunkAssignmentsRequest(Message):
-    """Moves the replicas of inactive chunks to a new set of brokers; handled by the controller."""
+    """Moves the replicas of inactive chunks to a new set of brokers (from tools), or reports that a broker caught up with or left a chunk replica (from brokers); handled by the controller."""
 
     __slots__ = (
         "chunks",
@@ -67,6 +67,8 @@ class AlterChunkAssignmentsRequest(Message):
             "start_offset",
             "chunk_epoch",
             "broker_ids",
+            "caught_up_broker_id",
+            "leaving_broker_id",
             "unknown_tags",
         )
         _fields = (
@@ -75,16 +77,28 @@ class AlterChunkAssignmentsRequest(Message):
             "start_offset",
             "chunk_epoch",
             "broker_ids",
+            "caught_up_broker_id",
+            "leaving_broker_id",
         )
 
         def __init__(
-            self, topic_name="", partition_id=0, start_offset=0, chunk_epoch=-1, broker_ids=_UNSET, unknown_tags=None
+            self,
+            topic_name="",
+            partition_id=0,
+            start_offset=0,
+            chunk_epoch=-1,
+            broker_ids=_UNSET,
+            caught_up_broker_id=-1,
+            leaving_broker_id=-1,
+            unknown_tags=None,
         ):
             self.topic_name = topic_name
             self.partition_id = partition_id
             self.start_offset = start_offset
             self.chunk_epoch = chunk_epoch
             self.broker_ids = [] if broker_ids is _UNSET else broker_ids
+            self.caught_up_broker_id = caught_up_broker_id
+            self.leaving_broker_id = leaving_broker_id
             self.unknown_tags = unknown_tags
 
     def __init__(self, chunks=_UNSET, unknown_tags=None):
@@ -176,6 +190,8 @@ def _d_AlterChunkAssignmentsRequest_AlterChunkAssignment_v0(buf, pos):
             pos += n * 4
         f = "<tagged fields>"
         unknown = None
+        v_caught_up_broker_id = -1
+        v_leaving_broker_id = -1
         if buf[pos] == 0:
             pos += 1
         else:
@@ -184,9 +200,22 @@ def _d_AlterChunkAssignmentsRequest_AlterChunkAssignment_v0(buf, pos):
                 tag, pos = read_uvarint(buf, pos)
                 size, pos = read_uvarint(buf, pos)
                 end = check_len(buf, pos, size)
-                if unknown is None:
-                    unknown = {}
-                unknown[tag] = bytes(buf[pos:end])
+                if tag == 0:
+                    f = "CaughtUpBrokerId"
+                    v_caught_up_broker_id = _st_i.unpack_from(buf, pos)[0]
+                    pos += 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 1:
+                    f = "LeavingBrokerId"
+                    v_leaving_broker_id = _st_i.unpack_from(buf, pos)[0]
+                    pos += 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
                 pos = end
     except ProtocolError as e:
         if e.field is None:
@@ -195,7 +224,14 @@ def _d_AlterChunkAssignmentsRequest_AlterChunkAssignment_v0(buf, pos):
     except _DECODE_ERRORS as e:
         raise _malformed(e, "AlterChunkAssignment." + str(f), pos) from None
     return _c_AlterChunkAssignmentsRequest_AlterChunkAssignment(
-        v_topic_name, v_partition_id, v_start_offset, v_chunk_epoch, v_broker_ids, unknown
+        v_topic_name,
+        v_partition_id,
+        v_start_offset,
+        v_chunk_epoch,
+        v_broker_ids,
+        v_caught_up_broker_id,
+        v_leaving_broker_id,
+        unknown,
     ), pos
 
 
@@ -252,10 +288,29 @@ def _e_AlterChunkAssignmentsRequest_AlterChunkAssignment_v0(o, parts):
     else:
         w(uvarint(len(lst) + 1))
         w(_pack(f">{len(lst)}i", *lst))
-    if o.unknown_tags:
-        write_tags(parts, None, o.unknown_tags)
-    else:
+    tg = None
+    if o.caught_up_broker_id != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_i.pack(o.caught_up_broker_id))
+        if tg is None:
+            tg = []
+        tg.append((0, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.leaving_broker_id != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_i.pack(o.leaving_broker_id))
+        if tg is None:
+            tg = []
+        tg.append((1, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
         w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
 
 
 def _e_AlterChunkAssignmentsRequest_AlterChunkAssignmentsRequest_v0(o, parts):

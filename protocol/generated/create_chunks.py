@@ -42,11 +42,12 @@ from protocol.message import Message, Struct
 
 _st_i = _Struct(">i")
 _st_ih = _Struct(">ih")
+_st_q = _Struct(">q")
 _st_qqq = _Struct(">qqq")
 
 
 class CreateChunksRequest(Message):
-    """Closes the active chunk of each listed partition and starts a new active chunk on a new replica set; sent by tools to the partition leader, which fills in the offsets and forwards it to the controller."""
+    """Closes the active chunk of each listed partition and starts a new active chunk on a new replica set; sent by tools to the partition leader, which fills in the offsets (StartOffset = LSO, PrevStopOffset = LSO - 1, PrevEndOffset = HW - 1) and forwards it to the controller."""
 
     __slots__ = (
         "topic_partitions",
@@ -68,6 +69,7 @@ class CreateChunksRequest(Message):
             "start_offset",
             "start_timestamp",
             "prev_stop_offset",
+            "prev_end_offset",
             "unknown_tags",
         )
         _fields = (
@@ -77,6 +79,7 @@ class CreateChunksRequest(Message):
             "start_offset",
             "start_timestamp",
             "prev_stop_offset",
+            "prev_end_offset",
         )
 
         def __init__(
@@ -87,6 +90,7 @@ class CreateChunksRequest(Message):
             start_offset=0,
             start_timestamp=0,
             prev_stop_offset=0,
+            prev_end_offset=-1,
             unknown_tags=None,
         ):
             self.topic_name = topic_name
@@ -95,6 +99,7 @@ class CreateChunksRequest(Message):
             self.start_offset = start_offset
             self.start_timestamp = start_timestamp
             self.prev_stop_offset = prev_stop_offset
+            self.prev_end_offset = prev_end_offset
             self.unknown_tags = unknown_tags
 
     def __init__(self, topic_partitions=_UNSET, unknown_tags=None):
@@ -184,6 +189,7 @@ def _d_CreateChunksRequest_CreateChunksTopicPartition_v0(buf, pos):
         pos += 24
         f = "<tagged fields>"
         unknown = None
+        v_prev_end_offset = -1
         if buf[pos] == 0:
             pos += 1
         else:
@@ -192,9 +198,16 @@ def _d_CreateChunksRequest_CreateChunksTopicPartition_v0(buf, pos):
                 tag, pos = read_uvarint(buf, pos)
                 size, pos = read_uvarint(buf, pos)
                 end = check_len(buf, pos, size)
-                if unknown is None:
-                    unknown = {}
-                unknown[tag] = bytes(buf[pos:end])
+                if tag == 0:
+                    f = "PrevEndOffset"
+                    v_prev_end_offset = _st_q.unpack_from(buf, pos)[0]
+                    pos += 8
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
                 pos = end
     except ProtocolError as e:
         if e.field is None:
@@ -203,7 +216,14 @@ def _d_CreateChunksRequest_CreateChunksTopicPartition_v0(buf, pos):
     except _DECODE_ERRORS as e:
         raise _malformed(e, "CreateChunksTopicPartition." + str(f), pos) from None
     return _c_CreateChunksRequest_CreateChunksTopicPartition(
-        v_topic_name, v_partition_id, v_broker_ids, v_start_offset, v_start_timestamp, v_prev_stop_offset, unknown
+        v_topic_name,
+        v_partition_id,
+        v_broker_ids,
+        v_start_offset,
+        v_start_timestamp,
+        v_prev_stop_offset,
+        v_prev_end_offset,
+        unknown,
     ), pos
 
 
@@ -261,10 +281,20 @@ def _e_CreateChunksRequest_CreateChunksTopicPartition_v0(o, parts):
         w(uvarint(len(lst) + 1))
         w(_pack(f">{len(lst)}i", *lst))
     w(_st_qqq.pack(o.start_offset, o.start_timestamp, o.prev_stop_offset))
-    if o.unknown_tags:
-        write_tags(parts, None, o.unknown_tags)
-    else:
+    tg = None
+    if o.prev_end_offset != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_q.pack(o.prev_end_offset))
+        if tg is None:
+            tg = []
+        tg.append((0, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
         w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
 
 
 def _e_CreateChunksRequest_CreateChunksRequest_v0(o, parts):
