@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test codegen lint bench clean system-deps
+.PHONY: run test codegen lint bench clean system-deps spark-example
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,18 +15,27 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(PY) -m tools.devcluster
 
+# The README's Spark walk-through: a local cluster, a chunk, a Spark aggregate (needs Java 17+).
+spark-example: $(STAMP) system-deps
+	$(PY) -m tools.spark_example
+
 codegen: $(STAMP)
 	$(PY) -m protocol.codegen
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-# kcat (Debian's package, on librdkafka) is one of the clients the tests drive.
+# kcat (Debian's package, on librdkafka) is one of the clients the tests drive; Spark (the
+# connector's tests and example) needs a Java 17+ runtime.
 system-deps:
 	@command -v kcat >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; \
 	  else echo "kcat missing: install Debian's kcat package (the kcat tests will fail loudly)"; fi; }
+	@command -v java >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; \
+	  else echo "java missing: install a Java 17+ runtime (the Spark tests will fail loudly)"; fi; }
 
 test: $(STAMP) system-deps
 	$(PY) -m protocol.codegen --check
