@@ -1,0 +1,147 @@
+"""Spark batch reads through the `strata` source: a topic chunked over 3 brokers beside the same
+data unchunked, in one run.
+
+Workload (Strata only; tools.cluster.Cluster in a temp dir, 3 brokers, logs on disk)
+  unchunked   topic `flat`: 1 partition, replication factor 3 (brokers 1, 2, 3), --records values of
+              --size bytes written with confluent-kafka (acks=all, linger.ms=5). Every piece is read
+              from the partition leader.
+  chunked     topic `chunked`: 1 partition, replication factor 1, written in 3 equal thirds with a
+              new chunk between them (kafka-chunks.sh create: broker 1, then 2, then 3), so each third
+              sits on its own broker. Pieces of the inactive chunks go to their replicas.
+Each read is `spark.read.format("strata") ... .load().count()` (local[2], minPartitions
+--min-partitions) plus a pass that decodes every column (`.selectExpr("sum(length(value))")`),
+timed from the action to its result; rows/s = records / seconds. "bytes served" is per broker, from
+the read plan (each piece's first-choice broker, records x record bytes): with no failures that
+is who served it. The table prints the median of --runs runs; it asserts nothing.
+
+    .venv/bin/python bench/spark_read.py [--records 5000000] [--size 100] [--runs 3] [--min-partitions 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from confluent_kafka import Producer  # noqa: E402
+
+from connector.spark_source import SourceOptions, _Plan  # noqa: E402
+from tools.cluster import Cluster  # noqa: E402
+
+BIN = Path(sys.executable).parent
+
+
+def say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run_tool(name: str, *args: str) -> None:
+    out = subprocess.run([str(BIN / name), *args], capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(f"{name} {' '.join(args)}: {out.stderr.strip()}")
+
+
+def produce(bootstrap: str, topic: str, first: int, n: int, size: int) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 1_000_000,
+                  "queue.buffering.max.messages": 1_000_000})
+    pad = b"x" * max(0, size - 12)
+    started, step = time.monotonic(), max(1, n // 10)
+    for i in range(first, first + n):
+        while True:
+            try:
+                p.produce(topic, value=b"%012d" % i + pad)
+                break
+            except BufferError:
+                p.poll(0.05)
+        if (i - first) % step == step - 1:
+            p.poll(0)
+            say(f"  {topic}: {i - first + 1:,}/{n:,} records ({time.monotonic() - started:.0f}s)")
+    if p.flush(300):
+        raise SystemExit(f"{topic}: records not acknowledged")
+
+
+def create_chunk(bootstrap: str, topic: str, broker: int, tmp: Path) -> None:
+    spec = tmp / f"chunk-{topic}-{broker}.json"
+    spec.write_text(json.dumps({"partitions": [{"topic": topic, "partition": 0, "replicas": [broker]}]}))
+    run_tool("kafka-chunks.sh", "create", "--bootstrap-server", bootstrap, "--create-chunk-json-file", str(spec))
+
+
+def served_per_broker(bootstrap: str, topic: str, min_partitions: int, record_bytes: int) -> dict[int, int]:
+    opts = SourceOptions.parse({"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
+                                "minPartitions": str(min_partitions)}, streaming=False)
+    plan = _Plan(opts)
+    start = plan.starting()
+    end = plan.resolve("latest", -1, "endingOffsets")
+    out: dict[int, int] = {}
+    for piece in plan.pieces(start, end):
+        out[piece.brokers[0]] = out.get(piece.brokers[0], 0) + (piece.end - piece.start) * record_bytes
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=5_000_000)
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--min-partitions", type=int, default=6)
+    a = ap.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    with tempfile.TemporaryDirectory(prefix="strata-bench-spark-") as tmp, Cluster(Path(tmp), verbose=False) as c:
+        c.start()
+        bs = c.bootstrap
+        run_tool("kafka-topics.sh", "--bootstrap-server", bs, "--create", "--topic", "flat", "--replica-assignment", "1:2:3")
+        run_tool("kafka-topics.sh", "--bootstrap-server", bs, "--create", "--topic", "chunked", "--replica-assignment", "1")
+        say(f"writing {a.records:,} records of {a.size} bytes to each topic")
+        produce(bs, "flat", 0, a.records, a.size)
+        third = a.records // 3
+        for k, broker in enumerate((1, 2, 3)):
+            if broker != 1:
+                create_chunk(bs, "chunked", broker, Path(tmp))
+            n = third if k < 2 else a.records - 2 * third
+            produce(bs, "chunked", k * third, n, a.size)
+
+        from pyspark.sql import SparkSession
+
+        spark = (SparkSession.builder.master("local[2]").appName("strata-bench")
+                 .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
+                 .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        results = {}
+        for run in range(a.runs):
+            for topic in ("flat", "chunked"):
+                df = (spark.read.format("strata").option("kafka.bootstrap.servers", bs)
+                      .option("subscribe", topic).option("minPartitions", str(a.min_partitions)).load())
+                t = time.monotonic()
+                n = df.count()
+                count_s = time.monotonic() - t
+                t = time.monotonic()
+                df.selectExpr("sum(length(value))").collect()
+                decode_s = time.monotonic() - t
+                if n != a.records:
+                    raise SystemExit(f"{topic}: read {n:,} records, wrote {a.records:,}")
+                results.setdefault(topic, []).append((n / count_s, n / decode_s))
+                say(f"  run {run + 1} {topic}: count {n / count_s:,.0f} rows/s, sum(length(value)) {n / decode_s:,.0f} rows/s")
+        spark.stop()
+        record_bytes = a.size + 20  # value + per-record framing, roughly
+        print(f"\nSpark batch read, {a.records:,} records x {a.size} B, local[2], minPartitions={a.min_partitions}, "
+              f"median of {a.runs}")
+        print(f"{'topic':<26}{'count() rows/s':>16}{'sum(len) rows/s':>17}   bytes served per broker (plan)")
+        for topic, label in (("flat", "unchunked (RF 3, leader)"), ("chunked", "3 chunks on 3 brokers")):
+            counts = statistics.median(r[0] for r in results[topic])
+            sums = statistics.median(r[1] for r in results[topic])
+            per = served_per_broker(bs, topic, a.min_partitions, record_bytes)
+            spread = ", ".join(f"b{b}: {v / 1e6:,.0f} MB" for b, v in sorted(per.items()))
+            print(f"{label:<26}{counts:>16,.0f}{sums:>17,.0f}   {spread}")
+
+
+if __name__ == "__main__":
+    main()
