@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from protocol.errors import ProtocolError
+from protocol.primitives import read_varint, read_varlong
 from protocol.records.batch import BATCH_HEADER_SIZE, iter_batches
 from protocol.records.compression import Compression, decompress
 
@@ -77,20 +78,6 @@ class AbortedTransactions:
             self._active.discard(producer_id)
 
 
-def _varint(data, p: int) -> tuple[int, int]:
-    shift = 0
-    result = 0
-    while True:
-        b = data[p]
-        p += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), p
-        shift += 7
-        if shift > 63:
-            raise ProtocolError("varint too long", offset=p, error_code=CORRUPT_MESSAGE)
-
-
 def _varints_at(B: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Zigzag varints starting at each of `pos` in B (vectorized): (values int64, byte lengths)."""
     acc = np.zeros(len(pos), np.uint64)
@@ -124,7 +111,7 @@ def _record_starts(buf: bytes, count: int) -> list[int]:
             v = (b & 0x7F) | (buf[p + 1] << 7)
             length, q = (v >> 1) ^ -(v & 1), p + 2
         else:
-            length, q = _varint(buf, p)
+            length, q = read_varint(buf, p)
         if length < 0 or q + length > n:
             raise ProtocolError("record length runs past the end of the batch", offset=p, error_code=CORRUPT_MESSAGE)
         p = q + length
@@ -160,13 +147,13 @@ def _binary_column(buf: bytes, B: np.ndarray, starts: np.ndarray, lengths: np.nd
 def _headers(buf: bytes, positions: np.ndarray, rec_ends: np.ndarray) -> list:
     out = []
     for p, end in zip(positions.tolist(), rec_ends.tolist()):
-        nh, q = _varint(buf, p)
+        nh, q = read_varint(buf, p)
         hs = []
         for _ in range(nh):
-            hk_len, q = _varint(buf, q)
+            hk_len, q = read_varint(buf, q)
             hk = buf[q:q + hk_len].decode("utf-8", "replace")
             q += hk_len
-            hv_len, q = _varint(buf, q)
+            hv_len, q = read_varint(buf, q)
             hv = None if hv_len < 0 else buf[q:q + hv_len]
             q += max(hv_len, 0)
             hs.append((hk, hv))
@@ -219,10 +206,10 @@ def records_to_arrow(
             if attrs & 0x20:  # control batch: a transaction marker, never a row
                 if aborted is not None and h.record_count:
                     data = bytes(body)
-                    _, q = _varint(data, 0)
-                    _, q = _varint(data, q + 1)
-                    _, q = _varint(data, q)
-                    klen, q = _varint(data, q)
+                    _, q = read_varint(data, 0)
+                    _, q = read_varlong(data, q + 1)  # timestamp delta
+                    _, q = read_varint(data, q)
+                    klen, q = read_varint(data, q)
                     if klen >= 4:
                         aborted.marker(h.producer_id, _CONTROL_KEY.unpack_from(data, q)[1] == 0)
                 continue
