@@ -52,6 +52,7 @@ def load_all() -> dict[int, ApiEntry]:
     from broker.apis import (  # noqa: F401
         admin,
         api_versions,
+        chunks,
         cluster,
         configs,
         fetch,

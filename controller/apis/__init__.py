@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.chunks import ChunkControl
 from controller.cluster import ClusterControl
 from controller.configs import ConfigControl
 from controller.controller import Controller
@@ -28,6 +29,7 @@ class Apis:
     configs: ConfigControl
     partitions: PartitionControl
     producer_ids: ProducerIdControl
+    chunks: ChunkControl
     served: dict[int, tuple[int, int]] = field(default_factory=dict)  # what ApiVersions lists
 
     @classmethod
@@ -39,6 +41,7 @@ class Apis:
             ConfigControl(controller),
             PartitionControl(controller),
             ProducerIdControl(controller),
+            ChunkControl(controller),
         )
 
 
@@ -46,9 +49,9 @@ Handler = Callable[[Apis, Request], Awaitable[Any]]
 
 
 def handlers() -> dict[int, tuple[int, int, Handler]]:
-    from controller.apis import api_versions, cluster, configs, fetch, partitions, producer_ids, topics
+    from controller.apis import api_versions, chunks, cluster, configs, fetch, partitions, producer_ids, topics
 
     table: dict[int, tuple[int, int, Handler]] = {}
-    for module in (api_versions, cluster, configs, fetch, partitions, producer_ids, topics):
+    for module in (api_versions, chunks, cluster, configs, fetch, partitions, producer_ids, topics):
         table.update(module.HANDLERS)
     return table

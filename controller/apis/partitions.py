@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from controller.apis import Apis
 from controller.errors import ApiError
-from controller.partitions import IsrUpdate, TopicIsrUpdates
+from controller.partitions import IsrUpdate, PartitionResult, TopicIsrUpdates
 from protocol.generated.alter_partition import AlterPartitionRequest, AlterPartitionResponse
 from protocol.generated.alter_partition_reassignments import (
     AlterPartitionReassignmentsRequest,
@@ -19,6 +19,19 @@ from protocol.headers import Request
 
 FIRST_TOPIC_ID_VERSION = 2  # AlterPartition v2+ names topics by id
 FIRST_BROKER_STATE_VERSION = 3  # AlterPartition v3+ sends NewIsrWithEpochs
+
+
+def _partition_results(results: list[PartitionResult], cls: type, index_field: str) -> list:
+    """Per-partition answers (index, error code, error message) of ElectLeaders and
+    AlterPartitionReassignments, which differ only in the index field's name."""
+    return [
+        cls(
+            **{index_field: r.partition},
+            error_code=r.error.code if r.error else 0,
+            error_message=r.error.message if r.error else None,
+        )
+        for r in results
+    ]
 
 
 async def alter_partition(apis: Apis, req: Request) -> AlterPartitionResponse:
@@ -70,20 +83,13 @@ async def elect_leaders(apis: Apis, req: Request) -> ElectLeadersResponse:
         results = await apis.partitions.elect_leaders(election_type, wanted)
     except ApiError as e:
         return ElectLeadersResponse(throttle_time_ms=0, error_code=e.code, replica_election_results=[])
-    return ElectLeadersResponse(
+    E = ElectLeadersResponse
+    return E(
         throttle_time_ms=0,
         error_code=0,
         replica_election_results=[
-            ElectLeadersResponse.ReplicaElectionResult(
-                topic=name,
-                partition_result=[
-                    ElectLeadersResponse.PartitionResult(
-                        partition_id=r.partition,
-                        error_code=r.error.code if r.error else 0,
-                        error_message=r.error.message if r.error else None,
-                    )
-                    for r in rs
-                ],
+            E.ReplicaElectionResult(
+                topic=name, partition_result=_partition_results(rs, E.PartitionResult, "partition_id")
             )
             for name, rs in results
         ],
@@ -103,15 +109,7 @@ async def alter_partition_reassignments(apis: Apis, req: Request) -> AlterPartit
         error_message=None,
         responses=[
             R.ReassignableTopicResponse(
-                name=name,
-                partitions=[
-                    R.ReassignablePartitionResponse(
-                        partition_index=r.partition,
-                        error_code=r.error.code if r.error else 0,
-                        error_message=r.error.message if r.error else None,
-                    )
-                    for r in rs
-                ],
+                name=name, partitions=_partition_results(rs, R.ReassignablePartitionResponse, "partition_index")
             )
             for name, rs in results
         ],

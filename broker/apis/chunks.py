@@ -1,0 +1,145 @@
+"""CreateChunks on the partition leader, and AlterChunkAssignments forwarded to the controller.
+
+The leader fixes a new chunk's offsets: it seals the partition (Produce answers
+NOT_LEADER_OR_FOLLOWER, retriable), waits a bounded time for in-flight acks=all writes to reach
+every in-sync replica (HW == log end), then reads the LSO and HW (Kafka's terms, exclusive) and
+forwards StartOffset = LSO, PrevStopOffset = LSO - 1, PrevEndOffset = HW - 1 and its clock as
+StartTimestamp to the controller. The answer goes back once this broker's metadata image holds
+the new active chunk; the seal is lifted either way (after a success the image has already
+moved leadership as the controller decided).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+
+from broker.apis import RequestContext, api
+from broker.apis.leadership import leader_or_error
+from broker.replication.partition import Partition, now_ms
+from node.client import ClientError
+from protocol.errors import Errors
+from protocol.generated.alter_chunk_assignments import AlterChunkAssignmentsResponse
+from protocol.generated.create_chunks import CreateChunksRequest, CreateChunksResponse
+
+log = structlog.get_logger(__name__)
+
+# How long in-flight acks=all writes get to replicate before a CreateChunks gives up.
+SETTLE_TIMEOUT_S = 5.0
+
+R = CreateChunksResponse
+
+
+def _result(
+    e: CreateChunksRequest.CreateChunksTopicPartition, code: int, message: str | None
+) -> R.CreateChunksTopicPartitionResult:
+    return R.CreateChunksTopicPartitionResult(
+        topic_name=e.topic_name, partition_id=e.partition_id, error_code=code, error_message=message
+    )
+
+
+@api(1076, 0, 0)
+async def create_chunks(ctx: RequestContext, req: CreateChunksRequest) -> CreateChunksResponse:
+    b = ctx.broker
+    results: list[R.CreateChunksTopicPartitionResult | None] = [None] * len(req.topic_partitions)
+    sealed: list[tuple[int, CreateChunksRequest.CreateChunksTopicPartition, Partition]] = []
+    try:
+        for i, e in enumerate(req.topic_partitions):
+            p, code = leader_or_error(b, e.topic_name, e.partition_id)
+            if p is None:
+                msg = f"broker {b.config.node_id} does not lead {e.topic_name}-{e.partition_id}"
+                results[i] = _result(e, code, msg if code == Errors.NOT_LEADER_OR_FOLLOWER else None)
+                continue
+            if p.sealed:
+                results[i] = _result(
+                    e, Errors.REASSIGNMENT_IN_PROGRESS, f"a chunk of {e.topic_name}-{e.partition_id} is being created"
+                )
+                continue
+            p.sealed = True
+            sealed.append((i, e, p))
+        settled = await asyncio.gather(
+            *(p.wait_for_high_watermark(p.log.log_end_offset, SETTLE_TIMEOUT_S) for _, _, p in sealed)
+        )
+        forward = []
+        at = now_ms()
+        for (i, e, p), ok in zip(sealed, settled, strict=True):
+            if not ok or not p.is_leader:
+                results[i] = _result(
+                    e,
+                    Errors.REQUEST_TIMED_OUT if p.is_leader else Errors.NOT_LEADER_OR_FOLLOWER,
+                    f"writes to {e.topic_name}-{e.partition_id} did not reach every in-sync replica "
+                    f"within {SETTLE_TIMEOUT_S:g} s"
+                    if p.is_leader
+                    else f"leadership of {e.topic_name}-{e.partition_id} moved",
+                )
+                continue
+            hw = p.high_watermark
+            # helper-added Log.last_stable_offset (transactions); without it LSO == HW
+            lso = min(getattr(p.log, "last_stable_offset", hw), hw)
+            forward.append(
+                (
+                    i,
+                    CreateChunksRequest.CreateChunksTopicPartition(
+                        topic_name=e.topic_name,
+                        partition_id=e.partition_id,
+                        broker_ids=list(e.broker_ids),
+                        start_offset=lso,
+                        start_timestamp=at,
+                        prev_stop_offset=lso - 1,
+                        prev_end_offset=hw - 1,
+                    ),
+                )
+            )
+        if forward:
+            await _forward(b, forward, results)
+    finally:
+        for _, _, p in sealed:
+            p.sealed = False
+    return R(throttle_time_ms=0, results=[r for r in results if r is not None])
+
+
+async def _forward(b, forward: list, results: list) -> None:
+    body = CreateChunksRequest(topic_partitions=[e for _, e in forward])
+    try:
+        resp = await b.forward(body, 0)
+    except ClientError as err:
+        for i, e in forward:
+            results[i] = _result(e, Errors.REQUEST_TIMED_OUT, f"the controller did not answer: {err}")
+        return
+    for (i, e), r in zip(forward, resp.results, strict=False):
+        results[i] = r
+        log.info(
+            "chunk_created" if r.error_code == 0 else "chunk_create_failed",
+            topic=e.topic_name,
+            partition=e.partition_id,
+            start_offset=e.start_offset,
+            prev_end_offset=e.prev_end_offset,
+            replicas=e.broker_ids,
+            error=r.error_code,
+            message=r.error_message,
+        )
+    for i, e in forward[len(resp.results) :]:
+        results[i] = _result(e, Errors.UNKNOWN_SERVER_ERROR, "the controller left this partition unanswered")
+
+
+@api(1077, 0, 0)
+async def alter_chunk_assignments(ctx: RequestContext, req) -> AlterChunkAssignmentsResponse:
+    """Only the controller changes chunk assignments; brokers pass the request on."""
+    try:
+        return await ctx.broker.forward(req, ctx.api_version)
+    except ClientError as err:
+        A = AlterChunkAssignmentsResponse
+        return A(
+            throttle_time_ms=0,
+            results=[
+                A.AlterChunkAssignmentResult(
+                    topic_name=c.topic_name,
+                    partition_id=c.partition_id,
+                    start_offset=c.start_offset,
+                    error_code=Errors.REQUEST_TIMED_OUT,
+                    error_message=f"the controller did not answer: {err}",
+                )
+                for c in req.chunks
+            ],
+        )
