@@ -68,7 +68,10 @@ def parse_describe(out: str) -> dict[str, dict]:
     topics: dict[str, dict] = {}
     for line in out.splitlines():
         fields = dict(f.split(": ", 1) if ": " in f else (f.rstrip(":"), "") for f in line.strip("\t").split("\t"))
-        if line.startswith("\t"):
+        if line.startswith("\t\tChunk\t"):  # an inactive chunk of the partition above
+            last = topics[next(reversed(topics))]["partitions"][-1]
+            last.setdefault("chunks", []).append(fields)
+        elif line.startswith("\t"):
             topics[fields["Topic"]]["partitions"].append(fields)
         else:
             topics[fields["Topic"]] = {**fields, "partitions": []}

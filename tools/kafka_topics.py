@@ -1,6 +1,8 @@
 """kafka-topics.sh for Strata: create, describe, list, alter and delete topics.
 
-Same options and output as Apache Kafka's tool for what it supports. --topic is a regular
+Same options and output as Apache Kafka's tool for what it supports, plus chunks: --describe
+gives a partition with chunks its active chunk's StartOffset and one indented line per inactive
+chunk (start, stop and end offsets, replicas, ISR). --topic is a regular
 expression for --describe/--list/--alter/--delete (as in Kafka) and an exact name for --create.
 Errors print one line on stderr and exit 1; bad arguments exit 2.
 """
@@ -174,9 +176,25 @@ async def describe(admin: Admin, a: argparse.Namespace) -> None:
             )
             if p.offline_replicas:
                 line += f"\tOffline: {','.join(map(str, p.offline_replicas))}"
-            lines.append(line)
+            lines.append(line + chunk_fields(p))
+            lines.extend(chunk_lines(p))
     if lines:
         print("\n".join(lines))
+
+
+def chunk_fields(p: Any) -> str:
+    """The active chunk's start offset, on the partition line of a partition that has chunks
+    (Metadata's tagged StartOffset; absent, -1, for partitions that never had one)."""
+    return f"\tStartOffset: {p.start_offset}" if p.chunks or p.start_offset > 0 else ""
+
+
+def chunk_lines(p: Any) -> list[str]:
+    """One line per inactive chunk of the partition, oldest first (Metadata's tagged Chunks)."""
+    return [
+        f"\t\tChunk\tStartOffset: {c.start_offset}\tStopOffset: {c.stop_offset}\tEndOffset: {c.end_offset}\t"
+        f"Replicas: {','.join(map(str, c.replica_nodes))}\tIsr: {','.join(map(str, c.isr_nodes))}"
+        for c in sorted(p.chunks or (), key=lambda c: c.start_offset)
+    ]
 
 
 async def alter(admin: Admin, a: argparse.Namespace) -> None:
