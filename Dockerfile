@@ -16,6 +16,8 @@ COPY controller ./controller
 COPY tools ./tools
 COPY node ./node
 COPY metadata ./metadata
+COPY connector ./connector
+COPY pyspark_strata ./pyspark_strata
 RUN pip install . \
     && useradd --system --home-dir /var/lib/strata strata \
     && mkdir -p /etc/strata /var/lib/strata/metadata /var/lib/strata/logs-0 /var/lib/strata/logs-1 \
