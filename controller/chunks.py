@@ -160,8 +160,10 @@ class ChunkControl:
                     replicas=list(p.replicas),
                     directories=list(p.directories) if len(p.directories) == len(p.replicas) else [],
                     isr=list(p.isr),
-                    removing_replicas=[],
-                    adding_replicas=[],
+                    # a reassignment under way goes on in the closed chunk: replicas still being
+                    # added join its ISR when they report they hold the chunk
+                    removing_replicas=list(p.removing_replicas),
+                    adding_replicas=list(p.adding_replicas),
                     epoch=0,
                 )
             )

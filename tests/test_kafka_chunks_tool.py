@@ -235,3 +235,34 @@ def test_create_at_a_leader_that_moved_is_refused_by_the_broker(cluster: Cluster
     r = asyncio.run(send(cluster.broker_port(3)))
     assert r.error_code == 6 and "does not lead" in r.error_message  # NOT_LEADER_OR_FOLLOWER
     assert state(bs, "kc-leader") == ("1", "1,2", None, [])
+
+
+def test_create_on_several_leaders_at_once(cluster: Cluster, tmp_path: Path) -> None:
+    """Each partition's request goes to its own leader; empty active chunks just move."""
+    bs = cluster.bootstrap
+    r = subprocess.run(
+        [TOPICS, "--bootstrap-server", bs, "--create", "--topic", "kc-multi", "--replica-assignment", "1:2,2:3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    doc = {
+        "partitions": [
+            {"topic": "kc-multi", "partition": 1, "replicas": [1, 2]},
+            {"topic": "kc-multi", "partition": 0, "replicas": [3, 1]},
+        ]
+    }
+    r = kc(bs, "create", "--create-chunk-json-file", write(tmp_path, "multi.json", doc))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "Created a new chunk of kc-multi-1 on brokers 1,2, starting at offset 0.",
+        "Created a new chunk of kc-multi-0 on brokers 3,1, starting at offset 0.",
+    ]
+
+    def moved() -> None:
+        parts = {p["Partition"]: p for p in describe(bs, "kc-multi")}
+        assert (parts["0"]["Leader"], parts["0"]["Replicas"], parts["0"]["chunks"]) == ("3", "3,1", [])
+        assert (parts["1"]["Leader"], parts["1"]["Replicas"], parts["1"]["chunks"]) == ("1", "1,2", [])
+
+    eventually(moved)

@@ -191,7 +191,8 @@ async def create(admin: Admin, specs: list[ChunkSpec]) -> None:
         for s in specs:
             if (s.topic, s.partition) in done:
                 p = after.partitions.get((s.topic, s.partition))
-                start = p.start_offset if p is not None and p.start_offset >= 0 else "?"
+                # Metadata leaves StartOffset out (-1) while the active chunk starts at 0
+                start = "?" if p is None else max(p.start_offset, 0)
                 print(f"Created a new chunk of {s.name} on brokers {ids_str(s.replicas)}, starting at offset {start}.")
     if errors:
         raise _one(errors)

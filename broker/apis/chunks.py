@@ -75,8 +75,7 @@ async def create_chunks(ctx: RequestContext, req: CreateChunksRequest) -> Create
                 )
                 continue
             hw = p.high_watermark
-            # helper-added Log.last_stable_offset (transactions); without it LSO == HW
-            lso = min(getattr(p.log, "last_stable_offset", hw), hw)
+            lso = _last_stable_offset(p, hw)
             forward.append(
                 (
                     i,
@@ -97,6 +96,15 @@ async def create_chunks(ctx: RequestContext, req: CreateChunksRequest) -> Create
         for _, _, p in sealed:
             p.sealed = False
     return R(throttle_time_ms=0, results=[r for r in results if r is not None])
+
+
+def _last_stable_offset(p: Partition, hw: int) -> int:
+    """The LSO: below the first open transaction's first offset, never above the HW. A log
+    without transaction tracking has no open transactions, so its LSO is the HW."""
+    lso = getattr(p.log, "last_stable_offset", hw)
+    if callable(lso):
+        lso = lso()
+    return min(lso, hw)
 
 
 async def _forward(b, forward: list, results: list) -> None:
