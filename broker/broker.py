@@ -53,9 +53,12 @@ class Broker:
         self.replicas = ReplicaManager(self.config, dirs)
         self.replicas.fetchers = ReplicaFetcherManager(self)
         self.replicas.isr = self.isr = IsrManager(self)
-        from broker.coordinator.group import GroupCoordinator  # loads __consumer_offsets partitions as we lead them
+        # the coordinators load their state partitions (__consumer_offsets, __transaction_state) as we lead them
+        from broker.coordinator.group import GroupCoordinator
+        from broker.coordinator.transaction import TransactionCoordinator
 
         self.group_coordinator = GroupCoordinator(self)
+        self.transaction_coordinator = TransactionCoordinator(self)
         self.metadata.publishers.append(self.replicas.on_metadata)
         await self.lifecycle.register(self.cluster_id, [d.directory_id for d in dirs])
         self.metadata.start()
@@ -113,6 +116,8 @@ class Broker:
                 await coro
         if getattr(self, "group_coordinator", None) is not None:
             self.group_coordinator.shutdown()
+        if getattr(self, "transaction_coordinator", None) is not None:
+            self.transaction_coordinator.shutdown()
         for t in list(self._tasks):
             t.cancel()
         if self.replicas is not None:

@@ -62,6 +62,7 @@ def load_all() -> dict[int, ApiEntry]:
         metadata,
         produce,
         producer_ids,
+        transactions,
     )
 
     return HANDLERS

@@ -1,10 +1,10 @@
 """Group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
-OffsetFetch, OffsetDelete, ListGroups, DescribeGroups, DeleteGroups.
+TxnOffsetCommit, OffsetFetch, OffsetDelete, ListGroups, DescribeGroups, DeleteGroups.
 
 Thin translation between each version's request/response and the group coordinator
 (broker/coordinator/group), which owns the semantics. FindCoordinator names the leader of the
-group's __consumer_offsets partition, creating the topic on first use; transaction keys answer
-COORDINATOR_NOT_AVAILABLE until a transaction coordinator exists.
+group's __consumer_offsets partition or the transactional id's __transaction_state partition,
+creating the topic on first use.
 """
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from broker.apis import RequestContext, api
+from broker.apis.transactions import transaction_coordinator
 from broker.coordinator.group.coordinator import GROUP_OPERATIONS, GroupCoordinator
 from broker.coordinator.group.group import wall_clock_ms
 from broker.coordinator.group.records import OFFSETS_TOPIC, OffsetAndMetadata
+from broker.coordinator.transaction.records import TRANSACTION_STATE_TOPIC
 from protocol.errors import Errors
 from protocol.generated.delete_groups import DeleteGroupsResponse
 from protocol.generated.describe_groups import DescribeGroupsResponse
@@ -28,14 +30,16 @@ from protocol.generated.offset_commit import OffsetCommitResponse
 from protocol.generated.offset_delete import OffsetDeleteResponse
 from protocol.generated.offset_fetch import OffsetFetchResponse
 from protocol.generated.sync_group import SyncGroupResponse
+from protocol.generated.txn_offset_commit import TxnOffsetCommitResponse
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 
-def _coordinator(ctx: RequestContext) -> GroupCoordinator | None:
-    c = getattr(ctx.broker, "group_coordinator", None)
-    return c if c is not None and c.active else None
+def _coordinator(ctx: RequestContext) -> GroupCoordinator:
+    """The broker's group coordinator. It exists before the listener opens, and once shut down
+    (inactive) it answers COORDINATOR_NOT_AVAILABLE itself, so handlers need no check of their own."""
+    return ctx.broker.group_coordinator
 
 
 def _client_host(ctx: RequestContext) -> str:
@@ -46,19 +50,28 @@ def _client_host(ctx: RequestContext) -> str:
 
 # ---------------------------------------------------------------- FindCoordinator
 def _find(ctx: RequestContext, key: str, key_type: int) -> tuple[int, int, str, int]:
-    """(error, node id, host, port)."""
+    """(error, node id, host, port): the leader of the key's partition of __consumer_offsets
+    (groups) or __transaction_state (transactional ids), creating the topic on first use."""
     none = (Errors.COORDINATOR_NOT_AVAILABLE, -1, "", -1)
-    if key_type == TRANSACTION_KEY:
-        return none
-    if key_type != GROUP_KEY:
+    if key_type == GROUP_KEY:
+        c: Any = _coordinator(ctx)
+        topic_name = OFFSETS_TOPIC
+    elif key_type == TRANSACTION_KEY:
+        c = transaction_coordinator(ctx)
+        topic_name = TRANSACTION_STATE_TOPIC
+        if not key:
+            return Errors.INVALID_REQUEST, -1, "", -1
+    else:
         return Errors.INVALID_REQUEST, -1, "", -1
-    c = _coordinator(ctx)
-    if c is None:
+    if c is None or not c.active:
         return none
     image = ctx.broker.metadata.image
-    topic = image.topic(OFFSETS_TOPIC)
+    topic = image.topic(topic_name)
     if topic is None:
-        c.ensure_offsets_topic()
+        if key_type == GROUP_KEY:
+            c.ensure_offsets_topic()
+        else:
+            c.ensure_state_topic()
         return none
     info = topic.partitions.get(c.partition_for(key))
     if info is None or info.leader < 0:
@@ -99,8 +112,6 @@ async def join_group(ctx: RequestContext, req) -> JoinGroupResponse:
     R = JoinGroupResponse
     v = ctx.api_version
     c = _coordinator(ctx)
-    if c is None:
-        return _join_response(v, Errors.COORDINATOR_NOT_AVAILABLE, req.member_id)
     instance = req.group_instance_id if v >= 5 else None
     result = await c.join_group(
         req.group_id,
@@ -142,8 +153,6 @@ async def sync_group(ctx: RequestContext, req) -> SyncGroupResponse:
     R = SyncGroupResponse
     v = ctx.api_version
     c = _coordinator(ctx)
-    if c is None:
-        return R(error_code=Errors.COORDINATOR_NOT_AVAILABLE, assignment=b"")
     if v >= 5 and (req.protocol_type is None or req.protocol_name is None):
         return R(error_code=Errors.INCONSISTENT_GROUP_PROTOCOL, assignment=b"")
     result = await c.sync_group(
@@ -162,8 +171,6 @@ async def sync_group(ctx: RequestContext, req) -> SyncGroupResponse:
 @api(12, 0, 4)
 async def heartbeat(ctx: RequestContext, req) -> HeartbeatResponse:
     c = _coordinator(ctx)
-    if c is None:
-        return HeartbeatResponse(error_code=Errors.COORDINATOR_NOT_AVAILABLE)
     instance = req.group_instance_id if ctx.api_version >= 3 else None
     return HeartbeatResponse(error_code=c.heartbeat(req.group_id, req.member_id, instance, req.generation_id))
 
@@ -177,8 +184,6 @@ async def leave_group(ctx: RequestContext, req) -> LeaveGroupResponse:
         members = [(req.member_id, None, None)]
     else:
         members = [(m.member_id, m.group_instance_id, m.reason if v >= 5 else None) for m in req.members]
-    if c is None:
-        return R(error_code=Errors.COORDINATOR_NOT_AVAILABLE, members=[])
     err, errors = c.leave_group(req.group_id, members)
     if v < 3:
         return R(error_code=err or (errors[0] if errors else 0))
@@ -216,20 +221,57 @@ async def offset_commit(ctx: RequestContext, req) -> OffsetCommitResponse:
                 expire_timestamp=now + retention if retention != -1 else None,
             )
     if offsets:
-        if c is None:
-            errors.update({tp: Errors.COORDINATOR_NOT_AVAILABLE for tp in offsets})
-        else:
-            errors.update(await c.commit_offsets(
-                req.group_id,
-                req.member_id if v >= 1 else "",
-                req.group_instance_id if v >= 7 else None,
-                req.generation_id_or_member_epoch if v >= 1 else -1,
-                offsets,
-            ))
+        errors.update(await c.commit_offsets(
+            req.group_id,
+            req.member_id if v >= 1 else "",
+            req.group_instance_id if v >= 7 else None,
+            req.generation_id_or_member_epoch if v >= 1 else -1,
+            offsets,
+        ))
     return R(topics=[
         R.OffsetCommitResponseTopic(name=t.name, partitions=[
             R.OffsetCommitResponsePartition(partition_index=p.partition_index,
                                             error_code=errors.get((t.name, p.partition_index), 0))
+            for p in t.partitions
+        ])
+        for t in req.topics
+    ])
+
+
+@api(28, 0, 4)
+async def txn_offset_commit(ctx: RequestContext, req) -> TxnOffsetCommitResponse:
+    """v4 adds only TRANSACTION_ABORTABLE (which we never answer); v5 is KIP-890 part 2 (not served)."""
+    R = TxnOffsetCommitResponse
+    v = ctx.api_version
+    image = ctx.broker.metadata.image
+    now = wall_clock_ms()
+    offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+    errors: dict[tuple[str, int], int] = {}
+    for t in req.topics:
+        topic = image.topic(t.name)
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            if topic is None or p.partition_index not in topic.partitions:
+                errors[tp] = Errors.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            offsets[tp] = OffsetAndMetadata(
+                offset=p.committed_offset,
+                leader_epoch=p.committed_leader_epoch if v >= 2 else -1,
+                metadata=p.committed_metadata or "",
+                commit_timestamp=now,
+            )
+    if offsets:
+        errors.update(await _coordinator(ctx).txn_commit_offsets(
+            req.group_id, req.producer_id, req.producer_epoch,
+            req.member_id if v >= 3 else "",
+            req.group_instance_id if v >= 3 else None,
+            req.generation_id if v >= 3 else -1,
+            offsets,
+        ))
+    return R(topics=[
+        R.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
+            R.TxnOffsetCommitResponsePartition(partition_index=p.partition_index,
+                                               error_code=errors.get((t.name, p.partition_index), 0))
             for p in t.partitions
         ])
         for t in req.topics
@@ -251,12 +293,11 @@ async def offset_fetch(ctx: RequestContext, req) -> OffsetFetchResponse:
 
     def fetch(group_id: str, topics) -> tuple[int, list]:
         parts = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
-        if c is None:
-            return Errors.COORDINATOR_NOT_AVAILABLE, []
-        err, rows = c.fetch_offsets(group_id, parts, bool(req.require_stable) if v >= 7 else False)
+        err, rows = c.fetch_offsets(group_id, parts)
         if err and v < 2 and parts is not None:
             return err, [(tp, (None, err)) for tp in parts]  # v0-1 have no group-level error
-        return err, [(tp, (om, 0)) for tp, om in rows]
+        unstable = c.unstable_partitions(group_id) if v >= 7 and req.require_stable else set()
+        return err, [(tp, (None, Errors.UNSTABLE_OFFSET_COMMIT) if tp in unstable else (om, 0)) for tp, om in rows]
 
     def partition(cls, index: int, value) -> Any:
         om, err = value
@@ -289,8 +330,6 @@ async def offset_fetch(ctx: RequestContext, req) -> OffsetFetchResponse:
 async def offset_delete(ctx: RequestContext, req) -> OffsetDeleteResponse:
     R = OffsetDeleteResponse
     c = _coordinator(ctx)
-    if c is None:
-        return R(error_code=Errors.COORDINATOR_NOT_AVAILABLE, topics=[])
     image = ctx.broker.metadata.image
     errors: dict[tuple[str, int], int] = {}
     known = []
@@ -320,8 +359,6 @@ async def list_groups(ctx: RequestContext, req) -> ListGroupsResponse:
     R = ListGroupsResponse
     v = ctx.api_version
     c = _coordinator(ctx)
-    if c is None:
-        return R(error_code=Errors.COORDINATOR_NOT_AVAILABLE, groups=[])
     err, groups = c.list_groups(req.states_filter if v >= 4 else (), req.types_filter if v >= 5 else ())
     return R(error_code=err, groups=[
         R.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value,
@@ -341,9 +378,6 @@ async def describe_groups(ctx: RequestContext, req) -> DescribeGroupsResponse:
         d = R.DescribedGroup(error_code=0, error_message=None, group_id=gid, group_state="", protocol_type="",
                              protocol_data="", members=[], authorized_operations=ops)
         out.append(d)
-        if c is None:
-            d.error_code = Errors.COORDINATOR_NOT_AVAILABLE
-            continue
         err, summary = c.describe_group(gid)
         if err:
             d.error_code = err
@@ -376,5 +410,5 @@ async def delete_groups(ctx: RequestContext, req) -> DeleteGroupsResponse:
     R = DeleteGroupsResponse
     c = _coordinator(ctx)
     ids = list(dict.fromkeys(req.groups_names))
-    errors = {g: Errors.COORDINATOR_NOT_AVAILABLE for g in ids} if c is None else c.delete_groups(ids)
+    errors = c.delete_groups(ids)
     return R(results=[R.DeletableGroupResult(group_id=g, error_code=errors[g]) for g in ids])

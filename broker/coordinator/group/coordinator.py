@@ -91,6 +91,8 @@ class _PartitionState:
         self.loading = True
         self.groups: dict[str, ClassicGroup] = {}
         self.load_task: asyncio.Task | None = None
+        # transactions that ended while loading: (producer id, commit, log end offset then)
+        self.completed_while_loading: list[tuple[int, bool, int]] = []
 
 
 @dataclass
@@ -99,11 +101,16 @@ class LoadedPartition:
     offsets: dict[str, dict[TopicPartition, tuple[OffsetAndMetadata, int]]]
     records: int = 0
     end_offset: int = 0
+    # transactional offset commits whose transaction has not ended yet:
+    # producer id -> (group, topic, partition) -> (offset, record offset)
+    pending_txn: dict[int, dict[tuple[str, str, int], tuple[OffsetAndMetadata | None, int]]] = field(
+        default_factory=dict)
 
 
 def read_partition(lg: Any, max_bytes: int) -> LoadedPartition:
     """Scan a __consumer_offsets log from its start to its end (runs in an executor). Transactional
-    offset commits count once their commit marker follows; aborted ones never."""
+    offset commits count once their commit marker follows; aborted ones never; those without a
+    marker yet stay pending."""
     groups: dict[str, GroupMetadataRecord | None] = {}
     offsets: dict[str, dict[TopicPartition, tuple[OffsetAndMetadata, int]]] = {}
     pending_txn: dict[int, dict[tuple[str, str, int], tuple[OffsetAndMetadata | None, int]]] = {}
@@ -152,7 +159,7 @@ def read_partition(lg: Any, max_bytes: int) -> LoadedPartition:
                     except RecordFormatError as e:
                         log.warning("offsets_record_skipped", offset=r.offset, error=str(e))
             offset = h.base_offset + h.last_offset_delta + 1
-    return LoadedPartition(groups, offsets, count, offset)
+    return LoadedPartition(groups, offsets, count, offset, pending_txn)
 
 
 class GroupCoordinator:
@@ -250,7 +257,19 @@ class GroupCoordinator:
                 group = ps.groups[gid] = ClassicGroup(gid, GroupState.EMPTY)
             for tp, (value, rec_offset) in offs.items():
                 group.apply_offset(tp, value, rec_offset)
+        for producer_id, pend in loaded.pending_txn.items():
+            for (gid, topic, partition), (value, rec_offset) in pend.items():
+                if value is None:
+                    continue
+                group = ps.groups.get(gid)
+                if group is None:
+                    group = ps.groups[gid] = ClassicGroup(gid, GroupState.EMPTY)
+                group.add_pending_txn_offset(producer_id, (topic, partition), value, rec_offset)
         ps.loading = False
+        for producer_id, commit, end in ps.completed_while_loading:
+            for group in ps.groups.values():
+                group.complete_txn_offsets(producer_id, commit, end)
+        ps.completed_while_loading.clear()
         for group in ps.groups.values():
             if group.size > self.config.max_size:
                 self._prepare_rebalance(group, "freshly loaded group is over capacity")
@@ -325,9 +344,11 @@ class GroupCoordinator:
         return [g for ps in self._partitions.values() if not ps.loading for g in ps.groups.values()]
 
     # ------------------------------------------------------------------ writes
-    def _write(self, pid: int, records: list[tuple[bytes, bytes | None]]) -> tuple[int, int, asyncio.Future]:
+    def _write(self, pid: int, records: list[tuple[bytes, bytes | None]],
+               producer: tuple[int, int] | None = None) -> tuple[int, int, asyncio.Future]:
         """Append now (before any await); returns (error, first offset, done) where `done` resolves
-        to an error code once the high watermark passes the batch (0) or it cannot (why)."""
+        to an error code once the high watermark passes the batch (0) or it cannot (why).
+        `producer` (id, epoch): a transactional batch of that producer (TxnOffsetCommit)."""
         done = self._loop.create_future()
         ps = self._partitions.get(pid)
         p = self.broker.replicas.get(OFFSETS_TOPIC, pid)
@@ -342,7 +363,11 @@ class GroupCoordinator:
             done.set_result(Errors.NOT_ENOUGH_REPLICAS)
             return Errors.NOT_ENOUGH_REPLICAS, -1, done
         now = wall_clock_ms()
-        batch = encode_batch([Record(value=v, key=k, timestamp=now) for k, v in records], base_timestamp=now)
+        txn: dict[str, Any] = {}
+        if producer is not None:
+            txn = {"producer_id": producer[0], "producer_epoch": producer[1], "base_sequence": 0,
+                   "transactional": True}
+        batch = encode_batch([Record(value=v, key=k, timestamp=now) for k, v in records], base_timestamp=now, **txn)
         try:
             info = p.log.append_as_leader(batch, p.leader_epoch, now, origin=AppendOrigin.COORDINATOR)
         except StorageError as e:
@@ -1052,8 +1077,96 @@ class GroupCoordinator:
 
         done.add_done_callback(replicated)
 
+    async def txn_commit_offsets(
+        self, group_id: str, producer_id: int, producer_epoch: int, member_id: str, instance_id: str | None,
+        generation_id: int, offsets: dict[TopicPartition, OffsetAndMetadata],
+    ) -> dict[TopicPartition, int]:
+        """TxnOffsetCommit (Kafka's handleTxnCommitOffsets): the offsets are written as a
+        transactional batch of the producer and stay pending until its transaction ends
+        (on_transaction_completed): applied on commit, dropped on abort."""
+        err, ps = self._status(group_id, OFFSET_COMMIT)
+        if err:
+            return {tp: err for tp in offsets}
+        assert ps is not None
+        group = ps.groups.get(group_id)
+        if group is None:
+            group = ps.groups[group_id] = ClassicGroup(group_id, GroupState.EMPTY)
+        err = self._validate_txn_offset_commit(group, generation_id, member_id, instance_id)
+        if err:
+            return {tp: err for tp in offsets}
+        limit = self.config.offset_metadata_max_bytes
+        result: dict[TopicPartition, int] = {}
+        valid: dict[TopicPartition, OffsetAndMetadata] = {}
+        for tp, om in offsets.items():
+            if om.metadata is not None and len(om.metadata.encode()) > limit:
+                result[tp] = Errors.OFFSET_METADATA_TOO_LARGE
+            else:
+                valid[tp] = om
+        if not valid:
+            return result
+        records = [(offset_commit_key(group_id, t, p), offset_commit_value(om)) for (t, p), om in valid.items()]
+        err, first, done = self._write(ps.index, records, (producer_id, producer_epoch))
+        if err:
+            return {**result, **{tp: _commit_error(err) for tp in valid}}
+        for i, (tp, om) in enumerate(valid.items()):
+            group.add_pending_txn_offset(producer_id, tp, om, first + i)
+        code = await done
+        if code:
+            per = group.pending_txn_offsets.get(producer_id, {})
+            for i, tp in enumerate(valid):
+                c = per.get(tp)
+                if c is not None and c.record_offset == first + i:
+                    del per[tp]
+            if not per:
+                group.pending_txn_offsets.pop(producer_id, None)
+        return {**result, **{tp: _commit_error(code) for tp in valid}}
+
+    def _validate_txn_offset_commit(self, group: ClassicGroup, generation_id: int, member_id: str,
+                                    instance_id: str | None) -> int:
+        if group.is_(GroupState.DEAD):
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and group.is_(GroupState.EMPTY):
+            return 0  # a producer committing for a group without group management (v0-2 send no member)
+        if member_id != UNKNOWN_MEMBER_ID and not group.has(member_id) and instance_id is None:
+            return Errors.UNKNOWN_MEMBER_ID
+        if instance_id is not None and group.is_static_member_fenced(instance_id, member_id):
+            return Errors.FENCED_INSTANCE_ID
+        if generation_id >= 0 and generation_id != group.generation_id:
+            return Errors.ILLEGAL_GENERATION
+        return 0
+
+    def on_transaction_completed(self, partition_index: int, producer_id: int, commit: bool) -> None:
+        """A transaction marker of `producer_id` was written (and replicated) on our partition
+        `partition_index` of __consumer_offsets: its pending offsets take effect or go."""
+        ps = self._partitions.get(partition_index)
+        if ps is None:
+            return  # not ours: whoever loads the partition reads the marker from the log
+        if ps.loading:
+            # the scan may have ended before the marker: apply it after loading, to the offsets
+            # written before it (a producer's next transaction only starts after this one ended)
+            p = self.broker.replicas.get(OFFSETS_TOPIC, partition_index)
+            end = p.log.log_end_offset if p is not None else 0
+            ps.completed_while_loading.append((producer_id, commit, end))
+            return
+        n = 0
+        for group in ps.groups.values():
+            if producer_id in group.pending_txn_offsets:
+                n += group.complete_txn_offsets(producer_id, commit)
+        if n:
+            log.debug("txn_offsets_completed", partition=partition_index, producer_id=producer_id, commit=commit,
+                      offsets=n)
+
+    def unstable_partitions(self, group_id: str) -> set[TopicPartition]:
+        """Partitions of the group with a transactional offset commit whose transaction has not
+        ended: OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them."""
+        err, ps = self._status(group_id, OFFSET_FETCH)
+        group = ps.groups.get(group_id) if ps is not None else None
+        if err or group is None:
+            return set()
+        return {tp for per in group.pending_txn_offsets.values() for tp in per}
+
     def fetch_offsets(
-        self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool = False,
+        self, group_id: str, partitions: list[TopicPartition] | None,
     ) -> tuple[int, list[tuple[TopicPartition, OffsetAndMetadata | None]]]:
         """Committed offsets of the requested partitions (None: every committed partition); a
         partition without a commit has None."""
@@ -1105,7 +1218,8 @@ class GroupCoordinator:
         keys = []
         for group in groups:
             keys += [offset_commit_key(group.group_id, t, p) for t, p in removed.get(group.group_id, [])]
-            if group.is_(GroupState.EMPTY) and not group.offsets and not group.pending_members:
+            if (group.is_(GroupState.EMPTY) and not group.offsets and not group.pending_members
+                    and not group.pending_txn_offsets):
                 group.transition_to(GroupState.DEAD)
             if group.is_(GroupState.DEAD):
                 keys.append(group_metadata_key(group.group_id))
@@ -1137,7 +1251,8 @@ class GroupCoordinator:
                 if expired:
                     removed[group.group_id] = group.remove_offsets(expired)
                     total += len(expired)
-                if expired or (group.is_(GroupState.EMPTY) and not group.offsets and not group.pending_members):
+                if expired or (group.is_(GroupState.EMPTY) and not group.offsets and not group.pending_members
+                               and not group.pending_txn_offsets):
                     touched.append(group)
             if touched:
                 self._cleanup(ps, touched, removed)

@@ -173,6 +173,9 @@ class ClassicGroup:
         self.new_member_added = False
         self.offsets: dict[tuple[str, int], CommittedOffset] = {}
         self.pending_offset_commits: Counter[tuple[str, int]] = Counter()
+        # transactional offset commits written but not yet ended by a marker: producer id ->
+        # partition -> (offset, log offset of its record)
+        self.pending_txn_offsets: dict[int, dict[tuple[str, int], CommittedOffset]] = {}
         # the coordinator's timers
         self.join_timer = None
         self.join_kind: str | None = None  # "initial" (group.initial.rebalance.delay.ms) or "delayed"
@@ -397,6 +400,26 @@ class ClassicGroup:
         current = self.offsets.get(tp)
         if current is None or current.record_offset < record_offset:
             self.offsets[tp] = CommittedOffset(value, record_offset)
+
+    def add_pending_txn_offset(self, producer_id: int, tp: tuple[str, int], value: OffsetAndMetadata,
+                               record_offset: int) -> None:
+        self.pending_txn_offsets.setdefault(producer_id, {})[tp] = CommittedOffset(value, record_offset)
+
+    def has_pending_txn_offset(self, tp: tuple[str, int]) -> bool:
+        return any(tp in per for per in self.pending_txn_offsets.values())
+
+    def complete_txn_offsets(self, producer_id: int, commit: bool, before_offset: int | None = None) -> int:
+        """The producer's transaction ended: its offsets (written below `before_offset`, if given)
+        become committed (a later record still wins) or are dropped. Returns how many there were."""
+        pending = self.pending_txn_offsets.get(producer_id, {})
+        done = [tp for tp, c in pending.items() if before_offset is None or c.record_offset < before_offset]
+        for tp in done:
+            c = pending.pop(tp)
+            if commit:
+                self.apply_offset(tp, c.value, c.record_offset)
+        if not pending:
+            self.pending_txn_offsets.pop(producer_id, None)
+        return len(done)
 
     def remove_offsets(self, partitions: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
         removed = []

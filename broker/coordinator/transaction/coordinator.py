@@ -1,0 +1,554 @@
+"""The transaction coordinator (Kafka's TransactionCoordinator + TransactionStateManager, on one loop).
+
+A transactional id lives in partition abs(hash(id)) % N of __transaction_state, and that
+partition's leader coordinates it; the coordinator epoch is the partition's leader epoch. When
+this broker becomes a partition's leader the partition is loaded (its log scanned in an executor,
+last record per id wins) and answers COORDINATOR_LOAD_IN_PROGRESS until then; transactions found
+in PrepareCommit/PrepareAbort get their markers sent and are completed. When leadership goes the
+partition is unloaded: its ids answer NOT_COORDINATOR, marker sending for them stops (the new
+coordinator resends).
+
+Every state change is prepared on the id's metadata (which holds it as `pending`, so concurrent
+requests answer CONCURRENT_TRANSACTIONS), appended to the partition leader's log before any
+await, and applied once the high watermark passes it. EndTxn answers once PrepareCommit /
+PrepareAbort is replicated; the markers (markers.py) and the CompleteCommit/CompleteAbort record
+follow in the background. Ongoing transactions older than their timeout are aborted with an epoch
+bump that fences their producer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import structlog
+
+from broker.coordinator.group.records import OFFSETS_TOPIC, partition_for
+from broker.coordinator.transaction.config import TransactionCoordinatorConfig
+from broker.coordinator.transaction.markers import TxnMarkerSender
+from broker.coordinator.transaction.metadata import (
+    NO_PRODUCER_EPOCH,
+    TransactionError,
+    TransactionMetadata,
+    is_epoch_exhausted,
+)
+from broker.coordinator.transaction.records import (
+    TRANSACTION_STATE_TOPIC,
+    TransactionLogValue,
+    TransactionState,
+    TxnRecordFormatError,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+from broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
+from broker.storage.errors import StorageError
+from broker.storage.log import AppendOrigin
+from protocol.errors import Errors, ProtocolError
+from protocol.records import Record, decode_batches, encode_batch
+
+log = structlog.get_logger(__name__)
+
+S = TransactionState
+TopicPartition = tuple[str, int]
+COMPLETE_RETRY_BACKOFF_S = 0.1
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class _StatePartition:
+    """One __transaction_state partition this broker leads."""
+
+    def __init__(self, index: int, epoch: int) -> None:
+        self.index = index
+        self.coordinator_epoch = epoch
+        self.loading = True
+        self.txns: dict[str, TransactionMetadata] = {}
+        self.load_task: asyncio.Task | None = None
+
+
+def read_state_partition(lg: Any, max_bytes: int) -> tuple[dict[str, TransactionLogValue], int]:
+    """Scan a __transaction_state log from start to end (runs in an executor): the latest value per
+    transactional id (deleted ids absent) and the number of records read."""
+    found: dict[str, TransactionLogValue | None] = {}
+    offset, end = lg.log_start_offset, lg.log_end_offset
+    count = 0
+    while offset < end:
+        info = lg.read(offset, max_bytes, max_offset=end)
+        data = b"".join(bytes(part) for part in info.records)
+        if not data:
+            break
+        batches = decode_batches(data)
+        if not batches:
+            break
+        for b in batches:
+            h = b.header
+            if not h.is_control:
+                for r in b.records:
+                    count += 1
+                    try:
+                        tid = decode_key(r.key)
+                        found[tid] = None if r.value is None else decode_value(r.value)
+                    except TxnRecordFormatError as e:
+                        log.warning("txn_state_record_skipped", offset=r.offset, error=str(e))
+            offset = h.base_offset + h.last_offset_delta + 1
+    return {tid: v for tid, v in found.items() if v is not None}, count
+
+
+class TransactionCoordinator:
+    def __init__(self, broker: Any, config: TransactionCoordinatorConfig | None = None) -> None:
+        """`broker` gives: replicas (ReplicaManager), metadata.image, config, forward(body) and the
+        producer id manager. Registers as a leadership listener and loads what it already leads."""
+        self.broker = broker
+        self.config = config or TransactionCoordinatorConfig.from_props(broker.config.props)
+        self.active = True
+        self.markers = TxnMarkerSender(broker)
+        self._partitions: dict[int, _StatePartition] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._create_task: asyncio.Task | None = None
+        self._loop = asyncio.get_running_loop()
+        broker.replicas.leadership_listeners.append(self.on_leadership)
+        for (topic, _), p in list(broker.replicas.partitions.items()):
+            if topic == TRANSACTION_STATE_TOPIC and p.is_leader:
+                self.on_leadership(p, True)
+        self._spawn(self._abort_timed_out_loop())
+
+    # ------------------------------------------------------------------ lifecycle
+    def shutdown(self) -> None:
+        self.active = False
+        for tp in list(self._partitions.values()):
+            self._unload(tp)
+        self._partitions.clear()
+        for t in list(self._tasks):
+            t.cancel()
+        try:
+            self.broker.replicas.leadership_listeners.remove(self.on_leadership)
+        except ValueError:
+            pass
+        self._loop.create_task(self.markers.close())
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # ------------------------------------------------------------------ partitions
+    def num_partitions(self) -> int:
+        t = self.broker.metadata.image.topic(TRANSACTION_STATE_TOPIC)
+        if t is not None and t.partitions:
+            return len(t.partitions)
+        return self.config.state_log_num_partitions
+
+    def partition_for(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.num_partitions())
+
+    def on_leadership(self, p: Any, is_leader: bool) -> None:
+        if p.topic != TRANSACTION_STATE_TOPIC:
+            return
+        if is_leader:
+            tp = self._partitions.get(p.index)
+            if tp is not None and tp.coordinator_epoch == p.leader_epoch:
+                return
+            if tp is not None:
+                # a new leader epoch: another broker may have led in between, so reload
+                self._partitions.pop(p.index)
+                self._unload(tp)
+            if not self.active:
+                return
+            tp = self._partitions[p.index] = _StatePartition(p.index, p.leader_epoch)
+            log.info("txn_partition_loading", partition=p.index, coordinator_epoch=p.leader_epoch)
+            tp.load_task = self._spawn(self._load(tp, p))
+        else:
+            tp = self._partitions.pop(p.index, None)
+            if tp is not None:
+                log.info("txn_partition_unloading", partition=p.index, transactions=len(tp.txns))
+                self._unload(tp)
+
+    def _unload(self, tp: _StatePartition) -> None:
+        if tp.load_task is not None and not tp.load_task.done():
+            tp.load_task.cancel()
+        tp.txns.clear()
+
+    def _owns(self, tp: _StatePartition) -> bool:
+        return self.active and self._partitions.get(tp.index) is tp
+
+    async def _load(self, tp: _StatePartition, p: Any) -> None:
+        started = time.monotonic()
+        try:
+            values, records = await self._loop.run_in_executor(
+                None, read_state_partition, p.log, self.config.state_log_load_buffer_size)
+        except asyncio.CancelledError:
+            raise
+        except (StorageError, ProtocolError, OSError) as e:
+            log.error("txn_partition_load_failed", partition=tp.index, error=str(e))
+            if self._partitions.get(tp.index) is tp:
+                del self._partitions[tp.index]
+            return
+        if not self._owns(tp):
+            return
+        for tid, v in values.items():
+            tp.txns[tid] = TransactionMetadata.from_value(tid, v)
+        tp.loading = False
+        unfinished = [m for m in tp.txns.values() if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)]
+        for meta in unfinished:
+            self._start_completion(tp, meta)
+        log.info("txn_partition_loaded", partition=tp.index, coordinator_epoch=tp.coordinator_epoch,
+                 transactions=len(tp.txns), records=records, completing=len(unfinished),
+                 ms=round((time.monotonic() - started) * 1000))
+
+    def _status(self, transactional_id: str | None) -> tuple[int, _StatePartition | None]:
+        if not transactional_id:
+            return Errors.INVALID_REQUEST, None
+        if not self.active:
+            return Errors.COORDINATOR_NOT_AVAILABLE, None
+        tp = self._partitions.get(self.partition_for(transactional_id))
+        if tp is None:
+            return Errors.NOT_COORDINATOR, None
+        if tp.loading:
+            return Errors.COORDINATOR_LOAD_IN_PROGRESS, None
+        return 0, tp
+
+    def is_coordinator_for(self, transactional_id: str) -> bool:
+        return self._status(transactional_id)[0] == 0
+
+    def transactions(self) -> list[TransactionMetadata]:
+        return [m for tp in self._partitions.values() if not tp.loading for m in tp.txns.values()]
+
+    # ------------------------------------------------------------------ writes
+    async def _write(self, tp: _StatePartition, meta: TransactionMetadata, target: TransactionLogValue) -> int:
+        """Append `target` for `meta` (before any await) and apply it once replicated. Returns the
+        error (Kafka's mapping for transaction log appends); `meta` keeps its state on error."""
+        err = self._append_and_wait(tp, meta.transactional_id, target)
+        code = await err
+        if code == 0 and not (self._owns(tp) and tp.txns.get(meta.transactional_id) is meta):
+            code = Errors.NOT_COORDINATOR  # unloaded (or reloaded) while writing: not ours to change
+        if code:
+            meta.abandon()
+            log.info("txn_state_write_failed", transactional_id=meta.transactional_id,
+                     target=target.state.display, error_code=code)
+            return code
+        meta.complete(target)
+        return 0
+
+    def _append_and_wait(self, tp: _StatePartition, transactional_id: str,
+                         target: TransactionLogValue) -> asyncio.Future:
+        done = self._loop.create_future()
+        p = self.broker.replicas.get(TRANSACTION_STATE_TOPIC, tp.index)
+        if p is None or not p.is_leader or p.leader_epoch != tp.coordinator_epoch:
+            done.set_result(Errors.NOT_COORDINATOR)
+            return done
+        try:
+            min_isr = int(self.broker.replicas.topic_config(TRANSACTION_STATE_TOPIC).get("min.insync.replicas", "1"))
+        except (ValueError, KeyError):
+            min_isr = 1
+        if len(p.isr) < min_isr:
+            done.set_result(Errors.COORDINATOR_NOT_AVAILABLE)
+            return done
+        now = wall_clock_ms()
+        batch = encode_batch([Record(key=encode_key(transactional_id), value=encode_value(target), timestamp=now)],
+                             base_timestamp=now)
+        try:
+            info = p.log.append_as_leader(batch, p.leader_epoch, now, origin=AppendOrigin.COORDINATOR)
+        except StorageError as e:
+            log.warning("txn_state_append_failed", partition=tp.index, error=str(e))
+            done.set_result(_append_error(e.error_code))
+            return done
+        p.notify_data()
+        p.maybe_advance_high_watermark()
+        timeout = self.config.write_timeout_ms / 1000
+
+        async def replicated() -> None:
+            ok = await p.wait_for_high_watermark(info.last_offset + 1, timeout)
+            if not done.done():
+                done.set_result(0 if ok else (Errors.COORDINATOR_NOT_AVAILABLE if p.is_leader
+                                              else Errors.NOT_COORDINATOR))
+
+        task = self._spawn(replicated())
+        task.add_done_callback(lambda t: done.done() or done.set_result(Errors.NOT_COORDINATOR))
+        return done
+
+    # ------------------------------------------------------------------ InitProducerId
+    async def _new_producer_id(self) -> int:
+        return await ProducerIdManager.for_broker(self.broker).generate()
+
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int,
+                               expected: tuple[int, int] | None) -> tuple[int, int, int]:
+        """(error, producer id, epoch). `expected`: the producer's current (id, epoch) (v3+, KIP-360)."""
+        if timeout_ms <= 0 or timeout_ms > self.config.max_timeout_ms:
+            return Errors.INVALID_TRANSACTION_TIMEOUT, -1, -1
+        err, tp = self._status(transactional_id)
+        if err:
+            return err, -1, -1
+        assert tp is not None
+        meta = tp.txns.get(transactional_id)
+        if meta is None:
+            try:
+                pid = await self._new_producer_id()
+            except ProducerIdsUnavailable as e:
+                return e.error_code, -1, -1
+            err, tp = self._status(transactional_id)
+            if err:
+                return err, -1, -1
+            assert tp is not None
+            meta = tp.txns.get(transactional_id)
+            if meta is None:
+                meta = tp.txns[transactional_id] = TransactionMetadata(
+                    transactional_id, pid, -1, -1, NO_PRODUCER_EPOCH, NO_PRODUCER_EPOCH, timeout_ms, S.EMPTY,
+                    last_update_ms=wall_clock_ms())
+        if meta.pending is not None:
+            return Errors.CONCURRENT_TRANSACTIONS, -1, -1
+        if expected is not None and not _valid_producer_id(meta, expected):
+            return Errors.PRODUCER_FENCED, -1, -1
+        now = wall_clock_ms()
+        if meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            return Errors.CONCURRENT_TRANSACTIONS, -1, -1
+        if meta.state is S.ONGOING:
+            # Abort it with a bumped epoch first; the client retries (CONCURRENT_TRANSACTIONS) and
+            # gets another bump once the abort is complete. A producer bumping its own epoch
+            # (KIP-360) keeps the right to that retry: its epoch is recorded as the last one.
+            own = expected is not None and expected == (meta.producer_id, meta.producer_epoch)
+            self._fence_and_abort(tp, meta, "init_producer_id", keep_last_epoch=own)
+            return Errors.CONCURRENT_TRANSACTIONS, -1, -1
+        if meta.state not in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+            return Errors.CONCURRENT_TRANSACTIONS, -1, -1
+        try:
+            if is_epoch_exhausted(meta.producer_epoch):
+                meta.pending = S.EMPTY  # hold the id while a new producer id is fetched
+                try:
+                    new_pid = await self._new_producer_id()
+                finally:
+                    meta.pending = None
+                if not self._owns(tp) or tp.txns.get(transactional_id) is not meta:
+                    return Errors.NOT_COORDINATOR, -1, -1
+                target = meta.prepare_producer_id_rotation(new_pid, timeout_ms, now, expected is not None)
+            else:
+                target = meta.prepare_increment_epoch(timeout_ms, None if expected is None else expected[1], now)
+        except TransactionError as e:
+            return e.error_code, -1, -1
+        except ProducerIdsUnavailable as e:
+            return e.error_code, -1, -1
+        err = await self._write(tp, meta, target)
+        if err:
+            return err, -1, -1
+        log.info("txn_producer_initialized", transactional_id=transactional_id, producer_id=meta.producer_id,
+                 epoch=meta.producer_epoch)
+        return 0, meta.producer_id, meta.producer_epoch
+
+    # ------------------------------------------------------------------ AddPartitions / AddOffsets
+    def _check_producer(self, transactional_id: str, producer_id: int,
+                        producer_epoch: int) -> tuple[int, _StatePartition | None, TransactionMetadata | None]:
+        err, tp = self._status(transactional_id)
+        if err:
+            return err, None, None
+        assert tp is not None
+        meta = tp.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return Errors.INVALID_PRODUCER_ID_MAPPING, None, None
+        if meta.producer_epoch != producer_epoch:
+            return Errors.PRODUCER_FENCED, None, None
+        if meta.pending is not None or meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            return Errors.CONCURRENT_TRANSACTIONS, None, None
+        return 0, tp, meta
+
+    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             partitions: set[TopicPartition]) -> int:
+        err, tp, meta = self._check_producer(transactional_id, producer_id, producer_epoch)
+        if err:
+            return err
+        assert tp is not None and meta is not None
+        if meta.state is S.ONGOING and partitions <= meta.partitions:
+            return 0
+        try:
+            target = meta.prepare_add_partitions(partitions, wall_clock_ms())
+        except TransactionError as e:
+            return e.error_code
+        return await self._write(tp, meta, target)
+
+    async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> int:
+        offsets = self.broker.metadata.image.topic(OFFSETS_TOPIC)
+        n = len(offsets.partitions) if offsets is not None and offsets.partitions else None
+        if n is None:
+            gc = getattr(self.broker, "group_coordinator", None)
+            n = gc.num_partitions() if gc is not None else 50
+        return await self.add_partitions(transactional_id, producer_id, producer_epoch,
+                                         {(OFFSETS_TOPIC, partition_for(group_id, n))})
+
+    # ------------------------------------------------------------------ EndTxn
+    async def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                              commit: bool) -> int:
+        err, tp = self._status(transactional_id)
+        if err:
+            return err
+        assert tp is not None
+        meta = tp.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return Errors.INVALID_PRODUCER_ID_MAPPING
+        if meta.producer_epoch != producer_epoch:
+            return Errors.PRODUCER_FENCED
+        if meta.pending is not None:
+            return Errors.CONCURRENT_TRANSACTIONS
+        state = meta.state
+        if state is S.ONGOING:
+            try:
+                target = meta.prepare_end(commit, wall_clock_ms())
+            except TransactionError as e:
+                return e.error_code
+            err = await self._write(tp, meta, target)
+            if err:
+                return err
+            log.debug("txn_prepared", transactional_id=transactional_id, commit=commit,
+                      partitions=len(meta.partitions))
+            self._start_completion(tp, meta)
+            return 0
+        if state is S.COMPLETE_COMMIT:
+            return 0 if commit else Errors.INVALID_TXN_STATE
+        if state is S.COMPLETE_ABORT:
+            return 0 if not commit else Errors.INVALID_TXN_STATE
+        if state is S.PREPARE_COMMIT:
+            return Errors.CONCURRENT_TRANSACTIONS if commit else Errors.INVALID_TXN_STATE
+        if state is S.PREPARE_ABORT:
+            return Errors.CONCURRENT_TRANSACTIONS if not commit else Errors.INVALID_TXN_STATE
+        return Errors.INVALID_TXN_STATE  # Empty: nothing to end
+
+    def _fence_and_abort(self, tp: _StatePartition, meta: TransactionMetadata, why: str,
+                         keep_last_epoch: bool = False) -> None:
+        """Abort an ongoing transaction with a bumped epoch (the producer is fenced). Prepared at
+        once (requests meanwhile answer CONCURRENT_TRANSACTIONS), written in the background."""
+        if not self._owns(tp) or meta.pending is not None or meta.state is not S.ONGOING:
+            return
+        epoch = meta.producer_epoch
+        fence_epoch = epoch if is_epoch_exhausted(epoch) else epoch + 1
+        try:
+            target = meta.prepare_end(False, wall_clock_ms(), fence_epoch=fence_epoch,
+                                      last_epoch=epoch if keep_last_epoch else None)
+        except TransactionError:
+            return
+
+        async def write() -> None:
+            if await self._write(tp, meta, target):
+                return
+            log.info("txn_aborted_by_coordinator", transactional_id=meta.transactional_id, reason=why,
+                     producer_id=meta.producer_id, fenced_epoch=epoch, epoch=meta.producer_epoch)
+            self._start_completion(tp, meta)
+
+        self._spawn(write())
+
+    # ------------------------------------------------------------------ completion
+    def _start_completion(self, tp: _StatePartition, meta: TransactionMetadata) -> None:
+        self._spawn(self._complete(tp, meta))
+
+    async def _complete(self, tp: _StatePartition, meta: TransactionMetadata) -> None:
+        """Markers on every partition, then CompleteCommit/CompleteAbort."""
+        commit = meta.state is S.PREPARE_COMMIT
+        pid, epoch = meta.producer_id, meta.producer_epoch
+
+        def still() -> bool:
+            return self._owns(tp) and tp.txns.get(meta.transactional_id) is meta and meta.state in (
+                S.PREPARE_COMMIT, S.PREPARE_ABORT) and meta.producer_epoch == epoch
+
+        ok = await self.markers.write(pid, epoch, commit, set(meta.partitions), tp.coordinator_epoch, still)
+        if not ok:
+            return
+        while still():
+            try:
+                target = meta.prepare_complete(wall_clock_ms())
+            except TransactionError:
+                await asyncio.sleep(COMPLETE_RETRY_BACKOFF_S)
+                continue
+            err = await self._write(tp, meta, target)
+            if err == 0:
+                log.debug("txn_completed", transactional_id=meta.transactional_id, commit=commit)
+                return
+            if err == Errors.NOT_COORDINATOR:
+                return
+            await asyncio.sleep(COMPLETE_RETRY_BACKOFF_S)
+
+    # ------------------------------------------------------------------ timeouts
+    async def _abort_timed_out_loop(self) -> None:
+        interval = self.config.abort_timed_out_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.abort_timed_out_transactions()
+            except Exception:
+                log.exception("txn_timeout_check_failed")
+
+    def abort_timed_out_transactions(self, now_ms: int | None = None) -> int:
+        now = now_ms if now_ms is not None else wall_clock_ms()
+        count = 0
+        for tp in list(self._partitions.values()):
+            if tp.loading:
+                continue
+            for meta in list(tp.txns.values()):
+                if meta.state is S.ONGOING and meta.pending is None and meta.start_ms + meta.timeout_ms < now:
+                    count += 1
+                    self._fence_and_abort(tp, meta, "timeout")
+        return count
+
+    # ------------------------------------------------------------------ the topic
+    def ensure_state_topic(self) -> None:
+        """Create __transaction_state (forwarded CreateTopics) unless already under way."""
+        if self._create_task is not None and not self._create_task.done():
+            return
+        self._create_task = self._spawn(self._create_state_topic())
+
+    async def _create_state_topic(self) -> None:
+        from protocol.generated.create_topics import CreateTopicsRequest
+
+        image = self.broker.metadata.image
+        if image.topic(TRANSACTION_STATE_TOPIC) is not None:
+            return
+        live = len(image.live_brokers()) or 1
+        rf = max(1, min(self.config.state_log_replication_factor, live))
+        min_isr = max(1, min(self.config.state_log_min_isr, rf))
+        C = CreateTopicsRequest
+        req = C(
+            topics=[C.CreatableTopic(
+                name=TRANSACTION_STATE_TOPIC,
+                num_partitions=self.config.state_log_num_partitions,
+                replication_factor=rf,
+                configs=[
+                    C.CreatableTopicConfig(name="cleanup.policy", value="compact"),
+                    C.CreatableTopicConfig(name="min.insync.replicas", value=str(min_isr)),
+                    C.CreatableTopicConfig(name="segment.bytes", value=str(self.config.state_log_segment_bytes)),
+                    C.CreatableTopicConfig(name="unclean.leader.election.enable", value="false"),
+                    C.CreatableTopicConfig(name="compression.type", value="producer"),
+                ],
+            )],
+            timeout_ms=30000,
+        )
+        try:
+            resp = await self.broker.forward(req)
+        except Exception as e:
+            log.warning("txn_state_topic_create_failed", error=repr(e))
+            return
+        for t in resp.topics:
+            if t.error_code == 0:
+                log.info("txn_state_topic_created", partitions=self.config.state_log_num_partitions,
+                         replication_factor=rf, min_isr=min_isr)
+            elif t.error_code != Errors.TOPIC_ALREADY_EXISTS:
+                log.warning("txn_state_topic_create_failed", error_code=t.error_code, error=t.error_message)
+
+
+def _valid_producer_id(meta: TransactionMetadata, expected: tuple[int, int]) -> bool:
+    """Kafka's rule for InitProducerId with the producer's current id and epoch: fine for a fresh
+    id, the current id, or the previous id whose epoch ran out (a retried rotation)."""
+    pid, epoch = expected
+    return (meta.producer_epoch == NO_PRODUCER_EPOCH or pid == meta.producer_id
+            or (pid == meta.previous_producer_id and is_epoch_exhausted(epoch)))
+
+
+def _append_error(code: int) -> int:
+    """Kafka's mapping of transaction log append errors."""
+    if code in (Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.NOT_ENOUGH_REPLICAS,
+                Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND, Errors.REQUEST_TIMED_OUT):
+        return Errors.COORDINATOR_NOT_AVAILABLE
+    if code in (Errors.NOT_LEADER_OR_FOLLOWER, Errors.KAFKA_STORAGE_ERROR):
+        return Errors.NOT_COORDINATOR
+    return Errors.UNKNOWN_SERVER_ERROR
+
