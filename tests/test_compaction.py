@@ -366,10 +366,13 @@ def test_an_open_transaction_bounds_the_cleanable_range(tmp_path):
     seal(lg)
     bases = lg.segment_base_offsets
     append(lg, [(b"x", b"1")], producer_id=3, producer_epoch=0, base_sequence=0)
-    lg.producer_state.producers[3].current_txn_first_offset = bases[3] + 1  # as a transaction would set it
+    # as a transaction would set it
+    lg.producer_state.producers[3].current_txn_first_offset = bases[3] + 1
+    lg.producer_state._track_ongoing(3, bases[3] + 1)
     plan = plan_cleaning(lg, COMPACT, NOW)
     assert plan.first_uncleanable == bases[3]  # the segment holding the open transaction's start and on
     lg.producer_state.producers[3].current_txn_first_offset = -1
+    lg.producer_state._track_ongoing(3, -1)
     assert plan_cleaning(lg, COMPACT, NOW).first_uncleanable == bases[-1]
     lg.close()
 

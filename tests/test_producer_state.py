@@ -238,6 +238,9 @@ def test_snapshot_on_roll_and_recovery_after_a_crash_rebuilds_the_same_state(tmp
     snaps = snapshot_files(log)
     assert snaps == log.segment_base_offsets[1:]  # one per roll, named by the new segment's base
     before = state(log)
+    # Recovery starts from a snapshot at or below the high watermark: here everything is replicated.
+    log.update_high_watermark(log.log_end_offset)
+    log.checkpoint()
     crash(log)
     log = open_log(tmp_path, segment_bytes=800)
     assert state(log) == before
@@ -267,6 +270,7 @@ def test_clean_close_writes_a_snapshot_at_the_log_end(tmp_path):
     for i in range(4):
         append(log, batch(2 * i))
     before = state(log)
+    log.update_high_watermark(log.log_end_offset)
     log.close()
     assert snapshot_files(log) == [8]
     log = open_log(tmp_path)
@@ -280,6 +284,7 @@ def test_a_corrupt_snapshot_is_dropped_and_an_older_one_used(tmp_path):
     for i in range(12):
         append(log, batch(2 * i))
     before = state(log)
+    log.update_high_watermark(log.log_end_offset)
     log.close()
     newest = max(snapshot_files(log))
     path = log.dir / f"{newest:020d}.snapshot"

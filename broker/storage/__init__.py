@@ -11,6 +11,8 @@ On-disk layout
             00000000000000000000.log        segment: whole RecordBatch v2 batches, as produced/replicated
             00000000000000000000.index      offset index of that segment
             00000000000000000000.timeindex  time index of that segment
+            00000000000000000000.txnindex   aborted transactions whose ABORT marker is in that segment
+                                            (34-byte entries, Kafka's; only once there is one)
             ...                             name = base offset, 20 digits, so names sort like offsets
             leader-epoch-checkpoint         "0\\n<count>\\n<epoch> <start offset>\\n..." (Kafka's text format)
             partition.metadata              "version: 0\\ntopic_id: <base64 uuid>" (Kafka's format)
@@ -47,8 +49,14 @@ Recovery
   the segment holding the recovery point on, cuts a torn or corrupt tail at the last whole batch,
   deletes later segments, rebuilds those segments' indexes and re-derives leader epochs from the
   batches. Indexes of other segments are sanity-checked and rebuilt if missing or damaged.
-  Producer state = the newest snapshot at or below the recovered log end, plus a replay of the
-  batch headers after it.
+  Producer state = the newest snapshot at or below the high watermark (and the first recovered
+  segment), plus a replay of the batch headers after it; the replay rebuilds the `.txnindex` of
+  recovered segments from their ABORT markers.
+
+Transactions
+  Open transactions and completed ones whose marker the high watermark has not passed make the
+  log's last stable offset (Log.last_stable_offset); read_committed fetches read up to it and get
+  Log.aborted_transactions() for the range they return.
 """
 
 from broker.storage.config import LogConfig

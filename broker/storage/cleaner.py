@@ -27,8 +27,8 @@ Cleaning
      segment.index.bytes, and whose offsets fit an int32 from the group's base), one new segment
      per group, named after the group's first segment. A record is dropped when a later offset for
      its key is in the map, or when it is a tombstone (key, null value) in a batch whose delete
-     horizon has passed. Records with a null key are kept (Kafka drops them as invalid, but Kafka
-     also rejects them at produce time on compacted topics, which this broker does not do yet).
+     horizon has passed. Records with a null key are kept (Kafka drops them as invalid; Produce
+     rejects them on compacted topics, so only data written before a policy change has them).
      Conservative about transactions: control batches (markers) are copied unchanged and never
      removed; aborted records stay unless a later committed record supersedes them; tombstones in
      transactional batches get no delete horizon and stay until a later record supersedes them.
@@ -44,16 +44,18 @@ Cleaning
      producer and the last batch of each group, which stay as empty batches (header only,
      record count 0, offsets kept): producer state keeps its last sequence, and each cleaned
      segment ends exactly where its group ended, which is what crash recovery relies on.
-  6. The leader epoch cache is not touched: batches keep their epochs, epochs keep their start
+  6. The aborted-transaction index of the cleaned segment is the concatenation of the group's
+     indexes (markers and offsets stay, so every entry stays true).
+  7. The leader epoch cache is not touched: batches keep their epochs, epochs keep their start
      offsets (a start offset may now fall in a gap, which OffsetForLeaderEpoch handles as Kafka).
-  7. The checkpoint moves to the end of the cleaned range, with the earliest delete horizon of the
+  8. The checkpoint moves to the end of the cleaned range, with the earliest delete horizon of the
      tombstones kept.
 
 Swapping a group in (Log.swap_cleaned_segment, under the log's lock)
-  The cleaner writes `<base>.log.cleaned`, `<base>.index.cleaned` and `<base>.timeindex.cleaned`
-  (fsynced), without the lock. Under the lock, if the group's segments are still exactly the
-  log's (same objects, sizes and next offsets, none active): rename the three to `.swap`, the log
-  file last (that rename commits the swap), fsync the dir; rename the old segments to `.deleted`
+  The cleaner writes `<base>.log.cleaned`, `<base>.index.cleaned`, `<base>.timeindex.cleaned`
+  and, when the group had aborted transactions, `<base>.txnindex.cleaned` (fsynced), without the
+  lock. Under the lock, if the group's segments are still exactly the log's (same objects, sizes
+  and next offsets, none active): rename them to `.swap`, the log file last (that rename commits the swap), fsync the dir; rename the old segments to `.deleted`
   (their descriptors opened first, so reads in flight keep reading the old files; purged after
   file.delete.delay.ms); rename the `.swap` files to their live names, the log first; fsync the dir.
 Crash recovery (recover_cleaner_files, first thing Log.open does)
@@ -91,11 +93,13 @@ from broker.storage.file_names import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     parse_segment_file_name,
     segment_file_name,
 )
 from broker.storage.index_file import OffsetIndex, TimeIndex
 from broker.storage.segment import CorruptSegmentError, LogSegment, header_at, iter_headers, write_all
+from broker.storage.txn_index import write_index_file
 from protocol.errors import ProtocolError
 from protocol.primitives import read_varint, read_varlong, varint
 from protocol.records.batch import (
@@ -128,7 +132,7 @@ DEFAULT_DEDUPE_BUFFER_BYTES = 128 * 1024 * 1024  # log.cleaner.dedupe.buffer.siz
 MAP_ENTRY_OVERHEAD = 100  # bytes a dict entry costs beyond its key (bytes object, int, slot)
 _READ_CHUNK = 1024 * 1024
 _WRITE_CHUNK = 1024 * 1024
-_SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+_SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 _CRC = struct.Struct(">I")
 
 
@@ -572,8 +576,10 @@ def swap_in_cleaned(
     caller (Log.swap_cleaned_segment) holds the log's lock and has checked that `old` is current."""
     base = old[0].base_offset
     # 1. .cleaned -> .swap, the log file last: its rename commits the swap (see recovery).
-    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):
-        _rename(_path(dir, base, suffix, CLEANED_SUFFIX), _path(dir, base, suffix, SWAP_SUFFIX))
+    has_txn_index = _path(dir, base, TXN_INDEX_SUFFIX, CLEANED_SUFFIX).exists()
+    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LOG_SUFFIX):
+        if suffix != TXN_INDEX_SUFFIX or has_txn_index:
+            _rename(_path(dir, base, suffix, CLEANED_SUFFIX), _path(dir, base, suffix, SWAP_SUFFIX))
     fsync_dir(dir)
     # 2. The old segments go to .deleted. Their descriptors are opened first: a read that
     #    snapshotted them keeps reading the old files instead of opening a renamed path.
@@ -584,8 +590,9 @@ def swap_in_cleaned(
                 index.entry(0)
         schedule_delete(seg)
     # 3. .swap -> live names.
-    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-        _rename(_path(dir, base, suffix, SWAP_SUFFIX), _path(dir, base, suffix))
+    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+        if suffix != TXN_INDEX_SUFFIX or has_txn_index:
+            _rename(_path(dir, base, suffix, SWAP_SUFFIX), _path(dir, base, suffix))
     fsync_dir(dir)
     seg = LogSegment.load(dir, base, config.segment_index_bytes, config.index_interval_bytes, now_ms)
     seg.close_files()  # inactive: reopened on demand
@@ -918,6 +925,9 @@ def _clean_group(
             writer.discard()
             return writer.size, False
         writer.finish()
+        # Markers are never removed and offsets never change: the group's entries all stay true.
+        aborted = [e for info in group for e in info.segment.txn_index.entries]
+        write_index_file(_path(dir, group[0].base_offset, TXN_INDEX_SUFFIX, CLEANED_SUFFIX), aborted)
         return writer.size, True
     except BaseException:
         writer.discard()

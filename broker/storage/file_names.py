@@ -8,6 +8,7 @@ from typing import NamedTuple
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"  # aborted transactions whose marker is in the segment
 DELETED_SUFFIX = ".deleted"  # a segment file waiting for file.delete.delay.ms
 TMP_SUFFIX = ".tmp"  # a half-written checkpoint; never trusted
 
@@ -24,7 +25,7 @@ _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 # Greedy topic: the partition and chunk start are the last two '-'-separated numbers; anything after
 # them that starts with '.' is a suffix such as ".move" or ".delete".
 _REPLICA_DIR = re.compile(r"(?P<topic>.+)-(?P<partition>\d+)-(?P<chunk_start>\d+)(?P<suffix>\..*)?")
-_SEGMENT_FILE = re.compile(r"(?P<base>\d{20})(?P<ext>\.log|\.index|\.timeindex)(?P<deleted>\.deleted)?")
+_SEGMENT_FILE = re.compile(r"(?P<base>\d{20})(?P<ext>\.log|\.index|\.timeindex|\.txnindex)(?P<deleted>\.deleted)?")
 
 
 class ReplicaDirName(NamedTuple):
@@ -58,7 +59,7 @@ def segment_file_name(base_offset: int, suffix: str) -> str:
 
 class SegmentFileName(NamedTuple):
     base_offset: int
-    suffix: str  # LOG_SUFFIX, INDEX_SUFFIX or TIME_INDEX_SUFFIX
+    suffix: str  # LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX or TXN_INDEX_SUFFIX
     deleted: bool
 
 

@@ -5,6 +5,11 @@ read() only snapshots the segment list and sizes under it and does its preads ou
 consumer never waits behind an fsync; flush() fsyncs outside the lock for the same reason.
 Deleted segments are renamed `.deleted` and purged file.delete.delay.ms later (never in the call
 that deleted them), so a read that snapshotted one keeps valid descriptors.
+
+Transactions: producer state tracks open transactions and those completed whose marker the high
+watermark has not passed; `last_stable_offset` = min(their first offsets, high watermark). An ABORT
+marker adds an entry to the `.txnindex` of the segment it lands in (leader, follower and
+recovery alike); `aborted_transactions()` answers read_committed fetches from those indexes.
 """
 
 from __future__ import annotations
@@ -57,13 +62,16 @@ from broker.storage.partition_metadata import read_topic_id, write_topic_id
 from broker.storage.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     BatchMetadata,
+    CompletedTxn,
     ProducerStateManager,
     fsync_file,
 )
 from broker.storage.segment import BatchSpan, CorruptSegmentError, LogSegment, iter_headers
+from broker.storage.txn_index import AbortedTxn
 from protocol.errors import ProtocolError
 from protocol.records.batch import BatchHeader, set_base_offset, set_log_append_time, set_partition_leader_epoch
 from protocol.records.codec import decode_batches
+from protocol.records.control import TxnMarker, encode_txn_marker, read_txn_marker
 
 log = structlog.get_logger(__name__)
 
@@ -99,6 +107,7 @@ class FetchInfo:
     log_start_offset: int
     log_end_offset: int
     high_watermark: int = -1  # taken in the same snapshot as the reads' bounds
+    end_offset: int = -1  # the offset after the last batch returned (the read's start if none)
 
 
 def _io_guarded(method):
@@ -198,6 +207,7 @@ class Log:
         recover_from = None if clean else (bases[max(0, bisect_right(bases, recovery_point) - 1)] if bases else None)
         cfg = self.config
         recovered = truncated_bytes = 0
+        first_recovered: int | None = None  # their aborted-transaction indexes are rebuilt
         for i, base in enumerate(bases):
             seg = None
             if recover_from is None or base < recover_from:
@@ -206,6 +216,8 @@ class Log:
                 except CorruptSegmentError as exc:
                     log.warning("segment_needs_recovery", dir=str(self.dir), segment_base_offset=base, reason=str(exc))
             if seg is None:
+                if first_recovered is None:
+                    first_recovered = base
                 seg = LogSegment.open_for_recovery(self.dir, base, cfg.segment_index_bytes, now_ms)
                 truncated = seg.recover(cfg.index_interval_bytes, on_batch=self._assign_epoch_from_batch)
                 recovered += 1
@@ -245,7 +257,8 @@ class Log:
         self._hw = min(max(state.high_watermark if state is not None else 0, self._log_start), self._leo)
         self.leader_epoch_cache.truncate_from_end(self._leo)
         self.leader_epoch_cache.truncate_from_start(self._log_start)
-        snapshot_offset, replayed = self._reload_producer_state(now_ms)
+        snapshot_offset, replayed = self._reload_producer_state(now_ms, rebuild_txn_index_from=first_recovered)
+        self.producer_state.remove_expired(now_ms)  # replayed producers may have been idle for long
         for seg in self._segments:
             seg.flush()  # recovered segments and rebuilt indexes: durable before the recovery point says so
         fsync_dir(self.dir)
@@ -308,10 +321,19 @@ class Log:
         seg = LogSegment(self.dir, base, self.config.segment_index_bytes, 0)
         seg.delete_files()
 
-    def _reload_producer_state(self, now_ms: int) -> tuple[int, int]:
-        """Producer state = newest snapshot in [log start, LEO] + the batch headers after it (header
-        reads only, no record decoding). Returns (offset replayed from, batches replayed)."""
-        start = self.producer_state.load(self._log_start, self._leo, now_ms)
+    def _reload_producer_state(self, now_ms: int, *, rebuild_txn_index_from: int | None = None) -> tuple[int, int]:
+        """Producer state = newest snapshot in [log start, min(HW, LEO)] + the batch headers after
+        it (header reads; only markers are decoded). Starting at or below the high watermark
+        brings back the completed transactions whose marker it has not passed yet. Segments from
+        `rebuild_txn_index_from` on get their aborted-transaction index rebuilt on the way (replay
+        then starts at or below it). Returns (offset replayed from, batches replayed)."""
+        target = min(self._hw, self._leo)
+        if rebuild_txn_index_from is not None:
+            target = min(target, rebuild_txn_index_from)
+            for seg in self._segments:
+                if seg.base_offset >= rebuild_txn_index_from:
+                    seg.txn_index.reset()
+        start = self.producer_state.load(self._log_start, self._leo, now_ms, at_or_below=target)
         replayed = 0
         if start < self._leo:
             first = max(0, bisect_right(self._bases, start) - 1)
@@ -319,17 +341,41 @@ class Log:
                 found = seg.find_batch(start, seg.size)
                 if found is None:
                     continue
-                for _, header in iter_headers(seg.file(), found[0], seg.size):
+                rebuild = rebuild_txn_index_from is not None and seg.base_offset >= rebuild_txn_index_from
+                for pos, header in iter_headers(seg.file(), found[0], seg.size):
                     if header.producer_id >= 0:
-                        self.producer_state.update_from_header(header)
+                        marker = (
+                            self._marker_of(seg.read_batch(pos, header.size), header) if header.is_control else None
+                        )
+                        done = self.producer_state.update_from_header(header, marker)
+                        if done is not None and done.aborted and rebuild:
+                            self._index_aborted(seg, done)
                         replayed += 1
+        self.producer_state.on_high_watermark(self._hw)
         return start, replayed
 
-    def _track_producers(self, batches) -> None:
-        """Follower side: state from batches the leader numbered and checked."""
-        for _, header in batches:
+    def _track_producers(self, data, batches) -> None:
+        """Follower side: state from batches the leader numbered and checked (positions in `data`);
+        they were just appended to the active segment, which so holds their markers."""
+        seg = self._segments[-1]
+        for pos, header in batches:
             if header.producer_id >= 0:
-                self.producer_state.update_from_header(header)
+                marker = self._marker_of(data[pos : pos + header.size], header) if header.is_control else None
+                done = self.producer_state.update_from_header(header, marker)
+                if done is not None and done.aborted:
+                    self._index_aborted(seg, done)
+
+    def _marker_of(self, batch, header: BatchHeader) -> TxnMarker | None:
+        """The transaction marker of one control batch; None (logged) if it does not decode."""
+        try:
+            return read_txn_marker(batch)
+        except ProtocolError as exc:
+            log.warning("control_batch_undecodable", dir=str(self.dir), offset=header.base_offset, error=str(exc))
+            return None
+
+    def _index_aborted(self, seg: LogSegment, txn: CompletedTxn) -> None:
+        lso = self.producer_state.last_stable_offset_after(txn)
+        seg.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso))
 
     def _assign_epoch_from_batch(self, header: BatchHeader) -> None:
         epoch = header.partition_leader_epoch
@@ -389,7 +435,41 @@ class Log:
         log-state.checkpoint anyway; not on every update, which follows every acknowledged produce."""
         with self._lock:
             self._hw = min(max(offset, self._log_start), self._leo)
+            self.producer_state.on_high_watermark(self._hw)
             return self._hw
+
+    @property
+    def last_stable_offset(self) -> int:
+        """What read_committed consumers may read up to (exclusive): the first offset of the oldest
+        transaction that is open or whose marker the high watermark has not passed, capped by the
+        high watermark (Kafka's rule). Never below the log start offset."""
+        with self._lock:
+            first = self.producer_state.first_unstable_offset()
+            if first is None:
+                return self._hw
+            return min(max(first, self._log_start), self._hw)
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the oldest open or not yet replicated completed transaction, or None."""
+        with self._lock:
+            first = self.producer_state.first_unstable_offset()
+            return None if first is None else max(first, self._log_start)
+
+    @_io_guarded
+    def aborted_transactions(self, start_offset: int, upper_offset: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions overlapping [start_offset,
+        upper_offset): from the index of the segment holding start_offset on, until an entry's last
+        stable offset shows no later one can overlap (Kafka's collectAbortedTransactions)."""
+        out: list[AbortedTxn] = []
+        with self._lock:
+            self._check_usable()
+            first = max(0, bisect_right(self._bases, start_offset) - 1)
+            # Markers of transactions overlapping the range may lie in any later segment.
+            for seg in self._segments[first:]:
+                if seg.txn_index.collect(start_offset, upper_offset, out):
+                    break
+        return [(t.producer_id, t.first_offset) for t in out]
 
     @_io_guarded
     def checkpoint(self) -> None:
@@ -461,7 +541,8 @@ class Log:
                 if header.producer_id >= 0:
                     if producers is None:
                         producers = self.producer_state.begin_leader_append(client=origin is AppendOrigin.CLIENT)
-                    duplicate = producers.add(header, offset, last, timestamp)
+                    marker = self._marker_of(records[pos : pos + header.size], header) if header.is_control else None
+                    duplicate = producers.add(header, offset, last, timestamp, marker)
                     if duplicate is not None:
                         return self._duplicate_info(duplicate, log_append_time >= 0)
                 set_base_offset(buf, pos, offset)
@@ -477,7 +558,10 @@ class Log:
                 offset_of_max = last_offset  # as Kafka: every record carries the same timestamp
             rolled_to = self._append_locked(buf, spans, last_offset, now_ms)
             if producers is not None:
-                producers.commit()  # after the roll inside the append: its snapshot is of the state before
+                # after the roll inside the append: its snapshot is of the state before
+                for done in producers.commit():
+                    if done.aborted:
+                        self._index_aborted(self._segments[-1], done)
             if leader_epoch >= 0 and leader_epoch != self.leader_epoch_cache.latest_epoch():
                 self.leader_epoch_cache.assign(leader_epoch, first_offset)
             info = AppendInfo(
@@ -493,6 +577,22 @@ class Log:
         if rolled_to is not None:
             self._flush_below(rolled_to)
         return info
+
+    def append_txn_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        leader_epoch: int,
+        now_ms: int,
+    ) -> AppendInfo:
+        """Append one transaction marker (a control batch) as the leader, for the coordinator's
+        WriteTxnMarkers. Raises InvalidProducerEpochError (epoch below the producer's) or
+        TransactionCoordinatorFencedError (coordinator epoch below the last seen). It completes the
+        producer's open transaction, if any; an ABORT indexes it in the aborted-transaction index."""
+        batch = encode_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit, now_ms)
+        return self.append_as_leader(batch, leader_epoch, now_ms, origin=AppendOrigin.COORDINATOR)
 
     def _duplicate_info(self, batch: BatchMetadata, log_append_time: bool) -> AppendInfo:
         # As Kafka: a retried batch is answered with the offsets it got the first time.
@@ -551,13 +651,13 @@ class Log:
                 if spans and pos + header.size - group_start > segment_bytes:
                     rolled = self._append_locked(view[group_start:pos], spans, batches[i - 1][1].last_offset, now_ms)
                     rolled_to = rolled if rolled is not None else rolled_to
-                    self._track_producers(batches[group_first:i])
+                    self._track_producers(view, batches[group_first:i])
                     group_start, group_first, spans = pos, i, []
                 spans.append((pos - group_start, header.last_offset, header.max_timestamp, header.size))
             last_offset = batches[-1][1].last_offset
             rolled = self._append_locked(view[group_start:], spans, last_offset, now_ms)
             rolled_to = rolled if rolled is not None else rolled_to
-            self._track_producers(batches[group_first:])
+            self._track_producers(view, batches[group_first:])
             for _, header in batches:
                 epoch = header.partition_leader_epoch
                 if epoch >= 0 and epoch != self.leader_epoch_cache.latest_epoch():
@@ -653,7 +753,7 @@ class Log:
                     cursor = next_offset
                 if not reached_end or cursor >= limit:
                     break
-        return FetchInfo(parts, total, log_start, leo, hw)
+        return FetchInfo(parts, total, log_start, leo, hw, cursor)
 
     @_io_guarded
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
@@ -910,7 +1010,7 @@ class Log:
                 self._leo,
                 {e.producer_id: e.last_offset for e in producers if e.last_offset >= 0},
                 self.config,
-                min((e.current_txn_first_offset for e in producers if e.current_txn_first_offset >= 0), default=-1),
+                _or_minus_one(self.producer_state.first_unstable_offset()),
             )
 
     @_io_guarded
@@ -989,6 +1089,10 @@ class Log:
 
     def __repr__(self) -> str:
         return f"Log({self.dir.name}, log_start={self._log_start}, leo={self._leo}, hw={self._hw})"
+
+
+def _or_minus_one(value: int | None) -> int:
+    return -1 if value is None else value
 
 
 __all__ = ["AppendInfo", "AppendOrigin", "FetchInfo", "Log"]

@@ -14,6 +14,18 @@ Rules on a leader append of a batch with producerId >= 0 (client origin):
     at any sequence: Kafka answers UNKNOWN_PRODUCER_ID no more.
 Coordinator appends check the epoch only; follower appends and recovery check nothing (the leader did).
 
+Transactions (Kafka's ProducerStateManager, transactional part):
+  - a transactional data batch opens the producer's transaction at its first offset unless one is
+    open (`current_txn_first_offset`); a non-transactional batch while one is open is
+    INVALID_TXN_STATE (48).
+  - a marker (control batch, coordinator origin) with an epoch below the producer's is
+    INVALID_PRODUCER_EPOCH (47); with a coordinator epoch below the last one seen,
+    TRANSACTION_COORDINATOR_FENCED (52). It closes the open transaction (a CompletedTxn); a marker
+    for a producer without one is written but completes nothing.
+  - completed transactions stay "unreplicated" until the high watermark passes their marker. The
+    first unstable offset is the smallest first offset of the open and the unreplicated ones; the
+    log's last stable offset is min(first unstable offset, high watermark).
+
 Snapshots: `<offset, 20 digits>.snapshot` beside the segments holds the state of every batch below
 that offset. Written (without fsync; Log.flush syncs it right after) when a segment rolls, with fsync
 on clean close. Layout, big-endian::
@@ -47,6 +59,7 @@ from crc32c import crc32c
 from broker.storage.errors import INVALID_RECORD, InvalidRecordError, StorageError
 from broker.storage.file_names import TMP_SUFFIX
 from protocol.records.batch import BatchHeader
+from protocol.records.control import TxnMarker
 
 log = structlog.get_logger(__name__)
 
@@ -58,6 +71,8 @@ DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms (Kaf
 
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+TRANSACTION_COORDINATOR_FENCED = 52
 
 SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOT_VERSION = 1
@@ -79,8 +94,27 @@ class InvalidProducerEpochError(StorageError):
     error_code = INVALID_PRODUCER_EPOCH
 
 
+class InvalidTxnStateError(StorageError):
+    """A non-transactional batch from a producer whose transaction is open."""
+
+    error_code = INVALID_TXN_STATE
+
+
+class TransactionCoordinatorFencedError(StorageError):
+    """A marker from a coordinator older than the one that wrote this producer's last marker."""
+
+    error_code = TRANSACTION_COORDINATOR_FENCED
+
+
 class CorruptSnapshotError(Exception):
     pass
+
+
+class CompletedTxn(NamedTuple):
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    aborted: bool
 
 
 def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
@@ -196,17 +230,27 @@ class LeaderAppend:
     """The state changes of one leader append, validated batch by batch and applied only once the
     bytes are in the log (commit). Kafka's ProducerAppendInfo, for all producers of one append."""
 
-    __slots__ = ("_manager", "_client", "updated")
+    __slots__ = ("_manager", "_client", "updated", "completed")
 
     def __init__(self, manager: ProducerStateManager, client: bool) -> None:
         self._manager = manager
         self._client = client
         self.updated: dict[int, ProducerEntry] = {}
+        self.completed: list[CompletedTxn] = []
 
-    def add(self, header: BatchHeader, first_offset: int, last_offset: int, timestamp: int) -> BatchMetadata | None:
+    def add(
+        self,
+        header: BatchHeader,
+        first_offset: int,
+        last_offset: int,
+        timestamp: int,
+        marker: TxnMarker | None = None,
+    ) -> BatchMetadata | None:
         """Check one batch (producerId >= 0) about to land at [first_offset, last_offset]. Returns the
         cached metadata of the batch it duplicates (then nothing may be appended), else None.
-        Raises OutOfOrderSequenceError / InvalidProducerEpochError / InvalidRecordError."""
+        `marker` is the transaction marker of a control batch. Raises OutOfOrderSequenceError /
+        InvalidProducerEpochError / InvalidRecordError / InvalidTxnStateError /
+        TransactionCoordinatorFencedError."""
         pid = header.producer_id
         epoch = header.producer_epoch
         current = self._manager.producers.get(pid)
@@ -232,9 +276,20 @@ class LeaderAppend:
             )
         if header.is_control:
             # A transaction marker (coordinator only): it moves the epoch, carries no sequence.
-            entry.set_epoch(epoch)
-            entry.last_timestamp = timestamp
+            if marker is not None and marker.coordinator_epoch < entry.coordinator_epoch:
+                raise TransactionCoordinatorFencedError(
+                    f"marker of producer {pid} from coordinator epoch {marker.coordinator_epoch}, "
+                    f"older than the last seen {entry.coordinator_epoch}"
+                )
+            done = _apply_marker(entry, epoch, timestamp, marker, first_offset)
+            if done is not None:
+                self.completed.append(done)
             return None
+        if not header.is_transactional and entry.current_txn_first_offset >= 0:
+            raise InvalidTxnStateError(
+                f"non-transactional batch of producer {pid} while its transaction from offset "
+                f"{entry.current_txn_first_offset} is open"
+            )
         if self._client:
             seq = header.base_sequence
             if epoch != entry.epoch:
@@ -248,10 +303,33 @@ class LeaderAppend:
                     f"{seq} (incoming), {entry.last_seq} (current end)"
                 )
         entry.add_batch(epoch, _metadata(header, first_offset, last_offset, timestamp))
+        if header.is_transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = first_offset
         return None
 
-    def commit(self) -> None:
-        self._manager.producers.update(self.updated)
+    def commit(self) -> list[CompletedTxn]:
+        """Apply the changes; returns the transactions the append's markers completed."""
+        m = self._manager
+        m.producers.update(self.updated)
+        for pid, entry in self.updated.items():
+            m._track_ongoing(pid, entry.current_txn_first_offset)
+        m._unreplicated.extend(self.completed)
+        return self.completed
+
+
+def _apply_marker(
+    entry: ProducerEntry, epoch: int, timestamp: int, marker: TxnMarker | None, offset: int
+) -> CompletedTxn | None:
+    entry.set_epoch(epoch)
+    entry.last_timestamp = timestamp
+    if marker is None:
+        return None  # an unknown control record: no transaction ends
+    entry.coordinator_epoch = marker.coordinator_epoch
+    first = entry.current_txn_first_offset
+    entry.current_txn_first_offset = -1
+    if first < 0:
+        return None  # nothing was written in the transaction: nothing becomes stable or aborted
+    return CompletedTxn(entry.producer_id, first, offset, not marker.commit)
 
 
 class ProducerStateManager:
@@ -261,6 +339,8 @@ class ProducerStateManager:
         self.dir = dir
         self.expiration_ms = expiration_ms
         self.producers: dict[int, ProducerEntry] = {}
+        self._ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        self._unreplicated: list[CompletedTxn] = []  # completed, marker not yet below the HW; marker order
         self._snapshots: list[int] = []  # offsets of the snapshot files on disk, sorted
         self._unsynced: set[int] = set()  # snapshots written without fsync
 
@@ -269,26 +349,67 @@ class ProducerStateManager:
     def begin_leader_append(self, *, client: bool) -> LeaderAppend:
         return LeaderAppend(self, client)
 
-    def update_from_header(self, header: BatchHeader) -> None:
+    def update_from_header(self, header: BatchHeader, marker: TxnMarker | None = None) -> CompletedTxn | None:
         """A batch the log already holds (follower append, recovery): no checks, as Kafka trusts the
-        leader. The header carries final offsets and timestamps."""
+        leader. The header carries final offsets and timestamps; `marker` is a control batch's
+        transaction marker. Returns the transaction a marker completed."""
         pid = header.producer_id
         entry = self.producers.get(pid)
         if entry is None:
             entry = self.producers[pid] = ProducerEntry(pid)
+        done = None
         if header.is_control:
-            entry.set_epoch(header.producer_epoch)
-            entry.last_timestamp = header.max_timestamp
+            done = _apply_marker(entry, header.producer_epoch, header.max_timestamp, marker, header.base_offset)
+            if done is not None:
+                self._unreplicated.append(done)
         else:
             entry.add_batch(
                 header.producer_epoch, _metadata(header, header.base_offset, header.last_offset, header.max_timestamp)
             )
+            if header.is_transactional and entry.current_txn_first_offset < 0:
+                entry.current_txn_first_offset = header.base_offset
+        self._track_ongoing(pid, entry.current_txn_first_offset)
+        return done
+
+    # -- transactions ----------------------------------------------------------------------------
+
+    def _track_ongoing(self, pid: int, first_offset: int) -> None:
+        if first_offset >= 0:
+            self._ongoing[pid] = first_offset
+        else:
+            self._ongoing.pop(pid, None)
+
+    def first_unstable_offset(self) -> int | None:
+        """The smallest first offset of the open transactions and of the completed ones whose
+        marker the high watermark has not passed yet; None when there are none."""
+        first = min(self._ongoing.values(), default=None)
+        for txn in self._unreplicated:
+            if first is None or txn.first_offset < first:
+                first = txn.first_offset
+        return first
+
+    def on_high_watermark(self, hw: int) -> None:
+        """Completed transactions whose marker is below the high watermark are stable."""
+        if self._unreplicated and self._unreplicated[0].last_offset < hw:
+            self._unreplicated = [t for t in self._unreplicated if t.last_offset >= hw]
+
+    def last_stable_offset_after(self, txn: CompletedTxn) -> int:
+        """The LSO an aborted-transaction index entry records: the first offset of another
+        producer's open transaction, else the offset after the marker (Kafka's rule)."""
+        others = [off for pid, off in self._ongoing.items() if pid != txn.producer_id]
+        return min(others) if others else txn.last_offset + 1
+
+    @property
+    def ongoing_transactions(self) -> dict[int, int]:
+        """producer id -> first offset of its open transaction (a copy)."""
+        return dict(self._ongoing)
 
     def remove_expired(self, now_ms: int) -> int:
         """Forget producers idle for expiration_ms (none inside an open transaction). Returns how many."""
         expired = [pid for pid, e in self.producers.items() if self._expired(e, now_ms)]
         for pid in expired:
             del self.producers[pid]
+            self._ongoing.pop(pid, None)
         return len(expired)
 
     def _expired(self, entry: ProducerEntry, now_ms: int) -> bool:
@@ -362,18 +483,25 @@ class ProducerStateManager:
     def truncate_fully(self) -> None:
         """Forget everything: the log restarts empty."""
         self.producers.clear()
+        self._ongoing.clear()
+        self._unreplicated.clear()
         for off in list(self._snapshots):
             self._delete_snapshot(off)
 
-    def load(self, log_start: int, log_end: int, now_ms: int) -> int:
+    def load(self, log_start: int, log_end: int, now_ms: int, *, at_or_below: int | None = None) -> int:
         """Reset the state to the newest readable snapshot in [log_start, log_end] (deleting those out
-        of range and unreadable ones) and return the offset from which the caller must replay batch
-        headers up to log_end: the snapshot's offset, or log_start without one."""
+        of range and unreadable ones), and at or below `at_or_below` when given (newer ones stay on
+        disk), and return the offset from which the caller must replay batch headers up to
+        log_end: the snapshot's offset, or log_start without one."""
         self.producers.clear()
+        self._ongoing.clear()
+        self._unreplicated.clear()
         self.delete_snapshots_above(log_end)
         self.delete_snapshots_below(log_start)
-        while self._snapshots:
-            offset = self._snapshots[-1]
+        limit = log_end if at_or_below is None else min(at_or_below, log_end)
+        candidates = [o for o in self._snapshots if o <= limit]
+        while candidates:
+            offset = candidates.pop()
             path = self._path(offset)
             try:
                 entries = decode_snapshot(path.read_bytes())
@@ -384,6 +512,7 @@ class ProducerStateManager:
             for e in entries:
                 if not self._expired(e, now_ms):
                     self.producers[e.producer_id] = e
+                    self._track_ongoing(e.producer_id, e.current_txn_first_offset)
             return offset
         return log_start
 
@@ -455,6 +584,11 @@ def decode_snapshot(data: bytes) -> list[ProducerEntry]:
 __all__ = [
     "DEFAULT_PRODUCER_ID_EXPIRATION_MS",
     "INVALID_PRODUCER_EPOCH",
+    "INVALID_TXN_STATE",
+    "TRANSACTION_COORDINATOR_FENCED",
+    "CompletedTxn",
+    "InvalidTxnStateError",
+    "TransactionCoordinatorFencedError",
     "NUM_BATCHES_TO_RETAIN",
     "OUT_OF_ORDER_SEQUENCE_NUMBER",
     "SNAPSHOT_SUFFIX",

@@ -1,4 +1,5 @@
-"""LogSegment: one `.log` file of whole record batches, with its `.index` and `.timeindex`.
+"""LogSegment: one `.log` file of whole record batches, with its `.index` and `.timeindex` (and a
+`.txnindex` once an aborted transaction's marker lands in it).
 
 The segment moves bytes and reads batch headers; it never decodes records. It is not thread-safe on
 its own: Log serializes every change under its lock, and readers pass the file size they saw under
@@ -19,9 +20,11 @@ from broker.storage.file_names import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     segment_file_name,
 )
 from broker.storage.index_file import OffsetIndex, TimeIndex
+from broker.storage.txn_index import TransactionIndex
 from protocol.errors import ProtocolError
 from protocol.records.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, BatchHeader, iter_batches, read_header
 
@@ -119,6 +122,7 @@ class LogSegment:
         self.log_path = dir / segment_file_name(base_offset, LOG_SUFFIX)
         self.offset_index = OffsetIndex(dir / segment_file_name(base_offset, INDEX_SUFFIX), base_offset, index_bytes)
         self.time_index = TimeIndex(dir / segment_file_name(base_offset, TIME_INDEX_SUFFIX), base_offset, index_bytes)
+        self.txn_index = TransactionIndex(dir / segment_file_name(base_offset, TXN_INDEX_SUFFIX))
         self._fd: int | None = None
         self._dirty = False
         self.size = 0
@@ -137,6 +141,7 @@ class LogSegment:
         seg._fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         seg.offset_index.reset()
         seg.time_index.reset()
+        seg.txn_index.reset()  # a leftover of an older segment with this base must not count
         return seg
 
     @classmethod
@@ -178,6 +183,7 @@ class LogSegment:
             os.close(fd)
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
 
     def flush(self) -> None:
         if self._dirty and self._fd is not None:
@@ -185,6 +191,7 @@ class LogSegment:
             self._dirty = False
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def rename_to_deleted(self) -> None:
         """First step of a delete: readers holding the descriptors keep working until the purge."""
@@ -195,6 +202,8 @@ class LogSegment:
         ):
             if path.exists():
                 rename(path.with_name(path.name + DELETED_SUFFIX))
+        # Always: a later segment with this base must never share the deleted one's entries.
+        self.txn_index.rename(self.txn_index.path.with_name(self.txn_index.path.name + DELETED_SUFFIX))
 
     def _rename_log(self, path: Path) -> None:
         os.rename(self.log_path, path)
@@ -202,7 +211,7 @@ class LogSegment:
 
     def delete_files(self) -> None:
         self.close_files()
-        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+        for path in (self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path):
             path.unlink(missing_ok=True)
 
     # -- state -----------------------------------------------------------------------------------
@@ -367,6 +376,7 @@ class LogSegment:
         new_next = min(offset, header.base_offset)
         self.offset_index.truncate_to_position(position)
         self.time_index.truncate_to_offset(new_next)
+        self.txn_index.truncate_to(new_next)
         self._load_tail_state()
         self.next_offset = new_next  # >= what the kept batches end at; a gap below `offset` stays a gap
         return True
