@@ -1,5 +1,8 @@
-"""Fetch: file bytes back to consumers (up to the high watermark) and followers (up to the log
-end), with long polling (max_wait_ms / min_bytes) and incremental fetch sessions."""
+"""Fetch: file bytes back to consumers (up to the high watermark, or the last stable offset for
+read_committed ones, which also get the aborted transactions overlapping what they receive) and
+followers (up to the log end), with long polling (max_wait_ms / min_bytes) and incremental fetch
+sessions. Every answer carries the last stable offset; a long poll wakes when the high watermark
+moves, which is also when the last stable offset can move (a marker becoming replicated)."""
 
 from __future__ import annotations
 
@@ -97,9 +100,13 @@ def _read(b, image, parts: OrderedDict, req, replica_id: int, by_id: bool, full:
             if is_follower and diverging is None:
                 p.update_follower(replica_id, sp.fetch_offset)
             hw = p.high_watermark
-            limit = None if is_follower else hw  # LSO arrives with transactions
+            lso = lg.last_stable_offset
+            read_committed = not is_follower and req.isolation_level == READ_COMMITTED
+            limit = None if is_follower else (lso if read_committed else hw)
             pd.high_watermark = hw
-            pd.last_stable_offset = hw
+            pd.last_stable_offset = lso
+            # As Kafka: a list (maybe empty) for read_committed consumers, null for the others.
+            pd.aborted_transactions = [] if read_committed else None
             pd.log_start_offset = lg.log_start_offset
             if diverging is not None:
                 pd.diverging_epoch = diverging
@@ -120,6 +127,11 @@ def _read(b, image, parts: OrderedDict, req, replica_id: int, by_id: bool, full:
                         pd.records = fi.records
                         total += fi.total_bytes
                         remaining -= fi.total_bytes
+                        if read_committed:
+                            pd.aborted_transactions = [
+                                R.AbortedTransaction(producer_id=pid, first_offset=first)
+                                for pid, first in lg.aborted_transactions(sp.fetch_offset, fi.end_offset)
+                            ]
                     else:
                         wait_on.append(p)
         if pd.error_code:

@@ -1,4 +1,5 @@
-"""ListOffsets: earliest, latest (HW), max timestamp, and first offset at or after a time."""
+"""ListOffsets: earliest, latest (HW; the last stable offset for read_committed), max timestamp,
+and first offset at or after a time (below what the isolation level may read)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from protocol.generated.list_offsets import ListOffsetsResponse
 
 R = ListOffsetsResponse
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+READ_COMMITTED = 1
 
 
 @api(2, 0, 10)
@@ -27,10 +29,12 @@ async def list_offsets(ctx: RequestContext, req) -> ListOffsetsResponse:
                 continue
             lg = p.log
             ts = lp.timestamp
+            # What the asker may read: v0/v1 have no isolation level (read_uncommitted).
+            readable = lg.last_stable_offset if req.isolation_level == READ_COMMITTED else p.high_watermark
             if ts in (EARLIEST, EARLIEST_LOCAL):
                 pr.offset = lg.log_start_offset
             elif ts == LATEST:
-                pr.offset = p.high_watermark  # the last stable offset arrives with transactions
+                pr.offset = readable
             elif ts == LATEST_TIERED:
                 pr.offset = -1
             elif ts == MAX_TIMESTAMP:
@@ -40,7 +44,7 @@ async def list_offsets(ctx: RequestContext, req) -> ListOffsetsResponse:
                 continue
             else:
                 found = lg.offset_for_timestamp(ts)
-                if found is not None and found[0] < p.high_watermark:
+                if found is not None and found[0] < readable:
                     pr.offset, pr.timestamp = found
             if pr.offset >= 0:
                 pr.leader_epoch = p.leader_epoch
