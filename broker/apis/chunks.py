@@ -5,8 +5,9 @@ NOT_LEADER_OR_FOLLOWER, retriable), waits a bounded time for in-flight acks=all 
 every in-sync replica (HW == log end), then reads the LSO and HW (Kafka's terms, exclusive) and
 forwards StartOffset = LSO, PrevStopOffset = LSO - 1, PrevEndOffset = HW - 1 and its clock as
 StartTimestamp to the controller. The answer goes back once this broker's metadata image holds
-the new active chunk; the seal is lifted either way (after a success the image has already
-moved leadership as the controller decided).
+the new active chunk. The seal is lifted on any error, and after a success only once the image
+shows the new chunk (leadership has then moved as the controller decided), so no write lands in
+the closed chunk past the offsets it was given.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ log = structlog.get_logger(__name__)
 
 # How long in-flight acks=all writes get to replicate before a CreateChunks gives up.
 SETTLE_TIMEOUT_S = 5.0
+# How long a partition whose chunk the controller accepted stays sealed waiting for our image.
+UNSEAL_GIVE_UP_S = 60.0
 
 R = CreateChunksResponse
 
@@ -44,6 +47,7 @@ async def create_chunks(ctx: RequestContext, req: CreateChunksRequest) -> Create
     b = ctx.broker
     results: list[R.CreateChunksTopicPartitionResult | None] = [None] * len(req.topic_partitions)
     sealed: list[tuple[int, CreateChunksRequest.CreateChunksTopicPartition, Partition]] = []
+    epochs: dict[int, int] = {}  # entry -> leader epoch of the image it was sealed under
     try:
         for i, e in enumerate(req.topic_partitions):
             p, code = leader_or_error(b, e.topic_name, e.partition_id)
@@ -58,6 +62,8 @@ async def create_chunks(ctx: RequestContext, req: CreateChunksRequest) -> Create
                 continue
             p.sealed = True
             sealed.append((i, e, p))
+            info = b.metadata.image.partition(e.topic_name, e.partition_id)
+            epochs[i] = info.leader_epoch if info is not None else p.leader_epoch
         settled = await asyncio.gather(
             *(p.wait_for_high_watermark(p.log.log_end_offset, SETTLE_TIMEOUT_S) for _, _, p in sealed)
         )
@@ -92,10 +98,47 @@ async def create_chunks(ctx: RequestContext, req: CreateChunksRequest) -> Create
             )
         if forward:
             await _forward(b, forward, results)
+            sent = {i for i, _ in forward}
+            pending = [
+                (e, p, epochs[i])
+                for i, e, p in sealed
+                if i in sent
+                and results[i] is not None
+                and results[i].error_code == 0
+                and not _image_moved_on(b, e, epochs[i])
+            ]
+            if pending:
+                # The controller took the chunk but our image does not show it yet (the sync after
+                # the forward timed out): writes must not reach the closed chunk meanwhile.
+                for e, p, epoch in pending:
+                    b.spawn(_unseal_when_applied(b, e, p, epoch))
+                held = {id(p) for _, p, _ in pending}
+                sealed = [x for x in sealed if id(x[2]) not in held]
     finally:
         for _, _, p in sealed:
             p.sealed = False
     return R(throttle_time_ms=0, results=[r for r in results if r is not None])
+
+
+def _image_moved_on(b, e: CreateChunksRequest.CreateChunksTopicPartition, sealed_epoch: int) -> bool:
+    """True once our image holds the new active chunk: its PartitionChangeRecord always starts a
+    new leader epoch (an empty active chunk that just moves keeps its start offset)."""
+    info = b.metadata.image.partition(e.topic_name, e.partition_id)
+    return info is None or info.leader_epoch > sealed_epoch
+
+
+async def _unseal_when_applied(b, e, p: Partition, sealed_epoch: int) -> None:
+    """Lift the seal once this broker's image holds the new active chunk (it then no longer leads
+    the closed one), or after UNSEAL_GIVE_UP_S so a lost metadata stream cannot block writes forever."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + UNSEAL_GIVE_UP_S
+    try:
+        while not _image_moved_on(b, e, sealed_epoch) and loop.time() < deadline:
+            await b.metadata.sync(timeout=min(5.0, max(0.1, deadline - loop.time())))
+        if not _image_moved_on(b, e, sealed_epoch):
+            log.warning("chunk_seal_lifted_without_metadata", topic=e.topic_name, partition=e.partition_id)
+    finally:
+        p.sealed = False
 
 
 def _last_stable_offset(p: Partition, hw: int) -> int:
