@@ -2,7 +2,8 @@
 
 Appends happen before the first await, so pipelined requests on one connection append in the
 order they were sent. acks=-1 waits (bounded by the request timeout) for the high watermark
-to pass the batch, i.e. for every in-sync replica to hold it.
+to pass the batch, i.e. for every in-sync replica to hold it. Compacted topics refuse records
+without a key (INVALID_RECORD), as Kafka: compaction could never keep or drop them by key.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import asyncio
 from broker.apis import RequestContext, api
 from broker.apis.leadership import leader_or_error
 from broker.replication.partition import now_ms
+from broker.storage.batch_validation import first_record_without_key
+from broker.storage.cleaner import cleanup_policies
 from broker.storage.errors import StorageError
 from protocol.errors import Errors
 from protocol.generated.produce import ProduceResponse
@@ -52,6 +55,17 @@ async def produce(ctx: RequestContext, req) -> ProduceResponse | None:
                 if len(p.isr) < min_isr:
                     pr.error_code = Errors.NOT_ENOUGH_REPLICAS
                     pr.error_message = f"ISR has {len(p.isr)} replicas, min.insync.replicas is {min_isr}"
+                    continue
+            if "compact" in cleanup_policies(rm.topic_config(t.name)):
+                bad = first_record_without_key(pd.records)
+                if bad is not None:
+                    pr.error_code = Errors.INVALID_RECORD
+                    pr.error_message = (
+                        f"Compacted topic cannot accept message without key in topic partition {t.name}-{pd.index}."
+                    )
+                    pr.record_errors = [
+                        R.BatchIndexAndErrorMessage(batch_index=bad, batch_index_error_message=pr.error_message)
+                    ]
                     continue
             try:
                 info = p.log.append_as_leader(pd.records, p.leader_epoch, now)

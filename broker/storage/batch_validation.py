@@ -14,7 +14,9 @@ from broker.storage.errors import (
     RecordTooLargeError,
 )
 from protocol.errors import ProtocolError
-from protocol.records.batch import BatchHeader, iter_batches, verify_crc
+from protocol.primitives import read_varint, read_varlong
+from protocol.records.batch import BATCH_HEADER_SIZE, BatchHeader, iter_batches, verify_crc
+from protocol.records.compression import decompress
 
 MAGIC_OFFSET = 16  # base offset (8) + batch length (4) + partition leader epoch (4)
 MAX_COMPRESSION_CODEC = 4  # zstd; 5-7 are unassigned
@@ -83,3 +85,32 @@ def validate_replicated_batches(records) -> tuple[Batches, int]:
     except ProtocolError as exc:
         raise InvalidRecordError(str(exc), error_code=exc.error_code) from None
     return batches, valid_bytes
+
+
+def first_record_without_key(records) -> int | None:
+    """Index, within its batch, of the first record with a null key in the data batches of a
+    producer's input (control batches skipped), or None. Compacted topics refuse such records, as
+    Kafka's LogValidator. Walks each record's length prefix and key length only (decompressing as
+    needed). Bytes that do not parse answer None: the append's own validation refuses them."""
+    mv = memoryview(records)
+    try:
+        for pos, header in iter_batches(mv, check_crc=False):
+            if header.is_control:
+                continue
+            body = mv[pos + BATCH_HEADER_SIZE : pos + header.size]
+            if header.compression:
+                body = memoryview(decompress(header.compression, body))
+            p = 0
+            for i in range(header.record_count):
+                length, p = read_varint(body, p)
+                end = p + length
+                q = p + 1  # the record's attributes byte
+                _, q = read_varlong(body, q)  # timestamp delta
+                _, q = read_varint(body, q)  # offset delta
+                key_length, _ = read_varint(body, q)
+                if key_length < 0:
+                    return i
+                p = end
+    except (ProtocolError, IndexError, ValueError):
+        return None
+    return None
