@@ -63,6 +63,7 @@ def load_all() -> dict[int, ApiEntry]:
         produce,
         producer_ids,
         transactions,
+        txn_markers,
     )
 
     return HANDLERS
