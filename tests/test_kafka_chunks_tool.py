@@ -6,6 +6,7 @@ count, duplicate brokers) prints one line on stderr, exits non-zero and changes 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
@@ -18,6 +19,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from node.client import NodeClient
+from protocol.generated.alter_partition_reassignments import AlterPartitionReassignmentsRequest
+from protocol.generated.create_chunks import CreateChunksRequest as CC
 from tools.cluster import Cluster
 
 
@@ -154,6 +158,11 @@ def _eq(got: Any, want: Any) -> None:
     assert got == want
 
 
+async def _request(port: int, body: Any) -> Any:
+    async with NodeClient("127.0.0.1", port, client_id="test-kafka-chunks") as cl:
+        return await cl.request(body)
+
+
 def test_bad_input_changes_nothing(cluster: Cluster, tmp_path: Path) -> None:
     bs = cluster.bootstrap
     create_topic(bs, "kc-bad", [1, 2])
@@ -212,11 +221,6 @@ def test_bad_input_changes_nothing(cluster: Cluster, tmp_path: Path) -> None:
 
 def test_create_at_a_leader_that_moved_is_refused_by_the_broker(cluster: Cluster, tmp_path: Path) -> None:
     """The tool sends CreateChunks to the leader Metadata names; sent elsewhere, a broker refuses."""
-    import asyncio
-
-    from node.client import NodeClient
-    from protocol.generated.create_chunks import CreateChunksRequest as CC
-
     bs = cluster.bootstrap
     create_topic(bs, "kc-leader", [1, 2])
 
@@ -229,8 +233,7 @@ def test_create_at_a_leader_that_moved_is_refused_by_the_broker(cluster: Cluster
             start_timestamp=-1,
             prev_stop_offset=-1,
         )
-        async with NodeClient("127.0.0.1", port) as cl:
-            return (await cl.request(CC(topic_partitions=[e]))).results[0]
+        return (await _request(port, CC(topic_partitions=[e]))).results[0]
 
     r = asyncio.run(send(cluster.broker_port(3)))
     assert r.error_code == 6 and "does not lead" in r.error_message  # NOT_LEADER_OR_FOLLOWER
@@ -266,3 +269,29 @@ def test_create_on_several_leaders_at_once(cluster: Cluster, tmp_path: Path) -> 
         assert (parts["1"]["Leader"], parts["1"]["Replicas"], parts["1"]["chunks"]) == ("1", "1,2", [])
 
     eventually(moved)
+
+
+def test_create_during_a_reassignment_counts_only_the_final_replicas(cluster: Cluster, tmp_path: Path) -> None:
+    """Metadata lists the replicas a reassignment is removing; they do not count towards the
+    replication factor the new chunk must match (the controller's rule too)."""
+    bs = cluster.bootstrap
+    create_topic(bs, "kc-reassigning", [1])
+    produce(bs, "kc-reassigning", 3)
+    cluster.terminate(3)  # the reassignment to broker 3 stays in flight while it is down
+    try:
+        R = AlterPartitionReassignmentsRequest
+        req = R(
+            timeout_ms=30000,
+            topics=[R.ReassignableTopic("kc-reassigning", [R.ReassignablePartition(partition_index=0, replicas=[3])])],
+        )
+        resp = asyncio.run(_request(cluster.broker_port(1), req))
+        assert resp.responses[0].partitions[0].error_code == 0, resp
+        eventually(lambda: _eq(state(bs, "kc-reassigning")[:2], ("1", "3,1")))
+
+        f = write(tmp_path, "c.json", {"partitions": [{"topic": "kc-reassigning", "partition": 0, "replicas": [2]}]})
+        r = kc(bs, "create", "--create-chunk-json-file", f)
+        assert r.returncode == 0, r.stderr
+        # the closed chunk keeps the reassignment's replica list; the new active chunk is on 2 alone
+        eventually(lambda: _eq(state(bs, "kc-reassigning"), ("2", "2", "3", [("0", "2", "2", "3,1", "1")])))
+    finally:
+        cluster.start_node(3)

@@ -8,7 +8,8 @@ The files are the chunk seed's formats:
     {"chunks": [{"topic": "t", "partition": 0, "startOffset": 289818, "replicas": [4, 5, 6]}, ...]}
 
 The whole file is read and checked against the cluster's Metadata (topics, partitions, chunk
-start offsets, broker ids, replica counts) before anything is sent, so bad input changes
+start offsets, broker ids, replica counts; replicas an ongoing reassignment removes do not
+count) before anything is sent, so bad input changes
 nothing. `create` sends CreateChunks to each partition's active-chunk leader, which fixes the
 chunk's offsets; `alter` sends AlterChunkAssignments to the bootstrap broker, which forwards it to
 the controller. One line per partition or chunk on stdout; errors are one line on stderr (exit
@@ -22,7 +23,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from node.client import ClientError, NodeClient
@@ -30,6 +31,7 @@ from protocol.errors import Errors
 from protocol.generated.alter_chunk_assignments import AlterChunkAssignmentsRequest
 from protocol.generated.create_chunks import CreateChunksRequest
 from tools.admin import Admin, AdminError, broker_error, parse_bootstrap, run_tool
+from tools.kafka_reassign_partitions import list_reassignments
 
 JSON_VERSION = 1  # an optional "version" must be this
 
@@ -122,9 +124,16 @@ def parse_chunk_file(path: str, key: str) -> list[ChunkSpec]:
 class ClusterView:
     brokers: dict[int, tuple[str, int]]  # id -> (host, port)
     partitions: dict[tuple[str, int], Any]  # (topic, partition) -> Metadata partition entry
+    # (topic, partition) -> replicas an ongoing reassignment removes: Metadata lists them among the
+    # replicas, but they do not count towards the replication factor
+    removing: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
+
+    def replication_factor(self, topic: str, partition: int) -> int:
+        p = self.partitions[(topic, partition)]
+        return len(p.replica_nodes) - len(self.removing.get((topic, partition), ()))
 
 
-async def cluster_view(admin: Admin, topics: Sequence[str]) -> ClusterView:
+async def cluster_view(admin: Admin, topics: Sequence[str], *, with_reassignments: bool = True) -> ClusterView:
     md = await admin.metadata(sorted(set(topics)))
     if md.error_code:
         raise broker_error("cannot read cluster metadata", md.error_code)
@@ -136,7 +145,11 @@ async def cluster_view(admin: Admin, topics: Sequence[str]) -> ClusterView:
             raise broker_error(f"cannot read the metadata of topic '{t.name}'", t.error_code)
         for p in t.partitions:
             parts[(t.name, p.partition_index)] = p
-    return ClusterView({b.node_id: (b.host, b.port) for b in md.brokers}, parts)
+    view = ClusterView({b.node_id: (b.host, b.port) for b in md.brokers}, parts)
+    if with_reassignments and parts:
+        ongoing = await list_reassignments(admin, parts)
+        view.removing = {tp: tuple(r.removing_replicas) for tp, r in ongoing.items()}
+    return view
 
 
 def check_spec(view: ClusterView, s: ChunkSpec) -> Any:
@@ -149,7 +162,7 @@ def check_spec(view: ClusterView, s: ChunkSpec) -> Any:
     unknown = [b for b in s.replicas if b not in view.brokers]
     if unknown:
         raise AdminError(f"{s.name}: unknown broker id {unknown[0]} (live brokers: {ids_str(sorted(view.brokers))})")
-    rf = len(p.replica_nodes)
+    rf = view.replication_factor(s.topic, s.partition)
     if len(s.replicas) != rf:
         raise AdminError(
             f"{s.name}: {len(s.replicas)} replica(s) {ids_str(s.replicas)} given, "
@@ -187,7 +200,7 @@ async def create(admin: Admin, specs: list[ChunkSpec]) -> None:
             else:
                 done[(s.topic, s.partition)] = s
     if done:
-        after = await cluster_view(admin, [t for t, _ in done])
+        after = await cluster_view(admin, [t for t, _ in done], with_reassignments=False)
         for s in specs:
             if (s.topic, s.partition) in done:
                 p = after.partitions.get((s.topic, s.partition))
