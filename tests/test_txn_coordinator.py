@@ -195,12 +195,6 @@ def run(coro):
     return asyncio.run(coro)
 
 
-def needs_markers(cl: NodeClient) -> None:
-    """What follows needs transactions to complete: WriteTxnMarkers on the partition leaders."""
-    if 27 not in cl.versions:
-        pytest.skip("the brokers do not serve WriteTxnMarkers yet")
-
-
 def test_find_coordinator_and_init_producer_id(txn_cluster):
     async def go():
         async with Txn(txn_cluster, "init-1") as t:
@@ -252,7 +246,6 @@ def test_add_partitions_end_txn_and_fencing(txn_cluster):
             assert await t.end(pid, epoch, True) in (0, E.CONCURRENT_TRANSACTIONS)
             assert await t.end(pid, epoch, False) == E.INVALID_TXN_STATE
             # a new producer for the id fences the old one
-            needs_markers(t.cl)
             r2 = await t.init()
             assert r2.error_code == 0 and r2.producer_id == pid and r2.producer_epoch == epoch + 1
             out = await t.add(pid, epoch, [("data", 0)])
@@ -272,7 +265,6 @@ def test_ongoing_transaction_is_aborted_by_a_new_producer(txn_cluster):
             r = await t.init(retriable=())
             assert r.error_code == E.CONCURRENT_TRANSACTIONS
             assert await t.end(pid, epoch, True) in (E.PRODUCER_FENCED, E.CONCURRENT_TRANSACTIONS)
-            needs_markers(t.cl)
             r = await t.init()
             assert (r.error_code, r.producer_id, r.producer_epoch) == (0, pid, epoch + 2)
             assert await t.end(pid, epoch, False) == E.PRODUCER_FENCED
@@ -289,7 +281,6 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(txn_c
             await asyncio.sleep(2.0)  # past the timeout: the cleanup aborts it with a bumped epoch
             assert await t.end(pid, epoch, True) == E.PRODUCER_FENCED
             assert await t.add(pid, epoch, [("data", 1)]) == {("data", 1): E.PRODUCER_FENCED}
-            needs_markers(t.cl)
             r = await t.init(timeout_ms=1000)
             assert (r.error_code, r.producer_id, r.producer_epoch) == (0, pid, epoch + 2)
 
