@@ -168,3 +168,23 @@ def test_stream_available_now_exactly_once_across_restarts(cluster: Cluster, spa
     values = [r.value for r in rows]
     assert len(values) == len(set(values)), "a message was written twice"
     assert sorted(int(v[1:]) for v in values) == list(range(4000))
+
+
+def test_read_committed_skips_aborted_transactions(cluster: Cluster, spark) -> None:
+    create_topic(cluster, "txn", partitions=1)
+    produce(cluster, "txn", 0, 10, partitions=1)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "spark-txn"})
+    p.init_transactions(60)
+    p.begin_transaction()
+    for i in range(100, 110):
+        p.produce("txn", value=b"v%d" % i, partition=0)
+    assert p.flush(30) == 0  # on the broker before the abort (an abort purges what is still queued)
+    p.abort_transaction(60)
+    p.begin_transaction()
+    for i in range(200, 205):
+        p.produce("txn", value=b"v%d" % i, partition=0)
+    p.commit_transaction(60)
+    committed = sorted([b"v%d" % i for i in range(10)] + [b"v%d" % i for i in range(200, 205)])
+    assert sorted(r.value for r in read(spark, cluster, subscribe="txn").collect()) == committed  # the default
+    everything = sorted(r.value for r in read(spark, cluster, subscribe="txn", **{"isolation.level": "read_uncommitted"}).collect())
+    assert everything == sorted(committed + [b"v%d" % i for i in range(100, 110)])
