@@ -346,6 +346,50 @@ def test_two_members_rebalance_commit_and_reload_from_the_log(tmp_path):
     run(tmp_path, scenario)
 
 
+def test_transactional_offset_commits_pend_until_their_transaction_ends(tmp_path):
+    async def scenario(h: Harness):
+        gid = "eos"
+        idx = pid(gid)
+        await h.lead(idx)
+        c = h.coordinator
+        t0, t1, t2 = ("t", 0), ("t", 1), ("t", 2)
+
+        def marker(producer_id: int, commit: bool) -> None:
+            p = h.partition(idx)
+            p.log.append_txn_marker(producer_id, 0, 0, commit, p.leader_epoch, int(time.time() * 1000))
+            c.on_transaction_completed(idx, producer_id, commit)
+
+        assert await c.txn_commit_offsets(gid, 500, 0, "", None, -1, {t0: OffsetAndMetadata(5)}) == {t0: 0}
+        assert c.fetch_offsets(gid, [t0]) == (0, [(t0, None)])  # not before the transaction ends
+        assert c.unstable_partitions(gid) == {t0}
+        marker(500, True)
+        assert c.fetch_offsets(gid, [t0]) == (0, [(t0, OffsetAndMetadata(5))]) and not c.unstable_partitions(gid)
+        assert await c.txn_commit_offsets(gid, 501, 0, "", None, -1, {t1: OffsetAndMetadata(9)}) == {t1: 0}
+        marker(501, False)
+        assert c.fetch_offsets(gid, [t1]) == (0, [(t1, None)]) and not c.unstable_partitions(gid)
+        # a member of another generation is refused, as for OffsetCommit
+        assert (await c.txn_commit_offsets(gid, 503, 0, "nobody", None, 4, {t2: OffsetAndMetadata(1)}) ==
+                {t2: E.UNKNOWN_MEMBER_ID})
+        assert await c.txn_commit_offsets(gid, 502, 0, "", None, -1, {t2: OffsetAndMetadata(7)}) == {t2: 0}
+        # reloaded from the log: committed, aborted and still pending offsets as they were; the
+        # marker that ends the pending transaction may arrive while the partition loads
+        h.resign(idx)
+        h._set_leader(idx, 1)
+        marker(502, True)
+        await h.lead(idx)
+        assert c.fetch_offsets(gid, [t0, t1, t2]) == (0, [(t0, OffsetAndMetadata(5)), (t1, None),
+                                                          (t2, OffsetAndMetadata(7))])
+        assert not c.unstable_partitions(gid)
+        assert await c.txn_commit_offsets(gid, 504, 0, "", None, -1, {t1: OffsetAndMetadata(3)}) == {t1: 0}
+        h.resign(idx)
+        await h.lead(idx)
+        assert c.unstable_partitions(gid) == {t1}
+        marker(504, True)
+        assert c.fetch_offsets(gid, [t1]) == (0, [(t1, OffsetAndMetadata(3))])
+
+    run(tmp_path, scenario)
+
+
 def test_new_member_triggers_rebalance_and_stale_generations_are_refused(tmp_path):
     async def scenario(h: Harness):
         gid, c = "g-rebalance", h.coordinator
