@@ -85,9 +85,9 @@ class TransactionIndex:
     def append(self, entry: AbortedTxn) -> None:
         entries = self.entries
         if entries and entry.last_offset <= entries[-1].last_offset:
-            raise ValueError(
-                f"aborted transaction ending at {entry.last_offset} does not follow {entries[-1].last_offset} in {self.path}"
-            )
+            # Already indexed (markers only move forward): never let a stale entry break an append.
+            log.warning("txn_index_entry_out_of_order", path=str(self.path), entry=entry, last=entries[-1])
+            return
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         data = ENTRY.pack(ENTRY_VERSION, *entry)
