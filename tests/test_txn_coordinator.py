@@ -140,15 +140,21 @@ async def retrying(fn, *retriable: int, timeout: float = 20.0):
 class Txn:
     """Raw transaction requests to the coordinator of one transactional id."""
 
-    def __init__(self, c: Cluster, tid: str) -> None:
+    def __init__(self, c: Cluster, tid: str, avoid: int | None = None) -> None:
         self.c = c
         self.tid = tid
+        self.avoid = avoid  # a broker that is down: neither asked nor accepted as the coordinator
 
     async def __aenter__(self) -> Txn:
-        self.boot = await NodeClient(self.c.host, self.c.broker_port(1)).connect()
-        self.node = await find_txn_coordinator(self.boot, self.tid)
+        boot = next(b for b in self.c.broker_ids if b != self.avoid)
+        self.boot = await NodeClient(self.c.host, self.c.broker_port(boot)).connect()
+        deadline = time.monotonic() + 30
+        while (node := await find_txn_coordinator(self.boot, self.tid)) == self.avoid:
+            assert time.monotonic() < deadline, "the coordinator did not move"
+            await asyncio.sleep(0.1)
+        self.node = node
         self.cl = await NodeClient(self.c.host, self.c.broker_port(self.node)).connect()
-        other = next(b for b in self.c.broker_ids if b != self.node)
+        other = next(b for b in self.c.broker_ids if b not in (self.node, self.avoid))
         self.other = await NodeClient(self.c.host, self.c.broker_port(other)).connect()
         return self
 
@@ -157,10 +163,10 @@ class Txn:
             await cl.close()
 
     async def init(self, timeout_ms: int = 60000, pid: int = -1, epoch: int = -1, version: int = 4,
-                   retriable=(E.CONCURRENT_TRANSACTIONS,)):
+                   retriable=(E.CONCURRENT_TRANSACTIONS,), timeout: float = 20.0):
         return await retrying(lambda: self.cl.request(InitProducerIdRequest(
             transactional_id=self.tid, transaction_timeout_ms=timeout_ms, producer_id=pid, producer_epoch=epoch),
-            version), *retriable)
+            version), *retriable, timeout=timeout)
 
     async def add(self, pid: int, epoch: int, parts, version: int = 3, retriable=()) -> dict:
         topics: dict[str, list[int]] = {}
@@ -285,3 +291,42 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(txn_c
             assert (r.error_code, r.producer_id, r.producer_epoch) == (0, pid, epoch + 2)
 
     run(go())
+
+
+@pytest.mark.slow
+def test_a_new_coordinator_finishes_a_prepared_commit(tmp_path):
+    """EndTxn(commit) answered with PrepareCommit durable, its markers blocked (the only replica of
+    a partition is down), then the coordinator's broker is kill -9ed: the broker that takes over
+    __transaction_state loads PrepareCommit, writes the markers once the partition is back, and
+    completes the transaction (the id is usable again)."""
+    c = Cluster(tmp_path / "c", brokers=3, verbose=False,
+                broker_overrides={**BROKER, "replica.lag.time.max.ms": 3000},
+                controller_overrides={"broker.session.timeout.ms": 3000})
+    c.start()
+    try:
+        async def go():
+            async with Txn(c, "prepared-1") as t:
+                solo_on = next(b for b in c.broker_ids if b != t.node)
+                C = CreateTopicsRequest
+                r = await t.boot.request(C(topics=[C.CreatableTopic(
+                    name="solo", num_partitions=-1, replication_factor=-1,
+                    assignments=[C.CreatableReplicaAssignment(partition_index=0, broker_ids=[solo_on])])],
+                    timeout_ms=30000))
+                assert r.topics[0].error_code == 0, r
+                init = await t.init()
+                pid, epoch = init.producer_id, init.producer_epoch
+                assert await t.add(pid, epoch, [("solo", 0)]) == {("solo", 0): 0}
+                c.kill(solo_on)
+                assert await t.end(pid, epoch, True) == 0  # PrepareCommit replicated; the marker cannot be
+                assert (await t.init(retriable=())).error_code == E.CONCURRENT_TRANSACTIONS
+                victim = t.node
+            c.kill(victim)
+            c.start_node(solo_on)
+            async with Txn(c, "prepared-1", avoid=victim) as t:
+                r = await t.init(retriable=(E.CONCURRENT_TRANSACTIONS, E.NOT_COORDINATOR), timeout=60)
+                assert (r.error_code, r.producer_id, r.producer_epoch) == (0, pid, epoch + 1)
+            c.start_node(victim)
+
+        run(go())
+    finally:
+        c.stop()
