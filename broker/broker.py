@@ -15,6 +15,8 @@ from broker.fetch_sessions import FetchSessionCache
 from broker.lifecycle import BrokerLifecycle
 from broker.metadata_loader import MetadataLoader
 from broker.producer_ids import ProducerIdManager
+from broker.replication.chunk_fetcher import ChunkFetcher
+from broker.replication.chunk_reads import ChunkReads
 from broker.replication.fetcher import ReplicaFetcherManager
 from broker.replication.isr import IsrManager
 from broker.replication.replica_manager import ReplicaManager
@@ -52,6 +54,8 @@ class Broker:
             d.format_or_check(self.config.node_id, self.cluster_id)
         self.replicas = ReplicaManager(self.config, dirs)
         self.replicas.fetchers = ReplicaFetcherManager(self)
+        self.replicas.chunk_fetcher = ChunkFetcher(self)
+        self.chunk_reads = ChunkReads(self)
         self.replicas.isr = self.isr = IsrManager(self)
         # the coordinators load their state partitions (__consumer_offsets, __transaction_state) as we lead them
         from broker.coordinator.group import GroupCoordinator
@@ -106,6 +110,9 @@ class Broker:
         steps = [
             ("server", self.server.stop() if self.server is not None else None),
             ("fetchers", self.replicas.fetchers.stop() if self.replicas is not None and self.replicas.fetchers else None),
+            ("chunk_fetcher", self.replicas.chunk_fetcher.stop()
+             if self.replicas is not None and self.replicas.chunk_fetcher else None),
+            ("chunk_reads", self.chunk_reads.close() if getattr(self, "chunk_reads", None) is not None else None),
             ("isr", self.isr.stop() if self.isr is not None else None),
             ("lifecycle", self.lifecycle.stop()),
             ("metadata_loader", self.metadata.stop()),

@@ -2,7 +2,8 @@
 read_committed ones, which also get the aborted transactions overlapping what they receive) and
 followers (up to the log end), with long polling (max_wait_ms / min_bytes) and incremental fetch
 sessions. Every answer carries the last stable offset; a long poll wakes when the high watermark
-moves, which is also when the last stable offset can move (a marker becoming replicated)."""
+moves, which is also when the last stable offset can move (a marker becoming replicated).
+Offsets in inactive chunks are answered by broker/replication/chunk_reads.py."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections import OrderedDict
 from broker.apis import RequestContext, api
 from broker.apis.leadership import leader_or_error
 from broker.fetch_sessions import FetchSessionError, SessionPartition
+from broker.replication.chunk_reads import ChunkAnswers
 from broker.storage.errors import OffsetOutOfRangeError, StorageError
 from protocol.errors import Errors
 from protocol.generated.fetch import FetchResponse
@@ -52,10 +54,12 @@ async def fetch(ctx: RequestContext, req) -> FetchResponse:
     replica_id = _replica_id(req, v)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(req.max_wait_ms, 0) / 1000
+    # partitions answered from inactive chunks (served here, redirected or proxied); the rest below
+    chunk = await b.chunk_reads.serve_fetch(ctx, parts, req, replica_id, by_id, _budget(req))
     while True:
         image = b.metadata.image
-        topics, total, wait_on, errors, sent = _read(b, image, parts, req, replica_id, by_id, full)
-        if total >= req.min_bytes or errors or loop.time() >= deadline or not wait_on:
+        topics, total, wait_on, errors, sent = _read(b, image, parts, req, replica_id, by_id, full, chunk)
+        if total >= req.min_bytes or errors or chunk.answer_now or loop.time() >= deadline or not wait_on:
             break
         fut = loop.create_future()
         for p in wait_on:
@@ -71,10 +75,14 @@ async def fetch(ctx: RequestContext, req) -> FetchResponse:
     return R(responses=topics, session_id=session.id if session is not None else 0)
 
 
-def _read(b, image, parts: OrderedDict, req, replica_id: int, by_id: bool, full: bool):
+def _budget(req) -> int:
+    return req.max_bytes if req.max_bytes > 0 else 2**31 - 1
+
+
+def _read(b, image, parts: OrderedDict, req, replica_id: int, by_id: bool, full: bool, chunk: ChunkAnswers):
     is_follower = replica_id >= 0
-    remaining = req.max_bytes if req.max_bytes > 0 else 2**31 - 1
-    total = 0
+    remaining = _budget(req) - chunk.bytes
+    total = chunk.bytes
     errors = False
     wait_on = []
     by_topic: OrderedDict = OrderedDict()
@@ -83,12 +91,14 @@ def _read(b, image, parts: OrderedDict, req, replica_id: int, by_id: bool, full:
         info = image.topics.get(tkey) if by_id else image.topic(tkey)
         name = info.name if info is not None else (None if by_id else tkey)
         pd = R.PartitionData(partition_index=idx, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1, records=b"")
-        if info is None:
+        if (tkey, idx) in chunk.pds:
+            p, pd = None, chunk.pds[(tkey, idx)]
+        elif info is None:
             p = None
             pd.error_code = Errors.UNKNOWN_TOPIC_ID if by_id else Errors.UNKNOWN_TOPIC_OR_PARTITION
         else:
-            p, pd.error_code = leader_or_error(b, info.name, idx, current_leader_epoch=sp.current_leader_epoch,
-                                               allow_follower=is_follower)
+            # as Kafka: only the leader serves the active chunk, to followers as to consumers
+            p, pd.error_code = leader_or_error(b, info.name, idx, current_leader_epoch=sp.current_leader_epoch)
         if p is not None:
             lg = p.log
             diverging = None
@@ -143,6 +153,7 @@ def _read(b, image, parts: OrderedDict, req, replica_id: int, by_id: bool, full:
             or pd.high_watermark != sp.last_high_watermark
             or pd.log_start_offset != sp.last_log_start
             or pd.last_stable_offset != sp.last_stable_offset
+            or pd.preferred_read_replica >= 0
         )
         if not changed:
             continue

@@ -19,6 +19,9 @@ def leader_or_error(
         info = b.metadata.image.topic(topic)
         known = info is not None and index in info.partitions
         return None, Errors.NOT_LEADER_OR_FOLLOWER if known else Errors.UNKNOWN_TOPIC_OR_PARTITION
+    if p.filling_prefix:
+        # a new chunk's leader still copying the previous chunk's tail: not serving yet
+        return None, Errors.NOT_LEADER_OR_FOLLOWER
     if current_leader_epoch >= 0 and current_leader_epoch != p.leader_epoch:
         code = Errors.FENCED_LEADER_EPOCH if current_leader_epoch < p.leader_epoch else Errors.UNKNOWN_LEADER_EPOCH
         return None, code

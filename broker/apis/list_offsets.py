@@ -1,5 +1,9 @@
 """ListOffsets: earliest, latest (HW; the last stable offset for read_committed), max timestamp,
-and first offset at or after a time (below what the isolation level may read)."""
+and first offset at or after a time (below what the isolation level may read).
+
+Earliest and by-timestamp look into the partition's inactive chunks too: the leader asks a
+replica of the right chunk (broker/replication/chunk_reads.py) with a ListOffsets whose
+replica_id is its own broker id, which a broker answers from the chunk replicas it holds."""
 
 from __future__ import annotations
 
@@ -23,6 +27,13 @@ async def list_offsets(ctx: RequestContext, req) -> ListOffsetsResponse:
         for lp in t.partitions:
             pr = R.ListOffsetsPartitionResponse(partition_index=lp.partition_index, timestamp=-1, offset=-1)
             tr.partitions.append(pr)
+            if req.replica_id >= 0:  # a broker asking about the inactive chunks we hold
+                found = b.chunk_reads.local_answer(t.name, lp.partition_index, lp.timestamp)
+                if found is None:
+                    pr.error_code = Errors.NOT_LEADER_OR_FOLLOWER
+                else:
+                    pr.offset, pr.timestamp = found
+                continue
             p, pr.error_code = leader_or_error(b, t.name, lp.partition_index, allow_follower=req.replica_id == DEBUG_REPLICA,
                                                current_leader_epoch=lp.current_leader_epoch)
             if p is None:
@@ -31,7 +42,11 @@ async def list_offsets(ctx: RequestContext, req) -> ListOffsetsResponse:
             ts = lp.timestamp
             # What the asker may read: v0/v1 have no isolation level (read_uncommitted).
             readable = lg.last_stable_offset if req.isolation_level == READ_COMMITTED else p.high_watermark
-            if ts in (EARLIEST, EARLIEST_LOCAL):
+            chunked = bool(b.chunk_reads.chunked(t.name, lp.partition_index))
+            if ts == EARLIEST and chunked:
+                found = await b.chunk_reads.earliest(t.name, lp.partition_index)
+                pr.offset = lg.log_start_offset if found is None else found
+            elif ts in (EARLIEST, EARLIEST_LOCAL):
                 pr.offset = lg.log_start_offset
             elif ts == LATEST:
                 pr.offset = readable
@@ -43,7 +58,12 @@ async def list_offsets(ctx: RequestContext, req) -> ListOffsetsResponse:
                 pr.error_code = Errors.INVALID_REQUEST
                 continue
             else:
-                found = lg.offset_for_timestamp(ts)
+                found = None
+                start_ts = p.info.start_timestamp if p.info is not None else -1
+                if chunked and (start_ts < 0 or ts < start_ts):  # the time may fall in an inactive chunk
+                    found = await b.chunk_reads.offset_for_timestamp(t.name, lp.partition_index, ts)
+                if found is None:
+                    found = lg.offset_for_timestamp(ts)
                 if found is not None and found[0] < readable:
                     pr.offset, pr.timestamp = found
             if pr.offset >= 0:

@@ -44,7 +44,20 @@ class Partition:
         self._hw_waiters: list[tuple[int, asyncio.Future]] = []
         # set while a CreateChunks for this partition is under way: the chunk's offsets are being
         # fixed, so Produce answers NOT_LEADER_OR_FOLLOWER (retriable) until the new chunk leads
-        self.sealed = False
+        self._sealed_for_chunk = False
+        # a new active chunk's leader that lacks [chunk start, previous chunk's end] copies it
+        # from the previous chunk first (chunk_fetcher.py); writes wait until it holds it
+        self.filling_prefix = False
+
+    @property
+    def sealed(self) -> bool:
+        """Produce answers NOT_LEADER_OR_FOLLOWER: a chunk is being cut, or this new chunk's
+        leader still copies the previous chunk's tail."""
+        return self._sealed_for_chunk or self.filling_prefix
+
+    @sealed.setter
+    def sealed(self, value: bool) -> None:
+        self._sealed_for_chunk = value
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.index})"

@@ -3,6 +3,17 @@
 It is a metadata publisher: each new image's delta says which partitions changed, and only
 those are touched: a replica assigned here is opened (or created in the least-used log dir),
 one moved away or of a deleted topic is closed and deleted, configs are re-applied.
+
+Two kinds of replica: the active chunk's (a Partition, keyed (topic, partition), which Produce,
+Fetch and the coordinators look up) and inactive chunks' (a ChunkReplica, keyed (topic,
+partition, chunk start)). Chunk changes in a delta:
+- chunk stop: the active chunk moved on to a new start; our replica of the closed chunk keeps
+  its data as a ChunkReplica (trimmed to the chunk's end) and a new dir is opened if we are also
+  a replica of the new active chunk;
+- chunk create: a chunk replica assigned here opens its dir (or creates it) and copies what it
+  lacks of [start, end] (chunk_fetcher.py); a new active chunk's leader lacking the previous
+  chunk's tail [start, previous end] copies it before taking writes;
+- chunk delete: a replica moved away, or a chunk dropped: stop copying, delete the dir.
 """
 
 from __future__ import annotations
@@ -15,6 +26,8 @@ from uuid import UUID
 import structlog
 
 from broker.config import BrokerConfig
+from broker.replication.chunk_fetcher import ChunkFetcher
+from broker.replication.chunk_replica import ChunkReplica
 from broker.replication.fetcher import ReplicaFetcherManager
 from broker.replication.isr import IsrManager
 from broker.replication.partition import Partition
@@ -23,7 +36,7 @@ from broker.storage.config import LogConfig
 from broker.storage.log_dir import LogDir
 from metadata import MetadataDelta, MetadataImage, PartitionInfo
 from metadata.config_defs import effective_topic_configs
-from metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
+from metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, ChunkInfo, TopicInfo
 
 log = structlog.get_logger(__name__)
 
@@ -33,7 +46,8 @@ class ReplicaManager:
         self.config = config
         self.node_id = config.node_id
         self.log_dirs = log_dirs
-        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.partitions: dict[tuple[str, int], Partition] = {}  # active chunk replicas
+        self.chunks: dict[tuple[str, int, int], ChunkReplica] = {}  # inactive chunk replicas
         self.image = MetadataImage.EMPTY
         self._on_disk: dict[tuple[str, int, int], LogDir] = {}
         self._retention_task: asyncio.Task | None = None
@@ -44,6 +58,7 @@ class ReplicaManager:
         # set by the Broker once running: follower fetchers and the ISR manager
         self.fetchers: ReplicaFetcherManager | None = None
         self.isr: IsrManager | None = None
+        self.chunk_fetcher: ChunkFetcher | None = None
         # told (partition, is_leader) whenever this broker gains or loses a partition's
         # leadership: coordinators load and unload their state partitions with it
         self.leadership_listeners: list[Callable[[Partition, bool], None]] = []
@@ -68,41 +83,84 @@ class ReplicaManager:
     def log_config(self, topic: str) -> LogConfig:
         return LogConfig.from_properties(self.topic_config(topic))
 
+    def chunks_of(self, topic: str, index: int) -> list[ChunkReplica]:
+        """This broker's replicas of the partition's inactive chunks, oldest first."""
+        return sorted((cr for (t, i, _), cr in self.chunks.items() if t == topic and i == index), key=lambda c: c.start)
+
     # ---- metadata publisher
     def on_metadata(self, delta: MetadataDelta, image: MetadataImage) -> None:
         self.image = image
         self._topic_configs.clear()
         for topic in delta.deleted_topics.values():
-            for idx in list(topic.partitions):
-                self._remove(topic.name, idx, delete=True)
+            for idx in set(topic.partitions) | set(topic.chunks):
+                self._remove_all(topic.name, idx)
         for tid, idx in delta.changed_partitions:
             t = image.topics.get(tid)
-            if t is None:
-                continue
-            info = t.partitions.get(idx)
-            if info is None:
-                continue
-            if self.node_id in info.replicas:
-                self._ensure(t.name, info)
-            else:
-                self._remove(t.name, idx, delete=True)
+            if t is not None and idx in t.partitions:
+                self._apply_partition(t, idx)
         for rtype, name in delta.changed_configs:
             if rtype == TOPIC_RESOURCE:
                 cfg = self.log_config(name)
                 for (topic, _), p in self.partitions.items():
                     if topic == name:
                         p.log.update_config(cfg)
+                for (topic, _, _), cr in self.chunks.items():
+                    if topic == name:
+                        cr.log.update_config(cfg)
 
-    def _ensure(self, topic: str, info: PartitionInfo) -> None:
+    def _apply_partition(self, t: TopicInfo, idx: int) -> None:
+        """Bring this broker's replicas of one partition (active and inactive chunks) in line."""
+        name, info = t.name, t.partitions[idx]
+        chunks = t.chunks.get(idx, ())
+        mine = [c for c in chunks if self.node_id in c.replicas]
+        # A chunk cut while a transaction was open at its very start holds nothing readable
+        # (stop < start): the next chunk holds all of it, so its replicas just leave it.
+        readable = {c.start_offset: c for c in mine if c.stop_offset >= c.start_offset}
+        p = self.partitions.get((name, idx))
+        if p is not None and p.topic_id != info.topic_id:
+            self._remove_all(name, idx)  # topic re-created under the same name
+            p = None
+        for key, cr in list(self.chunks.items()):
+            if key[:2] == (name, idx) and (key[2] not in readable or cr.topic_id != info.topic_id):
+                self._delete_chunk(cr)
+        if p is not None and p.log.chunk_start != info.start_offset:
+            self._stop_active(p, readable.get(p.log.chunk_start))
+        for start, c in readable.items():
+            cr = self.chunks.get((name, idx, start))
+            if cr is None:
+                cr = self._open_chunk(name, c)
+                if cr is None:
+                    continue
+            else:
+                cr.update(c)
+            if self.chunk_fetcher is not None:
+                if cr.data_gone:
+                    self._leave(cr)
+                else:
+                    self.chunk_fetcher.copy_chunk(cr)
+        if self.chunk_fetcher is not None:
+            for c in mine:
+                if c.start_offset not in readable:
+                    self.chunk_fetcher.report_leaving(name, idx, c)
+        if self.node_id in info.replicas:
+            self._ensure(name, info, chunks)
+        else:
+            self._remove(name, idx, delete=True)
+
+    def _ensure(self, topic: str, info: PartitionInfo, chunks: tuple[ChunkInfo, ...] = ()) -> None:
         key = (topic, info.partition)
         p = self.partitions.get(key)
-        if p is not None and p.topic_id != info.topic_id:
-            self._remove(topic, info.partition, delete=True)  # topic re-created under the same name
-            p = None
         if p is None:
             p = self._open(topic, info)
         was_leader, old_epoch = p.is_leader, p.leader_epoch
         p.update(info)
+        if p.is_leader and not p.filling_prefix and self.chunk_fetcher is not None:
+            # [start, previous chunk's end] belongs to both chunks: the leader holds it before writes
+            required_end = max((c.end_offset + 1 for c in chunks if c.end_offset >= info.start_offset),
+                               default=info.start_offset)
+            if p.log.log_end_offset < required_end:
+                p.filling_prefix = True
+                self.chunk_fetcher.fill_prefix(p, required_end)
         if p.is_leader != was_leader or (p.is_leader and p.leader_epoch != old_epoch):
             self._tell_leadership(p, p.is_leader)
         if self.fetchers is not None:
@@ -110,6 +168,84 @@ class ReplicaManager:
                 self.fetchers.unfollow(p)
             else:
                 self.fetchers.follow(p, info.leader)
+
+    # ---- chunk replicas
+    def _stop_active(self, p: Partition, chunk: ChunkInfo | None) -> None:
+        """Our active replica's chunk closed: keep its data as a replica of the inactive chunk
+        (if we are one), else delete it."""
+        self._detach(p)
+        key = (p.topic, p.index, p.log.chunk_start)
+        if chunk is None or key in self.chunks:
+            p.log.delete()
+            self._on_disk.pop(key, None)
+            log.info("replica_deleted", topic=p.topic, partition=p.index, chunk_start=key[2], reason="chunk closed")
+            return
+        cr = ChunkReplica(p.topic, chunk, p.log, self.node_id)
+        self._prepare_chunk(cr)
+        self.chunks[key] = cr
+        log.info("chunk_stopped", topic=p.topic, partition=p.index, chunk_start=cr.start, stop_offset=cr.stop,
+                 end_offset=cr.end, log_end_offset=cr.log.log_end_offset, in_isr=cr.in_isr)
+
+    def _prepare_chunk(self, cr: ChunkReplica) -> None:
+        """A replica outside the chunk's ISR trusts only what it knew to be committed (its high
+        watermark): anything past it may be a deposed leader's writes; it copies the rest."""
+        lg = cr.log
+        if not cr.in_isr and lg.high_watermark < lg.log_end_offset:
+            lg.truncate_to(max(lg.high_watermark, lg.log_start_offset))
+        cr.seal()
+
+    def _open_chunk(self, topic: str, c: ChunkInfo) -> ChunkReplica | None:
+        key = (topic, c.partition, c.start_offset)
+        try:
+            d = self._on_disk.get(key) or self._choose_dir()
+            cfg = self.log_config(topic)
+            lg = d.open_log(topic, c.partition, c.start_offset, cfg, topic_id=c.topic_id)
+            if lg.topic_id is not None and lg.topic_id != c.topic_id:
+                log.info("replica_topic_id_mismatch", topic=topic, partition=c.partition, chunk_start=c.start_offset,
+                         action="recreate")
+                lg.delete()
+                lg = d.open_log(topic, c.partition, c.start_offset, cfg, topic_id=c.topic_id)
+        except Exception:
+            log.exception("chunk_replica_open_failed", topic=topic, partition=c.partition, chunk_start=c.start_offset)
+            return None
+        self._on_disk[key] = d
+        cr = ChunkReplica(topic, c, lg, self.node_id)
+        self._prepare_chunk(cr)
+        self.chunks[key] = cr
+        log.info("chunk_replica_opened", topic=topic, partition=c.partition, chunk_start=c.start_offset,
+                 stop_offset=c.stop_offset, end_offset=c.end_offset, dir=str(d.path),
+                 log_start_offset=lg.log_start_offset, log_end_offset=lg.log_end_offset, in_isr=cr.in_isr)
+        return cr
+
+    def _delete_chunk(self, cr: ChunkReplica) -> None:
+        cr.closed = True
+        self.chunks.pop(cr.key, None)
+        if self.chunk_fetcher is not None:
+            self.chunk_fetcher.cancel(*cr.key)
+        try:
+            cr.log.delete()
+        except Exception:
+            log.exception("chunk_replica_delete_failed", topic=cr.topic, partition=cr.index, chunk_start=cr.start)
+        self._on_disk.pop(cr.key, None)
+        log.info("chunk_replica_deleted", topic=cr.topic, partition=cr.index, chunk_start=cr.start)
+
+    def _leave(self, cr: ChunkReplica) -> None:
+        """Retention removed all of this replica's data: leave the chunk (the metadata then drops
+        us from it, and we delete the dir)."""
+        if self.chunk_fetcher is None or self.node_id not in cr.info.replicas:
+            return
+        if not cr.leaving:
+            log.info("chunk_replica_emptied", topic=cr.topic, partition=cr.index, chunk_start=cr.start,
+                     end_offset=cr.end, log_start_offset=cr.log.log_start_offset)
+        cr.leaving = True
+        self.chunk_fetcher.report_leaving(cr.topic, cr.index, cr.info)
+
+    def _remove_all(self, topic: str, index: int) -> None:
+        """Every replica of a partition (a deleted or re-created topic)."""
+        self._remove(topic, index, delete=True)
+        for key, cr in list(self.chunks.items()):
+            if key[:2] == (topic, index):
+                self._delete_chunk(cr)
 
     def _tell_leadership(self, p: Partition, is_leader: bool) -> None:
         for listener in self.leadership_listeners:
@@ -150,20 +286,28 @@ class ReplicaManager:
         online = [d for d in self.log_dirs if d.online]
         return min(online, key=lambda d: counts[id(d)])
 
-    def _remove(self, topic: str, index: int, *, delete: bool) -> None:
-        p = self.partitions.pop((topic, index), None)
-        if p is None:
-            return
+    def _detach(self, p: Partition) -> None:
+        """Stop serving `p` as the active chunk: no fetching, no leadership, no waiters."""
+        if self.partitions.get((p.topic, p.index)) is p:
+            del self.partitions[(p.topic, p.index)]
         if self.fetchers is not None:
             self.fetchers.unfollow(p)
+        if self.chunk_fetcher is not None:
+            self.chunk_fetcher.cancel(p.topic, p.index, p.log.chunk_start)
         if p.is_leader:
             self._tell_leadership(p, False)
+        p.filling_prefix = False
         p.fail_waiters()
+
+    def _remove(self, topic: str, index: int, *, delete: bool) -> None:
+        p = self.partitions.get((topic, index))
+        if p is None:
+            return
+        self._detach(p)
         if delete:
             p.log.delete()
-            for k in [k for k in self._on_disk if k[0] == topic and k[1] == index]:
-                self._on_disk.pop(k, None)
-            log.info("replica_deleted", topic=topic, partition=index)
+            self._on_disk.pop((topic, index, p.log.chunk_start), None)
+            log.info("replica_deleted", topic=topic, partition=index, chunk_start=p.log.chunk_start)
         else:
             p.log.close()
 
@@ -172,9 +316,10 @@ class ReplicaManager:
         for (topic, index, start), d in list(self._on_disk.items()):
             t = image.topic(topic)
             info = t.partitions.get(index) if t else None
-            if info is not None and self.node_id in info.replicas:
+            if info is not None and self.node_id in info.replicas and info.start_offset == start:
                 continue
-            if (topic, index) in self.partitions:
+            p = self.partitions.get((topic, index))
+            if (p is not None and p.log.chunk_start == start) or (topic, index, start) in self.chunks:
                 continue
             lg = d.open_log(topic, index, start, LogConfig())
             lg.delete()
@@ -199,7 +344,7 @@ class ReplicaManager:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(interval)
-            logs = [p.log for p in list(self.partitions.values())]
+            logs = [p.log for p in list(self.partitions.values())] + [cr.log for cr in list(self.chunks.values())]
             try:
                 await loop.run_in_executor(None, _checkpoint_all, logs)
             except Exception:
@@ -223,6 +368,24 @@ class ReplicaManager:
                         )
                 except Exception:
                     log.exception("retention_failed", topic=p.topic, partition=p.index)
+            for cr in list(self.chunks.values()):
+                self._enforce_chunk_retention(cr, now)
+
+    def _enforce_chunk_retention(self, cr: ChunkReplica, now: int) -> None:
+        """Retention on an inactive chunk's replica (retention.bytes counts per chunk replica log,
+        as storage defines it); when nothing of the chunk is left, the replica leaves it."""
+        if cr.closed:
+            return
+        try:
+            n = cr.log.enforce_retention(now, delete_policy=retention_applies(self.topic_config(cr.topic)))
+        except Exception:
+            log.exception("retention_failed", topic=cr.topic, partition=cr.index, chunk_start=cr.start)
+            return
+        if n:
+            log.info("retention_deleted_segments", topic=cr.topic, partition=cr.index, chunk_start=cr.start,
+                     segments=n, log_start_offset=cr.log.log_start_offset)
+        if cr.data_gone:
+            self._leave(cr)
 
     # ---- shutdown
     def shutdown(self) -> None:
@@ -238,6 +401,13 @@ class ReplicaManager:
             except Exception:
                 log.exception("log_close_failed", topic=p.topic, partition=p.index)
         self.partitions.clear()
+        for cr in list(self.chunks.values()):
+            cr.closed = True
+            try:
+                cr.log.close()
+            except Exception:
+                log.exception("log_close_failed", topic=cr.topic, partition=cr.index, chunk_start=cr.start)
+        self.chunks.clear()
 
     def topic_id_of(self, topic: str) -> UUID | None:
         return self.image.topic_ids.get(topic)

@@ -1,0 +1,70 @@
+"""Connections from this broker to other brokers for chunk work: copying chunk ranges, reading
+an old chunk on a consumer's behalf, asking a chunk's replica for offsets. One connection per
+peer and purpose, reconnected on demand (requests on one connection are pipelined)."""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from node.client import ClientError, NodeClient
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+
+def hash_order(candidates: Iterable[int], *key: object) -> list[int]:
+    """`candidates` rotated to start at one chosen by a stable hash of `key` (the same in every
+    process, unlike Python's hash of a str), so that readers of one chunk spread over its replicas
+    and each reader keeps going to the same one."""
+    ids = list(candidates)
+    if not ids:
+        return []
+    i = zlib.crc32(repr(key).encode()) % len(ids)
+    return ids[i:] + ids[:i]
+
+
+class PeerClients:
+    def __init__(self, broker: Broker, purpose: str) -> None:
+        self.broker = broker
+        self.purpose = purpose
+        self._clients: dict[int, NodeClient] = {}
+        self._locks: dict[int, asyncio.Lock] = {}
+        self._closed = False
+
+    def live(self, broker_id: int) -> bool:
+        info = self.broker.metadata.image.brokers.get(broker_id)
+        return info is not None and not info.fenced and info.endpoint(self.broker.config.listener.listener) is not None
+
+    async def get(self, broker_id: int, timeout: float = 10.0) -> NodeClient:
+        """A connected client to `broker_id`; ClientError when it has no endpoint or refuses."""
+        c = self._clients.get(broker_id)
+        if c is not None and c.connected:
+            return c
+        lock = self._locks.setdefault(broker_id, asyncio.Lock())
+        async with lock:
+            c = self._clients.get(broker_id)
+            if c is not None and c.connected:
+                return c
+            if self._closed:
+                raise ClientError("broker is shutting down")
+            info = self.broker.metadata.image.brokers.get(broker_id)
+            ep = info.endpoint(self.broker.config.listener.listener) if info is not None else None
+            if ep is None:
+                raise ClientError(f"broker {broker_id} has no endpoint")
+            client_id = f"{self.purpose}-{self.broker.config.node_id}"
+            c = await NodeClient(ep.host, ep.port, client_id=client_id, timeout=timeout).connect()
+            self._clients[broker_id] = c
+            return c
+
+    async def drop(self, broker_id: int) -> None:
+        c = self._clients.pop(broker_id, None)
+        if c is not None:
+            await c.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        for bid in list(self._clients):
+            await self.drop(bid)
