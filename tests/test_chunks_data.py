@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 
+from broker.replication.peers import hash_order
 from node.client import NodeClient
 from protocol.errors import Errors
 from protocol.generated.alter_chunk_assignments import AlterChunkAssignmentsRequest
@@ -318,6 +319,61 @@ def test_seed_non_transactional(cluster: Cluster, client: str) -> None:
     assert logs.events(2, "chunk_redirect", topic=topic, offset=0, to=1)
     if direct:  # a client that follows the redirect is sent back to broker 2 at the chunk's end
         assert logs.events(1, "chunk_redirect", topic=topic, offset=10, to=2)
+
+
+def test_clients_follow_the_redirect_when_they_can(cluster: Cluster) -> None:
+    """aiokafka follows preferred_read_replica only with client_rack set; kafka-python only to a
+    broker listed among the partition's (active chunk's) replicas. Given that, both read the old
+    chunk from its replica themselves."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    c = cluster
+    topic = "follow-rack"
+    create_topic(c, topic, [1])
+    produce(c, topic, [b"r%d" % i for i in range(10)])
+    create_chunk(c, topic, [2])
+    produce(c, topic, [b"s%d" % i for i in range(10)])
+    logs = BrokerLogs(c).mark()
+
+    async def aiokafka_with_rack() -> list[int]:
+        cons = AIOKafkaConsumer(bootstrap_servers=c.bootstrap, client_id="chunks-aiokafka-rack", client_rack="rack-a",
+                                auto_offset_reset="earliest", enable_auto_commit=False)
+        await cons.start()
+        try:
+            tp = TopicPartition(topic, 0)
+            cons.assign([tp])
+            await cons.seek_to_beginning(tp)
+            got: list[int] = []
+            deadline = time.monotonic() + 30
+            while len(got) < 20 and time.monotonic() < deadline:
+                batch = await cons.getmany(timeout_ms=1000)
+                got += [r.offset for recs in batch.values() for r in recs]
+            return got
+        finally:
+            await cons.stop()
+
+    assert run(aiokafka_with_rack()) == list(range(20))
+    assert logs.served("chunk_read", topic=topic, client="chunks-aiokafka-rack") == {1: [0]}
+    assert not logs.served("chunk_proxy_read", topic=topic)
+
+    # kafka-python: the chunk's replica must be one of the partition's replicas. Chunk 0 on
+    # [1, 3], the active chunk on [2, 1]; the name is picked so that the leader's hash choice
+    # between 1 and 3 is broker 1.
+    topic = next(f"follow-replica-{i}" for i in range(1000)
+                 if hash_order([1, 3], f"follow-replica-{i}", 0, 0, "chunks-kafka-python")[0] == 1)
+    create_topic(c, topic, [1, 3])
+    produce(c, topic, [b"r%d" % i for i in range(10)])
+    p = create_chunk(c, topic, [2, 1])
+    assert list(p.chunks[0].isr_nodes) == [1, 3]
+    produce(c, topic, [b"s%d" % i for i in range(10)])
+    logs.mark()
+    flat = [r for poll in consume_kafka_python(c, topic, 20) for r in poll]
+    assert [o for o, _ in flat] == list(range(20))
+    assert logs.served("chunk_read", topic=topic, client="chunks-kafka-python") == {1: [0]}
+    assert not logs.served("chunk_proxy_read", topic=topic)
+    # kafka-python forgets the preferred replica on any answer without one, so after each read
+    # from broker 1 it asks the leader again (and is redirected again while in the old chunk)
+    assert logs.events(2, "chunk_redirect", topic=topic, offset=0, to=1)
 
 
 def test_fetch_below_v11_is_read_by_the_leader(cluster: Cluster) -> None:
