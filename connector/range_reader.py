@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 import zlib
+from collections import deque
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
@@ -24,6 +25,7 @@ from protocol.generated.fetch import FetchRequest
 
 FETCH_VERSION = 12  # topic names (not ids), last stable offset, aborted transactions, preferred replica
 OFFSET_OUT_OF_RANGE = 1
+MAX_REDIRECTS = 8  # a chain of preferred-replica answers longer than this is a loop
 
 
 def replica_order(brokers: Sequence[int], *key: object) -> list[int]:
@@ -70,9 +72,10 @@ class RangeReader:
         offset = start
         errors: list[str] = []
         aborted = AbortedTransactions()
-        for broker in brokers:
-            if offset >= end:
-                return
+        todo = deque(brokers)
+        redirects = 0
+        while todo and offset < end:
+            broker = todo.popleft()
             addr = self.addresses.get(broker)
             if addr is None:
                 errors.append(f"broker {broker}: unknown address")
@@ -88,6 +91,15 @@ class RangeReader:
                         raise SourceError(f"fetch error {resp.error_code}")
                     if p.error_code:
                         raise SourceError(f"fetch {topic}-{partition}@{offset} error {p.error_code}")
+                    if not p.records and p.preferred_read_replica >= 0 and p.preferred_read_replica != broker:
+                        # the broker says another one holds this offset (KIP-392's field, which
+                        # Strata uses to point at the chunk holding it): go there next
+                        redirects += 1
+                        if redirects > MAX_REDIRECTS:
+                            raise SourceError(f"redirected more than {MAX_REDIRECTS} times")
+                        todo.appendleft(broker)
+                        todo.appendleft(p.preferred_read_replica)
+                        break
                     aborted.add((a.producer_id, a.first_offset) for a in p.aborted_transactions or ())
                     batch, next_offset = records_to_arrow(
                         [p.records or b""], topic, partition, start=offset, end=end,

@@ -3,9 +3,9 @@ and options of Spark's Kafka source so that a job only changes the format name.
 
 Planning (on the driver) takes the cluster's metadata, resolves the offsets asked for, and cuts
 each partition's range at chunk boundaries (and further for minPartitions). Every piece names the
-brokers that can serve it: the replicas of its inactive chunk, rotated by a stable hash of
-(topic, partition, chunk, piece) so that the pieces of one chunk spread over all its replicas, or
-the leader of the active chunk. Reading (on the executors) fetches the piece's bytes and decodes
+brokers that can serve it: the replicas of its inactive chunk, taken in turn from one chosen by
+a stable hash of (topic, partition, chunk) so that the pieces of one chunk spread over all its
+replicas, or the leader of the active chunk. Reading (on the executors) fetches the piece's bytes and decodes
 them straight into Arrow batches (connector/arrow_records.py).
 
 Options: kafka.bootstrap.servers; one of subscribe, subscribePattern, assign; startingOffsets,
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -136,7 +136,9 @@ class Piece:
     partition: int
     start: int
     end: int
-    brokers: tuple[int, ...]
+    brokers: tuple[int, ...]  # who serves it, first choice first
+    chunk: int  # start offset of the chunk holding it
+    active: bool  # of the active chunk: its leader first
 
 
 class _Plan:
@@ -201,25 +203,36 @@ class _Plan:
                 break
             mid = big.start + (big.end - big.start) // 2
             i = out.index(big)
-            out[i:i + 1] = [self._piece(big.topic, big.partition, big.start, mid, big.brokers, big.start),
-                            self._piece(big.topic, big.partition, mid, big.end, big.brokers, mid)]
-        return out
+            out[i:i + 1] = [replace(big, end=mid), replace(big, start=mid)]
+        return _spread(out)
 
-    def _split(self, pv: PartitionView, start: int, end: int) -> list[Piece]:
+    @staticmethod
+    def _split(pv: PartitionView, start: int, end: int) -> list[Piece]:
         out = []
         for c in pv.chunks:
             lo = max(start, c.start)
             hi = end if c.active else min(end, c.stop + 1)  # type: ignore[operator]
             if lo < hi:
-                out.append(self._piece(pv.topic, pv.partition, lo, hi, c.brokers, lo, active=c.active))
+                out.append(Piece(pv.topic, pv.partition, lo, hi, c.brokers, c.start, c.active))
         return out
 
-    @staticmethod
-    def _piece(topic: str, partition: int, start: int, end: int, brokers: tuple[int, ...], key: int,
-               *, active: bool = False) -> Piece:
-        # the active chunk's leader stays first; an inactive chunk's pieces spread over its replicas
-        order = brokers if active else tuple(replica_order(brokers, topic, partition, key))
-        return Piece(topic, partition, start, end, order)
+
+def _spread(pieces: list[Piece]) -> list[Piece]:
+    """Give the pieces of each inactive chunk its replicas in turn, from one chosen by a stable hash
+    of (topic, partition, chunk): n pieces of a chunk with n replicas go to n different brokers,
+    and each piece can fall back on the others. The active chunk's pieces keep its leader first."""
+    turn: dict[tuple[str, int, int], int] = {}
+    out = []
+    for p in pieces:
+        if p.active or len(p.brokers) < 2:
+            out.append(p)
+            continue
+        key = (p.topic, p.partition, p.chunk)
+        i = turn[key] = turn.get(key, -1) + 1
+        base = replica_order(sorted(p.brokers), *key)
+        k = i % len(base)
+        out.append(replace(p, brokers=tuple(base[k:] + base[:k])))
+    return out
 
 
 class _PieceInput(InputPartition):
