@@ -105,3 +105,38 @@ def test_replica_killed_mid_read_loses_nothing(chunked: Cluster, spark) -> None:
     finally:
         killer.join()
         chunked.start_node(2)
+
+
+def test_stream_across_a_chunk_created_between_runs(cluster: Cluster, spark, tmp_path: Path) -> None:  # noqa: F811
+    topic = "chunky-stream"
+    tool("kafka-topics.sh", "--bootstrap-server", cluster.bootstrap, "--create", "--topic", topic,
+         "--replica-assignment", "1:2")
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "linger.ms": 5})
+
+    def write(first: int, n: int) -> None:
+        for i in range(first, first + n):
+            p.produce(topic, value=b"%d" % i, partition=0)
+        assert p.flush(60) == 0
+
+    def run_once() -> None:
+        q = (spark.readStream.format("strata").option("kafka.bootstrap.servers", cluster.bootstrap)
+             .option("subscribe", topic).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "400")
+             .load().selectExpr("offset", "CAST(value AS STRING) AS value")
+             .writeStream.format("parquet").option("path", str(tmp_path / "out"))
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+        q.awaitTermination(300)
+        assert q.exception() is None
+
+    write(0, 1000)
+    run_once()
+    spec = tmp_path / "chunk.json"
+    spec.write_text(json.dumps({"partitions": [{"topic": topic, "partition": 0, "replicas": [2, 3]}]}))
+    tool("kafka-chunks.sh", "create", "--bootstrap-server", cluster.bootstrap, "--create-chunk-json-file", str(spec))
+    writer = threading.Thread(target=write, args=(1000, 1500))
+    writer.start()
+    run_once()  # restarted from its checkpoint across the new chunk, while the producer writes
+    writer.join(120)
+    run_once()
+    values = [int(r.value) for r in spark.read.parquet(str(tmp_path / "out")).collect()]
+    assert len(values) == len(set(values)), "a message was written twice"
+    assert sorted(values) == list(range(2500))
