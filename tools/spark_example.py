@@ -44,8 +44,7 @@ def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     with tempfile.TemporaryDirectory(prefix="strata-example-") as tmp, Cluster(Path(tmp), verbose=False) as c:
-        print("starting a cluster: 1 controller, 3 brokers ...", flush=True)
-        c.start()
+        print("started a cluster: 1 controller, 3 brokers", flush=True)
         bootstrap = c.bootstrap
         tool("kafka-topics.sh", "--bootstrap-server", bootstrap, "--create", "--topic", TOPIC,
              "--replica-assignment", "1")
