@@ -123,3 +123,26 @@ def test_topic_deletion_removes_every_chunk_dir(cluster: Cluster) -> None:
     admin.delete_topics([topic])[topic].result(30)
     wait_for(lambda: not any(chunk_dirs(c, b, topic) for b in c.broker_ids), what="every chunk dir deleted")
     assert all(not list(c.node_dir(b).glob(f"logs-*/{topic}-*")) for b in c.broker_ids)
+
+
+def test_a_replica_that_was_down_when_the_chunk_was_cut_catches_up(cluster: Cluster) -> None:
+    """Broker 2 is down while its partition gets 10 more records and a chunk is cut: back up, its
+    replica of the closed chunk copies [10, 19] from broker 1, reports it caught up and joins the
+    chunk's ISR; then it alone serves the chunk."""
+    c, topic = cluster, "chunks-catch-up"
+    create_topic(c, topic, [1, 2])
+    produce(c, topic, [b"a%d" % i for i in range(10)])
+    c.terminate(2)
+    wait_for(lambda: sorted(partition_md(c, 1, topic).isr_nodes) == [1], what="broker 2 out of the ISR")
+    produce(c, topic, [b"b%d" % i for i in range(10)], acks="1")
+    p = create_chunk(c, topic, [3, 1])
+    assert chunk_rows(p) == [(0, 19, 19, [1, 2], [1])]
+    c.start_node(2)
+    wait_for(lambda: chunk_rows(partition_md(c, 2, topic)) == [(0, 19, 19, [1, 2], [1, 2])], timeout=30,
+             what="broker 2 back in the chunk's ISR")
+    assert sorted(chunk_dirs(c, 2, topic)) == [0]  # no replica of the active chunk there
+    c.kill(1)
+    reader = ChunkReader([(HOST, c.broker_port(2)), (HOST, c.broker_port(3))], timeout=3)
+    got = list(reader.read(topic, 0, 0, 20))
+    assert [r.value for r in got] == [b"a%d" % i for i in range(10)] + [b"b%d" % i for i in range(10)]
+    assert reader.served_by == {2: 20}

@@ -232,7 +232,8 @@ class ChunkReads:
                 seen = self._redirected.setdefault(ctx.connection, {})
                 seen[(info.name, idx)] = (offset, time.monotonic())
         log.info("chunk_redirect", topic=info.name, partition=idx, offset=offset, to=to,
-                 chunk_start=chunk.start_offset if chunk is not None else None, client=ctx.client_id)
+                 chunk_start=chunk.start_offset if chunk is not None else None, client=ctx.client_id,
+                 api_version=ctx.api_version)
         return pd
 
     def _ignored_redirect(self, ctx, topic: str, idx: int, offset: int) -> bool:

@@ -72,14 +72,17 @@ class ChunkReplica:
 
     def seal(self) -> None:
         """Make the log match the chunk: nothing past end (a former active replica may hold
-        writes there that were never replicated), everything up to it committed, and once
-        complete a fresh empty active segment, so that retention can delete every segment
-        holding the chunk's data (it never deletes the active segment)."""
+        writes there that were never replicated), everything up to it committed."""
         lg = self.log
         if lg.log_end_offset > self.end + 1:
             log.info("chunk_replica_trimmed", topic=self.topic, partition=self.index, chunk_start=self.start,
                      from_offset=lg.log_end_offset, to_offset=self.end + 1)
             lg.truncate_to(self.end + 1)
         lg.update_high_watermark(self.end + 1)
-        if self.complete:
-            lg.roll()
+
+    @property
+    def needs_roll(self) -> bool:
+        """Complete, but its data still in the active segment, which retention never deletes: a
+        roll (done off the chunk's creation path: it fsyncs what the log had not) lets retention
+        take every segment holding the chunk's data."""
+        return self.complete and self.log.active_segment_base_offset < self.log.log_end_offset

@@ -369,14 +369,16 @@ class ReplicaManager:
                 except Exception:
                     log.exception("retention_failed", topic=p.topic, partition=p.index)
             for cr in list(self.chunks.values()):
-                self._enforce_chunk_retention(cr, now)
+                await self._enforce_chunk_retention(cr, now)
 
-    def _enforce_chunk_retention(self, cr: ChunkReplica, now: int) -> None:
+    async def _enforce_chunk_retention(self, cr: ChunkReplica, now: int) -> None:
         """Retention on an inactive chunk's replica (retention.bytes counts per chunk replica log,
         as storage defines it); when nothing of the chunk is left, the replica leaves it."""
         if cr.closed:
             return
         try:
+            if cr.needs_roll:
+                await asyncio.get_running_loop().run_in_executor(None, cr.log.roll)
             n = cr.log.enforce_retention(now, delete_policy=retention_applies(self.topic_config(cr.topic)))
         except Exception:
             log.exception("retention_failed", topic=cr.topic, partition=cr.index, chunk_start=cr.start)
