@@ -96,7 +96,6 @@ def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     with tempfile.TemporaryDirectory(prefix="strata-bench-spark-") as tmp, Cluster(Path(tmp), verbose=False) as c:
-        c.start()
         bs = c.bootstrap
         run_tool("kafka-topics.sh", "--bootstrap-server", bs, "--create", "--topic", "flat", "--replica-assignment", "1:2:3")
         run_tool("kafka-topics.sh", "--bootstrap-server", bs, "--create", "--topic", "chunked", "--replica-assignment", "1")
