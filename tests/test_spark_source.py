@@ -188,3 +188,21 @@ def test_read_committed_skips_aborted_transactions(cluster: Cluster, spark) -> N
     assert sorted(r.value for r in read(spark, cluster, subscribe="txn").collect()) == committed  # the default
     everything = sorted(r.value for r in read(spark, cluster, subscribe="txn", **{"isolation.level": "read_uncommitted"}).collect())
     assert everything == sorted(committed + [b"v%d" % i for i in range(100, 110)])
+
+
+def test_fail_on_data_loss(cluster: Cluster, spark) -> None:
+    from confluent_kafka import TopicPartition
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    create_topic(cluster, "lossy", partitions=1)
+    produce(cluster, "lossy", 0, 100, partitions=1)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for f in admin.delete_records([TopicPartition("lossy", 0, 40)]).values():
+        f.result(30)
+    from_zero = {"subscribe": "lossy", "startingOffsets": '{"lossy": {"0": 0}}'}
+    with pytest.raises((PySparkException, Py4JJavaError)) as e:
+        read(spark, cluster, **from_zero).collect()
+    assert "data lost" in str(e.value) and "failOnDataLoss" in str(e.value)
+    rows = read(spark, cluster, failOnDataLoss="false", **from_zero).collect()
+    assert sorted(r.offset for r in rows) == list(range(40, 100))
