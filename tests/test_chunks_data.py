@@ -480,3 +480,25 @@ def test_seed_alter_chunk_assignments(cluster: Cluster) -> None:
     assert [o for o, _ in flat] == list(range(20))
     assert logs.served("chunk_read", topic=topic) == {3: [0]}
     assert logs.events(2, "chunk_redirect", topic=topic, offset=0, to=3)
+
+
+def test_chunk_cut_inside_a_transaction_at_its_first_offset(cluster: Cluster) -> None:
+    """A transaction open from the active chunk's first offset: LSO == the chunk's start, so the
+    closed chunk has nothing readable (stop = start - 1) and the new chunk copies all of it
+    before the commit marker lands there."""
+    c, topic = cluster, "txn-at-start"
+    create_topic(c, topic, [1])
+    tp = Producer({"bootstrap.servers": c.bootstrap, "transactional.id": f"txs-{uuid.uuid4().hex[:6]}",
+                   "linger.ms": 5})
+    tp.init_transactions(30)
+    tp.begin_transaction()
+    for i in range(5):
+        tp.produce(topic, f"t{i}".encode(), partition=0)
+    assert tp.flush(30) == 0
+    p = create_chunk(c, topic, [2])
+    assert (p.start_offset, chunk_rows(p)) == (0, [(0, -1, 4, [1], [1])])
+    tp.commit_transaction(30)
+    flat = [r for poll in consume_confluent(c, topic, 5, read_committed=True) for r in poll]
+    assert flat == [(i, f"t{i}".encode()) for i in range(5)]
+    assert disk_offsets(chunk_dirs(c, 2, topic)[0]) == list(range(5))
+    assert fetch_v(c, 1, topic, 0, 12).preferred_read_replica == 2  # nothing readable on broker 1: onwards

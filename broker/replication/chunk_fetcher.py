@@ -182,6 +182,7 @@ class ChunkFetcher:
         rm = self.broker.replicas
         # our leader epoch starts after the copied batches (which carry the previous chunk's)
         lg.leader_epoch_cache.truncate_from_end(lg.log_end_offset)
+        warned = False
         while not self._stopping and p.is_leader and rm.get(p.topic, p.index) is p and lg.log_end_offset < required_end:
             at = lg.log_end_offset
             chunk = self._chunk_holding(p.topic, p.index, at)
@@ -199,6 +200,10 @@ class ChunkFetcher:
                     log.warning("chunk_prefix_local_copy_failed", topic=p.topic, partition=p.index, error=str(e))
             else:
                 sources = [b for b in chunk.isr if b != self.node_id and self.peers.live(b)]
+                if not sources and not warned:
+                    warned = True  # writes wait: the records exist only on brokers that are down
+                    log.warning("chunk_prefix_waiting_for_source", topic=p.topic, partition=p.index,
+                                chunk_start=chunk.start_offset, offset=at, isr=list(chunk.isr))
                 for src in hash_order(sources, p.topic, p.index, chunk.start_offset, self.node_id):
                     try:
                         await self._copy_from(src, p.topic, p.index, lg, end)

@@ -121,11 +121,15 @@ class ChunkReads:
         if p is not None and p.is_leader and sp.fetch_offset >= p.log.chunk_start:
             return None
         cr = self._local_covering(info.name, idx, sp.fetch_offset, inclusive_end=True)
-        if cr is None:
+        if cr is not None:
+            lg, end = cr.log, cr.end
+        elif p is not None and (c := _same_start(info.chunks.get(idx, ()), p.log.chunk_start)) is not None:
+            # a chunk with nothing readable (cut at its first offset) kept in our active chunk's dir
+            lg, end = p.log, c.end_offset
+        else:
             return None
-        lg = cr.log
         pd = _pd(idx)
-        pd.high_watermark = pd.last_stable_offset = min(cr.end + 1, lg.log_end_offset)
+        pd.high_watermark = pd.last_stable_offset = min(end + 1, lg.log_end_offset)
         pd.log_start_offset = lg.log_start_offset
         if sp.fetch_offset < lg.log_start_offset:
             pd.error_code = Errors.OFFSET_OUT_OF_RANGE
@@ -133,7 +137,7 @@ class ChunkReads:
         if sp.fetch_offset >= lg.log_end_offset:
             return pd  # nothing more here (the requester tries another replica)
         try:
-            fi = lg.read(sp.fetch_offset, min(sp.max_bytes, max(budget, 0)), max_offset=cr.end + 1, min_one_batch=True)
+            fi = lg.read(sp.fetch_offset, min(sp.max_bytes, max(budget, 0)), max_offset=end + 1, min_one_batch=True)
         except OffsetOutOfRangeError:
             pd.error_code = Errors.OFFSET_OUT_OF_RANGE
             return pd
@@ -396,6 +400,10 @@ def _size(records) -> int:
 def _lso(lg) -> int:
     lso = getattr(lg, "last_stable_offset", lg.high_watermark)
     return lso() if callable(lso) else lso
+
+
+def _same_start(chunks: tuple[ChunkInfo, ...], start: int) -> ChunkInfo | None:
+    return next((c for c in chunks if c.start_offset == start), None)
 
 
 def _chunk_holding(chunks: tuple[ChunkInfo, ...], offset: int) -> ChunkInfo | None:

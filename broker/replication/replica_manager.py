@@ -112,10 +112,12 @@ class ReplicaManager:
         """Bring this broker's replicas of one partition (active and inactive chunks) in line."""
         name, info = t.name, t.partitions[idx]
         chunks = t.chunks.get(idx, ())
-        mine = [c for c in chunks if self.node_id in c.replicas]
-        # A chunk cut while a transaction was open at its very start holds nothing readable
-        # (stop < start): the next chunk holds all of it, so its replicas just leave it.
-        readable = {c.start_offset: c for c in mine if c.stop_offset >= c.start_offset}
+        in_active = self.node_id in info.replicas
+        # A chunk cut while a transaction was open at its very first offset holds nothing
+        # readable (stop < start) and starts where the new active chunk starts: a broker in both
+        # keeps the one dir as the active chunk's (it holds the same records).
+        readable = {c.start_offset: c for c in chunks
+                    if self.node_id in c.replicas and not (in_active and c.start_offset == info.start_offset)}
         p = self.partitions.get((name, idx))
         if p is not None and p.topic_id != info.topic_id:
             self._remove_all(name, idx)  # topic re-created under the same name
@@ -138,11 +140,7 @@ class ReplicaManager:
                     self._leave(cr)
                 else:
                     self.chunk_fetcher.copy_chunk(cr)
-        if self.chunk_fetcher is not None:
-            for c in mine:
-                if c.start_offset not in readable:
-                    self.chunk_fetcher.report_leaving(name, idx, c)
-        if self.node_id in info.replicas:
+        if in_active:
             self._ensure(name, info, chunks)
         else:
             self._remove(name, idx, delete=True)
