@@ -502,3 +502,25 @@ def test_chunk_cut_inside_a_transaction_at_its_first_offset(cluster: Cluster) ->
     assert flat == [(i, f"t{i}".encode()) for i in range(5)]
     assert disk_offsets(chunk_dirs(c, 2, topic)[0]) == list(range(5))
     assert fetch_v(c, 1, topic, 0, 12).preferred_read_replica == 2  # nothing readable on broker 1: onwards
+
+
+def test_only_the_leader_serves_follower_fetches_of_the_active_chunk(cluster: Cluster) -> None:
+    """As Kafka: a follower fetch (replica_id >= 0) to a broker that does not lead the partition
+    is answered NOT_LEADER_OR_FOLLOWER; a replica of an inactive chunk serves its range to one."""
+    c, topic = cluster, "follower-fetch"
+    create_topic(c, topic, [1, 2])
+    produce(c, topic, [b"f%d" % i for i in range(4)])
+    F = FetchRequest
+
+    def follower_fetch(broker: int, offset: int) -> Any:
+        req = F(replica_id=3, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                session_epoch=-1, topics=[F.FetchTopic(topic=topic, partitions=[F.FetchPartition(
+                    partition=0, fetch_offset=offset, partition_max_bytes=1 << 20, current_leader_epoch=-1,
+                    last_fetched_epoch=-1, log_start_offset=-1)])], forgotten_topics_data=[], rack_id="")
+        return run(request(c.broker_port(broker), req, 12)).responses[0].partitions[0]
+
+    assert follower_fetch(2, 0).error_code == Errors.NOT_LEADER_OR_FOLLOWER
+    assert record_offsets(follower_fetch(1, 0)) == [0, 1, 2, 3]
+    create_chunk(c, topic, [3, 1])
+    served = follower_fetch(2, 1)  # broker 2 holds the closed chunk [0, 3]
+    assert (served.error_code, record_offsets(served)[-1], served.high_watermark) == (0, 3, 4)
