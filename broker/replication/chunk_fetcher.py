@@ -20,7 +20,6 @@ they are the chunk replicas' only messages to the controller).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import structlog
@@ -79,11 +78,12 @@ class ChunkFetcher:
             return
         self._spawn(key, self._fill_prefix(p, required_end))
 
-    def report_leaving(self, topic: str, index: int, info: ChunkInfo, on_done: Callable[[], None] | None = None) -> None:
+    def report_leaving(self, topic: str, index: int, info: ChunkInfo) -> None:
+        """Tell the controller this broker's replica of the chunk holds nothing any more."""
         key = ("leave", topic, index, info.start_offset)
         if self._stopping or key in self._tasks or (*key, info.chunk_epoch) in self._reported:
             return
-        self._spawn(key, self._report(key, topic, index, info, leaving=True, on_done=on_done))
+        self._spawn(key, self._report(key, topic, index, info, leaving=True))
 
     def cancel(self, topic: str, index: int, start: int) -> None:
         for kind in ("chunk", "prefix"):
@@ -150,8 +150,7 @@ class ChunkFetcher:
                 return
             await asyncio.sleep(BACKOFF_S)
 
-    async def _report(self, key: tuple, topic: str, index: int, info: ChunkInfo, *, leaving: bool,
-                      on_done: Callable[[], None] | None = None) -> bool:
+    async def _report(self, key: tuple, topic: str, index: int, info: ChunkInfo, *, leaving: bool) -> bool:
         entry = AC.AlterChunkAssignment(topic_name=topic, partition_id=index, start_offset=info.start_offset,
                                         chunk_epoch=-1, broker_ids=[])
         if leaving:
@@ -169,8 +168,6 @@ class ChunkFetcher:
                  chunk_start=info.start_offset, error_code=code)
         if code == 0 or (leaving and code == Errors.INVALID_REQUEST):  # INVALID_REQUEST: the chunk is gone already
             self._reported.add((*key, info.chunk_epoch))
-            if on_done is not None:
-                on_done()
             return True
         return False
 
