@@ -30,6 +30,7 @@ log = structlog.get_logger(__name__)
 SETTLE_TIMEOUT_S = 5.0
 # How long a partition whose chunk the controller accepted stays sealed waiting for our image.
 UNSEAL_GIVE_UP_S = 60.0
+IMAGE_WAIT_S = 30.0  # how long the answer waits for our image to show a created chunk (Broker.forward's sync)
 
 R = CreateChunksResponse
 
@@ -97,7 +98,7 @@ async def create_chunks(ctx: RequestContext, req: CreateChunksRequest) -> Create
                 )
             )
         if forward:
-            await _forward(b, forward, results)
+            await _forward(b, forward, results, epochs)
             sent = {i for i, _ in forward}
             pending = [
                 (e, p, epochs[i])
@@ -150,10 +151,12 @@ def _last_stable_offset(p: Partition, hw: int) -> int:
     return min(lso, hw)
 
 
-async def _forward(b, forward: list, results: list) -> None:
+async def _forward(b, forward: list, results: list, epochs: dict) -> None:
     body = CreateChunksRequest(topic_partitions=[e for _, e in forward])
     try:
-        resp = await b.forward(body, 0)
+        # read_only: rather than a full metadata round (up to a long-poll later), answer as soon as
+        # our image shows each new active chunk, which the metadata fetch in flight brings at once
+        resp = await b.forward(body, 0, read_only=True)
     except ClientError as err:
         for i, e in forward:
             results[i] = _result(e, Errors.REQUEST_TIMED_OUT, f"the controller did not answer: {err}")
@@ -172,6 +175,11 @@ async def _forward(b, forward: list, results: list) -> None:
         )
     for i, e in forward[len(resp.results) :]:
         results[i] = _result(e, Errors.UNKNOWN_SERVER_ERROR, "the controller left this partition unanswered")
+    created = [(e, epochs[i]) for i, e in forward if results[i].error_code == 0]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + IMAGE_WAIT_S
+    while any(not _image_moved_on(b, e, epoch) for e, epoch in created) and loop.time() < deadline:
+        await asyncio.sleep(0.005)
 
 
 @api(1077, 0, 0)
