@@ -1,3 +1,18 @@
 """Coordinators: state machines whose state lives in an internal, compacted topic and moves with the
-leadership of its partitions (group coordinator on __consumer_offsets; transaction and diskless
-coordinators to come)."""
+leadership of its partitions (group coordinator on __consumer_offsets, transaction coordinator on
+__transaction_state; a diskless coordinator to come)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+async def metadata_caught_up(broker: Any) -> None:
+    """Return once the broker's metadata has caught up with the controller. A restarted broker
+    first replays its own, stale, metadata log and briefly believes it still leads what it led
+    before it went down: a coordinator loading then would act (send markers, write state) for
+    partitions that moved. A load waits for this; if leadership does not survive the catch-up
+    the load is cancelled meanwhile."""
+    caught_up = getattr(broker.metadata, "caught_up", None)
+    if caught_up is not None and not caught_up.is_set():
+        await caught_up.wait()

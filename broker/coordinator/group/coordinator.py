@@ -25,6 +25,7 @@ from typing import Any
 
 import structlog
 
+from broker.coordinator import metadata_caught_up
 from broker.coordinator.group.config import GroupCoordinatorConfig
 from broker.coordinator.group.group import (
     UNKNOWN_MEMBER_ID,
@@ -234,6 +235,9 @@ class GroupCoordinator:
                 self._unload(ps)
 
     async def _load(self, ps: _PartitionState, p: Any) -> None:
+        await metadata_caught_up(self.broker)  # not on a restarted broker's stale view of leadership
+        if self._partitions.get(ps.index) is not ps:
+            return
         started = time.monotonic()
         try:
             loaded = await self._loop.run_in_executor(None, read_partition, p.log, self.config.load_buffer_size)

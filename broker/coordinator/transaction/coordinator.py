@@ -24,6 +24,7 @@ from typing import Any
 
 import structlog
 
+from broker.coordinator import metadata_caught_up
 from broker.coordinator.group.records import OFFSETS_TOPIC, partition_for
 from broker.coordinator.transaction.config import TransactionCoordinatorConfig
 from broker.coordinator.transaction.markers import TxnMarkerSender
@@ -178,6 +179,9 @@ class TransactionCoordinator:
         return self.active and self._partitions.get(tp.index) is tp
 
     async def _load(self, tp: _StatePartition, p: Any) -> None:
+        await metadata_caught_up(self.broker)
+        if not self._owns(tp):
+            return
         started = time.monotonic()
         try:
             values, records = await self._loop.run_in_executor(
