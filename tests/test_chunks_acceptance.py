@@ -146,3 +146,20 @@ def test_a_replica_that_was_down_when_the_chunk_was_cut_catches_up(cluster: Clus
     got = list(reader.read(topic, 0, 0, 20))
     assert [r.value for r in got] == [b"a%d" % i for i in range(10)] + [b"b%d" % i for i in range(10)]
     assert reader.served_by == {2: 20}
+
+
+def test_delete_records_past_a_whole_chunk_drops_it(cluster: Cluster) -> None:
+    """DeleteRecords at 15 on topic-0 = [0, 9] on 1, [10, 19] on 2, active from 20 on 3: the
+    first chunk lies wholly below it and is dropped (its replica deletes its dir); the second,
+    cut through, stays whole."""
+    from confluent_kafka import TopicPartition
+
+    c, topic = cluster, "chunks-delete-records"
+    three_chunks(c, topic)
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    for f in admin.delete_records([TopicPartition(topic, 0, 15)]).values():
+        assert f.result(30).low_watermark == 15
+    wait_for(lambda: [r[0] for r in chunk_rows(partition_md(c, 2, topic))] == [10], what="the first chunk dropped")
+    wait_for(lambda: 0 not in chunk_dirs(c, 1, topic), what="broker 1 to delete the dropped chunk's dir")
+    got = list(ChunkReader(c.bootstrap).read(topic, 0, 10, 30))
+    assert [r.value for r in got] == EXPECTED[10:]

@@ -7,7 +7,9 @@ from __future__ import annotations
 from broker.apis import RequestContext, api
 from broker.apis.leadership import leader_or_error
 from broker.storage.errors import StorageError
+from node.client import ClientError
 from protocol.errors import Errors
+from protocol.generated.alter_chunk_assignments import AlterChunkAssignmentsRequest
 from protocol.generated.delete_records import DeleteRecordsResponse
 
 
@@ -28,6 +30,10 @@ async def create_partitions(ctx: RequestContext, req):
 
 @api(21, 0, 2)
 async def delete_records(ctx: RequestContext, req) -> DeleteRecordsResponse:
+    """On the active chunk's leader. Below the active chunk, whole inactive chunks the offset
+    passes are dropped: every replica leaves them (AlterChunkAssignments with LeavingBrokerId,
+    the report a replica sends when retention emptied it), and the controller removes a chunk
+    with no replicas left. A chunk the offset cuts through keeps its bytes until retention."""
     R = DeleteRecordsResponse
     b = ctx.broker
     topics = []
@@ -44,11 +50,36 @@ async def delete_records(ctx: RequestContext, req) -> DeleteRecordsResponse:
             if offset < 0 or offset > p.high_watermark:
                 pr.error_code = Errors.OFFSET_OUT_OF_RANGE
                 continue
+            topic = b.metadata.image.topic(t.name)
+            chunks = topic.chunks.get(dp.partition_index, ()) if topic is not None else ()
+            gone = [c for c in chunks if c.end_offset < offset]
+            if gone:
+                pr.error_code = await _drop_chunks(b, t.name, dp.partition_index, gone)
+                if pr.error_code:
+                    continue
             try:
-                pr.low_watermark = p.log.delete_records_before(offset)
+                low = p.log.delete_records_before(offset)
             except StorageError as e:
                 pr.error_code = e.error_code
+                continue
+            pr.low_watermark = low if offset >= p.log.log_start_offset else offset
     return R(topics=topics)
+
+
+async def _drop_chunks(b, topic: str, partition: int, chunks) -> int:
+    AC = AlterChunkAssignmentsRequest
+    entries = [
+        AC.AlterChunkAssignment(topic_name=topic, partition_id=partition, start_offset=c.start_offset,
+                                chunk_epoch=-1, broker_ids=[], leaving_broker_id=r)
+        for c in chunks for r in c.replicas
+    ]
+    try:
+        resp = await b.forward(AC(chunks=entries), 0)
+    except ClientError:
+        return Errors.REQUEST_TIMED_OUT
+    # INVALID_REQUEST: a replica or the chunk left already (retention got there first)
+    bad = [r.error_code for r in resp.results if r.error_code not in (0, Errors.INVALID_REQUEST)]
+    return bad[0] if bad else 0
 
 
 @api(45, 0, 0)
