@@ -1,7 +1,8 @@
 """The transaction coordinator: __transaction_state record formats, the state rules of one
 transactional id, and the transaction APIs over the wire against a real 3-broker cluster
 (FindCoordinator for transactional ids, InitProducerId new/bump/fence, AddPartitionsToTxn,
-AddOffsetsToTxn, EndTxn, the error codes clients act on, timeouts that abort and fence)."""
+AddOffsetsToTxn, EndTxn, the error codes clients act on, timeouts that abort and fence, idle
+transactional ids expiring)."""
 
 from __future__ import annotations
 
@@ -97,9 +98,14 @@ BROKER = {
 }
 
 
+EXPIRATION_MS = 4000  # transactional.id.expiration.ms of the module's cluster (Kafka: 7 days)
+
+
 @pytest.fixture(scope="module")
 def txn_cluster(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("txn"), brokers=3, broker_overrides=BROKER, verbose=False)
+    c = Cluster(tmp_path_factory.mktemp("txn"), brokers=3, verbose=False, broker_overrides={
+        **BROKER, "transactional.id.expiration.ms": EXPIRATION_MS,
+        "transaction.remove.expired.transaction.cleanup.interval.ms": 300})
     try:
         c.start()
         asyncio.run(_setup(c))
@@ -289,6 +295,26 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(txn_c
             assert await t.add(pid, epoch, [("data", 1)]) == {("data", 1): E.PRODUCER_FENCED}
             r = await t.init(timeout_ms=1000)
             assert (r.error_code, r.producer_id, r.producer_epoch) == (0, pid, epoch + 2)
+
+    run(go())
+
+
+def test_idle_transactional_ids_expire_open_transactions_do_not(txn_cluster):
+    async def go():
+        async with Txn(txn_cluster, "expire-idle") as idle, Txn(txn_cluster, "expire-open") as busy:
+            r = await idle.init()
+            idle_pid, idle_epoch = r.producer_id, r.producer_epoch
+            r = await busy.init()
+            busy_pid, busy_epoch = r.producer_id, r.producer_epoch
+            assert await busy.add(busy_pid, busy_epoch, [("data", 2)]) == {("data", 2): 0}
+            await asyncio.sleep(EXPIRATION_MS / 1000 + 1)
+            # the open transaction is still there (it times out only after its own 60 s)
+            assert await busy.end(busy_pid, busy_epoch, True) == 0
+            # the idle id was forgotten (a tombstone in __transaction_state): its old producer id
+            # is unknown and its next InitProducerId starts over with a new producer id
+            assert await idle.add(idle_pid, idle_epoch, [("data", 0)]) == {("data", 0): E.INVALID_PRODUCER_ID_MAPPING}
+            r = await idle.init()
+            assert r.error_code == 0 and r.producer_id not in (idle_pid, busy_pid) and r.producer_epoch == 0
 
     run(go())
 

@@ -15,6 +15,8 @@ class TransactionCoordinatorConfig:
     state_log_load_buffer_size: int = 5 * 1024 * 1024
     max_timeout_ms: int = 900000
     abort_timed_out_interval_ms: int = 10000
+    transactional_id_expiration_ms: int = 604800000  # 7 days
+    remove_expired_interval_ms: int = 3600000
     # How long a state write waits for replication (Kafka bounds it by the client's request timeout).
     write_timeout_ms: int = 10000
 
@@ -35,4 +37,7 @@ class TransactionCoordinatorConfig:
             max_timeout_ms=get("transaction.max.timeout.ms", d.max_timeout_ms),
             abort_timed_out_interval_ms=get("transaction.abort.timed.out.transaction.cleanup.interval.ms",
                                             d.abort_timed_out_interval_ms),
+            transactional_id_expiration_ms=get("transactional.id.expiration.ms", d.transactional_id_expiration_ms),
+            remove_expired_interval_ms=get("transaction.remove.expired.transaction.cleanup.interval.ms",
+                                           d.remove_expired_interval_ms),
         )

@@ -13,7 +13,7 @@ requests answer CONCURRENT_TRANSACTIONS), appended to the partition leader's log
 await, and applied once the high watermark passes it. EndTxn answers once PrepareCommit /
 PrepareAbort is replicated; the markers (markers.py) and the CompleteCommit/CompleteAbort record
 follow in the background. Ongoing transactions older than their timeout are aborted with an epoch
-bump that fences their producer.
+bump that fences their producer; ids idle past transactional.id.expiration.ms are forgotten.
 """
 
 from __future__ import annotations
@@ -117,6 +117,7 @@ class TransactionCoordinator:
             if topic == TRANSACTION_STATE_TOPIC and p.is_leader:
                 self.on_leadership(p, True)
         self._spawn(self._abort_timed_out_loop())
+        self._spawn(self._remove_expired_loop())
 
     # ------------------------------------------------------------------ lifecycle
     def shutdown(self) -> None:
@@ -227,7 +228,7 @@ class TransactionCoordinator:
     async def _write(self, tp: _StatePartition, meta: TransactionMetadata, target: TransactionLogValue) -> int:
         """Append `target` for `meta` (before any await) and apply it once replicated. Returns the
         error (Kafka's mapping for transaction log appends); `meta` keeps its state on error."""
-        err = self._append_and_wait(tp, meta.transactional_id, target)
+        err = self._append_and_wait(tp, [(meta.transactional_id, target)])
         code = await err
         if code == 0 and not (self._owns(tp) and tp.txns.get(meta.transactional_id) is meta):
             code = Errors.NOT_COORDINATOR  # unloaded (or reloaded) while writing: not ours to change
@@ -239,8 +240,10 @@ class TransactionCoordinator:
         meta.complete(target)
         return 0
 
-    def _append_and_wait(self, tp: _StatePartition, transactional_id: str,
-                         target: TransactionLogValue) -> asyncio.Future:
+    def _append_and_wait(self, tp: _StatePartition,
+                         records: list[tuple[str, TransactionLogValue | None]]) -> asyncio.Future:
+        """One batch of (transactional id, value or None for a tombstone) appended now; the
+        future resolves to the error once it is replicated (0) or cannot be."""
         done = self._loop.create_future()
         p = self.broker.replicas.get(TRANSACTION_STATE_TOPIC, tp.index)
         if p is None or not p.is_leader or p.leader_epoch != tp.coordinator_epoch:
@@ -254,8 +257,8 @@ class TransactionCoordinator:
             done.set_result(Errors.COORDINATOR_NOT_AVAILABLE)
             return done
         now = wall_clock_ms()
-        batch = encode_batch([Record(key=encode_key(transactional_id), value=encode_value(target), timestamp=now)],
-                             base_timestamp=now)
+        batch = encode_batch([Record(key=encode_key(tid), value=None if v is None else encode_value(v), timestamp=now)
+                              for tid, v in records], base_timestamp=now)
         try:
             info = p.log.append_as_leader(batch, p.leader_epoch, now, origin=AppendOrigin.COORDINATOR)
         except StorageError as e:
@@ -493,6 +496,44 @@ class TransactionCoordinator:
                     count += 1
                     self._fence_and_abort(tp, meta, "timeout")
         return count
+
+    # ------------------------------------------------------------------ expiration
+    async def _remove_expired_loop(self) -> None:
+        interval = self.config.remove_expired_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.remove_expired_transactional_ids()
+            except Exception:
+                log.exception("txn_expiration_failed")
+
+    def remove_expired_transactional_ids(self, now_ms: int | None = None) -> int:
+        """Kafka's transactional id expiration: an id without a transaction (Empty,
+        CompleteCommit, CompleteAbort) and unchanged for transactional.id.expiration.ms is
+        forgotten (a tombstone per partition batch); its next InitProducerId gets a new producer id."""
+        now = now_ms if now_ms is not None else wall_clock_ms()
+        horizon = now - self.config.transactional_id_expiration_ms
+        count = 0
+        for tp in list(self._partitions.values()):
+            if tp.loading:
+                continue
+            expired = [m for m in tp.txns.values() if m.pending is None and m.last_update_ms <= horizon
+                       and m.state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT)]
+            if expired:
+                count += len(expired)
+                for m in expired:
+                    m.pending = S.DEAD  # requests for it answer CONCURRENT_TRANSACTIONS meanwhile
+                self._spawn(self._remove(tp, expired))
+        return count
+
+    async def _remove(self, tp: _StatePartition, metas: list[TransactionMetadata]) -> None:
+        code = await self._append_and_wait(tp, [(m.transactional_id, None) for m in metas])
+        for m in metas:
+            m.pending = None
+            if code == 0 and self._owns(tp) and tp.txns.get(m.transactional_id) is m:
+                m.state = S.DEAD
+                del tp.txns[m.transactional_id]
+        log.info("txn_ids_expired", partition=tp.index, transactional_ids=len(metas), error_code=code)
 
     # ------------------------------------------------------------------ the topic
     def ensure_state_topic(self) -> None:
