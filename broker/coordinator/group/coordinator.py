@@ -55,6 +55,7 @@ from broker.coordinator.group.records import (
     offset_commit_value,
     partition_for,
 )
+from broker.coordinator.internal_topic import create_internal_topic
 from broker.storage.errors import StorageError
 from broker.storage.log import AppendOrigin
 from protocol.errors import Errors, ProtocolError
@@ -1322,38 +1323,11 @@ class GroupCoordinator:
         self._create_task = self._spawn(self._create_offsets_topic())
 
     async def _create_offsets_topic(self) -> None:
-        from protocol.generated.create_topics import CreateTopicsRequest
-
-        image = self.broker.metadata.image
-        if image.topic(OFFSETS_TOPIC) is not None:
-            return
-        live = len(image.live_brokers()) or 1
-        rf = max(1, min(self.config.offsets_topic_replication_factor, live))
-        C = CreateTopicsRequest
-        req = C(
-            topics=[C.CreatableTopic(
-                name=OFFSETS_TOPIC,
-                num_partitions=self.config.offsets_topic_num_partitions,
-                replication_factor=rf,
-                configs=[
-                    C.CreatableTopicConfig(name="cleanup.policy", value="compact"),
-                    C.CreatableTopicConfig(name="segment.bytes", value=str(self.config.offsets_topic_segment_bytes)),
-                    C.CreatableTopicConfig(name="compression.type", value="producer"),
-                ],
-            )],
-            timeout_ms=30000,
+        cfg = self.config
+        await create_internal_topic(
+            self.broker, OFFSETS_TOPIC, cfg.offsets_topic_num_partitions, cfg.offsets_topic_replication_factor,
+            {"segment.bytes": str(cfg.offsets_topic_segment_bytes)},
         )
-        try:
-            resp = await self.broker.forward(req)
-        except Exception as e:
-            log.warning("offsets_topic_create_failed", error=repr(e))
-            return
-        for t in resp.topics:
-            if t.error_code == 0:
-                log.info("offsets_topic_created", partitions=self.config.offsets_topic_num_partitions,
-                         replication_factor=rf)
-            elif t.error_code != Errors.TOPIC_ALREADY_EXISTS:
-                log.warning("offsets_topic_create_failed", error_code=t.error_code, error=t.error_message)
 
 
 def _store_group_error(code: int) -> int:

@@ -26,6 +26,7 @@ import structlog
 
 from broker.coordinator import metadata_caught_up
 from broker.coordinator.group.records import OFFSETS_TOPIC, partition_for
+from broker.coordinator.internal_topic import create_internal_topic
 from broker.coordinator.transaction.config import TransactionCoordinatorConfig
 from broker.coordinator.transaction.markers import TxnMarkerSender
 from broker.coordinator.transaction.metadata import (
@@ -543,41 +544,12 @@ class TransactionCoordinator:
         self._create_task = self._spawn(self._create_state_topic())
 
     async def _create_state_topic(self) -> None:
-        from protocol.generated.create_topics import CreateTopicsRequest
-
-        image = self.broker.metadata.image
-        if image.topic(TRANSACTION_STATE_TOPIC) is not None:
-            return
-        live = len(image.live_brokers()) or 1
-        rf = max(1, min(self.config.state_log_replication_factor, live))
-        min_isr = max(1, min(self.config.state_log_min_isr, rf))
-        C = CreateTopicsRequest
-        req = C(
-            topics=[C.CreatableTopic(
-                name=TRANSACTION_STATE_TOPIC,
-                num_partitions=self.config.state_log_num_partitions,
-                replication_factor=rf,
-                configs=[
-                    C.CreatableTopicConfig(name="cleanup.policy", value="compact"),
-                    C.CreatableTopicConfig(name="min.insync.replicas", value=str(min_isr)),
-                    C.CreatableTopicConfig(name="segment.bytes", value=str(self.config.state_log_segment_bytes)),
-                    C.CreatableTopicConfig(name="unclean.leader.election.enable", value="false"),
-                    C.CreatableTopicConfig(name="compression.type", value="producer"),
-                ],
-            )],
-            timeout_ms=30000,
+        cfg = self.config
+        await create_internal_topic(
+            self.broker, TRANSACTION_STATE_TOPIC, cfg.state_log_num_partitions, cfg.state_log_replication_factor,
+            {"segment.bytes": str(cfg.state_log_segment_bytes), "unclean.leader.election.enable": "false"},
+            min_isr=cfg.state_log_min_isr,
         )
-        try:
-            resp = await self.broker.forward(req)
-        except Exception as e:
-            log.warning("txn_state_topic_create_failed", error=repr(e))
-            return
-        for t in resp.topics:
-            if t.error_code == 0:
-                log.info("txn_state_topic_created", partitions=self.config.state_log_num_partitions,
-                         replication_factor=rf, min_isr=min_isr)
-            elif t.error_code != Errors.TOPIC_ALREADY_EXISTS:
-                log.warning("txn_state_topic_create_failed", error_code=t.error_code, error=t.error_message)
 
 
 def _valid_producer_id(meta: TransactionMetadata, expected: tuple[int, int]) -> bool:
