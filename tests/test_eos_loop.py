@@ -8,6 +8,7 @@ fences the old). The output, read with read_committed, holds every input exactly
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -25,6 +26,34 @@ PARTITIONS = 4
 TXN_ID = "eos-loop"
 GROUP = "eos-loop-group"
 BATCH = 2000
+CALL_LIMIT_S = 90.0  # a librdkafka transaction call still blocked after this counts as hung
+
+
+class ClientCallHung(AssertionError):
+    """A librdkafka transaction call never returned (its own timeout did not end it)."""
+
+
+def bounded(fn, *args):
+    """Run one blocking librdkafka call in a daemon thread: a call that hangs fails the test
+    (leaving the thread behind) instead of hanging the whole test run."""
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["result"] = fn(*args)
+        except BaseException as e:  # handed to the caller
+            box["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(CALL_LIMIT_S)
+    if t.is_alive():
+        raise ClientCallHung(f"{getattr(fn, '__name__', fn)} still blocked after {CALL_LIMIT_S:.0f}s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
+
+
 BROKER = {
     "transaction.state.log.num.partitions": 6,
     "offsets.topic.num.partitions": 6,
@@ -115,7 +144,7 @@ class Loop:
                     except BufferError:
                         p.poll(0.05)
             positions = self.consumer.position(self.parts)
-            p.send_offsets_to_transaction(positions, self.consumer.consumer_group_metadata(), 60)
+            bounded(p.send_offsets_to_transaction, positions, self.consumer.consumer_group_metadata(), 60)
             self.before_commit()
             self._commit(p)
             self.committed_messages += len(msgs)
@@ -133,7 +162,7 @@ class Loop:
     def _commit(self, p: Producer) -> None:
         while True:
             try:
-                p.commit_transaction(60)
+                bounded(p.commit_transaction, 60)
                 return
             except KafkaException as e:
                 if not e.args[0].retriable() or time.monotonic() > self.deadline:
@@ -144,7 +173,7 @@ class Loop:
     def _abort(self, p: Producer) -> None:
         while True:
             try:
-                p.abort_transaction(60)
+                bounded(p.abort_transaction, 60)
                 return
             except KafkaException as e:
                 if e.args[0].fatal():
@@ -183,7 +212,12 @@ def read_output(c: Cluster, expect: int) -> list[bytes]:
 
 # A librdkafka call stuck in C never returns to Python, so the signal method could not end it:
 # the thread method fails the run (stacks dumped) instead of hanging it.
-@pytest.mark.timeout(300, method="thread")
+@pytest.mark.xfail(
+    raises=ClientCallHung, strict=False,
+    reason="open in issue #5: after the coordinator moves, librdkafka's send_offsets_to_transaction "
+           "sometimes never returns (seen in 2 of ~16 runs); any other failure still fails the test",
+)
+@pytest.mark.timeout(400, method="thread")
 def test_exactly_once_loop_survives_a_kill_of_the_transaction_coordinator(tmp_path):
     c = Cluster(tmp_path / "c", brokers=3, verbose=False, broker_overrides=BROKER, controller_overrides=CONTROLLER)
     c.start()
