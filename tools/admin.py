@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -43,6 +44,24 @@ def broker_error(what: str, code: int, message: str | None = None) -> AdminError
     """`what` failed with Kafka error `code`; the broker's own message wins over our table's."""
     detail = (message or "").strip() or error_message(code)
     return AdminError(f"{what}: {detail}", code)
+
+
+def read_json_object(path: str) -> dict:
+    """A tool's JSON input file: readable, UTF-8, valid JSON, an object; else AdminError naming why."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise AdminError(f"cannot read {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise AdminError(f"{path} is not UTF-8 text: {e.reason} at byte {e.start}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise AdminError(f"{path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    if not isinstance(doc, dict):
+        raise AdminError(f"{path} must hold a JSON object, not {type(doc).__name__}")
+    return doc
 
 
 def parse_bootstrap(value: str) -> list[tuple[str, int]]:

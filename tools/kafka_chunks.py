@@ -30,7 +30,7 @@ from node.client import ClientError, NodeClient
 from protocol.errors import Errors
 from protocol.generated.alter_chunk_assignments import AlterChunkAssignmentsRequest
 from protocol.generated.create_chunks import CreateChunksRequest
-from tools.admin import Admin, AdminError, broker_error, parse_bootstrap, run_tool
+from tools.admin import Admin, AdminError, broker_error, parse_bootstrap, read_json_object, run_tool
 from tools.kafka_reassign_partitions import list_reassignments
 
 JSON_VERSION = 1  # an optional "version" must be this
@@ -61,19 +61,7 @@ def _is_int(v: Any) -> bool:
 
 
 def read_json(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise AdminError(f"cannot read {path}: {e.strerror or e}") from None
-    except UnicodeDecodeError as e:
-        raise AdminError(f"{path} is not UTF-8 text: {e.reason} at byte {e.start}") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise AdminError(f"{path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
-    if not isinstance(doc, dict):
-        raise AdminError(f"{path} must hold a JSON object, not {type(doc).__name__}")
+    doc = read_json_object(path)
     version = doc.get("version", JSON_VERSION)
     if not _is_int(version) or version != JSON_VERSION:
         raise AdminError(f'{path}: unsupported "version" {json.dumps(version)} (only {JSON_VERSION} is supported)')

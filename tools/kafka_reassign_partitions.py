@@ -21,7 +21,7 @@ from protocol.errors import Errors, error_message, error_name
 from protocol.generated.alter_partition_reassignments import AlterPartitionReassignmentsRequest
 from protocol.generated.incremental_alter_configs import IncrementalAlterConfigsRequest
 from protocol.generated.list_partition_reassignments import ListPartitionReassignmentsRequest
-from tools.admin import Admin, AdminError, broker_error, parse_bootstrap, run_tool
+from tools.admin import Admin, AdminError, broker_error, parse_bootstrap, read_json_object, run_tool
 
 ANY_LOG_DIR = "any"
 JSON_VERSION = 1  # the only version of both file formats
@@ -79,19 +79,7 @@ def plural(n: int) -> str:
 
 # ---------------------------------------------------------------- files
 def read_json(path: str) -> Any:
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise AdminError(f"cannot read {path}: {e.strerror or e}") from None
-    except UnicodeDecodeError as e:
-        raise AdminError(f"{path} is not UTF-8 text: {e.reason} at byte {e.start}") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise AdminError(f"{path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
-    if not isinstance(doc, dict):
-        raise AdminError(f"{path} must hold a JSON object, not {type(doc).__name__}")
+    doc = read_json_object(path)
     version = doc.get("version", JSON_VERSION)  # Kafka defaults a missing version to 1
     if isinstance(version, bool) or version != JSON_VERSION:
         raise AdminError(f'{path}: unsupported "version" {json.dumps(version)} (only {JSON_VERSION} is supported)')

@@ -1047,10 +1047,11 @@ class GroupCoordinator:
             return Errors.UNKNOWN_MEMBER_ID  # only members commit for a non-empty group
         return 0
 
-    def _store_offsets(
-        self, ps: _PartitionState, group: ClassicGroup, offsets: dict[TopicPartition, OffsetAndMetadata],
-        respond: Callable[[dict[TopicPartition, int]], None],
-    ) -> None:
+    def _split_oversized_metadata(
+        self, offsets: dict[TopicPartition, OffsetAndMetadata],
+    ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, OffsetAndMetadata]]:
+        """(OFFSET_METADATA_TOO_LARGE per partition whose metadata passes offset.metadata.max.bytes,
+        the offsets to write)."""
         limit = self.config.offset_metadata_max_bytes
         result: dict[TopicPartition, int] = {}
         valid: dict[TopicPartition, OffsetAndMetadata] = {}
@@ -1059,6 +1060,13 @@ class GroupCoordinator:
                 result[tp] = Errors.OFFSET_METADATA_TOO_LARGE
             else:
                 valid[tp] = om
+        return result, valid
+
+    def _store_offsets(
+        self, ps: _PartitionState, group: ClassicGroup, offsets: dict[TopicPartition, OffsetAndMetadata],
+        respond: Callable[[dict[TopicPartition, int]], None],
+    ) -> None:
+        result, valid = self._split_oversized_metadata(offsets)
         if not valid:
             respond(result)
             return
@@ -1099,14 +1107,7 @@ class GroupCoordinator:
         err = self._validate_txn_offset_commit(group, generation_id, member_id, instance_id)
         if err:
             return {tp: err for tp in offsets}
-        limit = self.config.offset_metadata_max_bytes
-        result: dict[TopicPartition, int] = {}
-        valid: dict[TopicPartition, OffsetAndMetadata] = {}
-        for tp, om in offsets.items():
-            if om.metadata is not None and len(om.metadata.encode()) > limit:
-                result[tp] = Errors.OFFSET_METADATA_TOO_LARGE
-            else:
-                valid[tp] = om
+        result, valid = self._split_oversized_metadata(offsets)
         if not valid:
             return result
         records = [(offset_commit_key(group_id, t, p), offset_commit_value(om)) for (t, p), om in valid.items()]
