@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import zlib
 from collections import deque
 from collections.abc import Iterator, Sequence
 
@@ -26,15 +25,6 @@ from protocol.generated.fetch import FetchRequest
 FETCH_VERSION = 12  # topic names (not ids), last stable offset, aborted transactions, preferred replica
 OFFSET_OUT_OF_RANGE = 1
 MAX_REDIRECTS = 8  # a chain of preferred-replica answers longer than this is a loop
-
-
-def replica_order(brokers: Sequence[int], *key: object) -> list[int]:
-    """The brokers rotated to start at one chosen by a stable hash of `key` (Python's own hash
-    differs between processes; Spark plans and reads in different ones)."""
-    if not brokers:
-        return []
-    i = zlib.crc32(repr(key).encode()) % len(brokers)
-    return [*brokers[i:], *brokers[:i]]
 
 
 class RangeReader:

@@ -44,7 +44,8 @@ from connector.cluster_view import (
     SourceError,
     parse_bootstrap,
 )
-from connector.range_reader import RangeReader, replica_order
+from connector.range_reader import RangeReader
+from metadata.read_replicas import hash_order
 
 TopicPartition = tuple[str, int]
 
@@ -229,7 +230,7 @@ def _spread(pieces: list[Piece]) -> list[Piece]:
             continue
         key = (p.topic, p.partition, p.chunk)
         i = turn[key] = turn.get(key, -1) + 1
-        base = replica_order(sorted(p.brokers), *key)
+        base = hash_order(sorted(p.brokers), *key)
         k = i % len(base)
         out.append(replace(p, brokers=tuple(base[k:] + base[:k])))
     return out

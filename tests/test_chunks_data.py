@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from broker.replication.peers import hash_order
+from metadata.read_replicas import hash_order
 from node.client import NodeClient
 from protocol.errors import Errors
 from protocol.generated.alter_chunk_assignments import AlterChunkAssignmentsRequest

@@ -64,6 +64,33 @@ def read_json_object(path: str) -> dict:
     return doc
 
 
+def is_json_int(v: Any) -> bool:
+    """A JSON integer (Python's bool is an int, JSON's true is not)."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def read_versioned_json(path: str, version: int = 1) -> dict:
+    """read_json_object, with Kafka's "version" check (a missing version counts as 1)."""
+    doc = read_json_object(path)
+    found = doc.get("version", 1)
+    if not is_json_int(found) or found != version:
+        raise AdminError(f'{path}: unsupported "version" {json.dumps(found)} (only {version} is supported)')
+    return doc
+
+
+def partition_entry(entry: Any, where: str) -> tuple[str, int]:
+    """The (topic, partition) of one entry of a tool's partition list, checked the way Kafka's
+    tools check it; `where` names the entry in the message."""
+    if not isinstance(entry, dict):
+        raise AdminError(f"{where} must be an object")
+    topic, partition = entry.get("topic"), entry.get("partition")
+    if not isinstance(topic, str) or not topic:
+        raise AdminError(f'{where} needs a "topic" name')
+    if not is_json_int(partition) or partition < 0:
+        raise AdminError(f'{where} ({topic}) needs a "partition" number >= 0')
+    return topic, partition
+
+
 def parse_bootstrap(value: str) -> list[tuple[str, int]]:
     """``host:port,host:port`` (IPv6 hosts in brackets) -> [(host, port)]."""
     out = []

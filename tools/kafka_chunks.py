@@ -30,7 +30,16 @@ from node.client import ClientError, NodeClient
 from protocol.errors import Errors
 from protocol.generated.alter_chunk_assignments import AlterChunkAssignmentsRequest
 from protocol.generated.create_chunks import CreateChunksRequest
-from tools.admin import Admin, AdminError, broker_error, parse_bootstrap, read_json_object, run_tool
+from tools.admin import (
+    Admin,
+    AdminError,
+    broker_error,
+    is_json_int,
+    parse_bootstrap,
+    partition_entry,
+    read_versioned_json,
+    run_tool,
+)
 from tools.kafka_reassign_partitions import list_reassignments
 
 JSON_VERSION = 1  # an optional "version" must be this
@@ -56,21 +65,9 @@ def ids_str(ids: Sequence[int]) -> str:
 
 
 # ---------------------------------------------------------------- files
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def read_json(path: str) -> dict:
-    doc = read_json_object(path)
-    version = doc.get("version", JSON_VERSION)
-    if not _is_int(version) or version != JSON_VERSION:
-        raise AdminError(f'{path}: unsupported "version" {json.dumps(version)} (only {JSON_VERSION} is supported)')
-    return doc
-
-
 def parse_chunk_file(path: str, key: str) -> list[ChunkSpec]:
     """`key` "partitions" (create file) or "chunks" (alter file, entries also need startOffset)."""
-    doc = read_json(path)
+    doc = read_versioned_json(path, JSON_VERSION)
     items = doc.get(key)
     if not isinstance(items, list):
         raise AdminError(f'{path}: needs "{key}", a list')
@@ -79,20 +76,15 @@ def parse_chunk_file(path: str, key: str) -> list[ChunkSpec]:
     out: list[ChunkSpec] = []
     for i, entry in enumerate(items):
         where = f"{path}: {key}[{i}]"
-        if not isinstance(entry, dict):
-            raise AdminError(f"{where} must be an object")
-        topic, partition, replicas = entry.get("topic"), entry.get("partition"), entry.get("replicas")
-        if not isinstance(topic, str) or not topic:
-            raise AdminError(f'{where} needs a "topic" name')
-        if not _is_int(partition) or partition < 0:
-            raise AdminError(f'{where} ({topic}) needs a "partition" number >= 0')
+        topic, partition = partition_entry(entry, where)
+        replicas = entry.get("replicas")
         tp = f"{topic}-{partition}"
         start = None
         if key == "chunks":
             start = entry.get("startOffset")
-            if not _is_int(start) or start < 0:
+            if not is_json_int(start) or start < 0:
                 raise AdminError(f'{where} ({tp}) needs a "startOffset" number >= 0')
-        if not isinstance(replicas, list) or not replicas or not all(_is_int(r) and r >= 0 for r in replicas):
+        if not isinstance(replicas, list) or not replicas or not all(is_json_int(r) and r >= 0 for r in replicas):
             raise AdminError(f'{where} ({tp}) needs "replicas", a non-empty list of broker ids')
         dup = sorted({r for r in replicas if replicas.count(r) > 1})
         if dup:

@@ -21,7 +21,16 @@ from protocol.errors import Errors, error_message, error_name
 from protocol.generated.alter_partition_reassignments import AlterPartitionReassignmentsRequest
 from protocol.generated.incremental_alter_configs import IncrementalAlterConfigsRequest
 from protocol.generated.list_partition_reassignments import ListPartitionReassignmentsRequest
-from tools.admin import Admin, AdminError, broker_error, parse_bootstrap, read_json_object, run_tool
+from tools.admin import (
+    Admin,
+    AdminError,
+    broker_error,
+    is_json_int,
+    parse_bootstrap,
+    partition_entry,
+    read_versioned_json,
+    run_tool,
+)
 
 ANY_LOG_DIR = "any"
 JSON_VERSION = 1  # the only version of both file formats
@@ -78,18 +87,6 @@ def plural(n: int) -> str:
 
 
 # ---------------------------------------------------------------- files
-def read_json(path: str) -> Any:
-    doc = read_json_object(path)
-    version = doc.get("version", JSON_VERSION)  # Kafka defaults a missing version to 1
-    if isinstance(version, bool) or version != JSON_VERSION:
-        raise AdminError(f'{path}: unsupported "version" {json.dumps(version)} (only {JSON_VERSION} is supported)')
-    return doc
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _list_of(doc: dict, key: str, path: str) -> list:
     items = doc.get(key, [])
     if not isinstance(items, list):
@@ -99,7 +96,7 @@ def _list_of(doc: dict, key: str, path: str) -> list:
 
 def parse_topics_file(path: str) -> list[str]:
     """{"version":1,"topics":[{"topic":"t"},...]} -> topic names, in file order."""
-    doc = read_json(path)
+    doc = read_versioned_json(path, JSON_VERSION)
     topics = []
     for i, entry in enumerate(_list_of(doc, "topics", path)):
         name = entry.get("topic") if isinstance(entry, dict) else None
@@ -117,19 +114,14 @@ def parse_topics_file(path: str) -> list[str]:
 def parse_reassignment_file(path: str, *, require_partitions: bool = False) -> list[tuple[TP, list[int]]]:
     """Kafka's reassignment JSON -> [((topic, partition), replicas)] in file order, after the
     checks Kafka makes (plus: log dirs other than "any" are refused, Strata cannot move them)."""
-    doc = read_json(path)
+    doc = read_versioned_json(path, JSON_VERSION)
     out: list[tuple[TP, list[int]]] = []
     for i, entry in enumerate(_list_of(doc, "partitions", path)):
         where = f"{path}: partitions[{i}]"
-        if not isinstance(entry, dict):
-            raise AdminError(f"{where} must be an object")
-        topic, partition, replicas = entry.get("topic"), entry.get("partition"), entry.get("replicas")
-        if not isinstance(topic, str) or not topic:
-            raise AdminError(f'{where} needs a "topic" name')
-        if not _is_int(partition) or partition < 0:
-            raise AdminError(f'{where} ({topic}) needs a "partition" number >= 0')
+        topic, partition = partition_entry(entry, where)
+        replicas = entry.get("replicas")
         tp = tp_str((topic, partition))
-        if not isinstance(replicas, list) or not all(_is_int(r) for r in replicas):
+        if not isinstance(replicas, list) or not all(is_json_int(r) for r in replicas):
             raise AdminError(f'{where} ({tp}) needs "replicas", a list of broker ids')
         log_dirs = entry.get("log_dirs", [ANY_LOG_DIR] * len(replicas))
         if not isinstance(log_dirs, list) or not all(isinstance(d, str) for d in log_dirs):

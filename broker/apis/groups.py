@@ -9,7 +9,7 @@ creating the topic on first use.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from broker.apis import RequestContext, api
@@ -195,47 +195,60 @@ async def leave_group(ctx: RequestContext, req) -> LeaveGroupResponse:
 
 
 # ---------------------------------------------------------------- offsets
-@api(8, 0, 9)
-async def offset_commit(ctx: RequestContext, req) -> OffsetCommitResponse:
-    R = OffsetCommitResponse
-    v = ctx.api_version
-    c = _coordinator(ctx)
+def _requested_offsets(
+    ctx: RequestContext, topics: list, with_epochs: bool, retention_ms: int | None = None,
+    commit_ts: Callable[[Any, int], int] = lambda p, now: now,
+) -> tuple[dict[tuple[str, int], OffsetAndMetadata], dict[tuple[str, int], int]]:
+    """The offsets an OffsetCommit/TxnOffsetCommit asks for, and UNKNOWN_TOPIC_OR_PARTITION for
+    partitions the metadata does not have."""
     image = ctx.broker.metadata.image
     now = wall_clock_ms()
-    retention = req.retention_time_ms if 2 <= v <= 4 else -1
     offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
     errors: dict[tuple[str, int], int] = {}
-    for t in req.topics:
+    for t in topics:
         topic = image.topic(t.name)
         for p in t.partitions:
             tp = (t.name, p.partition_index)
             if topic is None or p.partition_index not in topic.partitions:
                 errors[tp] = Errors.UNKNOWN_TOPIC_OR_PARTITION
                 continue
-            commit_ts = p.commit_timestamp if v == 1 and p.commit_timestamp != -1 else now
             offsets[tp] = OffsetAndMetadata(
                 offset=p.committed_offset,
-                leader_epoch=p.committed_leader_epoch if v >= 6 else -1,
+                leader_epoch=p.committed_leader_epoch if with_epochs else -1,
                 metadata=p.committed_metadata or "",
-                commit_timestamp=commit_ts,
-                expire_timestamp=now + retention if retention != -1 else None,
+                commit_timestamp=commit_ts(p, now),
+                expire_timestamp=None if retention_ms is None else now + retention_ms,
             )
+    return offsets, errors
+
+
+def _commit_response(R: Any, topic_cls: Any, partition_cls: Any, topics: list, errors: dict) -> Any:
+    return R(topics=[
+        topic_cls(name=t.name, partitions=[
+            partition_cls(partition_index=p.partition_index, error_code=errors.get((t.name, p.partition_index), 0))
+            for p in t.partitions
+        ])
+        for t in topics
+    ])
+
+
+@api(8, 0, 9)
+async def offset_commit(ctx: RequestContext, req) -> OffsetCommitResponse:
+    R = OffsetCommitResponse
+    v = ctx.api_version
+    retention = req.retention_time_ms if 2 <= v <= 4 else -1
+    offsets, errors = _requested_offsets(
+        ctx, req.topics, with_epochs=v >= 6, retention_ms=retention if retention != -1 else None,
+        commit_ts=lambda p, now: p.commit_timestamp if v == 1 and p.commit_timestamp != -1 else now)
     if offsets:
-        errors.update(await c.commit_offsets(
+        errors.update(await _coordinator(ctx).commit_offsets(
             req.group_id,
             req.member_id if v >= 1 else "",
             req.group_instance_id if v >= 7 else None,
             req.generation_id_or_member_epoch if v >= 1 else -1,
             offsets,
         ))
-    return R(topics=[
-        R.OffsetCommitResponseTopic(name=t.name, partitions=[
-            R.OffsetCommitResponsePartition(partition_index=p.partition_index,
-                                            error_code=errors.get((t.name, p.partition_index), 0))
-            for p in t.partitions
-        ])
-        for t in req.topics
-    ])
+    return _commit_response(R, R.OffsetCommitResponseTopic, R.OffsetCommitResponsePartition, req.topics, errors)
 
 
 @api(28, 0, 4)
@@ -243,23 +256,7 @@ async def txn_offset_commit(ctx: RequestContext, req) -> TxnOffsetCommitResponse
     """v4 adds only TRANSACTION_ABORTABLE (which we never answer); v5 is KIP-890 part 2 (not served)."""
     R = TxnOffsetCommitResponse
     v = ctx.api_version
-    image = ctx.broker.metadata.image
-    now = wall_clock_ms()
-    offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
-    errors: dict[tuple[str, int], int] = {}
-    for t in req.topics:
-        topic = image.topic(t.name)
-        for p in t.partitions:
-            tp = (t.name, p.partition_index)
-            if topic is None or p.partition_index not in topic.partitions:
-                errors[tp] = Errors.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            offsets[tp] = OffsetAndMetadata(
-                offset=p.committed_offset,
-                leader_epoch=p.committed_leader_epoch if v >= 2 else -1,
-                metadata=p.committed_metadata or "",
-                commit_timestamp=now,
-            )
+    offsets, errors = _requested_offsets(ctx, req.topics, with_epochs=v >= 2)
     if offsets:
         errors.update(await _coordinator(ctx).txn_commit_offsets(
             req.group_id, req.producer_id, req.producer_epoch,
@@ -268,14 +265,7 @@ async def txn_offset_commit(ctx: RequestContext, req) -> TxnOffsetCommitResponse
             req.generation_id if v >= 3 else -1,
             offsets,
         ))
-    return R(topics=[
-        R.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
-            R.TxnOffsetCommitResponsePartition(partition_index=p.partition_index,
-                                               error_code=errors.get((t.name, p.partition_index), 0))
-            for p in t.partitions
-        ])
-        for t in req.topics
-    ])
+    return _commit_response(R, R.TxnOffsetCommitResponseTopic, R.TxnOffsetCommitResponsePartition, req.topics, errors)
 
 
 def _by_topic(rows: Iterable[tuple[tuple[str, int], Any]]) -> dict[str, list]:

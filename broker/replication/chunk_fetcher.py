@@ -26,10 +26,11 @@ import structlog
 
 from broker.replication.chunk_replica import ChunkReplica
 from broker.replication.partition import Partition
-from broker.replication.peers import PeerClients, hash_order
+from broker.replication.peers import PeerClients
 from broker.storage.errors import StorageError
 from broker.storage.log import Log
 from metadata.image import ChunkInfo
+from metadata.read_replicas import hash_order
 from node.client import ClientError
 from node.shutdown import stop_task
 from protocol.errors import Errors, ProtocolError

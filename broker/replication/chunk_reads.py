@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from broker.replication.chunk_replica import ChunkReplica
-from broker.replication.peers import PeerClients, hash_order
+from broker.replication.peers import PeerClients
 from broker.storage.errors import OffsetOutOfRangeError, StorageError
 from metadata.image import ChunkInfo, TopicInfo
+from metadata.read_replicas import hash_order
 from node.client import ClientError
 from protocol.errors import Errors
 from protocol.generated.fetch import FetchRequest, FetchResponse

@@ -5,25 +5,12 @@ peer and purpose, reconnected on demand (requests on one connection are pipeline
 from __future__ import annotations
 
 import asyncio
-import zlib
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from node.client import ClientError, NodeClient
 
 if TYPE_CHECKING:
     from broker.broker import Broker
-
-
-def hash_order(candidates: Iterable[int], *key: object) -> list[int]:
-    """`candidates` rotated to start at one chosen by a stable hash of `key` (the same in every
-    process, unlike Python's hash of a str), so that readers of one chunk spread over its replicas
-    and each reader keeps going to the same one."""
-    ids = list(candidates)
-    if not ids:
-        return []
-    i = zlib.crc32(repr(key).encode()) % len(ids)
-    return ids[i:] + ids[:i]
 
 
 class PeerClients:
