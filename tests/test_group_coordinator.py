@@ -223,7 +223,7 @@ class Harness:
         epoch = self.epochs[index] = self.epochs.get(index, -1) + 1
         was = p.is_leader
         p.update(PartitionInfo(TOPIC_ID, index, (1, 2), (1, 2) if leader == 2 else (1,), leader, epoch, epoch))
-        if p.is_leader != was:
+        if p.is_leader != was or p.is_leader:  # as the ReplicaManager: told of a new leader epoch too
             for listener in self.replicas.leadership_listeners:
                 listener(p, p.is_leader)
         return p

@@ -14,8 +14,8 @@ from typing import Any
 
 from broker.apis import RequestContext, api
 from broker.apis.transactions import transaction_coordinator
+from broker.coordinator import wall_clock_ms
 from broker.coordinator.group.coordinator import GROUP_OPERATIONS, GroupCoordinator
-from broker.coordinator.group.group import wall_clock_ms
 from broker.coordinator.group.records import OFFSETS_TOPIC, OffsetAndMetadata
 from broker.coordinator.transaction.records import TRANSACTION_STATE_TOPIC
 from protocol.errors import Errors
@@ -69,9 +69,9 @@ def _find(ctx: RequestContext, key: str, key_type: int) -> tuple[int, int, str, 
     topic = image.topic(topic_name)
     if topic is None:
         if key_type == GROUP_KEY:
-            c.ensure_offsets_topic()
+            c.ensure_topic()
         else:
-            c.ensure_state_topic()
+            c.ensure_topic()
         return none
     info = topic.partitions.get(c.partition_for(key))
     if info is None or info.leader < 0:

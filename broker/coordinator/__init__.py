@@ -4,7 +4,13 @@ __transaction_state; a diskless coordinator to come)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
+
+
+def wall_clock_ms() -> int:
+    """Now, in ms since the epoch: what coordinator records and timeouts are stamped with."""
+    return time.time_ns() // 1_000_000
 
 
 async def metadata_caught_up(broker: Any) -> None:

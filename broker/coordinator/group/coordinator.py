@@ -25,7 +25,7 @@ from typing import Any
 
 import structlog
 
-from broker.coordinator import metadata_caught_up
+from broker.coordinator import wall_clock_ms
 from broker.coordinator.group.config import GroupCoordinatorConfig
 from broker.coordinator.group.group import (
     UNKNOWN_MEMBER_ID,
@@ -36,7 +36,6 @@ from broker.coordinator.group.group import (
     Member,
     SyncCallback,
     SyncResult,
-    wall_clock_ms,
 )
 from broker.coordinator.group.records import (
     OFFSETS_TOPIC,
@@ -56,10 +55,9 @@ from broker.coordinator.group.records import (
     partition_for,
 )
 from broker.coordinator.internal_topic import create_internal_topic
-from broker.storage.errors import StorageError
-from broker.storage.log import AppendOrigin
-from protocol.errors import Errors, ProtocolError
-from protocol.records import Record, decode_batches, encode_batch
+from broker.coordinator.partitioned import CoordinatorPartition, PartitionedCoordinator
+from protocol.errors import Errors
+from protocol.records import decode_batches
 
 log = structlog.get_logger(__name__)
 
@@ -84,15 +82,12 @@ class GroupSummary:
     with_metadata: bool = False
 
 
-class _PartitionState:
+class _PartitionState(CoordinatorPartition):
     """One __consumer_offsets partition this broker leads."""
 
     def __init__(self, index: int, epoch: int) -> None:
-        self.index = index
-        self.epoch = epoch
-        self.loading = True
+        super().__init__(index, epoch)
         self.groups: dict[str, ClassicGroup] = {}
-        self.load_task: asyncio.Task | None = None
         # transactions that ended while loading: (producer id, commit, log end offset then)
         self.completed_while_loading: list[tuple[int, bool, int]] = []
 
@@ -164,93 +159,31 @@ def read_partition(lg: Any, max_bytes: int) -> LoadedPartition:
     return LoadedPartition(groups, offsets, count, offset, pending_txn)
 
 
-class GroupCoordinator:
+class GroupCoordinator(PartitionedCoordinator[_PartitionState]):
+    topic = OFFSETS_TOPIC
+    event = "group"
+
     def __init__(self, broker: Any, config: GroupCoordinatorConfig | None = None) -> None:
         """`broker` gives: replicas (ReplicaManager), metadata.image, config (node_id, props,
         listener), forward(body) and spawn(coro). The coordinator registers itself as a
         leadership listener of the replica manager and loads the partitions it already leads."""
-        self.broker = broker
         self.config = config or GroupCoordinatorConfig.from_props(broker.config.props)
+        super().__init__(broker, self.config.offsets_topic_num_partitions, self.config.load_buffer_size,
+                         self.config.offset_commit_timeout_ms)
         self.node_id = broker.config.node_id
-        self.active = True
-        self._partitions: dict[int, _PartitionState] = {}
-        self._tasks: set[asyncio.Task] = set()
-        self._create_task: asyncio.Task | None = None
-        self._loop = asyncio.get_running_loop()
-        broker.replicas.leadership_listeners.append(self.on_leadership)
-        for (topic, _), p in list(broker.replicas.partitions.items()):
-            if topic == OFFSETS_TOPIC and p.is_leader:
-                self.on_leadership(p, True)
-        self._expiry_task = self._spawn(self._expiry_loop())
-
-    # ------------------------------------------------------------------ lifecycle
-    def shutdown(self) -> None:
-        self.active = False
-        for ps in list(self._partitions.values()):
-            self._unload(ps)
-        self._partitions.clear()
-        for t in list(self._tasks):
-            t.cancel()
-        try:
-            self.broker.replicas.leadership_listeners.remove(self.on_leadership)
-        except ValueError:
-            pass
-
-    def _spawn(self, coro) -> asyncio.Task:
-        task = self._loop.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    def _timer(self, delay_ms: int, fn: Callable, *args: Any) -> asyncio.TimerHandle:
-        return self._loop.call_later(max(delay_ms, 0) / 1000, fn, *args)
+        self._every(self.config.offsets_retention_check_interval_ms, self.expire_offsets, "offsets_expiry_failed")
+        self._watch_leadership()
 
     # ------------------------------------------------------------------ partitions
-    def num_partitions(self) -> int:
-        t = self.broker.metadata.image.topic(OFFSETS_TOPIC)
-        if t is not None and t.partitions:
-            return len(t.partitions)
-        return self.config.offsets_topic_num_partitions
-
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions())
 
-    def on_leadership(self, p: Any, is_leader: bool) -> None:
-        """ReplicaManager listener: load a partition we now lead, unload one we no longer lead."""
-        if p.topic != OFFSETS_TOPIC:
-            return
-        if is_leader:
-            ps = self._partitions.get(p.index)
-            if ps is not None:
-                ps.epoch = p.leader_epoch  # still ours: our log holds everything it did
-                return
-            if not self.active:
-                return
-            ps = self._partitions[p.index] = _PartitionState(p.index, p.leader_epoch)
-            log.info("group_partition_loading", partition=p.index, epoch=p.leader_epoch)
-            ps.load_task = self._spawn(self._load(ps, p))
-        else:
-            ps = self._partitions.pop(p.index, None)
-            if ps is not None:
-                log.info("group_partition_unloading", partition=p.index, groups=len(ps.groups))
-                self._unload(ps)
+    def _new_partition(self, index: int, epoch: int) -> _PartitionState:
+        return _PartitionState(index, epoch)
 
-    async def _load(self, ps: _PartitionState, p: Any) -> None:
-        await metadata_caught_up(self.broker)  # not on a restarted broker's stale view of leadership
-        if self._partitions.get(ps.index) is not ps:
-            return
-        started = time.monotonic()
-        try:
-            loaded = await self._loop.run_in_executor(None, read_partition, p.log, self.config.load_buffer_size)
-        except asyncio.CancelledError:
-            raise
-        except (StorageError, ProtocolError, OSError) as e:
-            log.error("group_partition_load_failed", partition=ps.index, error=str(e))
-            if self._partitions.get(ps.index) is ps:
-                del self._partitions[ps.index]  # answered NOT_COORDINATOR from now on
-            return
-        if self._partitions.get(ps.index) is not ps:
-            return  # unloaded meanwhile
+    _read_partition = staticmethod(read_partition)
+
+    def _apply_loaded(self, ps: _PartitionState, loaded: LoadedPartition, started: float) -> None:
         for gid, rec in loaded.groups.items():
             if rec is not None:
                 ps.groups[gid] = self._group_from_record(gid, rec)
@@ -302,9 +235,7 @@ class GroupCoordinator:
         group.subscribed_topics = group.compute_subscribed_topics()
         return group
 
-    def _unload(self, ps: _PartitionState) -> None:
-        if ps.load_task is not None and not ps.load_task.done():
-            ps.load_task.cancel()
+    def _forget(self, ps: _PartitionState) -> None:
         for group in ps.groups.values():
             self._on_group_unloaded(group)
         ps.groups.clear()
@@ -333,17 +264,7 @@ class GroupCoordinator:
     def _status(self, group_id: str | None, api: int) -> tuple[int, _PartitionState | None]:
         if group_id is None or (group_id == "" and api not in _EMPTY_ID_ALLOWED):
             return Errors.INVALID_GROUP_ID, None
-        if not self.active:
-            return Errors.COORDINATOR_NOT_AVAILABLE, None
-        ps = self._partitions.get(self.partition_for(group_id))
-        if ps is None:
-            return Errors.NOT_COORDINATOR, None
-        if ps.loading:
-            return Errors.COORDINATOR_LOAD_IN_PROGRESS, None
-        return 0, ps
-
-    def is_loading(self) -> bool:
-        return any(ps.loading for ps in self._partitions.values())
+        return self._partition_status(group_id)
 
     def groups(self) -> list[ClassicGroup]:
         return [g for ps in self._partitions.values() if not ps.loading for g in ps.groups.values()]
@@ -351,46 +272,13 @@ class GroupCoordinator:
     # ------------------------------------------------------------------ writes
     def _write(self, pid: int, records: list[tuple[bytes, bytes | None]],
                producer: tuple[int, int] | None = None) -> tuple[int, int, asyncio.Future]:
-        """Append now (before any await); returns (error, first offset, done) where `done` resolves
-        to an error code once the high watermark passes the batch (0) or it cannot (why).
-        `producer` (id, epoch): a transactional batch of that producer (TxnOffsetCommit)."""
-        done = self._loop.create_future()
+        """_append to partition `pid` (NOT_LEADER_OR_FOLLOWER when it is not ours and loaded)."""
         ps = self._partitions.get(pid)
-        p = self.broker.replicas.get(OFFSETS_TOPIC, pid)
-        if ps is None or ps.loading or p is None or not p.is_leader:
+        if ps is None:
+            done = self._loop.create_future()
             done.set_result(Errors.NOT_LEADER_OR_FOLLOWER)
             return Errors.NOT_LEADER_OR_FOLLOWER, -1, done
-        try:
-            min_isr = int(self.broker.replicas.topic_config(OFFSETS_TOPIC).get("min.insync.replicas", "1"))
-        except (ValueError, KeyError):
-            min_isr = 1
-        if len(p.isr) < min_isr:
-            done.set_result(Errors.NOT_ENOUGH_REPLICAS)
-            return Errors.NOT_ENOUGH_REPLICAS, -1, done
-        now = wall_clock_ms()
-        txn: dict[str, Any] = {}
-        if producer is not None:
-            txn = {"producer_id": producer[0], "producer_epoch": producer[1], "base_sequence": 0,
-                   "transactional": True}
-        batch = encode_batch([Record(value=v, key=k, timestamp=now) for k, v in records], base_timestamp=now, **txn)
-        try:
-            info = p.log.append_as_leader(batch, p.leader_epoch, now, origin=AppendOrigin.COORDINATOR)
-        except StorageError as e:
-            log.warning("offsets_append_failed", partition=pid, error=str(e))
-            done.set_result(e.error_code)
-            return e.error_code, -1, done
-        p.notify_data()
-        p.maybe_advance_high_watermark()
-        timeout = self.config.offset_commit_timeout_ms / 1000
-
-        async def replicated() -> None:
-            ok = await p.wait_for_high_watermark(info.last_offset + 1, timeout)
-            if not done.done():
-                done.set_result(0 if ok else (Errors.REQUEST_TIMED_OUT if p.is_leader else Errors.NOT_LEADER_OR_FOLLOWER))
-
-        task = self._spawn(replicated())
-        task.add_done_callback(lambda t: done.done() or done.set_result(Errors.NOT_COORDINATOR))
-        return 0, info.first_offset, done
+        return self._append(ps, records, producer)
 
     def _store_group(self, group: ClassicGroup, assignment: dict[str, bytes], callback: Callable[[int], None]) -> None:
         """Write the group's metadata (with `assignment`) and call back with the error (Kafka's
@@ -1234,15 +1122,6 @@ class GroupCoordinator:
                 self._cancel_group_timers(group)
         self._append_tombstones(ps.index, keys)
 
-    async def _expiry_loop(self) -> None:
-        interval = self.config.offsets_retention_check_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                self.expire_offsets()
-            except Exception:
-                log.exception("offsets_expiry_failed")
-
     def expire_offsets(self, now_ms: int | None = None) -> int:
         """Drop offsets past offsets.retention.minutes (and groups left with nothing). Returns the
         number of offsets removed."""
@@ -1317,13 +1196,7 @@ class GroupCoordinator:
         return out
 
     # ------------------------------------------------------------------ the topic
-    def ensure_offsets_topic(self) -> None:
-        """Create __consumer_offsets (forwarded CreateTopics) unless already under way."""
-        if self._create_task is not None and not self._create_task.done():
-            return
-        self._create_task = self._spawn(self._create_offsets_topic())
-
-    async def _create_offsets_topic(self) -> None:
+    async def _create_topic(self) -> None:
         cfg = self.config
         await create_internal_topic(
             self.broker, OFFSETS_TOPIC, cfg.offsets_topic_num_partitions, cfg.offsets_topic_replication_factor,

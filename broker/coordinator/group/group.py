@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import enum
 import struct
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from broker.coordinator import wall_clock_ms
 from broker.coordinator.group.records import OffsetAndMetadata
 from protocol.errors import Errors
 
@@ -147,10 +147,6 @@ class Member:
         """Kafka's !hasSatisfiedHeartbeat at expiry: new members expire (they wait in JoinGroup at
         most the new-member timeout); others waiting in a JoinGroup or SyncGroup do not."""
         return self.is_new or not (self.awaiting_join or self.awaiting_sync)
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class ClassicGroup:

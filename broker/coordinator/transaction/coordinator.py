@@ -24,9 +24,10 @@ from typing import Any
 
 import structlog
 
-from broker.coordinator import metadata_caught_up
+from broker.coordinator import wall_clock_ms
 from broker.coordinator.group.records import OFFSETS_TOPIC, partition_for
 from broker.coordinator.internal_topic import create_internal_topic
+from broker.coordinator.partitioned import CoordinatorPartition, PartitionedCoordinator
 from broker.coordinator.transaction.config import TransactionCoordinatorConfig
 from broker.coordinator.transaction.markers import TxnMarkerSender
 from broker.coordinator.transaction.metadata import (
@@ -46,10 +47,8 @@ from broker.coordinator.transaction.records import (
     encode_value,
 )
 from broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
-from broker.storage.errors import StorageError
-from broker.storage.log import AppendOrigin
-from protocol.errors import Errors, ProtocolError
-from protocol.records import Record, decode_batches, encode_batch
+from protocol.errors import Errors
+from protocol.records import decode_batches
 
 log = structlog.get_logger(__name__)
 
@@ -58,19 +57,12 @@ TopicPartition = tuple[str, int]
 COMPLETE_RETRY_BACKOFF_S = 0.1
 
 
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
-
-
-class _StatePartition:
-    """One __transaction_state partition this broker leads."""
+class _StatePartition(CoordinatorPartition):
+    """One __transaction_state partition this broker leads (its epoch is the coordinator epoch)."""
 
     def __init__(self, index: int, epoch: int) -> None:
-        self.index = index
-        self.coordinator_epoch = epoch
-        self.loading = True
+        super().__init__(index, epoch)
         self.txns: dict[str, TransactionMetadata] = {}
-        self.load_task: asyncio.Task | None = None
 
 
 def read_state_partition(lg: Any, max_bytes: int) -> tuple[dict[str, TransactionLogValue], int]:
@@ -101,123 +93,57 @@ def read_state_partition(lg: Any, max_bytes: int) -> tuple[dict[str, Transaction
     return {tid: v for tid, v in found.items() if v is not None}, count
 
 
-class TransactionCoordinator:
+class TransactionCoordinator(PartitionedCoordinator[_StatePartition]):
+    topic = TRANSACTION_STATE_TOPIC
+    event = "txn"
+    reload_on_new_epoch = True
+
     def __init__(self, broker: Any, config: TransactionCoordinatorConfig | None = None) -> None:
         """`broker` gives: replicas (ReplicaManager), metadata.image, config, forward(body) and the
         producer id manager. Registers as a leadership listener and loads what it already leads."""
-        self.broker = broker
         self.config = config or TransactionCoordinatorConfig.from_props(broker.config.props)
-        self.active = True
+        super().__init__(broker, self.config.state_log_num_partitions, self.config.state_log_load_buffer_size,
+                         self.config.write_timeout_ms)
         self.markers = TxnMarkerSender(broker)
-        self._partitions: dict[int, _StatePartition] = {}
-        self._tasks: set[asyncio.Task] = set()
-        self._create_task: asyncio.Task | None = None
-        self._loop = asyncio.get_running_loop()
-        broker.replicas.leadership_listeners.append(self.on_leadership)
-        for (topic, _), p in list(broker.replicas.partitions.items()):
-            if topic == TRANSACTION_STATE_TOPIC and p.is_leader:
-                self.on_leadership(p, True)
-        self._spawn(self._abort_timed_out_loop())
-        self._spawn(self._remove_expired_loop())
+        self._every(self.config.abort_timed_out_interval_ms, self.abort_timed_out_transactions,
+                    "txn_timeout_check_failed")
+        self._every(self.config.remove_expired_interval_ms, self.remove_expired_transactional_ids,
+                    "txn_expiration_failed")
+        self._watch_leadership()
 
-    # ------------------------------------------------------------------ lifecycle
     def shutdown(self) -> None:
-        self.active = False
-        for tp in list(self._partitions.values()):
-            self._unload(tp)
-        self._partitions.clear()
-        for t in list(self._tasks):
-            t.cancel()
-        try:
-            self.broker.replicas.leadership_listeners.remove(self.on_leadership)
-        except ValueError:
-            pass
+        super().shutdown()
         self._loop.create_task(self.markers.close())
 
-    def _spawn(self, coro) -> asyncio.Task:
-        task = self._loop.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
     # ------------------------------------------------------------------ partitions
-    def num_partitions(self) -> int:
-        t = self.broker.metadata.image.topic(TRANSACTION_STATE_TOPIC)
-        if t is not None and t.partitions:
-            return len(t.partitions)
-        return self.config.state_log_num_partitions
-
     def partition_for(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.num_partitions())
 
-    def on_leadership(self, p: Any, is_leader: bool) -> None:
-        if p.topic != TRANSACTION_STATE_TOPIC:
-            return
-        if is_leader:
-            tp = self._partitions.get(p.index)
-            if tp is not None and tp.coordinator_epoch == p.leader_epoch:
-                return
-            if tp is not None:
-                # a new leader epoch: another broker may have led in between, so reload
-                self._partitions.pop(p.index)
-                self._unload(tp)
-            if not self.active:
-                return
-            tp = self._partitions[p.index] = _StatePartition(p.index, p.leader_epoch)
-            log.info("txn_partition_loading", partition=p.index, coordinator_epoch=p.leader_epoch)
-            tp.load_task = self._spawn(self._load(tp, p))
-        else:
-            tp = self._partitions.pop(p.index, None)
-            if tp is not None:
-                log.info("txn_partition_unloading", partition=p.index, transactions=len(tp.txns))
-                self._unload(tp)
+    def _new_partition(self, index: int, epoch: int) -> _StatePartition:
+        return _StatePartition(index, epoch)
 
-    def _unload(self, tp: _StatePartition) -> None:
-        if tp.load_task is not None and not tp.load_task.done():
-            tp.load_task.cancel()
-        tp.txns.clear()
+    _read_partition = staticmethod(read_state_partition)
 
-    def _owns(self, tp: _StatePartition) -> bool:
-        return self.active and self._partitions.get(tp.index) is tp
-
-    async def _load(self, tp: _StatePartition, p: Any) -> None:
-        await metadata_caught_up(self.broker)
-        if not self._owns(tp):
-            return
-        started = time.monotonic()
-        try:
-            values, records = await self._loop.run_in_executor(
-                None, read_state_partition, p.log, self.config.state_log_load_buffer_size)
-        except asyncio.CancelledError:
-            raise
-        except (StorageError, ProtocolError, OSError) as e:
-            log.error("txn_partition_load_failed", partition=tp.index, error=str(e))
-            if self._partitions.get(tp.index) is tp:
-                del self._partitions[tp.index]
-            return
-        if not self._owns(tp):
-            return
+    def _apply_loaded(self, tp: _StatePartition, loaded: tuple[dict[str, TransactionLogValue], int],
+                      started: float) -> None:
+        values, records = loaded
         for tid, v in values.items():
             tp.txns[tid] = TransactionMetadata.from_value(tid, v)
         tp.loading = False
         unfinished = [m for m in tp.txns.values() if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)]
         for meta in unfinished:
             self._start_completion(tp, meta)
-        log.info("txn_partition_loaded", partition=tp.index, coordinator_epoch=tp.coordinator_epoch,
+        log.info("txn_partition_loaded", partition=tp.index, coordinator_epoch=tp.epoch,
                  transactions=len(tp.txns), records=records, completing=len(unfinished),
                  ms=round((time.monotonic() - started) * 1000))
+
+    def _forget(self, tp: _StatePartition) -> None:
+        tp.txns.clear()
 
     def _status(self, transactional_id: str | None) -> tuple[int, _StatePartition | None]:
         if not transactional_id:
             return Errors.INVALID_REQUEST, None
-        if not self.active:
-            return Errors.COORDINATOR_NOT_AVAILABLE, None
-        tp = self._partitions.get(self.partition_for(transactional_id))
-        if tp is None:
-            return Errors.NOT_COORDINATOR, None
-        if tp.loading:
-            return Errors.COORDINATOR_LOAD_IN_PROGRESS, None
-        return 0, tp
+        return self._partition_status(transactional_id)
 
     def is_coordinator_for(self, transactional_id: str) -> bool:
         return self._status(transactional_id)[0] == 0
@@ -244,41 +170,12 @@ class TransactionCoordinator:
     def _append_and_wait(self, tp: _StatePartition,
                          records: list[tuple[str, TransactionLogValue | None]]) -> asyncio.Future:
         """One batch of (transactional id, value or None for a tombstone) appended now; the
-        future resolves to the error once it is replicated (0) or cannot be."""
-        done = self._loop.create_future()
-        p = self.broker.replicas.get(TRANSACTION_STATE_TOPIC, tp.index)
-        if p is None or not p.is_leader or p.leader_epoch != tp.coordinator_epoch:
-            done.set_result(Errors.NOT_COORDINATOR)
-            return done
-        try:
-            min_isr = int(self.broker.replicas.topic_config(TRANSACTION_STATE_TOPIC).get("min.insync.replicas", "1"))
-        except (ValueError, KeyError):
-            min_isr = 1
-        if len(p.isr) < min_isr:
-            done.set_result(Errors.COORDINATOR_NOT_AVAILABLE)
-            return done
-        now = wall_clock_ms()
-        batch = encode_batch([Record(key=encode_key(tid), value=None if v is None else encode_value(v), timestamp=now)
-                              for tid, v in records], base_timestamp=now)
-        try:
-            info = p.log.append_as_leader(batch, p.leader_epoch, now, origin=AppendOrigin.COORDINATOR)
-        except StorageError as e:
-            log.warning("txn_state_append_failed", partition=tp.index, error=str(e))
-            done.set_result(_append_error(e.error_code))
-            return done
-        p.notify_data()
-        p.maybe_advance_high_watermark()
-        timeout = self.config.write_timeout_ms / 1000
-
-        async def replicated() -> None:
-            ok = await p.wait_for_high_watermark(info.last_offset + 1, timeout)
-            if not done.done():
-                done.set_result(0 if ok else (Errors.COORDINATOR_NOT_AVAILABLE if p.is_leader
-                                              else Errors.NOT_COORDINATOR))
-
-        task = self._spawn(replicated())
-        task.add_done_callback(lambda t: done.done() or done.set_result(Errors.NOT_COORDINATOR))
-        return done
+        future resolves to the error (Kafka's mapping for transaction log appends) once it is
+        replicated (0) or cannot be."""
+        _, _, done = self._append(tp, [(encode_key(tid), None if v is None else encode_value(v)) for tid, v in records])
+        mapped = self._loop.create_future()
+        done.add_done_callback(lambda f: mapped.done() or mapped.set_result(_append_error(f.result())))
+        return mapped
 
     # ------------------------------------------------------------------ InitProducerId
     async def _new_producer_id(self) -> int:
@@ -459,7 +356,7 @@ class TransactionCoordinator:
             return self._owns(tp) and tp.txns.get(meta.transactional_id) is meta and meta.state in (
                 S.PREPARE_COMMIT, S.PREPARE_ABORT) and meta.producer_epoch == epoch
 
-        ok = await self.markers.write(pid, epoch, commit, set(meta.partitions), tp.coordinator_epoch, still)
+        ok = await self.markers.write(pid, epoch, commit, set(meta.partitions), tp.epoch, still)
         if not ok:
             return
         while still():
@@ -477,15 +374,6 @@ class TransactionCoordinator:
             await asyncio.sleep(COMPLETE_RETRY_BACKOFF_S)
 
     # ------------------------------------------------------------------ timeouts
-    async def _abort_timed_out_loop(self) -> None:
-        interval = self.config.abort_timed_out_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                self.abort_timed_out_transactions()
-            except Exception:
-                log.exception("txn_timeout_check_failed")
-
     def abort_timed_out_transactions(self, now_ms: int | None = None) -> int:
         now = now_ms if now_ms is not None else wall_clock_ms()
         count = 0
@@ -499,15 +387,6 @@ class TransactionCoordinator:
         return count
 
     # ------------------------------------------------------------------ expiration
-    async def _remove_expired_loop(self) -> None:
-        interval = self.config.remove_expired_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                self.remove_expired_transactional_ids()
-            except Exception:
-                log.exception("txn_expiration_failed")
-
     def remove_expired_transactional_ids(self, now_ms: int | None = None) -> int:
         """Kafka's transactional id expiration: an id without a transaction (Empty,
         CompleteCommit, CompleteAbort) and unchanged for transactional.id.expiration.ms is
@@ -537,13 +416,7 @@ class TransactionCoordinator:
         log.info("txn_ids_expired", partition=tp.index, transactional_ids=len(metas), error_code=code)
 
     # ------------------------------------------------------------------ the topic
-    def ensure_state_topic(self) -> None:
-        """Create __transaction_state (forwarded CreateTopics) unless already under way."""
-        if self._create_task is not None and not self._create_task.done():
-            return
-        self._create_task = self._spawn(self._create_state_topic())
-
-    async def _create_state_topic(self) -> None:
+    async def _create_topic(self) -> None:
         cfg = self.config
         await create_internal_topic(
             self.broker, TRANSACTION_STATE_TOPIC, cfg.state_log_num_partitions, cfg.state_log_replication_factor,
@@ -562,6 +435,8 @@ def _valid_producer_id(meta: TransactionMetadata, expected: tuple[int, int]) -> 
 
 def _append_error(code: int) -> int:
     """Kafka's mapping of transaction log append errors."""
+    if code in (0, Errors.NOT_COORDINATOR):
+        return code
     if code in (Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.NOT_ENOUGH_REPLICAS,
                 Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND, Errors.REQUEST_TIMED_OUT):
         return Errors.COORDINATOR_NOT_AVAILABLE

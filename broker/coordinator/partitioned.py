@@ -1,0 +1,245 @@
+"""What the group and transaction coordinators share: state kept in the partitions of one internal
+topic, coordinated by whichever broker leads each partition.
+
+A partition this broker comes to lead is loaded (its log read in an executor, once the broker's
+metadata has caught up) and answers COORDINATOR_LOAD_IN_PROGRESS meanwhile; one it stops leading
+is unloaded. Writes are appended to the partition leader's log at once (before any await, so the
+log order is the decision order) and reported when the high watermark passes them (acks=all),
+bounded by a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, ClassVar, Generic, TypeVar
+
+import structlog
+
+from broker.coordinator import metadata_caught_up, wall_clock_ms
+from broker.storage.errors import StorageError
+from broker.storage.log import AppendOrigin
+from protocol.errors import Errors, ProtocolError
+from protocol.records import Record, encode_batch
+
+log = structlog.get_logger(__name__)
+
+
+class CoordinatorPartition:
+    """One partition of the internal topic that this broker leads."""
+
+    def __init__(self, index: int, epoch: int) -> None:
+        self.index = index
+        self.epoch = epoch  # the partition's leader epoch (the transaction coordinator's epoch)
+        self.loading = True
+        self.load_task: asyncio.Task | None = None
+
+
+P = TypeVar("P", bound=CoordinatorPartition)
+
+
+class PartitionedCoordinator(Generic[P]):
+    topic: ClassVar[str]
+    event: ClassVar[str]  # prefix of the log events: "group", "txn"
+    # Kafka's transaction coordinator reloads a partition it leads again under a new epoch
+    # (another broker may have led it meanwhile); its group coordinator keeps what it has.
+    reload_on_new_epoch: ClassVar[bool] = False
+
+    def __init__(self, broker: Any, default_partitions: int, load_buffer_size: int, write_timeout_ms: int) -> None:
+        self.broker = broker
+        self.active = True
+        self._partitions: dict[int, P] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._create_task: asyncio.Task | None = None
+        self._loop = asyncio.get_running_loop()
+        self._default_partitions = default_partitions
+        self._load_buffer_size = load_buffer_size
+        self._write_timeout_s = write_timeout_ms / 1000
+
+    def _watch_leadership(self) -> None:
+        """Register with the replica manager and load what this broker already leads (the
+        subclass calls this last in its __init__)."""
+        self.broker.replicas.leadership_listeners.append(self.on_leadership)
+        for (topic, _), p in list(self.broker.replicas.partitions.items()):
+            if topic == self.topic and p.is_leader:
+                self.on_leadership(p, True)
+
+    # ------------------------------------------------------------------ to be provided
+    def _new_partition(self, index: int, epoch: int) -> P:
+        raise NotImplementedError
+
+    @staticmethod
+    def _read_partition(lg: Any, max_bytes: int) -> Any:
+        """Read a partition's log (runs in an executor)."""
+        raise NotImplementedError
+
+    def _apply_loaded(self, ps: P, loaded: Any, started: float) -> None:
+        """Take in what _read_partition found; ends with ps.loading = False."""
+        raise NotImplementedError
+
+    def _forget(self, ps: P) -> None:
+        """Drop a partition's in-memory state (it is unloaded)."""
+        raise NotImplementedError
+
+    async def _create_topic(self) -> None:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ lifecycle
+    def shutdown(self) -> None:
+        self.active = False
+        for ps in list(self._partitions.values()):
+            self._unload(ps)
+        self._partitions.clear()
+        for t in list(self._tasks):
+            t.cancel()
+        try:
+            self.broker.replicas.leadership_listeners.remove(self.on_leadership)
+        except ValueError:
+            pass
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _timer(self, delay_ms: int, fn: Callable, *args: Any) -> asyncio.TimerHandle:
+        return self._loop.call_later(max(delay_ms, 0) / 1000, fn, *args)
+
+    def _every(self, interval_ms: int, fn: Callable[[], Any], failed_event: str) -> None:
+        """Run `fn` every `interval_ms` for as long as the coordinator lives."""
+
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(interval_ms / 1000)
+                try:
+                    fn()
+                except Exception:
+                    log.exception(failed_event)
+
+        self._spawn(loop())
+
+    def ensure_topic(self) -> None:
+        """Create the internal topic (forwarded CreateTopics) unless already under way."""
+        if self._create_task is not None and not self._create_task.done():
+            return
+        self._create_task = self._spawn(self._create_topic())
+
+    # ------------------------------------------------------------------ partitions
+    def num_partitions(self) -> int:
+        t = self.broker.metadata.image.topic(self.topic)
+        if t is not None and t.partitions:
+            return len(t.partitions)
+        return self._default_partitions
+
+    def on_leadership(self, p: Any, is_leader: bool) -> None:
+        """ReplicaManager listener: load a partition we now lead, unload one we no longer lead."""
+        if p.topic != self.topic:
+            return
+        if is_leader:
+            ps = self._partitions.get(p.index)
+            if ps is not None and (ps.epoch == p.leader_epoch or not self.reload_on_new_epoch):
+                ps.epoch = p.leader_epoch
+                return
+            if ps is not None:
+                self._partitions.pop(p.index)
+                self._unload(ps)
+            if not self.active:
+                return
+            ps = self._partitions[p.index] = self._new_partition(p.index, p.leader_epoch)
+            log.info(f"{self.event}_partition_loading", partition=p.index, epoch=p.leader_epoch)
+            ps.load_task = self._spawn(self._load(ps, p))
+        else:
+            ps = self._partitions.pop(p.index, None)
+            if ps is not None:
+                log.info(f"{self.event}_partition_unloading", partition=p.index)
+                self._unload(ps)
+
+    def _owns(self, ps: P) -> bool:
+        return self.active and self._partitions.get(ps.index) is ps
+
+    async def _load(self, ps: P, p: Any) -> None:
+        await metadata_caught_up(self.broker)  # not on a restarted broker's stale view of leadership
+        if not self._owns(ps):
+            return
+        started = time.monotonic()
+        try:
+            loaded = await self._loop.run_in_executor(None, self._read_partition, p.log, self._load_buffer_size)
+        except asyncio.CancelledError:
+            raise
+        except (StorageError, ProtocolError, OSError) as e:
+            log.error(f"{self.event}_partition_load_failed", partition=ps.index, error=str(e))
+            if self._partitions.get(ps.index) is ps:
+                del self._partitions[ps.index]  # answered NOT_COORDINATOR from now on
+            return
+        if self._owns(ps):
+            self._apply_loaded(ps, loaded, started)
+
+    def _unload(self, ps: P) -> None:
+        if ps.load_task is not None and not ps.load_task.done():
+            ps.load_task.cancel()
+        self._forget(ps)
+
+    def _partition_status(self, key: str) -> tuple[int, P | None]:
+        """(0, partition) when this broker coordinates `key` and has it loaded, else the error."""
+        if not self.active:
+            return Errors.COORDINATOR_NOT_AVAILABLE, None
+        ps = self._partitions.get(self.partition_for(key))
+        if ps is None:
+            return Errors.NOT_COORDINATOR, None
+        if ps.loading:
+            return Errors.COORDINATOR_LOAD_IN_PROGRESS, None
+        return 0, ps
+
+    def partition_for(self, key: str) -> int:
+        raise NotImplementedError
+
+    def is_loading(self) -> bool:
+        return any(ps.loading for ps in self._partitions.values())
+
+    # ------------------------------------------------------------------ writes
+    def _append(self, ps: P, records: list[tuple[bytes, bytes | None]],
+                producer: tuple[int, int] | None = None) -> tuple[int, int, asyncio.Future]:
+        """Append (key, value or None) records to `ps` now, before any await. Returns (error, first
+        offset, done): `done` resolves to 0 once the high watermark passes the batch, or to
+        Kafka's append error why not (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS,
+        REQUEST_TIMED_OUT, a storage error; NOT_COORDINATOR when the coordinator stops).
+        `producer` (id, epoch): a transactional batch of that producer."""
+        done = self._loop.create_future()
+
+        def failed(code: int) -> tuple[int, int, asyncio.Future]:
+            done.set_result(code)
+            return code, -1, done
+
+        p = self.broker.replicas.get(self.topic, ps.index)
+        if not self._owns(ps) or ps.loading or p is None or not p.is_leader or p.leader_epoch != ps.epoch:
+            return failed(Errors.NOT_LEADER_OR_FOLLOWER)
+        try:
+            min_isr = int(self.broker.replicas.topic_config(self.topic).get("min.insync.replicas", "1"))
+        except (ValueError, KeyError):
+            min_isr = 1
+        if len(p.isr) < min_isr:
+            return failed(Errors.NOT_ENOUGH_REPLICAS)
+        now = wall_clock_ms()
+        txn: dict[str, Any] = {}
+        if producer is not None:
+            txn = {"producer_id": producer[0], "producer_epoch": producer[1], "base_sequence": 0,
+                   "transactional": True}
+        batch = encode_batch([Record(key=k, value=v, timestamp=now) for k, v in records], base_timestamp=now, **txn)
+        try:
+            info = p.log.append_as_leader(batch, p.leader_epoch, now, origin=AppendOrigin.COORDINATOR)
+        except StorageError as e:
+            log.warning(f"{self.event}_append_failed", partition=ps.index, error=str(e))
+            return failed(e.error_code)
+        p.notify_data()
+        p.maybe_advance_high_watermark()
+
+        async def replicated() -> None:
+            ok = await p.wait_for_high_watermark(info.last_offset + 1, self._write_timeout_s)
+            if not done.done():
+                done.set_result(0 if ok else Errors.REQUEST_TIMED_OUT if p.is_leader else Errors.NOT_LEADER_OR_FOLLOWER)
+
+        task = self._spawn(replicated())
+        task.add_done_callback(lambda t: done.done() or done.set_result(Errors.NOT_COORDINATOR))
+        return 0, info.first_offset, done
