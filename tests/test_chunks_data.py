@@ -82,7 +82,7 @@ def wait_for(pred: Callable[[], Any], timeout: float = 20.0, what: str = "condit
         time.sleep(0.2)
 
 
-def produce(c: Cluster, topic: str, values: list[bytes], **conf: Any) -> list[int]:
+def produce(c: Cluster, topic: str, values: list[bytes], timestamps: list[int] | None = None, **conf: Any) -> list[int]:
     p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "linger.ms": 5, "message.timeout.ms": 30000, **conf})
     offsets: list[int] = []
     errors: list[Any] = []
@@ -93,8 +93,8 @@ def produce(c: Cluster, topic: str, values: list[bytes], **conf: Any) -> list[in
         else:
             offsets.append(msg.offset())
 
-    for v in values:
-        p.produce(topic, v, partition=0, on_delivery=done)
+    for i, v in enumerate(values):
+        p.produce(topic, v, partition=0, on_delivery=done, timestamp=timestamps[i] if timestamps else 0)
     assert p.flush(30) == 0
     assert not errors, errors
     return sorted(offsets)
@@ -410,22 +410,23 @@ def test_list_offsets_across_chunks(cluster: Cluster) -> None:
     create_chunk(c, topic, [2])
     time.sleep(0.05)
     t1 = int(time.time() * 1000)
-    produce(c, topic, [b"b"] * 3)
+    produce(c, topic, [b"b"] * 3, timestamps=[t1, t1 + 3_600_000, t1])  # 4: the largest timestamp
     create_chunk(c, topic, [3])
     produce(c, topic, [b"c"] * 3)
     L = ListOffsetsRequest
 
-    def ask(ts: int) -> int:
+    def ask(ts: int, with_timestamp: bool = False) -> Any:
         req = L(replica_id=-1, isolation_level=0, topics=[L.ListOffsetsTopic(
             name=topic, partitions=[L.ListOffsetsPartition(partition_index=0, timestamp=ts, current_leader_epoch=-1)])])
         p = run(request(c.broker_port(3), req)).topics[0].partitions[0]
         assert p.error_code == 0
-        return p.offset
+        return (p.offset, p.timestamp) if with_timestamp else p.offset
 
     assert (ask(-2), ask(-1)) == (0, 9)
+    assert ask(-3, with_timestamp=True) == (4, t1 + 3_600_000)  # max timestamp: in the middle chunk
     assert ask(t0 - 1000) == 0  # before everything: the first chunk's first record
     assert ask(t1) == 3  # in the middle chunk, held by broker 2 only
-    assert ask(int(time.time() * 1000) + 60000) == -1
+    assert ask(int(time.time() * 1000) + 7_200_000) == -1
 
 
 # ---------------------------------------------------------------- transactions

@@ -1,7 +1,7 @@
 """ListOffsets: earliest, latest (HW; the last stable offset for read_committed), max timestamp,
 and first offset at or after a time (below what the isolation level may read).
 
-Earliest and by-timestamp look into the partition's inactive chunks too: the leader asks a
+Earliest, max timestamp and by-timestamp look into the partition's inactive chunks too: the leader asks a
 replica of the right chunk (broker/replication/chunk_reads.py) with a ListOffsets whose
 replica_id is its own broker id, which a broker answers from the chunk replicas it holds."""
 
@@ -54,6 +54,9 @@ async def list_offsets(ctx: RequestContext, req) -> ListOffsetsResponse:
                 pr.offset = -1
             elif ts == MAX_TIMESTAMP:
                 pr.timestamp, pr.offset = lg.max_timestamp()
+                found = await b.chunk_reads.max_timestamp(t.name, lp.partition_index) if chunked else None
+                if found is not None and found[1] >= pr.timestamp:  # a tie goes to the older record
+                    pr.offset, pr.timestamp = found
             elif ts < 0:
                 pr.error_code = Errors.INVALID_REQUEST
                 continue

@@ -46,6 +46,7 @@ READ_COMMITTED = 1
 REDIRECT_MIN_VERSION = 11  # Fetch v11 added preferred_read_replica (KIP-392)
 IGNORED_REDIRECT_WINDOW_S = 30.0  # the same offset asked again this soon: the client did not follow
 EARLIEST = -2
+MAX_TIMESTAMP = -3
 
 
 @dataclass
@@ -328,15 +329,33 @@ class ChunkReads:
                 return found
         return None
 
+    async def max_timestamp(self, topic: str, idx: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the record with the largest timestamp in the inactive chunks
+        (the oldest chunk's on a tie, as Kafka answers the first such record); None: none."""
+        best = None
+        for c in self.chunked(topic, idx):
+            found = await self._ask_chunk(topic, idx, c, MAX_TIMESTAMP, with_timestamp=True)
+            if found is not None and found[1] >= 0 and (best is None or found[1] > best[1]):
+                best = found
+        return best
+
     def local_answer(self, topic: str, idx: int, ts: int):
         """A peer's chunk query (ListOffsets with replica_id = its id), from our chunk replicas:
-        EARLIEST = the oldest one's log start; a timestamp = the first record at or after it in
+        EARLIEST = the oldest one's log start; MAX_TIMESTAMP = the record with the largest
+        timestamp of the oldest chunk holding it; a timestamp = the first record at or after it in
         [start, stop] of each, oldest first. None when we hold nothing of the partition."""
         mine = [cr for cr in self.broker.replicas.chunks_of(topic, idx) if cr.log.log_start_offset <= cr.stop]
         if not mine:
             return None
         if ts == EARLIEST:
             return mine[0].log.log_start_offset, -1
+        if ts == MAX_TIMESTAMP:
+            best = (-1, -1)
+            for cr in mine:
+                t, off = cr.log.max_timestamp()
+                if t > best[1]:
+                    best = (off, t)
+            return best
         for cr in mine:
             hit = cr.log.offset_for_timestamp(ts)
             if hit is not None and hit[0] <= cr.stop:
@@ -348,6 +367,9 @@ class ChunkReads:
         if cr is not None and cr.complete:
             if ts == EARLIEST:
                 return cr.log.log_start_offset
+            if ts == MAX_TIMESTAMP:
+                t, off = cr.log.max_timestamp()
+                return (off, t) if t >= 0 else None
             hit = cr.log.offset_for_timestamp(ts)
             return hit if hit is not None else None
         L = ListOffsetsRequest
