@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, ClassVar, Generic, TypeVar
 
 import structlog
@@ -21,9 +21,24 @@ from broker.coordinator import metadata_caught_up, wall_clock_ms
 from broker.storage.errors import StorageError
 from broker.storage.log import AppendOrigin
 from protocol.errors import Errors, ProtocolError
-from protocol.records import Record, encode_batch
+from protocol.records import Record, decode_batches, encode_batch
 
 log = structlog.get_logger(__name__)
+
+
+def log_batches(lg: Any, max_bytes: int) -> Iterator[Any]:
+    """Every record batch of a coordinator partition's log, from its start to its end as it was when
+    the scan began (a load reads with this, in an executor)."""
+    offset, end = lg.log_start_offset, lg.log_end_offset
+    while offset < end:
+        info = lg.read(offset, max_bytes, max_offset=end)
+        data = b"".join(bytes(part) for part in info.records)
+        batches = decode_batches(data) if data else []
+        if not batches:
+            return
+        for b in batches:
+            yield b
+            offset = b.header.base_offset + b.header.last_offset_delta + 1
 
 
 class CoordinatorPartition:

@@ -55,9 +55,8 @@ from broker.coordinator.group.records import (
     partition_for,
 )
 from broker.coordinator.internal_topic import create_internal_topic
-from broker.coordinator.partitioned import CoordinatorPartition, PartitionedCoordinator
+from broker.coordinator.partitioned import CoordinatorPartition, PartitionedCoordinator, log_batches
 from protocol.errors import Errors
-from protocol.records import decode_batches
 
 log = structlog.get_logger(__name__)
 
@@ -111,7 +110,7 @@ def read_partition(lg: Any, max_bytes: int) -> LoadedPartition:
     groups: dict[str, GroupMetadataRecord | None] = {}
     offsets: dict[str, dict[TopicPartition, tuple[OffsetAndMetadata, int]]] = {}
     pending_txn: dict[int, dict[tuple[str, str, int], tuple[OffsetAndMetadata | None, int]]] = {}
-    offset, end = lg.log_start_offset, lg.log_end_offset
+    offset = lg.log_start_offset
     count = 0
 
     def apply_offset(group: str, tp: TopicPartition, value: OffsetAndMetadata | None, rec_offset: int) -> None:
@@ -123,39 +122,31 @@ def read_partition(lg: Any, max_bytes: int) -> LoadedPartition:
             if cur is None or cur[1] < rec_offset:
                 per[tp] = (value, rec_offset)
 
-    while offset < end:
-        info = lg.read(offset, max_bytes, max_offset=end)
-        data = b"".join(bytes(part) for part in info.records)
-        if not data:
-            break
-        batches = decode_batches(data)
-        if not batches:
-            break
-        for b in batches:
-            h = b.header
-            if h.is_control:
-                pend = pending_txn.pop(h.producer_id, {})
-                rec = b.records[0] if b.records else None
-                if rec is not None and rec.key is not None and len(rec.key) >= 4:
-                    if struct.unpack_from(">h", rec.key, 2)[0] == 1:  # COMMIT marker
-                        for (g, t, p), (value, rec_offset) in pend.items():
-                            apply_offset(g, (t, p), value, rec_offset)
-            else:
-                for r in b.records:
-                    count += 1
-                    try:
-                        key = decode_key(r.key)
-                        if isinstance(key, OffsetCommitKey):
-                            value = None if r.value is None else decode_offset_commit_value(r.value)
-                            if h.is_transactional:
-                                pending_txn.setdefault(h.producer_id, {})[(key.group, key.topic, key.partition)] = (value, r.offset)
-                            else:
-                                apply_offset(key.group, (key.topic, key.partition), value, r.offset)
-                        elif isinstance(key, GroupMetadataKey):
-                            groups[key.group] = None if r.value is None else decode_group_metadata_value(r.value)
-                    except RecordFormatError as e:
-                        log.warning("offsets_record_skipped", offset=r.offset, error=str(e))
-            offset = h.base_offset + h.last_offset_delta + 1
+    for b in log_batches(lg, max_bytes):
+        h = b.header
+        if h.is_control:
+            pend = pending_txn.pop(h.producer_id, {})
+            rec = b.records[0] if b.records else None
+            if rec is not None and rec.key is not None and len(rec.key) >= 4:
+                if struct.unpack_from(">h", rec.key, 2)[0] == 1:  # COMMIT marker
+                    for (g, t, p), (value, rec_offset) in pend.items():
+                        apply_offset(g, (t, p), value, rec_offset)
+        else:
+            for r in b.records:
+                count += 1
+                try:
+                    key = decode_key(r.key)
+                    if isinstance(key, OffsetCommitKey):
+                        value = None if r.value is None else decode_offset_commit_value(r.value)
+                        if h.is_transactional:
+                            pending_txn.setdefault(h.producer_id, {})[(key.group, key.topic, key.partition)] = (value, r.offset)
+                        else:
+                            apply_offset(key.group, (key.topic, key.partition), value, r.offset)
+                    elif isinstance(key, GroupMetadataKey):
+                        groups[key.group] = None if r.value is None else decode_group_metadata_value(r.value)
+                except RecordFormatError as e:
+                    log.warning("offsets_record_skipped", offset=r.offset, error=str(e))
+        offset = h.base_offset + h.last_offset_delta + 1
     return LoadedPartition(groups, offsets, count, offset, pending_txn)
 
 

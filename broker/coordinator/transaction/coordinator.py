@@ -27,7 +27,7 @@ import structlog
 from broker.coordinator import wall_clock_ms
 from broker.coordinator.group.records import OFFSETS_TOPIC, partition_for
 from broker.coordinator.internal_topic import create_internal_topic
-from broker.coordinator.partitioned import CoordinatorPartition, PartitionedCoordinator
+from broker.coordinator.partitioned import CoordinatorPartition, PartitionedCoordinator, log_batches
 from broker.coordinator.transaction.config import TransactionCoordinatorConfig
 from broker.coordinator.transaction.markers import TxnMarkerSender
 from broker.coordinator.transaction.metadata import (
@@ -48,7 +48,6 @@ from broker.coordinator.transaction.records import (
 )
 from broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
 from protocol.errors import Errors
-from protocol.records import decode_batches
 
 log = structlog.get_logger(__name__)
 
@@ -69,27 +68,17 @@ def read_state_partition(lg: Any, max_bytes: int) -> tuple[dict[str, Transaction
     """Scan a __transaction_state log from start to end (runs in an executor): the latest value per
     transactional id (deleted ids absent) and the number of records read."""
     found: dict[str, TransactionLogValue | None] = {}
-    offset, end = lg.log_start_offset, lg.log_end_offset
     count = 0
-    while offset < end:
-        info = lg.read(offset, max_bytes, max_offset=end)
-        data = b"".join(bytes(part) for part in info.records)
-        if not data:
-            break
-        batches = decode_batches(data)
-        if not batches:
-            break
-        for b in batches:
-            h = b.header
-            if not h.is_control:
-                for r in b.records:
-                    count += 1
-                    try:
-                        tid = decode_key(r.key)
-                        found[tid] = None if r.value is None else decode_value(r.value)
-                    except TxnRecordFormatError as e:
-                        log.warning("txn_state_record_skipped", offset=r.offset, error=str(e))
-            offset = h.base_offset + h.last_offset_delta + 1
+    for b in log_batches(lg, max_bytes):
+        if b.header.is_control:
+            continue
+        for r in b.records:
+            count += 1
+            try:
+                tid = decode_key(r.key)
+                found[tid] = None if r.value is None else decode_value(r.value)
+            except TxnRecordFormatError as e:
+                log.warning("txn_state_record_skipped", offset=r.offset, error=str(e))
     return {tid: v for tid, v in found.items() if v is not None}, count
 
 
