@@ -426,6 +426,8 @@ def test_list_offsets_across_chunks(cluster: Cluster) -> None:
     assert ask(-3, with_timestamp=True) == (4, t1 + 3_600_000)  # max timestamp: in the middle chunk
     assert ask(t0 - 1000) == 0  # before everything: the first chunk's first record
     assert ask(t1) == 3  # in the middle chunk, held by broker 2 only
+    # timestamps need not grow across chunks: 4 (an hour ahead) is found before the newer chunk
+    assert ask(t1 + 1_800_000, with_timestamp=True) == (4, t1 + 3_600_000)
     assert ask(int(time.time() * 1000) + 7_200_000) == -1
 
 

@@ -62,8 +62,7 @@ async def list_offsets(ctx: RequestContext, req) -> ListOffsetsResponse:
                 continue
             else:
                 found = None
-                start_ts = p.info.start_timestamp if p.info is not None else -1
-                if chunked and (start_ts < 0 or ts < start_ts):  # the time may fall in an inactive chunk
+                if chunked:  # the inactive chunks come first (each skipped if all its records are older)
                     found = await b.chunk_reads.offset_for_timestamp(t.name, lp.partition_index, ts)
                 if found is None:
                     found = lg.offset_for_timestamp(ts)

@@ -74,6 +74,9 @@ class ChunkReads:
         self.broker = broker
         self.node_id = broker.config.node_id
         self.peers = PeerClients(broker, "chunk-reader")
+        # (topic id, partition, chunk start) -> the chunk's largest timestamp: inactive chunks are
+        # immutable, so it is asked once (retention only lowers it, which costs a needless ask)
+        self._chunk_max_ts: dict[tuple, int] = {}
         # connection -> {(topic, partition): (offset redirected, when)}
         self._redirected: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -316,18 +319,29 @@ class ChunkReads:
         return None
 
     async def offset_for_timestamp(self, topic: str, idx: int, ts: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record at or after ts in the inactive chunks, starting
-        with the last chunk that started at or before ts; None: look in the active chunk."""
-        chunks = self.chunked(topic, idx)
-        first = 0
-        for i, c in enumerate(chunks):
-            if 0 <= c.start_timestamp <= ts:
-                first = i
-        for c in chunks[first:]:
+        """(offset, timestamp) of the first record at or after ts in the inactive chunks, oldest
+        first, the way Kafka picks segments: a chunk whose largest timestamp is below ts is
+        skipped, so timestamps need not grow across chunks. None: look in the active chunk."""
+        for c in self.chunked(topic, idx):
+            top = await self._chunk_max_timestamp(topic, idx, c)
+            if top is not None and top < ts:
+                continue
             found = await self._ask_chunk(topic, idx, c, ts, with_timestamp=True)
             if found is not None and found[0] <= c.stop_offset:
                 return found
         return None
+
+    async def _chunk_max_timestamp(self, topic: str, idx: int, c: ChunkInfo) -> int | None:
+        key = (c.topic_id, c.partition, c.start_offset)
+        top = self._chunk_max_ts.get(key)
+        if top is None:
+            found = await self._ask_chunk(topic, idx, c, MAX_TIMESTAMP, with_timestamp=True)
+            if found is None:
+                return None  # no replica answered: ask the chunk itself
+            if len(self._chunk_max_ts) >= 4096:
+                self._chunk_max_ts.clear()  # chunks of deleted topics must not pile up
+            top = self._chunk_max_ts[key] = found[1]
+        return top
 
     async def max_timestamp(self, topic: str, idx: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the record with the largest timestamp in the inactive chunks
