@@ -31,6 +31,7 @@ class BrokerLifecycle:
         self.unfenced = asyncio.Event()
         self.want_shutdown = False
         self.shutdown_granted = asyncio.Event()
+        self._wake = asyncio.Event()  # send the next heartbeat now (a controlled shutdown began)
         self._task: asyncio.Task | None = None
         self._stopping = False
 
@@ -89,10 +90,18 @@ class BrokerLifecycle:
                     self.shutdown_granted.set()
                     return
             # heartbeat sooner while waiting to be unfenced or for shutdown, as KRaft brokers do
-            await asyncio.sleep(interval if not (self.fenced or self.want_shutdown) else min(interval, 0.2))
+            await self._pause(interval if not (self.fenced or self.want_shutdown) else min(interval, 0.2))
+
+    async def _pause(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._wake.wait(), seconds)
+        except TimeoutError:
+            pass
+        self._wake.clear()
 
     async def controlled_shutdown(self, timeout: float) -> None:
         self.want_shutdown = True
+        self._wake.set()
         try:
             await asyncio.wait_for(self.shutdown_granted.wait(), timeout)
             log.info("controlled_shutdown_complete")
