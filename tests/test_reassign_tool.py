@@ -414,6 +414,13 @@ def test_cancel_in_progress_and_list(bs: str, tmp_path: Path) -> None:
         assert "Clearing" not in out  # throttles stay while it runs
         assert configs(bs, "topic", "slow").get(FOLLOWER_REPLICAS) == "0:3,0:4"
 
+        # the throttle holds the moving replicas only: a partition from the same leader to the
+        # same follower, outside the throttle, keeps replicating (acks=all waits for broker 3)
+        create_topic(bs, "beside-slow", [[1, 3]])
+        started = time.monotonic()
+        produce(bs, "beside-slow", [b"beside"] * 100)
+        assert time.monotonic() - started < 10, f"acks=all took {time.monotonic() - started:.1f}s beside a throttled move"
+
         # a second --execute needs --additional
         assert "--additional" in fails(bs, "--execute", "--reassignment-json-file", f)
 

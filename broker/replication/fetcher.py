@@ -109,12 +109,17 @@ class ReplicaFetcher:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            await self.throttle.wait()
+            parts = list(self.partitions.values())
+            pause = self.throttle.pause()
+            if pause:
+                parts = [p for p in parts if not self.throttle.applies(p)]
+                if not parts:
+                    await asyncio.sleep(pause)
+                    continue
             client = await self._connect()
             if client is None:
                 await asyncio.sleep(BACKOFF_S)
                 continue
-            parts = list(self.partitions.values())
             try:
                 version = client.version_for(FetchRequest.API_KEY)
                 resp = await client.request(self._request(version, parts), version, timeout=30)

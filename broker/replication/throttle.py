@@ -1,5 +1,6 @@
 """Replication throttle on the follower side (KIP-73): fetched bytes of throttled replicas are
-held to follower.replication.throttled.rate (bytes/s) with a token bucket.
+held to follower.replication.throttled.rate (bytes/s) with a token bucket. Over the rate, the
+throttled replicas sit out fetches (the others go on, as Kafka's fetcher does) until it recovers.
 
 A replica is throttled when its topic's follower.replication.throttled.replicas lists
 "<partition>:<this broker>" or is "*"; the rate is this broker's dynamic config (or the
@@ -8,7 +9,6 @@ cluster-wide default, or server.properties). kafka-reassign-partitions.sh --thro
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import TYPE_CHECKING
 
@@ -70,12 +70,11 @@ class Throttle:
         self._refill(rate)
         self._tokens -= nbytes
 
-    async def wait(self) -> None:
-        """Before the next fetch: sleep off any debt of throttled bytes."""
+    def pause(self) -> float:
+        """0 when under the rate; else how long to wait before throttled replicas fetch again, at
+        most a quarter second so that a changed or removed rate applies promptly."""
         rate = self.rate()
         if rate is None:
-            return
+            return 0.0
         self._refill(rate)
-        if self._tokens < 0:
-            await asyncio.sleep(-self._tokens / rate)
-            self._refill(rate)
+        return 0.0 if self._tokens >= 0 else min(-self._tokens / rate, 0.25)
