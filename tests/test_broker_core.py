@@ -578,7 +578,7 @@ def test_broker_catches_up_from_a_controller_snapshot(cluster_factory):
     assert sorted(t.name for t in md2.topics) == names
     led_by_2 = sorted({t.name for t in md2.topics if any(p.leader_id == 2 for p in t.partitions)})
     assert led_by_2, "no partition led by broker 2"
-    for t in dict.fromkeys(led_by_2[:10] + names[:3]):
+    for t in dict.fromkeys(led_by_2[:4] + names[:2]):
         acked = produce(c.bootstrap, t, [f"{t}-{i}".encode() for i in range(50)])
         check_exactly_once(acked, consume_all(c.bootstrap, t, 2))
     # and a topic created now lands on the new, least-loaded broker, which serves it
