@@ -61,6 +61,7 @@ class ChunkMove:
     broker_ids: list[int]
     caught_up: int = UNSET
     leaving: int = UNSET
+    log_start: int = UNSET  # DeleteRecords: the chunk's new first readable offset
 
 
 @dataclass
@@ -209,9 +210,10 @@ class ChunkControl:
                 topic=r.topic,
                 partition=r.partition,
                 start_offset=r.start_offset,
-                target=m.broker_ids if m.caught_up < 0 and m.leaving < 0 else None,
+                target=m.broker_ids if m.caught_up < 0 and m.leaving < 0 and m.log_start < 0 else None,
                 caught_up=m.caught_up if m.caught_up >= 0 else None,
                 leaving=m.leaving if m.leaving >= 0 else None,
+                log_start=m.log_start if m.log_start >= 0 else None,
                 error=r.error.code if r.error else 0,
             )
         return results
@@ -235,7 +237,9 @@ class ChunkControl:
                 Errors.FENCED_LEADER_EPOCH,
                 f"Chunk {name}@{m.start_offset} is at epoch {c.chunk_epoch}, the request has {m.chunk_epoch}.",
             )
-        if m.leaving >= 0:
+        if m.log_start >= 0:
+            nxt = self._delete_records(c, m.log_start, name)
+        elif m.leaving >= 0:
             nxt = self._leave(c, m.leaving)
         elif m.caught_up >= 0:
             nxt = self._caught_up(c, m.caught_up, name)
@@ -254,8 +258,19 @@ class ChunkControl:
             rec.adding_replicas = list(nxt.adding_replicas)
         if nxt.removing_replicas != c.removing_replicas:
             rec.removing_replicas = list(nxt.removing_replicas)
+        if nxt.log_start_offset != c.log_start_offset:
+            rec.log_start_offset = nxt.log_start_offset
         batch.add(rec)
         state[key] = replace(nxt, chunk_epoch=c.chunk_epoch + 1)
+
+    @staticmethod
+    def _delete_records(c: ChunkInfo, offset: int, name: str) -> ChunkInfo | None:
+        if not c.start_offset <= offset <= c.end_offset + 1:
+            raise ApiError(
+                Errors.OFFSET_OUT_OF_RANGE,
+                f"Offset {offset} is outside chunk {name}@{c.start_offset} ({c.start_offset}..{c.end_offset}).",
+            )
+        return replace(c, log_start_offset=offset) if offset > c.first_offset else None
 
     @staticmethod
     def _leave(c: ChunkInfo, b: int) -> ChunkInfo | None:

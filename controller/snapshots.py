@@ -97,6 +97,7 @@ def image_records(image: MetadataImage) -> Iterator[Any]:
                     isr=list(c.isr),
                     removing_replicas=list(c.removing_replicas),
                     adding_replicas=list(c.adding_replicas),
+                    log_start_offset=c.log_start_offset,
                 )
     if image.next_producer_id > 0:
         yield ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id)

@@ -78,6 +78,12 @@ class ChunkInfo:
     directories: tuple[UUID, ...] = ()
     removing_replicas: tuple[int, ...] = ()
     adding_replicas: tuple[int, ...] = ()
+    log_start_offset: int = -1  # first readable offset once DeleteRecords cut into it, else -1
+
+    @property
+    def first_offset(self) -> int:
+        """The chunk's first readable offset."""
+        return max(self.start_offset, self.log_start_offset)
 
 
 @dataclass(frozen=True)
@@ -333,6 +339,7 @@ class MetadataDelta:
             directories=tuple(r.directories),
             removing_replicas=tuple(r.removing_replicas),
             adding_replicas=tuple(r.adding_replicas),
+            log_start_offset=r.log_start_offset,
         )
         others = [x for x in chunks.get(r.partition_id, ()) if x.start_offset != r.start_offset]
         chunks[r.partition_id] = tuple(sorted([*others, c], key=lambda x: x.start_offset))
@@ -351,6 +358,7 @@ class MetadataDelta:
                     adding_replicas=_opt(r.adding_replicas, c.adding_replicas),
                     directories=tuple(r.directories) if r.directories is not None else c.directories,
                     chunk_epoch=c.chunk_epoch + 1,
+                    log_start_offset=max(c.log_start_offset, r.log_start_offset),
                 )
                 if not c.replicas:
                     continue  # a chunk with no replicas left is gone

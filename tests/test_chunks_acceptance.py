@@ -151,8 +151,9 @@ def test_a_replica_that_was_down_when_the_chunk_was_cut_catches_up(cluster: Clus
 def test_delete_records_past_a_whole_chunk_drops_it(cluster: Cluster) -> None:
     """DeleteRecords at 15 on topic-0 = [0, 9] on 1, [10, 19] on 2, active from 20 on 3: the
     first chunk lies wholly below it and is dropped (its replica deletes its dir); the second,
-    cut through, stays whole."""
-    from confluent_kafka import TopicPartition
+    cut through, gets 15 as its log start: nothing below it is served any more, the earliest
+    offset is 15, and its replica raises its own log start."""
+    from confluent_kafka import Consumer, TopicPartition
 
     c, topic = cluster, "chunks-delete-records"
     three_chunks(c, topic)
@@ -161,5 +162,17 @@ def test_delete_records_past_a_whole_chunk_drops_it(cluster: Cluster) -> None:
         assert f.result(30).low_watermark == 15
     wait_for(lambda: [r[0] for r in chunk_rows(partition_md(c, 2, topic))] == [10], what="the first chunk dropped")
     wait_for(lambda: 0 not in chunk_dirs(c, 1, topic), what="broker 1 to delete the dropped chunk's dir")
-    got = list(ChunkReader(c.bootstrap).read(topic, 0, 10, 30))
-    assert [r.value for r in got] == EXPECTED[10:]
+    assert [(r[0], r[1]) for r in chunk_rows(partition_md(c, 2, topic))] == [(10, 19)]
+    got = list(ChunkReader(c.bootstrap).read(topic, 0, 15, 30))
+    assert [r.value for r in got] == EXPECTED[15:]
+    with pytest.raises(ReaderError, match="error 1"):  # OFFSET_OUT_OF_RANGE, from the chunk's replica
+        list(ChunkReader(c.bootstrap).read(topic, 0, 10, 30))
+    con = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "chunks-delete-records"})
+    try:
+        assert con.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) == (15, 30)
+    finally:
+        con.close()
+    wait_for(lambda: "log_start_offset=15" in (c.log_path(2).read_text()), what="broker 2 to raise its log start")
+    # a new consumer (auto.offset.reset=earliest) starts there
+    flat = [r for poll in consume_confluent(c, topic, 15) for r in poll]
+    assert flat == [(15 + i, v) for i, v in enumerate(EXPECTED[15:])]

@@ -33,7 +33,9 @@ async def delete_records(ctx: RequestContext, req) -> DeleteRecordsResponse:
     """On the active chunk's leader. Below the active chunk, whole inactive chunks the offset
     passes are dropped: every replica leaves them (AlterChunkAssignments with LeavingBrokerId,
     the report a replica sends when retention emptied it), and the controller removes a chunk
-    with no replicas left. A chunk the offset cuts through keeps its bytes until retention."""
+    with no replicas left. A chunk the offset cuts through gets it as its log start offset
+    (AlterChunkAssignments with LogStartOffset, kept in the metadata): reads below it answer
+    OFFSET_OUT_OF_RANGE at once, and each replica deletes what lies below it."""
     R = DeleteRecordsResponse
     b = ctx.broker
     topics = []
@@ -57,6 +59,11 @@ async def delete_records(ctx: RequestContext, req) -> DeleteRecordsResponse:
                 pr.error_code = await _drop_chunks(b, t.name, dp.partition_index, gone)
                 if pr.error_code:
                     continue
+            cut = [c for c in chunks if c.first_offset < offset <= c.end_offset]
+            if cut:
+                pr.error_code = await _cut_chunk(b, t.name, dp.partition_index, cut[0], offset)
+                if pr.error_code:
+                    continue
             try:
                 low = p.log.delete_records_before(offset)
             except StorageError as e:
@@ -64,6 +71,17 @@ async def delete_records(ctx: RequestContext, req) -> DeleteRecordsResponse:
                 continue
             pr.low_watermark = low if offset >= p.log.log_start_offset else offset
     return R(topics=topics)
+
+
+async def _cut_chunk(b, topic: str, partition: int, chunk, offset: int) -> int:
+    AC = AlterChunkAssignmentsRequest
+    entry = AC.AlterChunkAssignment(topic_name=topic, partition_id=partition, start_offset=chunk.start_offset,
+                                    chunk_epoch=-1, broker_ids=[], log_start_offset=offset)
+    try:
+        resp = await b.forward(AC(chunks=[entry]), 0)
+    except ClientError:
+        return Errors.REQUEST_TIMED_OUT
+    return resp.results[0].error_code if resp.results else Errors.UNKNOWN_SERVER_ERROR
 
 
 async def _drop_chunks(b, topic: str, partition: int, chunks) -> int:

@@ -166,12 +166,13 @@ class ChunkReads:
             # a reader of our chunk reached its end: onwards to the active chunk's leader
             return self._redirect(ctx, info, idx, offset, active.leader, None)
         c = _chunk_holding(chunks, offset)
-        if c is None:  # below the oldest chunk, or its head that retention took
+        low = _low_watermark(chunks)
+        if c is None or offset < low:  # below the oldest chunk, its head retention took, or DeleteRecords
             if not (leader_here or mine):
                 return None
             pd = _pd(idx)
             pd.error_code = Errors.OFFSET_OUT_OF_RANGE
-            pd.log_start_offset = chunks[0].start_offset
+            pd.log_start_offset = max(chunks[0].start_offset, low)
             return pd
         cr = rm.chunks.get((info.name, idx, c.start_offset))
         if cr is not None and cr.holds(offset):
@@ -312,10 +313,14 @@ class ChunkReads:
     async def earliest(self, topic: str, idx: int) -> int | None:
         """The partition's earliest offset, from the oldest chunk that still holds readable data
         (retention may have taken the head of a chunk, or all of it); None: the active chunk's."""
-        for c in self.chunked(topic, idx):
+        chunks = self.chunked(topic, idx)
+        low = _low_watermark(chunks)
+        for c in chunks:
+            if c.stop_offset < low:
+                continue  # DeleteRecords passed it: being dropped
             found = await self._ask_chunk(topic, idx, c, EARLIEST)
             if found is not None and found <= c.stop_offset:
-                return max(found, c.start_offset)
+                return max(found, c.first_offset, low)
         return None
 
     async def offset_for_timestamp(self, topic: str, idx: int, ts: int) -> tuple[int, int] | None:
@@ -441,6 +446,11 @@ def _lso(lg) -> int:
 
 def _same_start(chunks: tuple[ChunkInfo, ...], start: int) -> ChunkInfo | None:
     return next((c for c in chunks if c.start_offset == start), None)
+
+
+def _low_watermark(chunks: tuple[ChunkInfo, ...]) -> int:
+    """The partition's log start offset as DeleteRecords set it inside an inactive chunk, else -1."""
+    return max((c.log_start_offset for c in chunks), default=-1)
 
 
 def _chunk_holding(chunks: tuple[ChunkInfo, ...], offset: int) -> ChunkInfo | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import structlog
 
+from broker.storage.errors import StorageError
 from broker.storage.log import Log
 from metadata.image import ChunkInfo
 
@@ -65,10 +66,23 @@ class ChunkReplica:
 
     def holds(self, offset: int) -> bool:
         """A consumer read at `offset` can be served here now."""
-        return self.log.log_start_offset <= offset < self.read_end
+        return max(self.log.log_start_offset, self.info.first_offset) <= offset < self.read_end
 
     def update(self, info: ChunkInfo) -> None:
         self.info = info
+        self.apply_log_start()
+
+    def apply_log_start(self) -> None:
+        """DeleteRecords cut into the chunk: raise this replica's log start to the chunk's once it
+        holds that far (a replica still copying does it on a later call)."""
+        want, lg = self.info.log_start_offset, self.log
+        if want <= lg.log_start_offset or lg.high_watermark < want:
+            return
+        try:
+            lg.delete_records_before(want)
+        except StorageError as e:
+            log.warning("chunk_log_start_failed", topic=self.topic, partition=self.index, chunk_start=self.start,
+                        log_start_offset=want, error=str(e))
 
     def seal(self) -> None:
         """Make the log match the chunk: nothing past end (a former active replica may hold

@@ -374,6 +374,7 @@ class ReplicaManager:
         as storage defines it); when nothing of the chunk is left, the replica leaves it."""
         if cr.closed:
             return
+        cr.apply_log_start()
         try:
             if cr.needs_roll:
                 await asyncio.get_running_loop().run_in_executor(None, cr.log.roll)

@@ -48,6 +48,7 @@ async def alter_chunk_assignments(apis: Apis, req: Request) -> AlterChunkAssignm
             list(c.broker_ids),
             c.caught_up_broker_id,
             c.leaving_broker_id,
+            c.log_start_offset,
         )
         for c in req.body.chunks
     ]

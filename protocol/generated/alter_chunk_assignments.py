@@ -43,6 +43,7 @@ from protocol.message import Message, Struct
 _st_i = _Struct(">i")
 _st_iqh = _Struct(">iqh")
 _st_iqi = _Struct(">iqi")
+_st_q = _Struct(">q")
 
 
 class AlterChunkAssignmentsRequest(Message):
@@ -69,6 +70,7 @@ class AlterChunkAssignmentsRequest(Message):
             "broker_ids",
             "caught_up_broker_id",
             "leaving_broker_id",
+            "log_start_offset",
             "unknown_tags",
         )
         _fields = (
@@ -79,6 +81,7 @@ class AlterChunkAssignmentsRequest(Message):
             "broker_ids",
             "caught_up_broker_id",
             "leaving_broker_id",
+            "log_start_offset",
         )
 
         def __init__(
@@ -90,6 +93,7 @@ class AlterChunkAssignmentsRequest(Message):
             broker_ids=_UNSET,
             caught_up_broker_id=-1,
             leaving_broker_id=-1,
+            log_start_offset=-1,
             unknown_tags=None,
         ):
             self.topic_name = topic_name
@@ -99,6 +103,7 @@ class AlterChunkAssignmentsRequest(Message):
             self.broker_ids = [] if broker_ids is _UNSET else broker_ids
             self.caught_up_broker_id = caught_up_broker_id
             self.leaving_broker_id = leaving_broker_id
+            self.log_start_offset = log_start_offset
             self.unknown_tags = unknown_tags
 
     def __init__(self, chunks=_UNSET, unknown_tags=None):
@@ -192,6 +197,7 @@ def _d_AlterChunkAssignmentsRequest_AlterChunkAssignment_v0(buf, pos):
         unknown = None
         v_caught_up_broker_id = -1
         v_leaving_broker_id = -1
+        v_log_start_offset = -1
         if buf[pos] == 0:
             pos += 1
         else:
@@ -210,6 +216,12 @@ def _d_AlterChunkAssignmentsRequest_AlterChunkAssignment_v0(buf, pos):
                     f = "LeavingBrokerId"
                     v_leaving_broker_id = _st_i.unpack_from(buf, pos)[0]
                     pos += 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 2:
+                    f = "LogStartOffset"
+                    v_log_start_offset = _st_q.unpack_from(buf, pos)[0]
+                    pos += 8
                     if pos != end:
                         raise ProtocolError("tagged field size does not match its value")
                 else:
@@ -231,6 +243,7 @@ def _d_AlterChunkAssignmentsRequest_AlterChunkAssignment_v0(buf, pos):
         v_broker_ids,
         v_caught_up_broker_id,
         v_leaving_broker_id,
+        v_log_start_offset,
         unknown,
     ), pos
 
@@ -305,6 +318,15 @@ def _e_AlterChunkAssignmentsRequest_AlterChunkAssignment_v0(o, parts):
         if tg is None:
             tg = []
         tg.append((1, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.log_start_offset != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_q.pack(o.log_start_offset))
+        if tg is None:
+            tg = []
+        tg.append((2, b"".join(parts)))
         parts = outer
         w = parts.append
     if tg is None and not o.unknown_tags:

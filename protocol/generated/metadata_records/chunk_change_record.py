@@ -43,6 +43,7 @@ from protocol.message import Message, Struct
 _st_16s = _Struct(">16s")
 _st_i = _Struct(">i")
 _st_i16sqi = _Struct(">i16sqi")
+_st_q = _Struct(">q")
 
 
 class ChunkChangeRecord(Message):
@@ -58,6 +59,7 @@ class ChunkChangeRecord(Message):
         "removing_replicas",
         "adding_replicas",
         "epoch",
+        "log_start_offset",
         "unknown_tags",
     )
     _fields = (
@@ -70,6 +72,7 @@ class ChunkChangeRecord(Message):
         "removing_replicas",
         "adding_replicas",
         "epoch",
+        "log_start_offset",
     )
     API_KEY = 1029
     NAME = "ChunkChangeRecord"
@@ -89,6 +92,7 @@ class ChunkChangeRecord(Message):
         removing_replicas=None,
         adding_replicas=None,
         epoch=-1,
+        log_start_offset=-1,
         unknown_tags=None,
     ):
         self.partition_id = partition_id
@@ -100,6 +104,7 @@ class ChunkChangeRecord(Message):
         self.removing_replicas = removing_replicas
         self.adding_replicas = adding_replicas
         self.epoch = epoch
+        self.log_start_offset = log_start_offset
         self.unknown_tags = unknown_tags
 
 
@@ -120,6 +125,7 @@ def _d_ChunkChangeRecord_ChunkChangeRecord_v0(buf, pos):
         v_isr = None
         v_removing_replicas = None
         v_adding_replicas = None
+        v_log_start_offset = -1
         if buf[pos] == 0:
             pos += 1
         else:
@@ -218,6 +224,12 @@ def _d_ChunkChangeRecord_ChunkChangeRecord_v0(buf, pos):
                         pos += n * 4
                     if pos != end:
                         raise ProtocolError("tagged field size does not match its value")
+                elif tag == 5:
+                    f = "LogStartOffset"
+                    v_log_start_offset = _st_q.unpack_from(buf, pos)[0]
+                    pos += 8
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
                 else:
                     if unknown is None:
                         unknown = {}
@@ -239,6 +251,7 @@ def _d_ChunkChangeRecord_ChunkChangeRecord_v0(buf, pos):
         v_removing_replicas,
         v_adding_replicas,
         v_epoch,
+        v_log_start_offset,
         unknown,
     ), pos
 
@@ -316,6 +329,15 @@ def _e_ChunkChangeRecord_ChunkChangeRecord_v0(o, parts):
         if tg is None:
             tg = []
         tg.append((4, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.log_start_offset != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_q.pack(o.log_start_offset))
+        if tg is None:
+            tg = []
+        tg.append((5, b"".join(parts)))
         parts = outer
         w = parts.append
     if tg is None and not o.unknown_tags:

@@ -43,6 +43,7 @@ from protocol.message import Message, Struct
 _st_16s = _Struct(">16s")
 _st_i = _Struct(">i")
 _st_i16sqqqqi = _Struct(">i16sqqqqi")
+_st_q = _Struct(">q")
 
 
 class ChunkRecord(Message):
@@ -62,6 +63,7 @@ class ChunkRecord(Message):
         "removing_replicas",
         "adding_replicas",
         "epoch",
+        "log_start_offset",
         "unknown_tags",
     )
     _fields = (
@@ -78,6 +80,7 @@ class ChunkRecord(Message):
         "removing_replicas",
         "adding_replicas",
         "epoch",
+        "log_start_offset",
     )
     API_KEY = 1028
     NAME = "ChunkRecord"
@@ -101,6 +104,7 @@ class ChunkRecord(Message):
         removing_replicas=_UNSET,
         adding_replicas=_UNSET,
         epoch=-1,
+        log_start_offset=-1,
         unknown_tags=None,
     ):
         self.partition_id = partition_id
@@ -116,6 +120,7 @@ class ChunkRecord(Message):
         self.removing_replicas = [] if removing_replicas is _UNSET else removing_replicas
         self.adding_replicas = [] if adding_replicas is _UNSET else adding_replicas
         self.epoch = epoch
+        self.log_start_offset = log_start_offset
         self.unknown_tags = unknown_tags
 
 
@@ -211,6 +216,7 @@ def _d_ChunkRecord_ChunkRecord_v0(buf, pos):
         pos += 4
         f = "<tagged fields>"
         unknown = None
+        v_log_start_offset = -1
         if buf[pos] == 0:
             pos += 1
         else:
@@ -219,9 +225,16 @@ def _d_ChunkRecord_ChunkRecord_v0(buf, pos):
                 tag, pos = read_uvarint(buf, pos)
                 size, pos = read_uvarint(buf, pos)
                 end = check_len(buf, pos, size)
-                if unknown is None:
-                    unknown = {}
-                unknown[tag] = bytes(buf[pos:end])
+                if tag == 0:
+                    f = "LogStartOffset"
+                    v_log_start_offset = _st_q.unpack_from(buf, pos)[0]
+                    pos += 8
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
                 pos = end
     except ProtocolError as e:
         if e.field is None:
@@ -243,6 +256,7 @@ def _d_ChunkRecord_ChunkRecord_v0(buf, pos):
         v_removing_replicas,
         v_adding_replicas,
         v_epoch,
+        v_log_start_offset,
         unknown,
     ), pos
 
@@ -292,10 +306,20 @@ def _e_ChunkRecord_ChunkRecord_v0(o, parts):
         w(uvarint(len(lst) + 1))
         w(_pack(f">{len(lst)}i", *lst))
     w(_st_i.pack(o.epoch))
-    if o.unknown_tags:
-        write_tags(parts, None, o.unknown_tags)
-    else:
+    tg = None
+    if o.log_start_offset != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_q.pack(o.log_start_offset))
+        if tg is None:
+            tg = []
+        tg.append((0, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
         w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
 
 
 ChunkRecord._decoders = {0: _d_ChunkRecord_ChunkRecord_v0}
