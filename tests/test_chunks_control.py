@@ -401,6 +401,7 @@ def test_snapshot_records_rebuild_chunks_and_start_offsets() -> None:
         3,
     )
     delta.replay(ChunkChangeRecord(partition_id=0, topic_id=tid, start_offset=20, isr=[3, 1]), 4)
+    delta.replay(ChunkChangeRecord(partition_id=0, topic_id=tid, start_offset=20, log_start_offset=25), 5)
     image = delta.apply()
     again = MetadataDelta(MetadataImage.EMPTY)
     for i, r in enumerate(image_records(image)):
@@ -408,5 +409,6 @@ def test_snapshot_records_rebuild_chunks_and_start_offsets() -> None:
     rebuilt = again.apply()
     t, t2 = image.topic("t"), rebuilt.topic("t")
     assert t is not None and t2 is not None
-    assert t2.chunks[0] == t.chunks[0] and t2.chunks[0][1].chunk_epoch == 1
+    assert t2.chunks[0] == t.chunks[0] and t2.chunks[0][1].chunk_epoch == 2
+    assert [c.first_offset for c in t2.chunks[0]] == [0, 25]  # DeleteRecords' log start survives
     assert (t2.partitions[0].start_offset, t2.partitions[0].start_timestamp) == (40, 777)
