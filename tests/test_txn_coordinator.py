@@ -356,3 +356,48 @@ def test_a_new_coordinator_finishes_a_prepared_commit(tmp_path):
         run(go())
     finally:
         c.stop()
+
+
+def test_a_fenced_producers_late_offset_commit_is_refused(txn_cluster):
+    """A producer fenced while its transaction holds offsets (a new producer with its
+    transactional id aborted it) cannot commit offsets afterwards: the group's __consumer_offsets
+    partition saw the abort marker at the bumped epoch and refuses the old one (what makes the
+    exactly-once application's remedy for a stuck librdkafka producer safe)."""
+    from protocol.generated.offset_fetch import OffsetFetchRequest
+    from protocol.generated.txn_offset_commit import TxnOffsetCommitRequest
+
+    group = "fenced-offsets"
+
+    async def go():
+        async with Txn(txn_cluster, "fence-offsets") as t:
+            # the group's coordinator first (this creates __consumer_offsets, as a consumer would)
+            r = await retrying(lambda: t.boot.request(FindCoordinatorRequest(key=group, key_type=0), 3),
+                               E.COORDINATOR_NOT_AVAILABLE)
+            group_node = r.node_id
+            r = await t.init()
+            pid, epoch = r.producer_id, r.producer_epoch
+            r = await retrying(lambda: t.cl.request(AddOffsetsToTxnRequest(
+                transactional_id=t.tid, producer_id=pid, producer_epoch=epoch, group_id=group), 1))
+            assert r.error_code == 0
+            assert (await t.init(retriable=())).error_code == E.CONCURRENT_TRANSACTIONS  # fences, aborts
+            assert (await t.init()).producer_epoch == epoch + 2
+            async with NodeClient(txn_cluster.host, txn_cluster.broker_port(group_node)) as gc:
+                T = TxnOffsetCommitRequest
+                deadline = time.monotonic() + 20
+                while True:
+                    r = await gc.request(T(
+                        transactional_id=t.tid, group_id=group, producer_id=pid, producer_epoch=epoch,
+                        generation_id=-1, member_id="", topics=[T.TxnOffsetCommitRequestTopic(
+                            name="data", partitions=[T.TxnOffsetCommitRequestPartition(
+                                partition_index=0, committed_offset=5)])]), 3)
+                    code = r.topics[0].partitions[0].error_code
+                    if code != E.COORDINATOR_LOAD_IN_PROGRESS or time.monotonic() > deadline:
+                        break
+                    await asyncio.sleep(0.05)
+                assert code in (E.INVALID_PRODUCER_EPOCH, E.PRODUCER_FENCED), code
+                F = OffsetFetchRequest
+                r = await gc.request(F(group_id=group, topics=[F.OffsetFetchRequestTopic(
+                    name="data", partition_indexes=[0])], require_stable=True), 7)
+                assert r.topics[0].partitions[0].committed_offset == -1
+
+    run(go())
