@@ -14,7 +14,7 @@ from broker.apis import RequestContext, api
 from broker.apis.leadership import leader_or_error
 from broker.fetch_sessions import FetchSessionError, SessionPartition
 from broker.replication.chunk_reads import ChunkAnswers
-from broker.storage.errors import OffsetOutOfRangeError, StorageError
+from broker.storage.errors import StorageError
 from protocol.errors import Errors
 from protocol.generated.fetch import FetchResponse
 
@@ -128,8 +128,6 @@ def _read(b, image, parts: OrderedDict, req, replica_id: int, by_id: bool, full:
             else:
                 try:
                     fi = lg.read(sp.fetch_offset, min(sp.max_bytes, remaining), max_offset=limit, min_one_batch=total == 0)
-                except OffsetOutOfRangeError:
-                    pd.error_code = Errors.OFFSET_OUT_OF_RANGE
                 except StorageError as e:
                     pd.error_code = e.error_code
                 else:

@@ -29,7 +29,7 @@ import structlog
 
 from broker.replication.chunk_replica import ChunkReplica
 from broker.replication.peers import PeerClients
-from broker.storage.errors import OffsetOutOfRangeError, StorageError
+from broker.storage.errors import StorageError
 from metadata.image import ChunkInfo, TopicInfo
 from metadata.read_replicas import hash_order
 from node.client import ClientError
@@ -143,9 +143,6 @@ class ChunkReads:
             return pd  # nothing more here (the requester tries another replica)
         try:
             fi = lg.read(sp.fetch_offset, min(sp.max_bytes, max(budget, 0)), max_offset=end + 1, min_one_batch=True)
-        except OffsetOutOfRangeError:
-            pd.error_code = Errors.OFFSET_OUT_OF_RANGE
-            return pd
         except StorageError as e:
             pd.error_code = e.error_code
             return pd
@@ -211,9 +208,6 @@ class ChunkReads:
         pd.aborted_transactions = [] if read_committed else None
         try:
             fi = lg.read(sp.fetch_offset, min(sp.max_bytes, max(budget, 0)), max_offset=cr.read_end, min_one_batch=True)
-        except OffsetOutOfRangeError:
-            pd.error_code = Errors.OFFSET_OUT_OF_RANGE
-            return pd
         except StorageError as e:
             pd.error_code = e.error_code
             return pd
