@@ -41,6 +41,19 @@ def log_batches(lg: Any, max_bytes: int) -> Iterator[Any]:
             offset = b.header.base_offset + b.header.last_offset_delta + 1
 
 
+def state_write_error(code: int) -> int:
+    """What a client hears when a coordinator's state write failed with `code` (Kafka maps group
+    metadata writes and transaction log writes alike)."""
+    if code in (0, Errors.NOT_COORDINATOR):
+        return code
+    if code in (Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.NOT_ENOUGH_REPLICAS,
+                Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND, Errors.REQUEST_TIMED_OUT):
+        return Errors.COORDINATOR_NOT_AVAILABLE
+    if code in (Errors.NOT_LEADER_OR_FOLLOWER, Errors.KAFKA_STORAGE_ERROR):
+        return Errors.NOT_COORDINATOR
+    return Errors.UNKNOWN_SERVER_ERROR
+
+
 class CoordinatorPartition:
     """One partition of the internal topic that this broker leads."""
 

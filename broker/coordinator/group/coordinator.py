@@ -55,7 +55,12 @@ from broker.coordinator.group.records import (
     partition_for,
 )
 from broker.coordinator.internal_topic import create_internal_topic
-from broker.coordinator.partitioned import CoordinatorPartition, PartitionedCoordinator, log_batches
+from broker.coordinator.partitioned import (
+    CoordinatorPartition,
+    PartitionedCoordinator,
+    log_batches,
+    state_write_error,
+)
 from protocol.errors import Errors
 
 log = structlog.get_logger(__name__)
@@ -290,7 +295,7 @@ class GroupCoordinator(PartitionedCoordinator[_PartitionState]):
         )
         pid = self.partition_for(group.group_id)
         _, _, done = self._write(pid, [(group_metadata_key(group.group_id), group_metadata_value(rec))])
-        done.add_done_callback(lambda f: callback(_store_group_error(f.result())))
+        done.add_done_callback(lambda f: callback(state_write_error(f.result())))
 
     def _append_tombstones(self, pid: int, keys: list[bytes]) -> None:
         """Deletions (DeleteGroups, OffsetDelete, expiry): appended locally without waiting for
@@ -1193,18 +1198,6 @@ class GroupCoordinator(PartitionedCoordinator[_PartitionState]):
             self.broker, OFFSETS_TOPIC, cfg.offsets_topic_num_partitions, cfg.offsets_topic_replication_factor,
             {"segment.bytes": str(cfg.offsets_topic_segment_bytes)},
         )
-
-
-def _store_group_error(code: int) -> int:
-    """Kafka's mapping of append errors for group metadata writes."""
-    if code in (0, Errors.NOT_COORDINATOR):
-        return code
-    if code in (Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.NOT_ENOUGH_REPLICAS,
-                Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND, Errors.REQUEST_TIMED_OUT):
-        return Errors.COORDINATOR_NOT_AVAILABLE
-    if code in (Errors.NOT_LEADER_OR_FOLLOWER, Errors.KAFKA_STORAGE_ERROR):
-        return Errors.NOT_COORDINATOR
-    return Errors.UNKNOWN_SERVER_ERROR
 
 
 def _commit_error(code: int) -> int:

@@ -27,7 +27,12 @@ import structlog
 from broker.coordinator import wall_clock_ms
 from broker.coordinator.group.records import OFFSETS_TOPIC, partition_for
 from broker.coordinator.internal_topic import create_internal_topic
-from broker.coordinator.partitioned import CoordinatorPartition, PartitionedCoordinator, log_batches
+from broker.coordinator.partitioned import (
+    CoordinatorPartition,
+    PartitionedCoordinator,
+    log_batches,
+    state_write_error,
+)
 from broker.coordinator.transaction.config import TransactionCoordinatorConfig
 from broker.coordinator.transaction.markers import TxnMarkerSender
 from broker.coordinator.transaction.metadata import (
@@ -163,7 +168,7 @@ class TransactionCoordinator(PartitionedCoordinator[_StatePartition]):
         replicated (0) or cannot be."""
         _, _, done = self._append(tp, [(encode_key(tid), None if v is None else encode_value(v)) for tid, v in records])
         mapped = self._loop.create_future()
-        done.add_done_callback(lambda f: mapped.done() or mapped.set_result(_append_error(f.result())))
+        done.add_done_callback(lambda f: mapped.done() or mapped.set_result(state_write_error(f.result())))
         return mapped
 
     # ------------------------------------------------------------------ InitProducerId
@@ -420,16 +425,3 @@ def _valid_producer_id(meta: TransactionMetadata, expected: tuple[int, int]) -> 
     pid, epoch = expected
     return (meta.producer_epoch == NO_PRODUCER_EPOCH or pid == meta.producer_id
             or (pid == meta.previous_producer_id and is_epoch_exhausted(epoch)))
-
-
-def _append_error(code: int) -> int:
-    """Kafka's mapping of transaction log append errors."""
-    if code in (0, Errors.NOT_COORDINATOR):
-        return code
-    if code in (Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.NOT_ENOUGH_REPLICAS,
-                Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND, Errors.REQUEST_TIMED_OUT):
-        return Errors.COORDINATOR_NOT_AVAILABLE
-    if code in (Errors.NOT_LEADER_OR_FOLLOWER, Errors.KAFKA_STORAGE_ERROR):
-        return Errors.NOT_COORDINATOR
-    return Errors.UNKNOWN_SERVER_ERROR
-
