@@ -17,17 +17,23 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """tmp file + fsync + rename + fsync of the dir (the rename itself must reach the disk)."""
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+def write_file(path: Path, data: bytes, *, sync: bool = True) -> None:
+    """`data` as the whole content of `path` (created or truncated), fsynced unless told not to."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """tmp file + fsync + rename + fsync of the dir (the rename itself must reach the disk)."""
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    write_file(tmp, data)
     os.replace(tmp, path)
     fsync_dir(path.parent)
 

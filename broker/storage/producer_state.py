@@ -56,6 +56,7 @@ from typing import NamedTuple
 import structlog
 from crc32c import crc32c
 
+from broker.storage.atomic_file import write_file
 from broker.storage.errors import INVALID_RECORD, InvalidRecordError, StorageError
 from broker.storage.file_names import TMP_SUFFIX
 from protocol.records.batch import BatchHeader
@@ -442,15 +443,7 @@ class ProducerStateManager:
             return
         tmp = path.with_name(path.name + TMP_SUFFIX)
         data = encode_snapshot(self.producers.values())
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_file(tmp, data, sync=sync)
         os.replace(tmp, path)
         if sync:
             self._unsynced.discard(offset)

@@ -23,6 +23,8 @@ from typing import NamedTuple
 
 import structlog
 
+from broker.storage.atomic_file import write_file
+
 log = structlog.get_logger(__name__)
 
 ENTRY = struct.Struct(">hqqqq")
@@ -149,15 +151,7 @@ def write_index_file(path: Path, entries: list[AbortedTxn]) -> None:
     """A whole index at once (the cleaner's `.cleaned` file), fsynced. Nothing written if empty."""
     if not entries:
         return
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        data = b"".join(ENTRY.pack(ENTRY_VERSION, *e) for e in entries)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_file(path, b"".join(ENTRY.pack(ENTRY_VERSION, *e) for e in entries))
 
 
 __all__ = ["ENTRY_SIZE", "AbortedTxn", "TransactionIndex", "collect_aborted", "write_index_file"]
