@@ -1,6 +1,6 @@
 """The exactly-once application of tests/test_eos_loop.py, run as its own process (the way an EOS
 application runs, and so that a librdkafka handle stuck in C dies with the process, not with the
-test run): `python -m tests.eos_app BOOTSTRAP`.
+test run): `python -m tests.eos_app BOOTSTRAP TOTAL [SCENARIO]`.
 
 It consumes eos-in with read_committed, produces each transformed message to eos-out and commits
 its input offsets in the same transaction (send_offsets_to_transaction); on an abortable error it
@@ -16,6 +16,12 @@ fenced: the request waits on a broker handle that no longer exists. The applicat
 EOS application does with a producer it cannot use: it starts a new one with the same
 transactional.id, which fences the stuck one and aborts its transaction, and goes on from the
 committed offsets. The count of such restarts is reported; any other call that hangs fails.
+
+Scenarios (the fault comes once a third of the input is committed):
+- `kill-coordinator` (default): the test kill -9s the coordinator's broker, as above.
+- `stuck-send-offsets`: no broker dies; send_offsets_to_transaction does its work and then never
+  returns, as librdkafka's does in that stall, so the remedy runs every time and its output can
+  be checked (the stall itself cannot be provoked at will).
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ PARTITIONS = 4
 TXN_ID = "eos-loop"
 GROUP = "eos-loop-group"
 BATCH = 2000
+KILL_COORDINATOR = "kill-coordinator"
+STUCK_SEND_OFFSETS = "stuck-send-offsets"
+SCENARIOS = (KILL_COORDINATOR, STUCK_SEND_OFFSETS)
 SEND_OFFSETS_STALL_S = 20.0  # send_offsets_to_transaction takes milliseconds when it works
 CALL_LIMIT_S = 90.0  # any other transaction call still blocked after this has hung
 RUN_LIMIT_S = 150.0
@@ -62,15 +71,27 @@ def bounded(limit: float, fn: Any, *args: Any) -> Any:
     return box.get("result")
 
 
+def stalls_after(call: Any) -> Any:
+    """`call`, made to block forever once it has done its work (librdkafka's stall)."""
+
+    def stalled(*args: Any) -> None:
+        call(*args)
+        threading.Event().wait()
+
+    stalled.__name__ = getattr(call, "__name__", "call")
+    return stalled
+
+
 def say(**event: Any) -> None:
     sys.stdout.write(json.dumps(event) + "\n")
     sys.stdout.flush()
 
 
 class Loop:
-    def __init__(self, bootstrap: str, total: int) -> None:
+    def __init__(self, bootstrap: str, total: int, scenario: str = KILL_COORDINATOR) -> None:
         self.bootstrap = bootstrap
         self.total = total
+        self.scenario = scenario
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP,
                                   "isolation.level": "read_committed", "enable.auto.commit": False,
                                   "auto.offset.reset": "earliest"})
@@ -80,7 +101,7 @@ class Loop:
         self.counts = {"committed_messages": 0, "aborts": 0, "new_producers": 0, "commit_retries": 0,
                        "stuck_send_offsets": 0}
         self.producer = self._new_producer()
-        self.killed = False
+        self.faulted = False  # the scenario's fault has happened
         self.deadline = time.monotonic() + RUN_LIMIT_S
 
     def _new_producer(self) -> Producer:
@@ -117,21 +138,24 @@ class Loop:
                     except BufferError:
                         p.poll(0.05)
             positions = self.consumer.position(self.parts)
+            send_offsets = p.send_offsets_to_transaction
+            if self._fault_due(STUCK_SEND_OFFSETS):
+                send_offsets = stalls_after(send_offsets)
+                self.faulted = True
             try:
-                bounded(SEND_OFFSETS_STALL_S, p.send_offsets_to_transaction, positions,
-                        self.consumer.consumer_group_metadata(), 60)
+                bounded(SEND_OFFSETS_STALL_S, send_offsets, positions, self.consumer.consumer_group_metadata(), 60)
             except ClientCallHung:
-                if not self.killed:
-                    raise  # the known stall follows a broker's death; anything else is a failure
+                if not self.faulted:
+                    raise  # the known stall follows a fault; anything else is a failure
                 self.counts["stuck_send_offsets"] += 1
                 self.stuck.append(p)
                 self._replace_producer()
                 self.rewind()
                 return len(msgs)
-            if not self.killed and self.counts["committed_messages"] >= self.total // 3:
+            if self._fault_due(KILL_COORDINATOR):
                 say(kill=self.counts["committed_messages"])
                 sys.stdin.readline()  # the test has killed the coordinator's broker
-                self.killed = True
+                self.faulted = True
             self._commit(p)
             self.counts["committed_messages"] += len(msgs)
         except KafkaException as e:
@@ -143,6 +167,10 @@ class Loop:
                 self._abort(p)
             self.rewind()
         return len(msgs)
+
+    def _fault_due(self, scenario: str) -> bool:
+        return (self.scenario == scenario and not self.faulted
+                and self.counts["committed_messages"] >= self.total // 3)
 
     def _commit(self, p: Producer) -> None:
         while True:
@@ -178,8 +206,11 @@ class Loop:
 
 def main() -> None:
     bootstrap, total = sys.argv[1], int(sys.argv[2])
+    scenario = sys.argv[3] if len(sys.argv) > 3 else KILL_COORDINATOR
     try:
-        loop = Loop(bootstrap, total)
+        if scenario not in SCENARIOS:
+            raise SystemExit(f"unknown scenario {scenario!r} (one of {', '.join(SCENARIOS)})")
+        loop = Loop(bootstrap, total, scenario)
         loop.run()
         say(done=loop.counts)
     except BaseException as e:
