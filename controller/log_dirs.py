@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from controller.metadata_log import fsync_dir
 from node.config import ConfigError, parse_properties
 
 META_PROPERTIES = "meta.properties"
@@ -43,14 +44,6 @@ def id_to_uuid(s: str) -> uuid.UUID:
     return uuid.UUID(bytes=base64.urlsafe_b64decode(s + "=" * (-len(s) % 4)))
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_atomically(path: Path, data: bytes) -> None:
     """tmp + fsync + rename + fsync(dir): a crash leaves the old file or the new one."""
     tmp = path.with_name(path.name + ".tmp")
@@ -59,7 +52,7 @@ def write_atomically(path: Path, data: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def _read_meta(path: Path) -> dict[str, str]:

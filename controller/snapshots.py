@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from controller.log_dirs import write_atomically
 from controller.metadata_log import fsync_dir
 from metadata.image import MetadataImage
 from metadata.records import decode_record, encode_record
@@ -149,14 +150,7 @@ class SnapshotStore:
 
     def write(self, data: bytes, end_offset: int) -> int:
         """Blocking (run it in a thread). Returns the size written."""
-        path = self.path(end_offset)
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(self.dir)
+        write_atomically(self.path(end_offset), data)
         return len(data)
 
     def load(self, end_offset: int) -> list[Any]:

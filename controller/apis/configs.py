@@ -12,38 +12,24 @@ from protocol.generated.incremental_alter_configs import (
 from protocol.headers import Request
 
 
+def _response(response: type, results: list) -> object:
+    """Both APIs answer alike: one entry a resource, with its error if any."""
+    R = response.AlterConfigsResourceResponse
+    return response(throttle_time_ms=0, responses=[
+        R(error_code=r.error.code if r.error else 0, error_message=r.error.message if r.error else None,
+          resource_type=r.resource_type, resource_name=r.resource_name)
+        for r in results
+    ])
+
+
 async def incremental_alter_configs(apis: Apis, req: Request) -> IncrementalAlterConfigsResponse:
     results = await apis.configs.incremental_alter(req.body.resources, req.body.validate_only)
-    R = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
-    return IncrementalAlterConfigsResponse(
-        throttle_time_ms=0,
-        responses=[
-            R(
-                error_code=r.error.code if r.error else 0,
-                error_message=r.error.message if r.error else None,
-                resource_type=r.resource_type,
-                resource_name=r.resource_name,
-            )
-            for r in results
-        ],
-    )
+    return _response(IncrementalAlterConfigsResponse, results)
 
 
 async def alter_configs(apis: Apis, req: Request) -> AlterConfigsResponse:
     results = await apis.configs.alter(req.body.resources, req.body.validate_only)
-    R = AlterConfigsResponse.AlterConfigsResourceResponse
-    return AlterConfigsResponse(
-        throttle_time_ms=0,
-        responses=[
-            R(
-                error_code=r.error.code if r.error else 0,
-                error_message=r.error.message if r.error else None,
-                resource_type=r.resource_type,
-                resource_name=r.resource_name,
-            )
-            for r in results
-        ],
-    )
+    return _response(AlterConfigsResponse, results)
 
 
 HANDLERS = {
