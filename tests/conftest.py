@@ -8,6 +8,7 @@ launcher itself kills them if the interpreter exits first.
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +25,15 @@ if str(ROOT) not in sys.path:
 from tools.cluster import Cluster  # noqa: E402
 
 ClusterFactory = Callable[..., Cluster]
+
+
+def installed_script(name: str) -> str:
+    """The path of one of our kafka-*.sh tools: the venv running the tests first (where
+    `pip install -e .` put it), else PATH."""
+    local = Path(sys.executable).parent / name
+    found = str(local) if local.exists() else shutil.which(name)
+    assert found, f"{name} is not installed: run `pip install -e .` (make does)"
+    return found
 
 
 @pytest.fixture

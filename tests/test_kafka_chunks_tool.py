@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,18 +20,11 @@ from confluent_kafka import Producer
 from node.client import NodeClient
 from protocol.generated.alter_partition_reassignments import AlterPartitionReassignmentsRequest
 from protocol.generated.create_chunks import CreateChunksRequest as CC
+from tests.conftest import installed_script
 from tools.cluster import Cluster
 
-
-def find_script(name: str) -> str:
-    local = Path(sys.executable).parent / name
-    found = str(local) if local.exists() else shutil.which(name)
-    assert found, f"{name} is not installed: run `pip install -e .` (make does)"
-    return found
-
-
-CHUNKS = find_script("kafka-chunks.sh")
-TOPICS = find_script("kafka-topics.sh")
+CHUNKS = installed_script("kafka-chunks.sh")
+TOPICS = installed_script("kafka-topics.sh")
 
 
 @pytest.fixture(scope="module")

@@ -5,28 +5,17 @@ Errors are one line on stderr with the Kafka error name and exit 1; bad argument
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.conftest import installed_script
 from tools.cluster import Cluster, free_ports
 
-
-def find_script() -> str:
-    # The venv running the tests first: it is where `pip install -e .` put the script.
-    local = Path(sys.executable).parent / "kafka-topics.sh"
-    found = str(local) if local.exists() else shutil.which("kafka-topics.sh")
-    assert found, "kafka-topics.sh is not installed: run `pip install -e .` (make does)"
-    return found
-
-
-SCRIPT = find_script()
+SCRIPT = installed_script("kafka-topics.sh")
 
 
 def kt(bootstrap: str, *args: str) -> subprocess.CompletedProcess:

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -22,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import installed_script
 from tools.admin import Admin
 from tools.cluster import Cluster, free_ports
 from tools.kafka_reassign_partitions import (
@@ -39,14 +38,7 @@ LEADER_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
 
 
-def find_script() -> str:
-    local = Path(sys.executable).parent / "kafka-reassign-partitions.sh"
-    found = str(local) if local.exists() else shutil.which("kafka-reassign-partitions.sh")
-    assert found, "kafka-reassign-partitions.sh is not installed: run `pip install -e .` (make does)"
-    return found
-
-
-SCRIPT = find_script()
+SCRIPT = installed_script("kafka-reassign-partitions.sh")
 
 
 def run(bootstrap: str, *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
