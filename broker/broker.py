@@ -20,6 +20,7 @@ from broker.replication.chunk_reads import ChunkReads
 from broker.replication.fetcher import ReplicaFetcherManager
 from broker.replication.isr import IsrManager
 from broker.replication.replica_manager import ReplicaManager
+from broker.replication.throttle import Throttle
 from broker.server import RequestDispatcher
 from broker.storage.log_dir import LogDir
 from node.server import FramedServer
@@ -53,8 +54,9 @@ class Broker:
         for d in dirs:
             d.format_or_check(self.config.node_id, self.cluster_id)
         self.replicas = ReplicaManager(self.config, dirs)
-        self.replicas.fetchers = ReplicaFetcherManager(self)
-        self.replicas.chunk_fetcher = ChunkFetcher(self)
+        throttle = Throttle(self)  # one rate for all of this broker's throttled replicas
+        self.replicas.fetchers = ReplicaFetcherManager(self, throttle)
+        self.replicas.chunk_fetcher = ChunkFetcher(self, throttle)
         self.chunk_reads = ChunkReads(self)
         self.replicas.isr = self.isr = IsrManager(self)
         # the coordinators load their state partitions (__consumer_offsets, __transaction_state) as we lead them

@@ -13,9 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,9 +21,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
-from tests.conftest import ClusterFactory
+from tests.conftest import ClusterFactory, installed_script
 from tools.admin import Admin
 from tools.cluster import Cluster
 
@@ -36,15 +34,12 @@ SAMPLE_S = 0.25
 TOLERANCE = 0.20
 
 
-def script() -> str:
-    local = Path(sys.executable).parent / "kafka-reassign-partitions.sh"
-    found = str(local) if local.exists() else shutil.which("kafka-reassign-partitions.sh")
-    assert found, "kafka-reassign-partitions.sh is not installed: run `pip install -e .` (make does)"
-    return found
+REASSIGN = installed_script("kafka-reassign-partitions.sh")
+CHUNKS = installed_script("kafka-chunks.sh")
 
 
 def run(bs: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([script(), "--bootstrap-server", bs, *args], capture_output=True, text=True, timeout=90)
+    return subprocess.run([REASSIGN, "--bootstrap-server", bs, *args], capture_output=True, text=True, timeout=90)
 
 
 def eventually(check: Callable[[], Any], timeout: float = 30.0) -> None:
@@ -205,3 +200,72 @@ def test_throttle_bounds_replication_rate(cluster_factory: ClusterFactory, tmp_p
     got = consume(new_only, topic, MESSAGES)
     assert [o for o, _ in got] == list(range(MESSAGES))
     assert [v for _, v in got] == values
+
+
+CHUNK_MESSAGES = 4_000
+
+
+def kafka_chunks(bs: str, tmp_path: Path, action: str, doc: dict) -> None:
+    f = tmp_path / f"{action}.json"
+    f.write_text(json.dumps(doc))
+    r = subprocess.run([CHUNKS, action, "--bootstrap-server", bs, f"--{action}-chunk-json-file", str(f)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_throttle_bounds_an_inactive_chunks_copy(cluster_factory: ClusterFactory, tmp_path: Path) -> None:
+    """An inactive chunk moved to a broker whose replica of the partition is throttled (the rate
+    and the throttled replicas set with confluent-kafka's incremental_alter_configs, Kafka's
+    keys) copies at the throttle's rate, measured as above."""
+    cluster = cluster_factory(brokers=4)
+    bs = cluster.bootstrap
+    topic = "throttled-chunk"
+
+    async def create() -> None:
+        async with Admin(bs) as a:
+            [r] = await a.create_topics([(topic, -1, -1, {0: [1, 2]}, None)])
+            assert r.error_code == 0, (r.error_code, r.error_message)
+
+    asyncio.run(create())
+    eventually(lambda: replicas_of(bs, topic) == {0: [1, 2]})
+    filler = os.urandom(VALUE)
+    produce(bs, topic, [b"%08d" % i + filler[8:] for i in range(CHUNK_MESSAGES)])
+    full = log_bytes(cluster, 1, topic)
+    eventually(lambda: log_bytes(cluster, 2, topic) == full)
+    assert full >= CHUNK_MESSAGES * VALUE, full
+    # the next chunk takes the writes on [4, 1]; the data stays in chunk 0 on [1, 2]
+    kafka_chunks(bs, tmp_path, "create", {"partitions": [{"topic": topic, "partition": 0, "replicas": [4, 1]}]})
+    eventually(lambda: replicas_of(bs, topic) == {0: [4, 1]})
+
+    admin = AdminClient({"bootstrap.servers": bs})
+    futures = admin.incremental_alter_configs([
+        ConfigResource(ConfigResource.Type.BROKER, "3", incremental_configs=[ConfigEntry(
+            "follower.replication.throttled.rate", str(THROTTLE), incremental_operation=AlterConfigOpType.SET)]),
+        ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[ConfigEntry(
+            "follower.replication.throttled.replicas", "0:3", incremental_operation=AlterConfigOpType.SET)]),
+    ])
+    for f in futures.values():
+        f.result(30)
+    time.sleep(1.5)  # every broker's image has the configs (and the bucket its 1 s of burst)
+
+    t_alter = time.monotonic()
+    kafka_chunks(bs, tmp_path, "alter", {"chunks": [{"topic": topic, "partition": 0, "startOffset": 0,
+                                                     "replicas": [1, 3]}]})
+    samples: list[tuple[float, int]] = []
+    deadline = t_alter + 3 * full / THROTTLE + 30
+    next_sample = time.monotonic()
+    while True:
+        now = time.monotonic()
+        samples.append((now, log_bytes(cluster, 3, topic)))
+        if samples[-1][1] >= full:
+            break
+        assert now < deadline, f"broker 3 did not copy the chunk: {samples[-1][1]:,} of {full:,} bytes"
+        next_sample += SAMPLE_S
+        time.sleep(max(0.0, next_sample - time.monotonic()))
+    rate, start, end = steady_rate(samples, full)
+    print(f"throttle {THROTTLE:,} B/s, chunk of {full:,} bytes copied at {rate:,.0f} B/s in {end - t_alter:.1f}s")
+    assert abs(rate - THROTTLE) <= TOLERANCE * THROTTLE, f"the chunk copied at {rate:,.0f} B/s"
+    assert end - t_alter >= 0.8 * full / THROTTLE, f"copied {full:,} bytes in {end - t_alter:.1f}s"
+    assert log_bytes(cluster, 3, topic) == full

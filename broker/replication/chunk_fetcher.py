@@ -12,7 +12,9 @@ Two kinds of copy, one task each:
   then (Partition.filling_prefix).
 
 Fetches are Kafka follower fetches (replica_id = our id); the bytes are appended as they came
-with append_as_follower, as the follower fetcher does for the active chunk.
+with append_as_follower, as the follower fetcher does for the active chunk; an inactive chunk's
+copy counts against the broker's replication throttle (follower.replication.throttled.rate)
+when the partition's replica here is throttled.
 Replicas whose whole range retention deleted report LeavingBrokerId (reports also live here:
 they are the chunk replicas' only messages to the controller).
 """
@@ -27,6 +29,7 @@ import structlog
 from broker.replication.chunk_replica import ChunkReplica
 from broker.replication.partition import Partition
 from broker.replication.peers import PeerClients
+from broker.replication.throttle import Throttle
 from broker.storage.errors import StorageError
 from broker.storage.log import Log
 from metadata.image import ChunkInfo
@@ -52,8 +55,9 @@ class CopyFailed(Exception):
 
 
 class ChunkFetcher:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, throttle: Throttle) -> None:
         self.broker = broker
+        self.throttle = throttle
         self.node_id = broker.config.node_id
         self.peers = PeerClients(broker, "chunk-fetcher")
         self._tasks: dict[tuple, asyncio.Task] = {}
@@ -124,7 +128,7 @@ class ChunkFetcher:
             progressed = False
             for src in hash_order(sources, cr.topic, cr.index, cr.start, self.node_id):
                 try:
-                    await self._copy_from(src, cr.topic, cr.index, cr.log, cr.end + 1)
+                    await self._copy_from(src, cr.topic, cr.index, cr.log, cr.end + 1, throttled=True)
                     progressed = True
                 except CopyFailed as e:
                     log.info("chunk_copy_source_failed", topic=cr.topic, partition=cr.index, chunk_start=cr.start,
@@ -232,8 +236,10 @@ class ChunkFetcher:
             dst.append_as_follower(b"".join(bytes(x) for x in fi.records))
 
     # ---- fetching
-    async def _copy_from(self, src: int, topic: str, index: int, lg: Log, end: int) -> None:
-        """Fetch [lg's log end, end) from broker `src` until done; CopyFailed when it stops giving."""
+    async def _copy_from(self, src: int, topic: str, index: int, lg: Log, end: int, *, throttled: bool = False) -> None:
+        """Fetch [lg's log end, end) from broker `src` until done; CopyFailed when it stops giving.
+        `throttled`: an inactive chunk's copy, held to the replication throttle when it applies (a
+        new active chunk's prefix is not: writes wait for it)."""
         try:
             client = await self.peers.get(src)
         except ClientError as e:
@@ -241,13 +247,20 @@ class ChunkFetcher:
         topic_id = self.broker.replicas.topic_id_of(topic)
         cfg = self.broker.config
         while lg.log_end_offset < end and not self._stopping:
+            partition_max_bytes = cfg.replica_fetch_max_bytes
+            if throttled and self.throttle.applies(topic, index):
+                pause = self.throttle.pause()
+                if pause:
+                    await asyncio.sleep(pause)
+                    continue
+                partition_max_bytes = self.throttle.fetch_size(partition_max_bytes)
             version = client.version_for(FetchRequest.API_KEY)
             req = FetchRequest(
                 max_wait_ms=0, min_bytes=1, max_bytes=max(cfg.replica_fetch_max_bytes, 1 << 20),
                 isolation_level=0, session_id=0, session_epoch=-1,
                 topics=[FetchRequest.FetchTopic(topic=topic, topic_id=topic_id, partitions=[FetchRequest.FetchPartition(
                     partition=index, current_leader_epoch=-1, fetch_offset=lg.log_end_offset, last_fetched_epoch=-1,
-                    log_start_offset=lg.log_start_offset, partition_max_bytes=cfg.replica_fetch_max_bytes)])],
+                    log_start_offset=lg.log_start_offset, partition_max_bytes=partition_max_bytes)])],
             )
             if version >= 15:
                 req.replica_state = FetchRequest.ReplicaState(replica_id=self.node_id,
@@ -278,6 +291,8 @@ class ChunkFetcher:
                 raise CopyFailed(f"append failed: {e}") from None
             if info.first_offset < 0:
                 raise CopyFailed(f"no whole batch at offset {lg.log_end_offset}")
+            if throttled:
+                self.throttle.record(topic, index, info.bytes)
             lg.update_high_watermark(min(end, lg.log_end_offset))
 
     # ---- metadata lookups

@@ -81,7 +81,7 @@ class ReplicaFetcher:
                 t = topics[p.topic] = FetchRequest.FetchTopic(topic=p.topic, topic_id=p.topic_id)
             lg = p.log
             max_bytes = cfg.replica_fetch_max_bytes
-            if self.throttle.applies(p):
+            if self.throttle.applies(p.topic, p.index):
                 max_bytes = self.throttle.fetch_size(max_bytes)
             t.partitions.append(
                 FetchRequest.FetchPartition(
@@ -112,7 +112,7 @@ class ReplicaFetcher:
             parts = list(self.partitions.values())
             pause = self.throttle.pause()
             if pause:
-                parts = [p for p in parts if not self.throttle.applies(p)]
+                parts = [p for p in parts if not self.throttle.applies(p.topic, p.index)]
                 if not parts:
                     await asyncio.sleep(pause)
                     continue
@@ -160,7 +160,7 @@ class ReplicaFetcher:
             if pd.records:
                 info = lg.append_as_follower(pd.records)
                 if info.bytes:
-                    self.throttle.record(p, info.bytes)
+                    self.throttle.record(p.topic, p.index, info.bytes)
             if pd.log_start_offset > lg.log_start_offset:
                 lg.update_high_watermark(min(pd.high_watermark, lg.log_end_offset))
                 if pd.log_start_offset <= lg.high_watermark:
@@ -199,10 +199,10 @@ class ReplicaFetcher:
 class ReplicaFetcherManager:
     """Which fetcher follows which partition: one per leader broker."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, throttle: Throttle) -> None:
         self.broker = broker
         self.fetchers: dict[int, ReplicaFetcher] = {}
-        self.throttle = Throttle(broker)
+        self.throttle = throttle
         self._following: dict[tuple[str, int], int] = {}
 
     def follow(self, p: Partition, leader_id: int) -> None:

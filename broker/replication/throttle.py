@@ -1,10 +1,14 @@
 """Replication throttle on the follower side (KIP-73): fetched bytes of throttled replicas are
 held to follower.replication.throttled.rate (bytes/s) with a token bucket. Over the rate, the
 throttled replicas sit out fetches (the others go on, as Kafka's fetcher does) until it recovers.
+One bucket per broker serves the active chunk's follower fetches and the chunk copies (an
+inactive chunk's new replica fetching its range), as Kafka's one quota serves all of a broker's
+throttled replicas.
 
 A replica is throttled when its topic's follower.replication.throttled.replicas lists
-"<partition>:<this broker>" or is "*"; the rate is this broker's dynamic config (or the
-cluster-wide default, or server.properties). kafka-reassign-partitions.sh --throttle sets both.
+"<partition>:<this broker>" or is "*" (for a chunk replica: its partition's entry); the rate is
+this broker's dynamic config (or the cluster-wide default, or server.properties).
+kafka-reassign-partitions.sh --throttle sets both.
 """
 
 from __future__ import annotations
@@ -16,7 +20,6 @@ from metadata.image import BROKER_RESOURCE
 
 if TYPE_CHECKING:
     from broker.broker import Broker
-    from broker.replication.partition import Partition
 
 RATE_KEY = "follower.replication.throttled.rate"
 REPLICAS_KEY = "follower.replication.throttled.replicas"
@@ -42,13 +45,14 @@ class Throttle:
                 return value if 0 < value < 2**62 else None
         return None
 
-    def applies(self, p: Partition) -> bool:
+    def applies(self, topic: str, index: int) -> bool:
+        """Whether this broker's replica of partition `index` of `topic` is throttled."""
         if self.rate() is None:
             return False
-        spec = self.broker.metadata.image.topic_config(p.topic).get(REPLICAS_KEY, "")
+        spec = self.broker.metadata.image.topic_config(topic).get(REPLICAS_KEY, "")
         if spec.strip() == "*":
             return True
-        want = f"{p.index}:{self.broker.config.node_id}"
+        want = f"{index}:{self.broker.config.node_id}"
         return want in {x.strip() for x in spec.split(",")}
 
     def fetch_size(self, max_bytes: int) -> int:
@@ -61,8 +65,9 @@ class Throttle:
         self._tokens = min(self._tokens + (now - self._last) * rate, rate)  # at most one second of burst
         self._last = now
 
-    def record(self, p: Partition, nbytes: int) -> None:
-        if not self.applies(p):
+    def record(self, topic: str, index: int, nbytes: int) -> None:
+        """Count `nbytes` fetched for that replica against the rate (if it is throttled)."""
+        if not self.applies(topic, index):
             return
         rate = self.rate()
         if rate is None:
