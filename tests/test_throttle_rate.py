@@ -127,12 +127,10 @@ def steady_rate(samples: list[tuple[float, int]], full: int) -> tuple[float, flo
     return slope, start, end
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(240)
-def test_throttle_bounds_replication_rate(cluster_factory: ClusterFactory, tmp_path: Path) -> None:
-    cluster = cluster_factory(brokers=4)
+def filled_topic(cluster: Cluster, topic: str, messages: int) -> tuple[list[bytes], int]:
+    """Create `topic`, one partition on brokers [1, 2], and produce `messages` values of VALUE
+    bytes; returns them and the size of each replica's log once both hold them all."""
     bs = cluster.bootstrap
-    topic = "throttled"
 
     async def create() -> None:
         async with Admin(bs) as a:
@@ -142,11 +140,21 @@ def test_throttle_bounds_replication_rate(cluster_factory: ClusterFactory, tmp_p
     asyncio.run(create())
     eventually(lambda: replicas_of(bs, topic) == {0: [1, 2]})
     filler = os.urandom(VALUE)
-    values = [b"%08d" % i + filler[8:] for i in range(MESSAGES)]
+    values = [b"%08d" % i + filler[8:] for i in range(messages)]
     produce(bs, topic, values)
     full = log_bytes(cluster, 1, topic)
     eventually(lambda: log_bytes(cluster, 2, topic) == full)
-    assert full >= MESSAGES * VALUE, full
+    assert full >= messages * VALUE, full
+    return values, full
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_throttle_bounds_replication_rate(cluster_factory: ClusterFactory, tmp_path: Path) -> None:
+    cluster = cluster_factory(brokers=4)
+    bs = cluster.bootstrap
+    topic = "throttled"
+    values, full = filled_topic(cluster, topic, MESSAGES)
     assert log_bytes(cluster, 3, topic) == log_bytes(cluster, 4, topic) == 0
 
     move = tmp_path / "move.json"
@@ -222,19 +230,7 @@ def test_throttle_bounds_an_inactive_chunks_copy(cluster_factory: ClusterFactory
     cluster = cluster_factory(brokers=4)
     bs = cluster.bootstrap
     topic = "throttled-chunk"
-
-    async def create() -> None:
-        async with Admin(bs) as a:
-            [r] = await a.create_topics([(topic, -1, -1, {0: [1, 2]}, None)])
-            assert r.error_code == 0, (r.error_code, r.error_message)
-
-    asyncio.run(create())
-    eventually(lambda: replicas_of(bs, topic) == {0: [1, 2]})
-    filler = os.urandom(VALUE)
-    produce(bs, topic, [b"%08d" % i + filler[8:] for i in range(CHUNK_MESSAGES)])
-    full = log_bytes(cluster, 1, topic)
-    eventually(lambda: log_bytes(cluster, 2, topic) == full)
-    assert full >= CHUNK_MESSAGES * VALUE, full
+    _, full = filled_topic(cluster, topic, CHUNK_MESSAGES)
     # the next chunk takes the writes on [4, 1]; the data stays in chunk 0 on [1, 2]
     kafka_chunks(bs, tmp_path, "create", {"partitions": [{"topic": topic, "partition": 0, "replicas": [4, 1]}]})
     eventually(lambda: replicas_of(bs, topic) == {0: [4, 1]})
