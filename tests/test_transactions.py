@@ -209,6 +209,9 @@ class ConfluentTxnProducer(TxnProducer):
 
     def close(self) -> None:
         self.p.flush(5)
+        # the handle goes now, not when a reference cycle is collected (pytest.raises keeps the
+        # test's frame, and so this object, alive): else it retries a stopped cluster until exit
+        self.p = None
 
 
 def make_producer(client: str, c: Cluster, tid: str, timeout_ms: int = 60000) -> TxnProducer:
