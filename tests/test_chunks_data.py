@@ -186,12 +186,12 @@ def disk_offsets(d: Path) -> list[int]:
 
 # ---------------------------------------------------------------- consumers, one per client
 def consume_confluent(c: Cluster, topic: str, n: int, *, read_committed: bool = False,
-                      timeout: float = 30.0) -> list[list[tuple[int, bytes]]]:
+                      timeout: float = 30.0, **conf: Any) -> list[list[tuple[int, bytes]]]:
     """Records of topic-0 from offset 0, grouped by the poll that returned them."""
     cons = Consumer({
         "bootstrap.servers": c.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}", "client.id": "chunks-rdkafka",
         "auto.offset.reset": "earliest", "enable.auto.commit": False,
-        "isolation.level": "read_committed" if read_committed else "read_uncommitted",
+        "isolation.level": "read_committed" if read_committed else "read_uncommitted", **conf,
     })
     polls: list[list[tuple[int, bytes]]] = []
     try:
@@ -374,6 +374,26 @@ def test_clients_follow_the_redirect_when_they_can(cluster: Cluster) -> None:
     # kafka-python forgets the preferred replica on any answer without one, so after each read
     # from broker 1 it asks the leader again (and is redirected again while in the old chunk)
     assert logs.events(2, "chunk_redirect", topic=topic, offset=0, to=1)
+
+
+def test_a_consumer_reads_an_old_chunk_in_its_own_rack(cluster_factory) -> None:
+    """Brokers in racks a, b, c; chunk 0 on [1, 3] (racks a and c), the active chunk on [2, 1]: the
+    leader redirects a librdkafka consumer with client.rack to the chunk's replica in that rack,
+    for either rack (Kafka's rack-aware replica selection), whatever the hash would pick."""
+    c = cluster_factory(brokers=3, per_broker_overrides={
+        1: {"broker.rack": "rack-a"}, 2: {"broker.rack": "rack-b"}, 3: {"broker.rack": "rack-c"}})
+    topic = "chunks-rack"
+    create_topic(c, topic, [1, 3])
+    produce(c, topic, [b"r%d" % i for i in range(10)])
+    p = create_chunk(c, topic, [2, 1])
+    assert chunk_rows(p) == [(0, 9, 9, [1, 3], [1, 3])]
+    produce(c, topic, [b"s%d" % i for i in range(10)])
+    for rack, replica in (("rack-a", 1), ("rack-c", 3)):
+        logs = BrokerLogs(c).mark()
+        flat = [r for poll in consume_confluent(c, topic, 20, **{"client.rack": rack}) for r in poll]
+        assert [o for o, _ in flat] == list(range(20)), rack
+        assert logs.served("chunk_read", topic=topic, client="chunks-rdkafka") == {replica: [0]}, rack
+        assert logs.events(2, "chunk_redirect", topic=topic, offset=0, to=replica), rack
 
 
 def test_fetch_below_v11_is_read_by_the_leader(cluster: Cluster) -> None:

@@ -6,7 +6,9 @@ it reports is stop + 1: that is where the chunk ends for its readers), and follo
 below the active chunk's start:
 - serves it from its own replica of that chunk if it has one;
 - else redirects the consumer (Fetch v11+, KIP-392's preferred_read_replica) to a live in-sync
-  replica of the chunk, chosen by a stable hash of (topic, partition, chunk start, client id);
+  replica of the chunk, chosen by a stable hash of (topic, partition, chunk start, client id)
+  among those in the consumer's rack (Fetch rack_id, client.rack) if any are, as Kafka's
+  rack-aware replica selector does, else among all;
 - else (Fetch < v11, or a client that came back for the same offset on the same connection
   instead of following the redirect) reads the bytes from such a replica on the client's
   behalf (proxy).
@@ -175,7 +177,8 @@ class ChunkReads:
         if cr is not None and cr.holds(offset):
             return self._local_read(ctx, cr, p if leader_here else None, sp, req, budget)
         sources = [b for b in c.isr if b != self.node_id and self.peers.live(b)]
-        sources = hash_order(sources, info.name, idx, c.start_offset, ctx.client_id or "")
+        sources = self._rack_first(hash_order(sources, info.name, idx, c.start_offset, ctx.client_id or ""),
+                                   getattr(req, "rack_id", None))
         if not leader_here:
             if not mine and cr is None:
                 return None  # NOT_LEADER_OR_FOLLOWER: the client's metadata is stale
@@ -190,6 +193,14 @@ class ChunkReads:
             return self._redirect(ctx, info, idx, offset, sources[0], c)
         proxies.append(_Proxy((tkey, idx), info.name, idx, c, offset, sp.max_bytes, sources))
         return _PROXY
+
+    def _rack_first(self, brokers: list[int], rack: str | None) -> list[int]:
+        """`brokers` in the same order, those in `rack` first (no rack: unchanged)."""
+        if not rack:
+            return brokers
+        known = self.broker.metadata.image.brokers
+        local = [b for b in brokers if b in known and known[b].rack == rack]
+        return local + [b for b in brokers if b not in local]
 
     def _local_read(self, ctx, cr: ChunkReplica, active, sp, req, budget: int):
         """Bytes of [offset, stop] from our replica of the chunk. The active leader reports the
