@@ -178,7 +178,7 @@ class ChunkReads:
             return self._local_read(ctx, cr, p if leader_here else None, sp, req, budget)
         sources = [b for b in c.isr if b != self.node_id and self.peers.live(b)]
         sources = self._rack_first(hash_order(sources, info.name, idx, c.start_offset, ctx.client_id or ""),
-                                   getattr(req, "rack_id", None))
+                                   req.rack_id)
         if not leader_here:
             if not mine and cr is None:
                 return None  # NOT_LEADER_OR_FOLLOWER: the client's metadata is stale
