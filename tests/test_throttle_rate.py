@@ -127,6 +127,24 @@ def steady_rate(samples: list[tuple[float, int]], full: int) -> tuple[float, flo
     return slope, start, end
 
 
+def sample_copies(cluster: Cluster, brokers: list[int], topic: str, full: int,
+                  started: float) -> dict[int, list[tuple[float, int]]]:
+    """(time, bytes) of each broker's replica of topic-0 (chunk 0) every SAMPLE_S until all hold
+    `full` bytes; fails if that takes over 3 x size / throttle + 30 s from `started`."""
+    samples: dict[int, list[tuple[float, int]]] = {b: [] for b in brokers}
+    deadline = started + 3 * full / THROTTLE + 30
+    next_sample = time.monotonic()
+    while True:
+        now = time.monotonic()
+        for b in brokers:
+            samples[b].append((now, log_bytes(cluster, b, topic)))
+        if all(s[-1][1] >= full for s in samples.values()):
+            return samples
+        assert now < deadline, f"the new replicas did not catch up: {[s[-1] for s in samples.values()]} of {full}"
+        next_sample += SAMPLE_S
+        time.sleep(max(0.0, next_sample - time.monotonic()))
+
+
 def filled_topic(cluster: Cluster, topic: str, messages: int) -> tuple[list[bytes], int]:
     """Create `topic`, one partition on brokers [1, 2], and produce `messages` values of VALUE
     bytes; returns them and the size of each replica's log once both hold them all."""
@@ -159,22 +177,11 @@ def test_throttle_bounds_replication_rate(cluster_factory: ClusterFactory, tmp_p
 
     move = tmp_path / "move.json"
     move.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [3, 4]}]}))
-    samples: dict[int, list[tuple[float, int]]] = {3: [], 4: []}
     t_execute = time.monotonic()
     r = run(bs, "--execute", "--reassignment-json-file", str(move), "--throttle", str(THROTTLE))
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert f"The inter-broker throttle limit was set to {THROTTLE} B/s" in r.stdout, r.stdout
-    deadline = t_execute + 3 * full / THROTTLE + 30
-    next_sample = time.monotonic()
-    while True:
-        now = time.monotonic()
-        for b in (3, 4):
-            samples[b].append((now, log_bytes(cluster, b, topic)))
-        if all(s[-1][1] >= full for s in samples.values()):
-            break
-        assert now < deadline, f"the new replicas did not catch up: {[s[-1] for s in samples.values()]} of {full}"
-        next_sample += SAMPLE_S
-        time.sleep(max(0.0, next_sample - time.monotonic()))
+    samples = sample_copies(cluster, [3, 4], topic, full, t_execute)
 
     rates = {b: steady_rate(s, full) for b, s in samples.items()}
     report = ", ".join(
@@ -249,18 +256,7 @@ def test_throttle_bounds_an_inactive_chunks_copy(cluster_factory: ClusterFactory
     t_alter = time.monotonic()
     kafka_chunks(bs, tmp_path, "alter", {"chunks": [{"topic": topic, "partition": 0, "startOffset": 0,
                                                      "replicas": [1, 3]}]})
-    samples: list[tuple[float, int]] = []
-    deadline = t_alter + 3 * full / THROTTLE + 30
-    next_sample = time.monotonic()
-    while True:
-        now = time.monotonic()
-        samples.append((now, log_bytes(cluster, 3, topic)))
-        if samples[-1][1] >= full:
-            break
-        assert now < deadline, f"broker 3 did not copy the chunk: {samples[-1][1]:,} of {full:,} bytes"
-        next_sample += SAMPLE_S
-        time.sleep(max(0.0, next_sample - time.monotonic()))
-    rate, start, end = steady_rate(samples, full)
+    rate, start, end = steady_rate(sample_copies(cluster, [3], topic, full, t_alter)[3], full)
     print(f"throttle {THROTTLE:,} B/s, chunk of {full:,} bytes copied at {rate:,.0f} B/s in {end - t_alter:.1f}s")
     assert abs(rate - THROTTLE) <= TOLERANCE * THROTTLE, f"the chunk copied at {rate:,.0f} B/s"
     assert end - t_alter >= 0.8 * full / THROTTLE, f"copied {full:,} bytes in {end - t_alter:.1f}s"
