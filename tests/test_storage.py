@@ -15,6 +15,7 @@ from broker.storage import (
     AppendOrigin,
     InconsistentTopicIdError,
     InvalidRecordError,
+    InvalidTimestampError,
     LeaderEpochCache,
     Log,
     LogConfig,
@@ -204,6 +205,48 @@ def test_roll_by_time_counts_from_first_batch_timestamp(tmp_path):
     log.roll()
     log.roll()  # rolling an empty active segment is a no-op
     assert log.segment_base_offsets == [0, 2, 3]
+
+
+def test_old_timestamps_do_not_roll_on_every_append(tmp_path):
+    # A backfill of month-old records: record time barely moves, so one segment takes them all.
+    month_ago = NOW - 30 * 86_400_000
+    log = open_log(tmp_path, segment_ms=60_000)
+    for i in range(200):
+        log.append_as_leader(batch(1, ts=month_ago + i), 0, NOW + i)
+    assert log.segment_base_offsets == [0]
+    log.append_as_leader(batch(1, ts=month_ago + 60_001), 0, NOW + 300)  # record time passed segment.ms
+    assert log.segment_base_offsets == [0, 200]
+
+
+def test_roll_jitter_shortens_segment_ms(tmp_path):
+    log = open_log(tmp_path, segment_ms=1000, segment_jitter_ms=1000)
+    log._roll_jitter_ms = 400  # what random chose for this segment
+    log.append_as_leader(batch(1, ts=NOW), 0, NOW)
+    log.append_as_leader(batch(1, ts=NOW + 600), 0, NOW)
+    assert log.segment_base_offsets == [0]
+    log.append_as_leader(batch(1, ts=NOW + 601), 0, NOW)
+    assert log.segment_base_offsets == [0, 2]
+    assert 0 <= log._roll_jitter_ms < 1000
+
+
+def test_timestamp_bounds_kip_937(tmp_path):
+    log = open_log(tmp_path, message_timestamp_before_max_ms=1000, message_timestamp_after_max_ms=500)
+    log.append_as_leader(batch(1, ts=NOW - 1000), 0, NOW)
+    log.append_as_leader(batch(1, ts=NOW + 500), 0, NOW)
+    for ts in (NOW - 1001, NOW + 501):
+        with pytest.raises(InvalidTimestampError) as info:
+            log.append_as_leader(batch(1, ts=ts), 0, NOW)
+        assert info.value.error_code == 32
+        assert str(info.value) == "One or more records have been rejected due to invalid timestamp"
+        assert info.value.record_errors == [
+            (0, f"Timestamp {ts} of message with offset 0 is out of range. "
+                f"The timestamp should be within [{NOW - 1000}, {NOW + 500}]")
+        ]
+    assert log.log_end_offset == 2
+    # LogAppendTime topics stamp the broker's time: the client's timestamps are not checked
+    lat = open_log(tmp_path, "lat-0-0", message_timestamp_type="LogAppendTime", message_timestamp_before_max_ms=0)
+    lat.append_as_leader(batch(1, ts=NOW - 10_000), 0, NOW)
+    assert lat.log_end_offset == 1
 
 
 def test_roll_when_offset_index_is_full(tmp_path):

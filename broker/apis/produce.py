@@ -72,6 +72,9 @@ async def produce(ctx: RequestContext, req) -> ProduceResponse | None:
             except StorageError as e:
                 pr.error_code = e.error_code
                 pr.error_message = str(e)
+                pr.record_errors = [
+                    R.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m) for i, m in e.record_errors
+                ]
                 b.log_produce_error(t.name, pd.index, e)
                 continue
             pr.base_offset = info.first_offset

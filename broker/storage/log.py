@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import random
 import shutil
 import threading
 import time
@@ -40,6 +41,7 @@ from broker.storage.config import LogConfig
 from broker.storage.errors import (
     InconsistentTopicIdError,
     InvalidRecordError,
+    InvalidTimestampError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
     StorageError,
@@ -156,6 +158,7 @@ class Log:
         self._hw = 0
         self._closed = False
         self._failed = False
+        self._roll_jitter_ms = self._new_roll_jitter()  # the active segment's (Kafka: per segment)
         self.leader_epoch_cache = LeaderEpochCache(None)
         self.producer_state = ProducerStateManager(dir, producer_id_expiration_ms)
 
@@ -524,6 +527,8 @@ class Log:
         batches = validate_client_batches(
             records, cfg.max_message_bytes, allow_control=origin is not AppendOrigin.CLIENT
         )
+        if not cfg.log_append_time and origin is AppendOrigin.CLIENT:
+            check_timestamps(batches, now_ms, cfg)
         size = memoryview(records).nbytes
         if size > cfg.segment_bytes:
             raise RecordListTooLargeError(f"{size} bytes of batches can never fit segment.bytes ({cfg.segment_bytes})")
@@ -673,7 +678,11 @@ class Log:
         """Roll if needed, append, advance the LEO. Returns the new segment's base offset if it rolled."""
         cfg = self.config
         rolled_to = None
-        if self._segments[-1].should_roll(len(data), last_offset, now_ms, cfg.segment_bytes, cfg.segment_ms):
+        max_timestamp = max(span[2] for span in spans)
+        segment_ms = cfg.segment_ms - min(self._roll_jitter_ms, cfg.segment_ms - 1)
+        if self._segments[-1].should_roll(
+            len(data), last_offset, max_timestamp, now_ms, cfg.segment_bytes, segment_ms
+        ):
             self._roll_locked(now_ms)
             rolled_to = self._leo
         self._segments[-1].append(data, spans, cfg.index_interval_bytes)
@@ -697,6 +706,7 @@ class Log:
         new = LogSegment.create(self.dir, self._leo, self.config.segment_index_bytes, now_ms)
         self._segments.append(new)
         self._bases.append(new.base_offset)
+        self._roll_jitter_ms = self._new_roll_jitter()
         # As Kafka: a producer snapshot at every roll bounds the replay after a crash to one segment.
         # Not fsynced here (we hold the lock); the flush that follows every roll syncs it.
         self.producer_state.take_snapshot(self._leo, sync=False)
@@ -708,6 +718,11 @@ class Log:
             base_offset=new.base_offset,
             previous_size=old.size,
         )
+
+    def _new_roll_jitter(self) -> int:
+        # Kafka's randomSegmentJitter: spreads the time-based rolls of partitions created together.
+        jitter = self.config.segment_jitter_ms
+        return random.randrange(min(jitter, self.config.segment_ms)) if jitter > 0 else 0
 
     def _flush_below(self, offset: int) -> None:
         # Kafka flushes a rolled segment right away, which is what keeps the recovery point (and so
@@ -1089,6 +1104,31 @@ class Log:
 
     def __repr__(self) -> str:
         return f"Log({self.dir.name}, log_start={self._log_start}, leo={self._leo}, hw={self._hw})"
+
+
+def check_timestamps(batches: list[tuple[int, BatchHeader]], now_ms: int, cfg: LogConfig) -> None:
+    """KIP-937: CreateTime timestamps must lie in [now - before.max.ms, now + after.max.ms]. Kafka
+    checks every record; the hot path reads batch headers only, so the batch's first record
+    (base timestamp) and its max timestamp are checked, which bound the records of any producer
+    that stamps records in order."""
+    low = now_ms - cfg.message_timestamp_before_max_ms
+    high = now_ms + cfg.message_timestamp_after_max_ms
+    errors = []
+    for index, (_, header) in enumerate(batches):
+        for ts in (header.base_timestamp, header.max_timestamp):
+            if ts != -1 and not low <= ts <= high:
+                errors.append(
+                    (
+                        index,
+                        f"Timestamp {ts} of message with offset {header.base_offset} is out of range. "
+                        f"The timestamp should be within [{low}, {high}]",
+                    )
+                )
+                break
+    if errors:
+        raise InvalidTimestampError(
+            "One or more records have been rejected due to invalid timestamp", record_errors=errors
+        )
 
 
 def _or_minus_one(value: int | None) -> int:

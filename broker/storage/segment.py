@@ -224,14 +224,28 @@ class LogSegment:
         return int(os.stat(self.log_path).st_mtime * 1000)
 
     def should_roll(
-        self, append_bytes: int, last_offset: int, now_ms: int, segment_bytes: int, segment_ms: int
+        self,
+        append_bytes: int,
+        last_offset: int,
+        max_timestamp: int,
+        now_ms: int,
+        segment_bytes: int,
+        segment_ms: int,
     ) -> bool:
+        """Kafka's LogSegment.shouldRoll. `segment_ms` already has this segment's jitter taken off;
+        `max_timestamp` is the largest timestamp of the batches being appended."""
         if self.size == 0:
             return False  # a new segment would get this one's name; an empty segment takes anything
-        rolling_base = self.first_batch_timestamp if self.first_batch_timestamp >= 0 else self.created_ms
+        # Time is measured in record time (the appended batches' max timestamp against the first
+        # batch's), so a backfill of old records does not roll on every append; only a segment
+        # without timestamps falls back to the wall clock since its creation.
+        if self.first_batch_timestamp >= 0:
+            waited = max_timestamp - self.first_batch_timestamp
+        else:
+            waited = now_ms - self.created_ms
         return (
             self.size + append_bytes > segment_bytes
-            or now_ms - rolling_base > segment_ms
+            or waited > segment_ms
             or self.offset_index.is_full
             or self.time_index.is_full
             or last_offset - self.base_offset > INT32_MAX  # relative offsets are int32 in the index
