@@ -264,6 +264,7 @@ def test_roll_flushes_the_old_segment_and_advances_recovery_point(tmp_path):
     log.append_as_leader(batch(3), 0, NOW)
     assert log.recovery_point == 0
     log.append_as_leader(batch(3), 0, NOW)
+    log.wait_for_background_flush()  # the roll's fsync runs off the appending thread
     assert log.recovery_point == 3
     log.flush()
     assert log.recovery_point == log.log_end_offset == 6

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 from broker.storage.file_names import TMP_SUFFIX
@@ -32,7 +33,9 @@ def write_file(path: Path, data: bytes, *, sync: bool = True) -> None:
 
 def write_atomically(path: Path, data: bytes) -> None:
     """tmp file + fsync + rename + fsync of the dir (the rename itself must reach the disk)."""
-    tmp = path.with_name(path.name + TMP_SUFFIX)
+    # The writing thread in the tmp name: a log's background flush and another writer of the same
+    # dir (a test's "crashed" instance beside the reopened one) never share a half-written file.
+    tmp = path.with_name(f"{path.name}.{threading.get_native_id()}{TMP_SUFFIX}")
     write_file(tmp, data)
     os.replace(tmp, path)
     fsync_dir(path.parent)

@@ -23,6 +23,7 @@ import time
 import uuid
 from bisect import bisect_right
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,9 +45,11 @@ from broker.storage.errors import (
     InvalidTimestampError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
+    ResourceExhaustedError,
     StorageError,
     UnexpectedAppendOffsetError,
 )
+from broker.storage.exhaustion import is_resource_exhaustion, note_resource_exhaustion
 from broker.storage.file_names import (
     CLEAN_SHUTDOWN_MARKER,
     DELETED_SUFFIX,
@@ -68,7 +71,7 @@ from broker.storage.producer_state import (
     ProducerStateManager,
     fsync_file,
 )
-from broker.storage.segment import BatchSpan, CorruptSegmentError, LogSegment, iter_headers
+from broker.storage.segment import BatchSpan, CorruptSegmentError, LogSegment
 from broker.storage.txn_index import AbortedTxn
 from protocol.errors import ProtocolError
 from protocol.records.batch import BatchHeader, set_base_offset, set_log_append_time, set_partition_leader_epoch
@@ -80,6 +83,12 @@ log = structlog.get_logger(__name__)
 
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+# fsyncs after a roll run here, one at a time (Kafka's scheduled "flush-log" task): the append that
+# rolled, often on the event loop, never waits for a disk sync. A thread, not a pool: fsyncs of one
+# disk do not go faster side by side, and one thread keeps the recovery point moving in order.
+_background_flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-flush")
 
 
 class AppendOrigin(enum.Enum):
@@ -114,7 +123,8 @@ class FetchInfo:
 
 def _io_guarded(method):
     """OSError (and corrupt bytes in a region we trusted) from a public method: the log is failed,
-    the log dir's handler hears of it, and the caller gets StorageError (KAFKA_STORAGE_ERROR)."""
+    the log dir's handler hears of it, and the caller gets StorageError (KAFKA_STORAGE_ERROR).
+    Running out of descriptors or memory is no disk fault: ResourceExhaustedError, log online."""
 
     @functools.wraps(method)
     def guarded(self: Log, *args, **kwargs):
@@ -159,6 +169,7 @@ class Log:
         self._closed = False
         self._failed = False
         self._roll_jitter_ms = self._new_roll_jitter()  # the active segment's (Kafka: per segment)
+        self._flush_done: Future | None = None  # the latest background flush after a roll
         self.leader_epoch_cache = LeaderEpochCache(None)
         self.producer_state = ProducerStateManager(dir, producer_id_expiration_ms)
 
@@ -186,6 +197,9 @@ class Log:
             self._load(now)
         except (OSError, CorruptSegmentError) as exc:
             self._close_files()
+            if is_resource_exhaustion(exc):
+                note_resource_exhaustion(str(self.dir), "open", exc)
+                raise ResourceExhaustedError(f"cannot open log {self.dir} now: {exc}") from exc
             if io_error_handler is not None:
                 io_error_handler(self.dir, exc)
             raise StorageError(f"cannot open log {self.dir}: {exc}") from exc
@@ -345,7 +359,7 @@ class Log:
                 if found is None:
                     continue
                 rebuild = rebuild_txn_index_from is not None and seg.base_offset >= rebuild_txn_index_from
-                for pos, header in iter_headers(seg.file(), found[0], seg.size):
+                for pos, header in seg.iter_headers(found[0], seg.size):
                     if header.producer_id >= 0:
                         marker = (
                             self._marker_of(seg.read_batch(pos, header.size), header) if header.is_control else None
@@ -495,6 +509,9 @@ class Log:
             )
 
     def _io_failure(self, operation: str, exc: BaseException) -> StorageError:
+        if is_resource_exhaustion(exc):
+            note_resource_exhaustion(str(self.dir), operation, exc)
+            return ResourceExhaustedError(f"{operation} on log {self.dir} failed for lack of resources: {exc}")
         self._failed = True
         log.error("log_io_error", dir=str(self.dir), operation=operation, error=str(exc))
         if self._io_error_handler is not None:
@@ -726,8 +743,21 @@ class Log:
 
     def _flush_below(self, offset: int) -> None:
         # Kafka flushes a rolled segment right away, which is what keeps the recovery point (and so
-        # the work of a crash restart) close to the log end. Done after the lock is released.
-        self.flush(offset)
+        # the work of a crash restart) close to the log end: in the background, so the append
+        # that rolled returns at once; the recovery point moves when the fsync is done.
+        self._flush_done = _background_flusher.submit(self._background_flush, offset)
+
+    def _background_flush(self, offset: int) -> None:
+        try:
+            self.flush(offset)
+        except StorageError as exc:  # logged by _io_failure when it is an I/O error; a closed log is fine
+            log.debug("background_flush_skipped", dir=str(self.dir), error=str(exc))
+
+    def wait_for_background_flush(self, timeout: float | None = None) -> None:
+        """Until the flush started by the latest roll has finished (tests, shutdown)."""
+        done = self._flush_done
+        if done is not None:
+            done.result(timeout)
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -847,7 +877,7 @@ class Log:
         fsync_dir(self.dir)  # new segment and snapshot files must survive too
         with self._lock:
             new_point = min(target, self._leo)
-            if new_point > self._recovery_point:
+            if new_point > self._recovery_point and not (self._closed or self._failed):
                 self._recovery_point = new_point
                 self._write_state()
 
