@@ -11,6 +11,7 @@ import uvloop
 
 from broker.broker import Broker
 from broker.config import BrokerConfig
+from broker.storage import file_cache
 from node import logging as node_logging
 from node.config import ConfigError, NodeConfig
 from node.shutdown import finish_tasks
@@ -46,6 +47,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"broker: config error: {e}", file=sys.stderr)
         return 2
     node_logging.configure(cfg.props.get("log.level", "INFO"), node_id=config.node_id, role="broker")
+    try:
+        # soft RLIMIT_NOFILE raised to the hard limit, then the storage descriptor budget sized
+        file_cache.configure(cfg.props.get("log.open.files.max"))
+    except ValueError:
+        print(f"broker: config error: log.open.files.max: not an integer: {cfg.props['log.open.files.max']!r}",
+              file=sys.stderr)
+        return 2
     uvloop.run(run(config))
     return 0
 

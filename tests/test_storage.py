@@ -814,3 +814,89 @@ def test_reads_during_appends_see_only_whole_batches(tmp_path):
     writer.join()
     assert not errors
     assert record_offsets(log) == list(range(600)) and len(log.segment_base_offsets) > 5
+
+
+# -- descriptor budget (FileCache) ---------------------------------------------------------------
+
+
+def _fd_count() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_descriptor_budget_holds_across_many_logs(tmp_path):
+    from broker.storage.file_cache import FILE_CACHE
+
+    old = FILE_CACHE.capacity
+    FILE_CACHE.close_all()
+    before = _fd_count()
+    FILE_CACHE.set_capacity(12)
+    try:
+        logs = [open_log(tmp_path, f"t-{i}-0", segment_bytes=len(batch(3)) * 2 + 10) for i in range(40)]
+        for round_ in range(5):  # rolls every second append: old segments and their indexes pile up
+            for lg in logs:
+                lg.append_as_leader(batch(3, ts=NOW + round_), 0, NOW)
+        for lg in logs:
+            lg.wait_for_background_flush()
+            assert record_offsets(lg) == list(range(15))
+            assert lg.offset_for_timestamp(NOW + 3)[0] == 5  # round 1 holds NOW+1..NOW+3
+        assert FILE_CACHE.open_count <= 12
+        assert _fd_count() - before <= 12
+        for lg in logs[:20]:
+            lg.close()
+        for lg in logs[20:]:
+            lg.truncate_to(4)
+            lg.enforce_retention(NOW + 10**12)
+        reopened = [open_log(tmp_path, f"t-{i}-0", segment_bytes=len(batch(3)) * 2 + 10) for i in range(20)]
+        assert all(record_offsets(lg) == list(range(15)) for lg in reopened)
+        assert _fd_count() - before <= 12
+    finally:
+        FILE_CACHE.set_capacity(old)
+
+
+def test_reader_keeps_its_descriptor_while_the_cache_evicts(tmp_path):
+    from broker.storage.file_cache import CachedFile, FileCache
+
+    cache = FileCache(8)
+    files = []
+    for i in range(20):
+        path = tmp_path / f"f{i}"
+        path.write_bytes(b"x%d" % i)
+        files.append(CachedFile(path, os.O_RDONLY, cache))
+    with files[0].open() as fd:
+        for f in files[1:]:  # every other file passes through the cache meanwhile
+            with f.open():
+                pass
+        assert os.pread(fd, 8, 0) == b"x0"  # still our file: pinned descriptors are never evicted
+        files[0].close()  # closing while pinned defers to the last unpin
+        assert os.pread(fd, 8, 0) == b"x0"
+    assert files[0].fd is None and cache.open_count <= 8
+    files[1].rename(tmp_path / "renamed")
+    with files[1].open() as fd:
+        assert os.pread(fd, 8, 0) == b"x1"
+
+
+def test_out_of_descriptors_is_retriable_and_keeps_the_dir_online(tmp_path):
+    import resource
+
+    from broker.storage import ResourceExhaustedError
+    from broker.storage.file_cache import FILE_CACHE
+
+    errors = []
+    lg = Log.open(tmp_path / "orders-0-0", LogConfig(), io_error_handler=lambda d, e: errors.append(e))
+    lg.append_as_leader(batch(3), 0, NOW)
+    FILE_CACHE.close_all()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    in_use = {int(n) for n in os.listdir("/proc/self/fd") if os.path.exists(f"/proc/self/fd/{n}")}
+    lowest_free = next(n for n in range(len(in_use) + 1) if n not in in_use)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))  # not one descriptor left
+    try:
+        with pytest.raises(ResourceExhaustedError) as info:
+            lg.append_as_leader(batch(3), 0, NOW)
+        assert info.value.error_code == 7  # REQUEST_TIMED_OUT: retriable, not KAFKA_STORAGE_ERROR
+        with pytest.raises(ResourceExhaustedError):
+            Log.open(tmp_path / "other-0-0", LogConfig(), io_error_handler=lambda d, e: errors.append(e))
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert errors == []  # the dir's handler never heard of it: the dir stays online
+    lg.append_as_leader(batch(3), 0, NOW)  # descriptors are back: service resumes
+    assert record_offsets(lg) == list(range(6))

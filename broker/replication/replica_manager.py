@@ -33,6 +33,7 @@ from broker.replication.isr import IsrManager
 from broker.replication.partition import Partition
 from broker.storage.cleaner import LogCleaner, retention_applies
 from broker.storage.config import LogConfig
+from broker.storage.errors import StorageError
 from broker.storage.log_dir import LogDir
 from metadata import MetadataDelta, MetadataImage, PartitionInfo
 from metadata.config_defs import effective_topic_configs
@@ -353,6 +354,8 @@ class ReplicaManager:
         while True:
             await asyncio.sleep(interval)
             now = int(time.time() * 1000)
+            skipped: list[str] = []  # offline or failing logs: one line per pass, not a traceback each
+            last_error = ""
             for p in list(self.partitions.values()):
                 try:
                     n = p.log.enforce_retention(now, delete_policy=retention_applies(self.topic_config(p.topic)))
@@ -364,29 +367,39 @@ class ReplicaManager:
                             segments=n,
                             log_start_offset=p.log.log_start_offset,
                         )
+                except StorageError as e:
+                    skipped.append(f"{p.topic}-{p.index}")
+                    last_error = str(e)
                 except Exception:
                     log.exception("retention_failed", topic=p.topic, partition=p.index)
             for cr in list(self.chunks.values()):
-                await self._enforce_chunk_retention(cr, now)
+                if not await self._enforce_chunk_retention(cr, now):
+                    skipped.append(f"{cr.topic}-{cr.index}-{cr.start}")
+            if skipped:
+                log.warning("retention_skipped", logs=len(skipped), first=skipped[:5], last_error=last_error)
 
-    async def _enforce_chunk_retention(self, cr: ChunkReplica, now: int) -> None:
+    async def _enforce_chunk_retention(self, cr: ChunkReplica, now: int) -> bool:
         """Retention on an inactive chunk's replica (retention.bytes counts per chunk replica log,
-        as storage defines it); when nothing of the chunk is left, the replica leaves it."""
+        as storage defines it); when nothing of the chunk is left, the replica leaves it. False
+        when its log refused (offline): the caller sums those up in one line."""
         if cr.closed:
-            return
+            return True
         cr.apply_log_start()
         try:
             if cr.needs_roll:
                 await asyncio.get_running_loop().run_in_executor(None, cr.log.roll)
             n = cr.log.enforce_retention(now, delete_policy=retention_applies(self.topic_config(cr.topic)))
+        except StorageError:
+            return False
         except Exception:
             log.exception("retention_failed", topic=cr.topic, partition=cr.index, chunk_start=cr.start)
-            return
+            return True
         if n:
             log.info("retention_deleted_segments", topic=cr.topic, partition=cr.index, chunk_start=cr.start,
                      segments=n, log_start_offset=cr.log.log_start_offset)
         if cr.data_gone:
             self._leave(cr)
+        return True
 
     # ---- shutdown
     def shutdown(self) -> None:
