@@ -29,7 +29,7 @@ from pathlib import Path
 
 import structlog
 
-from broker.storage.atomic_file import fsync_dir, remove_durably, write_atomically
+from broker.storage.atomic_file import fsync_dir, fsync_file, remove_durably, write_atomically
 from broker.storage.batch_validation import validate_client_batches, validate_replicated_batches
 from broker.storage.cleaner import (
     CleanerView,
@@ -69,7 +69,6 @@ from broker.storage.producer_state import (
     BatchMetadata,
     CompletedTxn,
     ProducerStateManager,
-    fsync_file,
 )
 from broker.storage.segment import BatchSpan, CorruptSegmentError, LogSegment
 from broker.storage.txn_index import AbortedTxn
@@ -170,6 +169,7 @@ class Log:
         self._failed = False
         self._roll_jitter_ms = self._new_roll_jitter()  # the active segment's (Kafka: per segment)
         self._flush_done: Future | None = None  # the latest background flush after a roll
+        self._unsynced_files: list[Path] = []  # written without fsync; the next flush syncs them
         self.leader_epoch_cache = LeaderEpochCache(None)
         self.producer_state = ProducerStateManager(dir, producer_id_expiration_ms)
 
@@ -209,11 +209,22 @@ class Log:
         return self
 
     def _load(self, now_ms: int) -> None:
+        # A brand-new replica holds nothing a crash could lose: its files are written without
+        # fsync (thousands of partitions are created at once) and synced by the first flush.
+        fresh = not any(self.dir.iterdir())
         marker = self.dir / CLEAN_SHUTDOWN_MARKER
         clean = marker.exists()
         state = read_log_state(self.dir / LOG_STATE_CHECKPOINT)
-        self._check_topic_id()
-        self.leader_epoch_cache = LeaderEpochCache.load(self.dir / LEADER_EPOCH_CHECKPOINT)
+        self._check_topic_id(sync=not fresh)
+        try:
+            self.leader_epoch_cache = LeaderEpochCache.load(self.dir / LEADER_EPOCH_CHECKPOINT)
+        except StorageError as exc:
+            # Its rewrites are not fsynced each time (see leader_epoch.py): after a crash, derive
+            # the epochs again from every batch.
+            log.warning("leader_epoch_checkpoint_unreadable", dir=str(self.dir), error=str(exc))
+            self.leader_epoch_cache = LeaderEpochCache(self.dir / LEADER_EPOCH_CHECKPOINT)
+            state, clean = None, False
+        self.leader_epoch_cache.defer_sync = True
         recover_cleaner_files(self.dir)  # a cleaned segment swap a crash interrupted: finish or undo it
         bases = self._remove_leftover_files()
         self.producer_state.scan_snapshot_files()
@@ -276,12 +287,18 @@ class Log:
         self.leader_epoch_cache.truncate_from_start(self._log_start)
         snapshot_offset, replayed = self._reload_producer_state(now_ms, rebuild_txn_index_from=first_recovered)
         self.producer_state.remove_expired(now_ms)  # replayed producers may have been idle for long
-        for seg in self._segments:
-            seg.flush()  # recovered segments and rebuilt indexes: durable before the recovery point says so
-        fsync_dir(self.dir)
+        if fresh:
+            self._recovery_point = self._log_start  # nothing synced yet; nothing to lose either
+            self._unsynced_files.append(self.dir / PARTITION_METADATA)
+        else:
+            for seg in self._segments:
+                seg.flush()  # recovered segments and rebuilt indexes: durable before the recovery point says so
+            self.leader_epoch_cache.sync()
+            fsync_dir(self.dir)
         for seg in self._segments[:-1]:
             seg.close_files()  # reopened on demand: old segments hold no descriptors
-        self._write_state()
+        if state != LogState(self._log_start, self._recovery_point, self._hw):
+            self._write_state(sync=not fresh)
         if clean:
             remove_durably(marker)  # from now on a crash must be detected as one
         log.info(
@@ -298,12 +315,12 @@ class Log:
             producer_batches_replayed=replayed,
         )
 
-    def _check_topic_id(self) -> None:
+    def _check_topic_id(self, *, sync: bool = True) -> None:
         path = self.dir / PARTITION_METADATA
         stored = read_topic_id(path)
         if stored is None:
             if self.topic_id is not None:
-                write_topic_id(path, self.topic_id)
+                write_topic_id(path, self.topic_id, sync=sync)
         elif self.topic_id is None:
             self.topic_id = stored
         elif stored != self.topic_id:
@@ -495,8 +512,14 @@ class Log:
             self._check_usable()
             self._write_state()
 
-    def _write_state(self) -> None:
-        write_log_state(self.dir / LOG_STATE_CHECKPOINT, LogState(self._log_start, self._recovery_point, self._hw))
+    def _write_state(self, *, sync: bool = True) -> None:
+        write_log_state(
+            self.dir / LOG_STATE_CHECKPOINT, LogState(self._log_start, self._recovery_point, self._hw), sync=sync
+        )
+
+    def _take_unsynced_files(self) -> list[Path]:
+        files, self._unsynced_files = self._unsynced_files, []
+        return files
 
     def _check_usable(self) -> None:
         if self._closed:
@@ -865,8 +888,8 @@ class Log:
         with self._lock:
             self._check_usable()
             target = self._leo if up_to is None else min(up_to, self._leo)
-            snapshots = self.producer_state.take_unsynced()
-            if target <= self._recovery_point and not snapshots:
+            snapshots = self.producer_state.take_unsynced() + self._take_unsynced_files()
+            if target <= self._recovery_point and not snapshots and not self.leader_epoch_cache.unsynced:
                 return
             ends = self._bases[1:] + [self._leo]
             dirty = [s for s, end in zip(self._segments, ends) if s.base_offset < target and end > self._recovery_point]
@@ -874,6 +897,7 @@ class Log:
             seg.flush()
         for path in snapshots:
             fsync_file(path)  # gone if a truncation deleted it meanwhile: nothing to sync then
+        self.leader_epoch_cache.sync()
         fsync_dir(self.dir)  # new segment and snapshot files must survive too
         with self._lock:
             new_point = min(target, self._leo)
@@ -1101,8 +1125,9 @@ class Log:
                     self._segments[-1].on_become_inactive()
                     for seg in self._segments:
                         seg.flush()
-                    for path in self.producer_state.take_unsynced():
+                    for path in self.producer_state.take_unsynced() + self._take_unsynced_files():
                         fsync_file(path)
+                    self.leader_epoch_cache.sync()
                     self.producer_state.take_snapshot(self._leo, sync=True)  # the next open replays nothing
                     fsync_dir(self.dir)
                     self._recovery_point = self._leo
