@@ -15,7 +15,7 @@ from broker.apis.leadership import leader_or_error
 from broker.replication.partition import now_ms
 from broker.storage.batch_validation import first_record_without_key
 from broker.storage.cleaner import cleanup_policies
-from broker.storage.errors import StorageError
+from broker.storage.errors import ResourceExhaustedError, StorageError
 from protocol.errors import Errors
 from protocol.generated.produce import ProduceResponse
 
@@ -75,7 +75,8 @@ async def produce(ctx: RequestContext, req) -> ProduceResponse | None:
                 pr.record_errors = [
                     R.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m) for i, m in e.record_errors
                 ]
-                b.log_produce_error(t.name, pd.index, e)
+                if not isinstance(e, ResourceExhaustedError):  # that one has its own rate-limited line
+                    b.log_produce_error(t.name, pd.index, e)
                 continue
             pr.base_offset = info.first_offset
             pr.log_append_time_ms = info.log_append_time
