@@ -843,9 +843,12 @@ def test_descriptor_budget_holds_across_many_logs(tmp_path):
         assert _fd_count() - before <= 12
         for lg in logs[:20]:
             lg.close()
+        gone = logs[20]._segments[-1]  # the truncation below deletes it; retention then purges it
         for lg in logs[20:]:
             lg.truncate_to(4)
             lg.enforce_retention(NOW + 10**12)
+        with pytest.raises(FileNotFoundError):  # a late reader of a purged segment: no reopen
+            gone.read_batch(0, 10)
         reopened = [open_log(tmp_path, f"t-{i}-0", segment_bytes=len(batch(3)) * 2 + 10) for i in range(20)]
         assert all(record_offsets(lg) == list(range(15)) for lg in reopened)
         assert _fd_count() - before <= 12

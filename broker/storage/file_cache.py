@@ -41,11 +41,15 @@ MIN_CAPACITY = 8
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
 
 
+class FileGoneError(FileNotFoundError):
+    """The file was deleted for good (a purged segment) and a late reader asked to reopen it."""
+
+
 class CachedFile:
     """A file opened on demand through a FileCache. Not itself thread-safe for renames against
     deletes: Log serializes those under its lock; opens and pins may come from any thread."""
 
-    __slots__ = ("path", "flags", "cache", "fd", "pins", "forgotten")
+    __slots__ = ("path", "flags", "cache", "fd", "pins", "forgotten", "gone")
 
     def __init__(self, path: Path, flags: int = os.O_RDWR, cache: FileCache | None = None) -> None:
         self.path = path
@@ -54,6 +58,7 @@ class CachedFile:
         self.fd: int | None = None
         self.pins = 0
         self.forgotten = False  # closed for good: close the descriptor when the last pin goes
+        self.gone = False  # deleted: never reopened
 
     @contextmanager
     def open(self) -> Iterator[int]:
@@ -96,6 +101,8 @@ class FileCache:
         with self._lock:
             fd = f.fd
             if fd is None:
+                if f.gone:
+                    raise FileGoneError(f"{f.path} was deleted")
                 self._evict(len(self._open) - self.capacity + 1)
                 fd = f.fd = self._open_file(f)
                 f.forgotten = False
@@ -197,4 +204,4 @@ def configure(open_files_max: str | int | None) -> int:
 # One per process: descriptors are a process-wide resource, and every log shares the budget.
 FILE_CACHE = FileCache(default_capacity())
 
-__all__ = ["FILE_CACHE", "CachedFile", "FileCache", "configure", "default_capacity", "raise_descriptor_limit"]
+__all__ = ["FILE_CACHE", "CachedFile", "FileCache", "FileGoneError", "configure", "default_capacity", "raise_descriptor_limit"]

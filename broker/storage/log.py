@@ -50,6 +50,7 @@ from broker.storage.errors import (
     UnexpectedAppendOffsetError,
 )
 from broker.storage.exhaustion import is_resource_exhaustion, note_resource_exhaustion
+from broker.storage.file_cache import FileGoneError
 from broker.storage.file_names import (
     CLEAN_SHUTDOWN_MARKER,
     DELETED_SUFFIX,
@@ -532,6 +533,9 @@ class Log:
             )
 
     def _io_failure(self, operation: str, exc: BaseException) -> StorageError:
+        if isinstance(exc, FileGoneError):
+            # a segment deleted (retention, truncation) after the caller's snapshot of the log
+            return OffsetOutOfRangeError(f"{operation} on log {self.dir}: the segment was deleted meanwhile")
         if is_resource_exhaustion(exc):
             note_resource_exhaustion(str(self.dir), operation, exc)
             return ResourceExhaustedError(f"{operation} on log {self.dir} failed for lack of resources: {exc}")

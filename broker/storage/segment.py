@@ -214,6 +214,9 @@ class LogSegment:
         self.txn_index.rename(self.txn_index.path.with_name(self.txn_index.path.name + DELETED_SUFFIX))
 
     def delete_files(self) -> None:
+        # A read that snapshotted this segment before it went finds it gone, not a disk fault.
+        for f in (self.log_file, self.offset_index.file, self.time_index.file, self.txn_index.file):
+            f.gone = True
         self.close_files()
         for path in (self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path):
             path.unlink(missing_ok=True)
