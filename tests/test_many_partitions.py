@@ -37,7 +37,7 @@ def broker_fds(pid: int) -> tuple[int, int]:
         except OSError:
             continue
         total += 1
-        storage += target.endswith((".log", ".index", ".timeindex", ".txnindex", ".deleted"))
+        storage += "/logs-" in target  # inside a log dir (stdout goes to a .log file too)
     return total, storage
 
 
@@ -121,3 +121,4 @@ def test_twenty_thousand_partitions_under_ulimit_4096(cluster_factory):
     assert all(v[-1] == b"three" for v in got.values())
     total, storage = broker_fds(pid)
     assert storage <= BUDGET and total < NOFILE
+    c.kill(1)  # a clean shutdown of 20,000 logs is not what this test measures

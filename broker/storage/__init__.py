@@ -44,7 +44,15 @@ Segment files
   overflow int32. Deleted segments are renamed `<name>.deleted` and unlinked
   file.delete.delay.ms later; leftovers are removed on the next open.
 
-Small files are written atomically (tmp + fsync + rename + fsync of the dir).
+Small files are written atomically (tmp + fsync + rename + fsync of the dir); a new replica's
+files and leader-epoch rewrites skip the fsyncs, which the log's next flush does before the
+recovery point moves.
+
+Descriptors
+  Segment and index files are opened on use through one process-wide LRU (file_cache.py,
+  `log.open.files.max`) and pinned while in use; nothing else keeps a descriptor open. EMFILE,
+  ENFILE and ENOMEM fail the operation with ResourceExhaustedError (retriable) and leave the log
+  online (exhaustion.py); other OSErrors fail the log and take its dir offline.
 
 Recovery
   Without `.clean-shutdown`, Log.open checks every batch (header + CRC32C + increasing offsets) from

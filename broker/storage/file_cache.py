@@ -87,6 +87,7 @@ class FileCache:
         self._open: OrderedDict[CachedFile, None] = OrderedDict()  # least recently used first
         self.opens = 0  # descriptors opened since start (a cache miss each)
         self.evictions = 0
+        self.shrinks = 0  # times EMFILE/ENFILE made it give back idle descriptors
 
     @property
     def open_count(self) -> int:
@@ -145,7 +146,7 @@ class FileCache:
         except OSError as exc:
             if exc.errno not in _OUT_OF_DESCRIPTORS or not self._evict(len(self._open) // 2 or 1):
                 raise
-            log.warning("file_cache_shrunk_for_descriptors", path=str(f.path), open_files=len(self._open))
+            self.shrinks += 1  # counted, not logged: a failure after it is (rate-limited, by Log)
             return os.open(f.path, f.flags, 0o644)
 
     def _evict(self, count: int) -> int:
