@@ -171,6 +171,7 @@ class Log:
         self._roll_jitter_ms = self._new_roll_jitter()  # the active segment's (Kafka: per segment)
         self._flush_done: Future | None = None  # the latest background flush after a roll
         self._unsynced_files: list[Path] = []  # written without fsync; the next flush syncs them
+        self._durable_state: LogState | None = None  # what log-state.checkpoint holds, once fsynced
         self.leader_epoch_cache = LeaderEpochCache(None)
         self.producer_state = ProducerStateManager(dir, producer_id_expiration_ms)
 
@@ -298,8 +299,10 @@ class Log:
             fsync_dir(self.dir)
         for seg in self._segments[:-1]:
             seg.close_files()  # reopened on demand: old segments hold no descriptors
-        if state != LogState(self._log_start, self._recovery_point, self._hw):
+        if state != self._state():
             self._write_state(sync=not fresh)
+        elif not fresh:
+            self._durable_state = state
         if clean:
             remove_durably(marker)  # from now on a crash must be detected as one
         log.info(
@@ -508,15 +511,25 @@ class Log:
 
     @_io_guarded
     def checkpoint(self) -> None:
-        """Persist log start offset, recovery point and high watermark (call periodically)."""
+        """Persist log start offset, recovery point and high watermark (call periodically). Skipped
+        when nothing changed since the last durable write (most of 20,000 partitions are idle),
+        and written outside the lock: the fsyncs never stall an append (a checkpoint racing a
+        newer write can only leave older, hence safe, values until the next one)."""
         with self._lock:
             self._check_usable()
-            self._write_state()
+            state = self._state()
+            if state == self._durable_state:
+                return
+        write_log_state(self.dir / LOG_STATE_CHECKPOINT, state)
+        self._durable_state = state
+
+    def _state(self) -> LogState:
+        return LogState(self._log_start, self._recovery_point, self._hw)
 
     def _write_state(self, *, sync: bool = True) -> None:
-        write_log_state(
-            self.dir / LOG_STATE_CHECKPOINT, LogState(self._log_start, self._recovery_point, self._hw), sync=sync
-        )
+        state = self._state()
+        write_log_state(self.dir / LOG_STATE_CHECKPOINT, state, sync=sync)
+        self._durable_state = state if sync else None
 
     def _take_unsynced_files(self) -> list[Path]:
         files, self._unsynced_files = self._unsynced_files, []
