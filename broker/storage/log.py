@@ -918,9 +918,13 @@ class Log:
         fsync_dir(self.dir)  # new segment and snapshot files must survive too
         with self._lock:
             new_point = min(target, self._leo)
-            if new_point > self._recovery_point and not (self._closed or self._failed):
-                self._recovery_point = new_point
-                self._write_state()
+            if new_point <= self._recovery_point or self._closed or self._failed:
+                return
+            self._recovery_point = new_point
+            state = self._state()
+        # outside the lock, as checkpoint(): appends to this partition never wait for these fsyncs
+        write_log_state(self.dir / LOG_STATE_CHECKPOINT, state)
+        self._durable_state = state
 
     @_io_guarded
     def truncate_to(self, offset: int) -> None:
