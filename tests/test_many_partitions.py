@@ -45,7 +45,9 @@ def broker_fds(pid: int) -> tuple[int, int]:
 
 def produce_one_each(bootstrap: str, value: bytes) -> None:
     failed = []
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "queue.buffering.max.messages": 1_000_000})
+    # idempotent: a retry after a slow answer (2 cores) must not write a record twice
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "queue.buffering.max.messages": 1_000_000,
+                  "enable.idempotence": True})
     for t in range(TOPICS):
         for i in range(PER_TOPIC):
             p.produce(f"t{t}", value, partition=i, on_delivery=lambda e, m: e and failed.append(e))

@@ -354,24 +354,10 @@ class ReplicaManager:
         while True:
             await asyncio.sleep(interval)
             now = int(time.time() * 1000)
-            skipped: list[str] = []  # offline or failing logs: one line per pass, not a traceback each
-            last_error = ""
-            for p in list(self.partitions.values()):
-                try:
-                    n = p.log.enforce_retention(now, delete_policy=retention_applies(self.topic_config(p.topic)))
-                    if n:
-                        log.info(
-                            "retention_deleted_segments",
-                            topic=p.topic,
-                            partition=p.index,
-                            segments=n,
-                            log_start_offset=p.log.log_start_offset,
-                        )
-                except StorageError as e:
-                    skipped.append(f"{p.topic}-{p.index}")
-                    last_error = str(e)
-                except Exception:
-                    log.exception("retention_failed", topic=p.topic, partition=p.index)
+            # In a thread: deleting segments renames files and fsyncs checkpoints, which at
+            # thousands of partitions would hold the event loop for seconds.
+            work = [(p, retention_applies(self.topic_config(p.topic))) for p in list(self.partitions.values())]
+            skipped, last_error = await asyncio.get_running_loop().run_in_executor(None, _retention_pass, work, now)
             for cr in list(self.chunks.values()):
                 if not await self._enforce_chunk_retention(cr, now):
                     skipped.append(f"{cr.topic}-{cr.index}-{cr.start}")
@@ -425,6 +411,25 @@ class ReplicaManager:
 
     def topic_id_of(self, topic: str) -> UUID | None:
         return self.image.topic_ids.get(topic)
+
+
+def _retention_pass(work: list[tuple[Partition, bool]], now: int) -> tuple[list[str], str]:
+    """enforce_retention on each partition's log; returns the logs that refused (offline: one line
+    per pass, not a traceback each) and the last refusal's reason."""
+    skipped: list[str] = []
+    last_error = ""
+    for p, delete_policy in work:
+        try:
+            n = p.log.enforce_retention(now, delete_policy=delete_policy)
+            if n:
+                log.info("retention_deleted_segments", topic=p.topic, partition=p.index, segments=n,
+                         log_start_offset=p.log.log_start_offset)
+        except StorageError as e:
+            skipped.append(f"{p.topic}-{p.index}")
+            last_error = str(e)
+        except Exception:
+            log.exception("retention_failed", topic=p.topic, partition=p.index)
+    return skipped, last_error
 
 
 def _checkpoint_all(logs: list) -> None:
