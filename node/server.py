@@ -263,14 +263,15 @@ class Connection(asyncio.Protocol):
         in_flight = sum(size for _, size in self.pending)
         want = self.reader.incomplete_size
         partial = self.reader.pending
-        if want is not None and not self.partial_reserved:
+        if want is None:
+            self.partial_reserved = 0
+        elif not self.partial_reserved and not self.waiting_for_memory:
             # a new frame's size is known: reserve all of it, or stop reading until memory frees
+            # (waiters are granted in turn by the server, never here)
             if self.server.memory_available():
                 self.partial_reserved = want
             else:
                 self.server.wait_for_memory(self)
-        elif want is None:
-            self.partial_reserved = 0
         held = max(partial, self.partial_reserved) + queued + in_flight
         self.server.add_held(held - self.held)
         self.held = held

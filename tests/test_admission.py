@@ -203,3 +203,35 @@ def test_mute_for_holds_one_connection_only() -> None:
             await server.stop()
 
     asyncio.run(run())
+
+
+def test_request_memory_budget_never_stalls_a_lone_pipelining_client() -> None:
+    """queued.max.request.bytes smaller than two requests: a client pipelining 20 of them is still
+    served, one at a time (a reservation waits for released memory, never for itself)."""
+    from node.server import ConnectionLimits, FramedServer
+
+    async def run() -> None:
+        async def handler(f: bytes, conn) -> list:
+            await asyncio.sleep(0.001)
+            return [bytes(f[:1])]
+
+        server = FramedServer(handler, limits=ConnectionLimits(queued_max_request_bytes=500))
+        port = await server.start("127.0.0.1", 0)
+        try:
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            async def send() -> None:  # each request in two pieces: partial frames wait for memory
+                for i in range(20):
+                    w.write(b"\0\0\x03\x20" + bytes([i]) * 400)
+                    await asyncio.sleep(0.002)
+                    w.write(bytes([i]) * 400)
+
+            sender = asyncio.ensure_future(send())
+            got = [(await asyncio.wait_for(r.readexactly(5), 10))[4] for _ in range(20)]
+            await sender
+            assert got == list(range(20))
+            assert server.held_bytes == 0, server.held_bytes
+            w.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(run())
