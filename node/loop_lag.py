@@ -8,6 +8,7 @@ of tens of milliseconds means some request or background step is holding the loo
 from __future__ import annotations
 
 import asyncio
+import time
 
 import structlog
 
@@ -33,8 +34,8 @@ class LoopLagGauge:
         """Seconds a no-op callback scheduled now waits to run."""
         loop = asyncio.get_running_loop()
         ran = loop.create_future()
-        t0 = loop.time()
-        loop.call_soon(lambda: ran.done() or ran.set_result(loop.time()))
+        t0 = time.perf_counter()  # not loop.time(): uvloop's clock ticks in whole milliseconds
+        loop.call_soon(lambda: ran.done() or ran.set_result(time.perf_counter()))
         return (await ran) - t0
 
     async def _run(self) -> None:

@@ -106,7 +106,8 @@ BULK = textwrap.dedent("""
 def test_heartbeats_and_end_txn_keep_their_timeouts_under_bulk_load(cluster_factory) -> None:
     c: Cluster = cluster_factory(brokers=1, broker_overrides={"offsets.topic.replication.factor": 1,
                                                               "transaction.state.log.replication.factor": 1,
-                                                              "transaction.state.log.min.isr": 1})
+                                                              "transaction.state.log.min.isr": 1,
+                                                              "loop.lag.log.interval.ms": 1000})
     bulk_topic, group_topic, txn_topic = (f"{p}-{uuid.uuid4().hex[:8]}" for p in ("bulk", "grp", "txn"))
     for t in (bulk_topic, group_topic, txn_topic):
         create_topic(c.bootstrap, t, 2)
@@ -165,6 +166,10 @@ def test_heartbeats_and_end_txn_keep_their_timeouts_under_bulk_load(cluster_fact
     assert sent > 10000, "the bulk producer did not load the broker"
     assert commits >= 3
     assert seen == ["assign 2"], f"the group rebalanced under load: {seen}"
+    # the loop-lag gauge reported while the broker was loaded
+    lag = [ln for ln in c.log_path(1).read_text(errors="replace").splitlines() if "event='loop_lag'" in ln]
+    assert len(lag) >= 5 and "p99_ms=" in lag[-1], lag[-3:]
+    print(lag[-1])
 
 
 def test_mute_for_holds_one_connection_only() -> None:
