@@ -475,6 +475,9 @@ class FramedServer:
 
     # ---- round robin
     def ready(self, conn: Connection, control: bool) -> None:
+        if not self._pump_scheduled and not self._ready and not self._ready_control:
+            self._start_one(conn)  # nobody is waiting: no turn to take (saves a loop iteration)
+            return
         (self._ready_control if control else self._ready).append(conn)
         if not self._pump_scheduled:
             self._pump_scheduled = True
