@@ -15,11 +15,14 @@ import resource
 import select
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -30,6 +33,7 @@ PER_IP_OVERRIDE = 700  # for 127.0.0.2
 IDLE_MS = 6000
 QUEUED_MAX = 32 << 20
 PARTIAL = 60 << 20
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def rss_bytes(pid: int) -> int:
@@ -220,3 +224,22 @@ def test_accept_without_descriptors_is_logged_and_recovers(cluster_factory) -> N
     producer = Producer({"bootstrap.servers": c.bootstrap, "log_level": 3})
     producer.produce("after-emfile", b"v")
     assert producer.flush(30) == 0, "the broker did not serve a client after descriptors came back"
+
+
+@pytest.mark.parametrize(("key", "value", "needle"), [
+    ("max.connections.per.ip.overrides", "127.0.0.1", "is not HOST:COUNT"),
+    ("max.connections.per.ip.overrides", "no-such-host.invalid:5", "cannot resolve"),
+    ("max.connections", "-1", "max.connections: -1 is below 0"),
+    ("max.connections.per.ip", "0", "must be set when max.connections.per.ip is 0"),
+    ("queued.max.request.bytes", "lots", "is not an integer"),
+    ("connections.max.idle.ms", "0", "connections.max.idle.ms: 0 is below 1"),
+])
+def test_bad_connection_configs_exit_with_one_line(tmp_path: Path, key: str, value: str, needle: str) -> None:
+    props = {"node.id": 1, "process.roles": "broker", "listeners": "PLAINTEXT://127.0.0.1:1",
+             "controller.quorum.voters": "100@127.0.0.1:2", "log.dirs": tmp_path / "logs", key: value}
+    cfg = tmp_path / "server.properties"
+    cfg.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    p = subprocess.run([sys.executable, "-m", "broker", "--config", str(cfg)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    err = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(err) == 1 and needle in err[0], (p.returncode, err)
