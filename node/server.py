@@ -74,7 +74,7 @@ class ConnectionLimits:
     max_connections_per_ip: int = INT_MAX
     per_ip_overrides: dict[str, int] = field(default_factory=dict)
     idle_ms: int | None = 600_000  # connections.max.idle.ms; None: never closed for idleness
-    # queued.max.request.bytes; -1 is unbounded (Kafka's default; the broker sets 500 MiB)
+    # queued.max.request.bytes; 0 or less is unbounded (Kafka's default -1; the broker sets 500 MiB)
     queued_max_request_bytes: int = -1
 
     def limit_for(self, ip: str) -> int:
@@ -460,7 +460,7 @@ class FramedServer:
 
     def memory_available(self) -> bool:
         cap = self.limits.queued_max_request_bytes
-        return cap < 0 or self.held_bytes < cap
+        return cap <= 0 or self.held_bytes < cap  # as Kafka: 0 or less is unbounded
 
     def wait_for_memory(self, conn: Connection) -> None:
         if not conn.waiting_for_memory:
