@@ -41,12 +41,19 @@ class LoopLagGauge:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         next_log = loop.time() + self.interval_s
-        while True:
-            await asyncio.sleep(self.sample_s)
-            self.samples.append(await self.sample())
-            if loop.time() >= next_log:
-                next_log = loop.time() + self.interval_s
-                s = sorted(self.samples)
-                self.samples.clear()
-                log.info("loop_lag", samples=len(s), p50_ms=round(s[len(s) // 2] * 1000, 2),
-                         p99_ms=round(s[min(len(s) - 1, len(s) * 99 // 100)] * 1000, 2), max_ms=round(s[-1] * 1000, 2))
+        try:
+            while True:
+                await asyncio.sleep(self.sample_s)
+                self.samples.append(await self.sample())
+                if loop.time() >= next_log:
+                    next_log = loop.time() + self.interval_s
+                    self._report()
+        finally:
+            self._report()  # the last, partial period too (a stop right after a stall shows it)
+
+    def _report(self) -> None:
+        s = sorted(self.samples)
+        self.samples.clear()
+        if s:
+            log.info("loop_lag", samples=len(s), p50_ms=round(s[len(s) // 2] * 1000, 2),
+                     p99_ms=round(s[min(len(s) - 1, len(s) * 99 // 100)] * 1000, 2), max_ms=round(s[-1] * 1000, 2))
