@@ -21,8 +21,9 @@ from broker.replication.fetcher import ReplicaFetcherManager
 from broker.replication.isr import IsrManager
 from broker.replication.replica_manager import ReplicaManager
 from broker.replication.throttle import Throttle
-from broker.server import RequestDispatcher
+from broker.server import RequestDispatcher, is_control_plane
 from broker.storage.log_dir import LogDir
+from node.loop_lag import LoopLagGauge
 from node.server import FramedServer
 from protocol.generated.describe_cluster import DescribeClusterRequest
 
@@ -45,6 +46,7 @@ class Broker:
         self.server: FramedServer | None = None
         self.isr: IsrManager | None = None
         self.port = 0
+        self.loop_lag = LoopLagGauge(config.loop_lag_log_interval_ms / 1000)
         self._tasks: set[asyncio.Task] = set()
         self.producer_ids = ProducerIdManager.for_broker(self)
 
@@ -72,9 +74,15 @@ class Broker:
         self.replicas.delete_strays(self.metadata.image)
         self.replicas.start_background()
         self.isr.start()
+        self.loop_lag.start()
         self.lifecycle.start_heartbeats()
         await self.lifecycle.unfenced.wait()
-        self.server = FramedServer(RequestDispatcher(self), max_frame=self.config.socket_request_max_bytes)
+        self.server = FramedServer(
+            RequestDispatcher(self),
+            max_frame=self.config.socket_request_max_bytes,
+            limits=self.config.connection_limits,
+            classify=is_control_plane,
+        )
         self.port = await self.server.start(self.config.listener.host, self.config.listener.port)
         log.info("broker_started", listener=str(self.config.listener), port=self.port, cluster_id=self.cluster_id,
                  metadata_offset=self.metadata.image.offset)
@@ -117,6 +125,7 @@ class Broker:
             ("chunk_reads", self.chunk_reads.close() if getattr(self, "chunk_reads", None) is not None else None),
             ("isr", self.isr.stop() if self.isr is not None else None),
             ("lifecycle", self.lifecycle.stop()),
+            ("loop_lag", self.loop_lag.stop()),
             ("metadata_loader", self.metadata.stop()),
         ]
         for name, coro in steps:

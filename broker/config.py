@@ -6,6 +6,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from node.config import ConfigError, Endpoint, NodeConfig
+from node.server import ConnectionLimits
+
+# queued.max.request.bytes: Kafka's default is unbounded (-1); ours holds partial and queued
+# requests to 500 MiB (five requests of socket.request.max.bytes).
+QUEUED_MAX_REQUEST_BYTES = 500 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,8 @@ class BrokerConfig:
     replica_fetch_wait_max_ms: int
     replica_fetch_max_bytes: int
     fetch_session_cache_slots: int
+    connection_limits: ConnectionLimits
+    loop_lag_log_interval_ms: int
     props: dict[str, str]
 
     @classmethod
@@ -64,5 +71,7 @@ class BrokerConfig:
             replica_fetch_wait_max_ms=cfg.int("replica.fetch.wait.max.ms", 500),
             replica_fetch_max_bytes=cfg.int("replica.fetch.max.bytes", 1048576),
             fetch_session_cache_slots=cfg.int("max.incremental.fetch.session.cache.slots", 1000),
+            connection_limits=ConnectionLimits.from_config(cfg, queued_max_request_bytes=QUEUED_MAX_REQUEST_BYTES),
+            loop_lag_log_interval_ms=cfg.int("loop.lag.log.interval.ms", 30000),
             props=dict(cfg.props),
         )

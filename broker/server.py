@@ -7,6 +7,7 @@ a client bug and closes that connection, logged once. Malformed bytes do the sam
 
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING
 
 import structlog
@@ -31,6 +32,34 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 API_VERSIONS = 18
 UNSUPPORTED_VERSION = 35
+FETCH = 1
+# Served ahead of client data traffic (Kafka gives such traffic its own listener and queue,
+# KIP-291): group and transaction coordinator requests, whose lateness costs a rebalance or an
+# abort (OffsetCommit, FindCoordinator, JoinGroup, Heartbeat, LeaveGroup, SyncGroup,
+# InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, WriteTxnMarkers, TxnOffsetCommit),
+# a follower's OffsetForLeaderEpoch and chunk assignment changes; follower Fetches are found by
+# their replica id.
+CONTROL_PLANE_KEYS = frozenset({8, 10, 11, 12, 13, 14, 22, 23, 24, 25, 26, 27, 28, 1077})
+_REPLICA_ID = struct.Struct(">i")
+
+
+def is_control_plane(frame: bytes) -> bool:
+    """Whether a request frame is control-plane traffic (see CONTROL_PLANE_KEYS). Never raises:
+    a malformed frame is client traffic, and its handler reports it."""
+    try:
+        api_key, api_version, _ = peek_header(frame)
+        if api_key in CONTROL_PLANE_KEYS:
+            return True
+        if api_key != FETCH or not 4 <= api_version <= REQUESTS[FETCH].MAX_VERSION:
+            return False
+        if api_version >= 15:  # the replica id moved into a tagged field: decode the whole request
+            body = decode_client_request(frame).body
+            return body.replica_state is not None and body.replica_state.replica_id >= 0
+        mv = memoryview(frame)
+        _, pos = RequestHeader.decode_from(mv, 0, request_header_version(FETCH, api_version))
+        return _REPLICA_ID.unpack_from(mv, pos)[0] >= 0
+    except (ProtocolError, UnsupportedRequest, struct.error):
+        return False
 
 
 def advertised_versions() -> list[ApiVersionsResponse.ApiVersion]:

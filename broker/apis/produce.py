@@ -87,6 +87,8 @@ async def produce(ctx: RequestContext, req) -> ProduceResponse | None:
                 waits.append((pr, p, info.last_offset + 1))
     if acks == 0:
         return None
+    # already replicated (a single in-sync replica): answer now, without a task per wait
+    waits = [w for w in waits if w[1].log.high_watermark < w[2]]
     if waits:
         timeout = max(req.timeout_ms, 0) / 1000
         done = await asyncio.gather(*(p.wait_for_high_watermark(end, timeout) for _, p, end in waits))
