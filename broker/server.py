@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from broker.apis import HANDLERS, RequestContext, load_all
+from broker.quotas.step_timer import StepTimer
 from protocol.errors import ProtocolError
 from protocol.generated import REQUESTS, RequestHeader
 from protocol.generated.api_versions import ApiVersionsResponse
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 API_VERSIONS = 18
 UNSUPPORTED_VERSION = 35
+PRODUCE, FETCH = 0, 1
+# ApiVersions, WriteTxnMarkers, and Strata's broker-to-broker chunk APIs
+BROKER_APIS = frozenset({API_VERSIONS, 27, 1076, 1077})
 
 
 def advertised_versions() -> list[ApiVersionsResponse.ApiVersion]:
@@ -52,6 +56,19 @@ def decode_client_request(frame: bytes) -> Request:
     header, pos = RequestHeader.decode_from(mv, 0, request_header_version(api_key, api_version))
     body, _ = cls.decode_from(mv, pos, api_version)
     return Request(header, body)
+
+
+def is_from_broker(req: Request) -> bool:
+    """Requests between brokers are never throttled (Kafka exempts cluster actions), nor
+    ApiVersions (a client must be able to learn what it may send)."""
+    if req.api_key in BROKER_APIS:
+        return True
+    if req.api_key == FETCH:
+        body = req.body
+        rs = getattr(body, "replica_state", None)
+        replica_id = rs.replica_id if req.api_version >= 15 and rs is not None else body.replica_id
+        return replica_id >= 0
+    return False
 
 
 class RequestDispatcher:
@@ -77,7 +94,35 @@ class RequestDispatcher:
                 return encode_response(API_VERSIONS, 0, e.correlation_id, body)
             raise ProtocolError(str(e), error_code=UNSUPPORTED_VERSION) from None
         ctx = RequestContext(self.broker, req.api_key, req.api_version, req.correlation_id, req.header.client_id, conn)
-        resp = await entry.handler(ctx, req.body)
-        if resp is None:
-            return None
-        return encode_response(req.api_key, req.api_version, req.correlation_id, resp)
+        quotas = self.broker.quotas
+        timer = None
+        if quotas.any_request_quota() and not is_from_broker(req):
+            timer = StepTimer(entry.handler(ctx, req.body))
+            resp = await timer
+        else:
+            resp = await entry.handler(ctx, req.body)
+        parts = None if resp is None else encode_response(req.api_key, req.api_version, req.correlation_id, resp)
+        throttle = self._throttle(req, len(frame), parts, timer)
+        if throttle > 0:
+            # KIP-219: the answer goes out now, saying how long to wait; the connection is
+            # muted for that long, so a client that does not wait is held back anyway.
+            conn.mute_for(throttle)
+            if resp is not None and hasattr(resp, "throttle_time_ms"):
+                resp.throttle_time_ms = max(resp.throttle_time_ms, int(throttle * 1000))
+                parts = encode_response(req.api_key, req.api_version, req.correlation_id, resp)
+        return parts
+
+    def _throttle(self, req: Request, request_size: int, parts: list | None, timer: StepTimer | None) -> float:
+        """Seconds this request's client must wait under its quotas (0 if none is exceeded)."""
+        if is_from_broker(req):
+            return 0.0
+        quotas = self.broker.quotas
+        client_id = req.header.client_id or ""
+        throttle = 0.0
+        if req.api_key == PRODUCE:  # as Kafka, the whole request's size counts
+            throttle = quotas.record_produce(client_id, request_size)
+        elif req.api_key == FETCH and parts is not None:
+            throttle = quotas.record_fetch(client_id, sum(len(p) for p in parts))
+        if timer is not None:
+            throttle = max(throttle, quotas.record_request_time(client_id, timer.seconds))
+        return throttle

@@ -109,6 +109,29 @@ class Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
+    # ---- quota muting (minimal; the admission rework provides the full one)
+    _muted_until: float = 0.0
+
+    def mute_for(self, seconds: float) -> None:
+        """Stop reading from this connection for `seconds` (a throttled client, KIP-219)."""
+        if self.closed or self.transport is None or seconds <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        until = loop.time() + seconds
+        if until <= self._muted_until:
+            return
+        self._muted_until = until
+        if self.reading:
+            self.transport.pause_reading()
+        loop.call_later(seconds, self._unmute, until)
+
+    def _unmute(self, until: float) -> None:
+        if self.closed or self.transport is None or until != self._muted_until:
+            return
+        self._muted_until = 0.0
+        if self.reading:  # else the in-flight limit holds it paused and resumes it
+            self.transport.resume_reading()
+
 
 class FramedServer:
     def __init__(self, handler: Handler, *, max_frame: int = DEFAULT_MAX_FRAME) -> None:

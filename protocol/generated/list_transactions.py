@@ -52,24 +52,34 @@ class ListTransactionsRequest(Message):
         "state_filters",
         "producer_id_filters",
         "duration_filter",
+        "transactional_id_pattern",
         "unknown_tags",
     )
     _fields = (
         "state_filters",
         "producer_id_filters",
         "duration_filter",
+        "transactional_id_pattern",
     )
     API_KEY = 66
     NAME = "ListTransactionsRequest"
     KIND = "request"
     MIN_VERSION = 0
-    MAX_VERSION = 1
+    MAX_VERSION = 2
     FLEXIBLE_FROM = 0
 
-    def __init__(self, state_filters=_UNSET, producer_id_filters=_UNSET, duration_filter=-1, unknown_tags=None):
+    def __init__(
+        self,
+        state_filters=_UNSET,
+        producer_id_filters=_UNSET,
+        duration_filter=-1,
+        transactional_id_pattern=None,
+        unknown_tags=None,
+    ):
         self.state_filters = [] if state_filters is _UNSET else state_filters
         self.producer_id_filters = [] if producer_id_filters is _UNSET else producer_id_filters
         self.duration_filter = duration_filter
+        self.transactional_id_pattern = transactional_id_pattern
         self.unknown_tags = unknown_tags
 
 
@@ -96,7 +106,7 @@ class ListTransactionsResponse(Message):
     NAME = "ListTransactionsResponse"
     KIND = "response"
     MIN_VERSION = 0
-    MAX_VERSION = 1
+    MAX_VERSION = 2
     FLEXIBLE_FROM = 0
 
     class TransactionState(Struct):
@@ -191,7 +201,7 @@ def _d_ListTransactionsRequest_ListTransactionsRequest_v0(buf, pos):
         raise
     except _DECODE_ERRORS as e:
         raise _malformed(e, "ListTransactionsRequest." + str(f), pos) from None
-    return _c_ListTransactionsRequest(v_state_filters, v_producer_id_filters, -1, unknown), pos
+    return _c_ListTransactionsRequest(v_state_filters, v_producer_id_filters, -1, None, unknown), pos
 
 
 def _e_ListTransactionsRequest_ListTransactionsRequest_v0(o, parts):
@@ -199,6 +209,11 @@ def _e_ListTransactionsRequest_ListTransactionsRequest_v0(o, parts):
     if o.duration_filter != -1:
         raise ProtocolError(
             "DurationFilter is not in this version and is not ignorable", field="ListTransactionsRequest.DurationFilter"
+        )
+    if o.transactional_id_pattern is not None:
+        raise ProtocolError(
+            "TransactionalIdPattern is not in this version and is not ignorable",
+            field="ListTransactionsRequest.TransactionalIdPattern",
         )
     lst = o.state_filters
     if lst is None:
@@ -276,10 +291,101 @@ def _d_ListTransactionsRequest_ListTransactionsRequest_v1(buf, pos):
         raise
     except _DECODE_ERRORS as e:
         raise _malformed(e, "ListTransactionsRequest." + str(f), pos) from None
-    return _c_ListTransactionsRequest(v_state_filters, v_producer_id_filters, v_duration_filter, unknown), pos
+    return _c_ListTransactionsRequest(v_state_filters, v_producer_id_filters, v_duration_filter, None, unknown), pos
 
 
 def _e_ListTransactionsRequest_ListTransactionsRequest_v1(o, parts):
+    w = parts.append
+    if o.transactional_id_pattern is not None:
+        raise ProtocolError(
+            "TransactionalIdPattern is not in this version and is not ignorable",
+            field="ListTransactionsRequest.TransactionalIdPattern",
+        )
+    lst = o.state_filters
+    if lst is None:
+        raise ProtocolError("null in non-nullable array StateFilters")
+    else:
+        w(uvarint(len(lst) + 1))
+        for x in lst:
+            write_cstr(parts, x)
+    lst = o.producer_id_filters
+    if lst is None:
+        raise ProtocolError("null in non-nullable array ProducerIdFilters")
+    else:
+        w(uvarint(len(lst) + 1))
+        w(_pack(f">{len(lst)}q", *lst))
+    w(_st_q.pack(o.duration_filter))
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _d_ListTransactionsRequest_ListTransactionsRequest_v2(buf, pos):
+    f = None
+    try:
+        f = "StateFilters"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 1 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_state_filters = lst = []
+            ap = lst.append
+            for _ in range(n):
+                x, pos = read_cstr(buf, pos)
+                ap(x)
+        f = "ProducerIdFilters"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 8 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_producer_id_filters = list(_unpack_from(f">{n}q", buf, pos))
+            pos += n * 8
+        f = "DurationFilter"
+        v_duration_filter = _st_q.unpack_from(buf, pos)[0]
+        pos += 8
+        f = "TransactionalIdPattern"
+        v_transactional_id_pattern, pos = read_cstr_n(buf, pos)
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "ListTransactionsRequest." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "ListTransactionsRequest." + str(f), pos) from None
+    return _c_ListTransactionsRequest(
+        v_state_filters, v_producer_id_filters, v_duration_filter, v_transactional_id_pattern, unknown
+    ), pos
+
+
+def _e_ListTransactionsRequest_ListTransactionsRequest_v2(o, parts):
     w = parts.append
     lst = o.state_filters
     if lst is None:
@@ -295,6 +401,7 @@ def _e_ListTransactionsRequest_ListTransactionsRequest_v1(o, parts):
         w(uvarint(len(lst) + 1))
         w(_pack(f">{len(lst)}q", *lst))
     w(_st_q.pack(o.duration_filter))
+    write_cstr_n(parts, o.transactional_id_pattern)
     if o.unknown_tags:
         write_tags(parts, None, o.unknown_tags)
     else:
@@ -438,16 +545,20 @@ def _e_ListTransactionsResponse_ListTransactionsResponse_v0(o, parts):
 ListTransactionsRequest._decoders = {
     0: _d_ListTransactionsRequest_ListTransactionsRequest_v0,
     1: _d_ListTransactionsRequest_ListTransactionsRequest_v1,
+    2: _d_ListTransactionsRequest_ListTransactionsRequest_v2,
 }
 ListTransactionsRequest._encoders = {
     0: _e_ListTransactionsRequest_ListTransactionsRequest_v0,
     1: _e_ListTransactionsRequest_ListTransactionsRequest_v1,
+    2: _e_ListTransactionsRequest_ListTransactionsRequest_v2,
 }
 ListTransactionsResponse._decoders = {
     0: _d_ListTransactionsResponse_ListTransactionsResponse_v0,
     1: _d_ListTransactionsResponse_ListTransactionsResponse_v0,
+    2: _d_ListTransactionsResponse_ListTransactionsResponse_v0,
 }
 ListTransactionsResponse._encoders = {
     0: _e_ListTransactionsResponse_ListTransactionsResponse_v0,
     1: _e_ListTransactionsResponse_ListTransactionsResponse_v0,
+    2: _e_ListTransactionsResponse_ListTransactionsResponse_v0,
 }
