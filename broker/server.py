@@ -7,6 +7,8 @@ a client bug and closes that connection, logged once. Malformed bytes do the sam
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from typing import TYPE_CHECKING
 
 import structlog
@@ -71,9 +73,17 @@ def is_from_broker(req: Request) -> bool:
     return False
 
 
+def _open(gate: asyncio.Future) -> None:
+    if not gate.done():
+        gate.set_result(None)
+
+
 class RequestDispatcher:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        # connections over a quota -> what their next requests wait for
+        self._throttled: weakref.WeakKeyDictionary[Connection, tuple[asyncio.Future, float]] = (
+            weakref.WeakKeyDictionary())
         load_all()
 
     async def __call__(self, frame: bytes, conn: Connection) -> list | None:
@@ -93,36 +103,55 @@ class RequestDispatcher:
                 body = ApiVersionsResponse(error_code=UNSUPPORTED_VERSION, api_keys=advertised_versions())
                 return encode_response(API_VERSIONS, 0, e.correlation_id, body)
             raise ProtocolError(str(e), error_code=UNSUPPORTED_VERSION) from None
+        held = self._throttled.get(conn)
+        while held is not None and not held[0].done():
+            # Kafka reads one request per connection at a time, so a muted connection holds back
+            # the requests after the throttled one; ours were read already and wait here, in order.
+            await asyncio.shield(held[0])
+            held = self._throttled.get(conn)
         ctx = RequestContext(self.broker, req.api_key, req.api_version, req.correlation_id, req.header.client_id, conn)
         quotas = self.broker.quotas
+        exempt = is_from_broker(req)
+        client_id = req.header.client_id or ""
+        throttle = 0.0
+        if req.api_key == PRODUCE and not exempt:
+            # as Kafka, the whole request's size counts; recorded before the handler runs so the
+            # requests read behind this one wait (they would otherwise all pass at once)
+            throttle = self._throttle_for(conn, quotas.record_produce(client_id, len(frame)))
         timer = None
-        if quotas.any_request_quota() and not is_from_broker(req):
+        if not exempt and quotas.any_request_quota():
             timer = StepTimer(entry.handler(ctx, req.body))
             resp = await timer
         else:
             resp = await entry.handler(ctx, req.body)
         parts = None if resp is None else encode_response(req.api_key, req.api_version, req.correlation_id, resp)
-        throttle = self._throttle(req, len(frame), parts, timer)
-        if throttle > 0:
-            # KIP-219: the answer goes out now, saying how long to wait; the connection is
-            # muted for that long, so a client that does not wait is held back anyway.
-            conn.mute_for(throttle)
-            if resp is not None and hasattr(resp, "throttle_time_ms"):
-                resp.throttle_time_ms = max(resp.throttle_time_ms, int(throttle * 1000))
-                parts = encode_response(req.api_key, req.api_version, req.correlation_id, resp)
+        if not exempt:
+            after = 0.0
+            if req.api_key == FETCH and parts is not None:
+                after = quotas.record_fetch(client_id, sum(len(p) for p in parts))
+            if timer is not None:
+                after = max(after, quotas.record_request_time(client_id, timer.seconds))
+            throttle = max(throttle, self._throttle_for(conn, after))
+        if throttle > 0 and resp is not None and hasattr(resp, "throttle_time_ms"):
+            resp.throttle_time_ms = max(resp.throttle_time_ms, int(throttle * 1000))
+            parts = encode_response(req.api_key, req.api_version, req.correlation_id, resp)
         return parts
 
-    def _throttle(self, req: Request, request_size: int, parts: list | None, timer: StepTimer | None) -> float:
-        """Seconds this request's client must wait under its quotas (0 if none is exceeded)."""
-        if is_from_broker(req):
-            return 0.0
-        quotas = self.broker.quotas
-        client_id = req.header.client_id or ""
-        throttle = 0.0
-        if req.api_key == PRODUCE:  # as Kafka, the whole request's size counts
-            throttle = quotas.record_produce(client_id, request_size)
-        elif req.api_key == FETCH and parts is not None:
-            throttle = quotas.record_fetch(client_id, sum(len(p) for p in parts))
-        if timer is not None:
-            throttle = max(throttle, quotas.record_request_time(client_id, timer.seconds))
-        return throttle
+    def _throttle_for(self, conn: Connection, seconds: float) -> float:
+        """KIP-219: the answer goes out now, saying how long to wait; the connection is muted for
+        that long, so a client that does not wait is held back anyway."""
+        if seconds > 0:
+            conn.mute_for(seconds)
+            self._hold(conn, seconds)
+        return seconds
+
+    def _hold(self, conn: Connection, seconds: float) -> None:
+        """Requests of `conn` already read wait `seconds` before they are handled."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + seconds
+        held = self._throttled.get(conn)
+        if held is not None and not held[0].done() and held[1] >= until:
+            return
+        gate = loop.create_future()  # an earlier gate still opens on time; its waiters then wait here
+        self._throttled[conn] = (gate, until)
+        loop.call_later(seconds, _open, gate)

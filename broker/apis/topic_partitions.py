@@ -31,9 +31,7 @@ def _copy(src: object, cls: type) -> object:
 async def describe_topic_partitions(ctx: RequestContext, req) -> DescribeTopicPartitionsResponse:
     image = ctx.broker.metadata.image
     cap = int(ctx.broker.config.props.get("max.request.partition.size.limit", DEFAULT_LIMIT))
-    limit = min(req.response_partition_limit, cap)
-    if limit < 1:
-        limit = cap
+    limit = max(min(req.response_partition_limit, cap), 1)
     cursor = req.cursor
     if req.topics:
         names = sorted({t.name for t in req.topics})
