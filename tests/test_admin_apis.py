@@ -9,10 +9,12 @@ with Metadata, has no quota or transaction admin calls; its producer is the one 
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
+from confluent_kafka import TopicPartition as CTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient, TopicPartition
 from kafka.protocol.admin.client_quotas import (
@@ -20,6 +22,8 @@ from kafka.protocol.admin.client_quotas import (
     DescribeClientQuotasRequest,
 )
 
+from node.client import NodeClient
+from protocol.generated.metadata import MetadataRequest
 from tools.cluster import Cluster
 
 RATE = 256 * 1024  # producer_byte_rate under test, bytes/s
@@ -33,7 +37,8 @@ def cluster(tmp_path_factory) -> Cluster:
     c.start()
     admin = AdminClient({"bootstrap.servers": c.bootstrap})
     fs = admin.create_topics([NewTopic("dtp-a", 5, 1), NewTopic("dtp-b", 3, 2), NewTopic("txn", 1, 1),
-                              NewTopic("quota", 1, 1)])
+                              NewTopic("quota", 1, 1),
+                              NewTopic("cquota", 1, 1)])
     for f in fs.values():
         f.result(30)
     yield c
@@ -220,3 +225,59 @@ def test_a_hanging_transaction_is_listed_and_described(cluster: Cluster, kadmin:
     state = kadmin.describe_producers([TopicPartition("txn", 0)])[TopicPartition("txn", 0)]
     assert [s.current_transaction_start_offset for s in state.active_producers
             if s.producer_id == desc.producer_id] == [-1]
+
+
+# ---------------------------------------------------------------- consumer_byte_rate, request_percentage
+def test_consumer_over_its_quota_is_throttled(cluster: Cluster, kadmin: KafkaAdminClient) -> None:
+    rate = 512 * 1024
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 20, "batch.size": 20000})  # 1 record a batch
+    for _ in range(200):  # 3.2 MB: six seconds at the quota
+        p.produce("cquota", b"y" * 16384)
+    p.flush(30)
+    assert alter(kadmin, [(entity(client_id=None), {"consumer_byte_rate": rate})]) == [(0, None)]
+    try:
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "cq", "client.id": "slow-reader",
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                      "max.partition.fetch.bytes": 65536, "fetch.max.bytes": 65536,
+                      "message.max.bytes": 65536, "queued.max.messages.kbytes": 128, "queued.min.messages": 1,
+                      "fetch.queue.backoff.ms": 5})
+        c.assign([CTopicPartition("cquota", 0, OFFSET_BEGINNING)])
+        got, start, first = 0, None, None
+        deadline = time.monotonic() + 60
+        while got < 200 * 16384 and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None or m.error():
+                continue
+            if first is None:
+                first = time.monotonic()
+            got += len(m.value())
+            if start is None and got >= 1024 * 1024:  # past the first windows' allowance
+                start, at_start = time.monotonic(), got
+        took = time.monotonic() - start
+        c.close()
+        measured = (got - at_start) / took
+        # Fetch answers carry their data when throttled (one 64 KiB answer of overshoot at most)
+        assert 0.8 * rate < measured < 1.2 * rate, f"{measured:.0f} B/s against {rate} B/s"
+    finally:
+        assert alter(kadmin, [(entity(client_id=None), {"consumer_byte_rate": None})]) == [(0, None)]
+
+
+def test_request_percentage_throttles_a_busy_client(cluster: Cluster, kadmin: KafkaAdminClient) -> None:
+    assert alter(kadmin, [(entity(client_id="busy"), {"request_percentage": 0.01})]) == [(0, None)]
+    host, port = cluster.bootstrap.split(",")[0].rsplit(":", 1)
+
+    async def hammer() -> list[int]:
+        async with NodeClient(host, int(port), client_id="busy") as cl:
+            out = []
+            for _ in range(20):  # until the first throttled answer: each later one waits it out
+                resp = await cl.request(MetadataRequest(topics=None))
+                out.append(resp.throttle_time_ms)
+                if resp.throttle_time_ms:
+                    break
+            return out
+
+    try:
+        throttles = asyncio.run(hammer())
+        assert max(throttles) > 0, throttles  # 0.01% of a thread is a few microseconds a second
+    finally:
+        assert alter(kadmin, [(entity(client_id="busy"), {"request_percentage": None})]) == [(0, None)]
