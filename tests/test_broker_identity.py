@@ -8,6 +8,7 @@ every leadership and ISR place it had.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -27,6 +28,23 @@ def placement(admin: AdminClient, topic: str) -> dict[int, tuple[int, tuple[int,
     return {p.id: (p.leader, tuple(sorted(p.isrs))) for p in md.partitions.values()}
 
 
+def impostor_config(c, tmp_path) -> object:
+    """Broker 1's config with its own port and log dirs."""
+    props = dict(line.split("=", 1) for line in c.config_path(1).read_text().splitlines()
+                 if "=" in line and not line.startswith("#"))
+    port = free_ports(1)[0]
+    props["listeners"] = f"PLAINTEXT://127.0.0.1:{port}"
+    props["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{port}"
+    props["log.dirs"] = str(tmp_path / "impostor-logs")
+    cfg = tmp_path / "impostor.properties"
+    cfg.write_text(render_properties(props))
+    return cfg
+
+
+def broker_cmd(cfg) -> list[str]:
+    return [sys.executable, "-P", "-m", "broker", "--config", str(cfg)]
+
+
 def test_second_process_with_a_live_id_is_refused(cluster_factory, tmp_path):
     c = cluster_factory(brokers=2, broker_overrides=BROKERS, controller_overrides=CONTROLLER)
     admin = AdminClient({"bootstrap.servers": c.bootstrap})
@@ -37,19 +55,10 @@ def test_second_process_with_a_live_id_is_refused(cluster_factory, tmp_path):
     before = placement(admin, "kept")
     assert {leader for leader, _ in before.values()} == {1, 2}, before
 
-    # an impostor: broker 1's config, its own port and log dirs
-    props = dict(line.split("=", 1) for line in c.config_path(1).read_text().splitlines() if "=" in line
-                 and not line.startswith("#"))
-    port = free_ports(1)[0]
-    props["listeners"] = f"PLAINTEXT://127.0.0.1:{port}"
-    props["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{port}"
-    props["log.dirs"] = str(tmp_path / "impostor-logs")
-    cfg = tmp_path / "impostor.properties"
-    cfg.write_text(render_properties(props))
+    cfg = impostor_config(c, tmp_path)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     started = time.monotonic()
-    r = subprocess.run([sys.executable, "-P", "-m", "broker", "--config", str(cfg)], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(broker_cmd(cfg), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     took = time.monotonic() - started
     assert r.returncode == 1, r.stderr[-2000:]
     last = r.stderr.strip().splitlines()[-1]
@@ -63,3 +72,38 @@ def test_second_process_with_a_live_id_is_refused(cluster_factory, tmp_path):
     assert c.is_running(1)
     assert "broker_registration_refused" in c.log_path("controller").read_text()
     assert "heartbeat_stale_epoch" not in c.log_path(1).read_text()
+
+
+def test_a_broker_whose_id_was_taken_while_it_was_away_stops(cluster_factory, tmp_path):
+    """Broker 1 stalls (SIGSTOP) past its session, so it is fenced and a new process takes its id;
+    when it wakes, its heartbeat is told STALE_BROKER_EPOCH, registering again is refused, and it
+    shuts down with one clear line instead of looping forever."""
+    c = cluster_factory(brokers=2, broker_overrides=BROKERS, controller_overrides=CONTROLLER)
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    pgid = os.getpgid(c.pid(1))
+    os.killpg(pgid, signal.SIGSTOP)
+    impostor = None
+    try:
+        deadline = time.monotonic() + 30
+        while 1 in {b.id for b in admin.list_topics(timeout=10).brokers.values()}:
+            assert time.monotonic() < deadline, "broker 1 was never fenced"
+            time.sleep(0.2)
+        cfg = impostor_config(c, tmp_path)
+        out = open(tmp_path / "impostor.log", "wb")
+        impostor = subprocess.Popen(broker_cmd(cfg), cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        while b"broker_started" not in (tmp_path / "impostor.log").read_bytes():
+            assert impostor.poll() is None and time.monotonic() < deadline, (tmp_path / "impostor.log").read_text()
+            time.sleep(0.2)
+    finally:
+        os.killpg(pgid, signal.SIGCONT)
+    try:
+        assert c.process(1).wait(timeout=30) == 1
+        text = c.log_path(1).read_text()
+        assert "heartbeat_stale_epoch" in text and "broker_id_taken" in text
+        assert text.strip().splitlines()[-1].startswith("broker: node.id 1 is in use by another live broker")
+        assert "Traceback" not in text
+        assert impostor.poll() is None  # the new holder of the id is untouched
+    finally:
+        impostor.terminate()
+        impostor.wait(30)
