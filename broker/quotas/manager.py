@@ -85,9 +85,16 @@ class ClientQuotas:
         self.produce = QuotaKind(PRODUCER_BYTE_RATE, windows, clock)
         self.fetch = QuotaKind(CONSUMER_BYTE_RATE, windows, clock)
         self.request = QuotaKind(REQUEST_PERCENTAGE, windows, clock)
+        self._seen: object = None
+        self._any_request = False
 
     def any_request_quota(self) -> bool:
-        return any(REQUEST_PERCENTAGE in v for v in self.quotas().values())
+        """Whether request time must be measured at all (asked on every request: cached per image)."""
+        quotas = self.quotas()
+        if quotas is not self._seen:
+            self._seen = quotas
+            self._any_request = any(REQUEST_PERCENTAGE in v for v in quotas.values())
+        return self._any_request
 
     def record_produce(self, client_id: str, nbytes: int) -> float:
         return self.produce.record(self.quotas(), client_id, nbytes)
