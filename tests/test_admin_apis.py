@@ -10,6 +10,7 @@ with Metadata, has no quota or transaction admin calls; its producer is the one 
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 
 import pytest
@@ -23,7 +24,9 @@ from kafka.protocol.admin.client_quotas import (
 )
 
 from node.client import NodeClient
+from protocol.generated.describe_topic_partitions import DescribeTopicPartitionsRequest
 from protocol.generated.metadata import MetadataRequest
+from tests.conftest import installed_script
 from tools.cluster import Cluster
 
 RATE = 256 * 1024  # producer_byte_rate under test, bytes/s
@@ -38,7 +41,7 @@ def cluster(tmp_path_factory) -> Cluster:
     admin = AdminClient({"bootstrap.servers": c.bootstrap})
     fs = admin.create_topics([NewTopic("dtp-a", 5, 1), NewTopic("dtp-b", 3, 2), NewTopic("txn", 1, 1),
                               NewTopic("quota", 1, 1),
-                              NewTopic("cquota", 1, 1)])
+                              NewTopic("cquota", 1, 1), NewTopic("dtp-chunked", 1, 2)])
     for f in fs.values():
         f.result(30)
     yield c
@@ -281,3 +284,31 @@ def test_request_percentage_throttles_a_busy_client(cluster: Cluster, kadmin: Ka
         assert max(throttles) > 0, throttles  # 0.01% of a thread is a few microseconds a second
     finally:
         assert alter(kadmin, [(entity(client_id="busy"), {"request_percentage": None})]) == [(0, None)]
+
+
+def test_describe_topic_partitions_carries_the_chunk_fields(cluster: Cluster, tmp_path) -> None:
+    """kafka-python leaves Strata's tagged fields alone; our own codec reads them (tags 1000, 1001)."""
+    p = Producer({"bootstrap.servers": cluster.bootstrap})
+    for i in range(5):
+        p.produce("dtp-chunked", f"r{i}".encode())
+    p.flush(30)
+    spec = tmp_path / "chunk.json"
+    spec.write_text('{"partitions": [{"topic": "dtp-chunked", "partition": 0, "replicas": [2, 1]}]}')
+    r = subprocess.run([installed_script("kafka-chunks.sh"), "create", "--create-chunk-json-file", str(spec),
+                        "--bootstrap-server", cluster.bootstrap], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    host, port = cluster.bootstrap.split(",")[0].rsplit(":", 1)
+    T = DescribeTopicPartitionsRequest.TopicRequest
+
+    async def ask():
+        async with NodeClient(host, int(port), client_id="dtp") as cl:
+            return await cl.request(DescribeTopicPartitionsRequest(topics=[T(name="dtp-chunked")]))
+
+    deadline = time.monotonic() + 30
+    while True:
+        [part] = asyncio.run(ask()).topics[0].partitions
+        if part.chunks or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert part.start_offset == 5 and [(c.start_offset, c.stop_offset) for c in part.chunks] == [(0, 4)]
+    assert part.leader_id == 2 and sorted(part.chunks[0].replica_nodes) == [1, 2]
