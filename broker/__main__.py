@@ -11,6 +11,7 @@ import uvloop
 
 from broker.broker import Broker
 from broker.config import BrokerConfig
+from broker.lifecycle import BrokerIdTaken
 from broker.storage import file_cache
 from node import logging as node_logging
 from node.config import ConfigError, NodeConfig
@@ -23,17 +24,27 @@ async def run(config: BrokerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    lost = broker.lifecycle.lost_event
     starting = asyncio.create_task(broker.start())
     stopper = asyncio.create_task(stop.wait())
     await asyncio.wait({starting, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    if starting.done() and isinstance(starting.exception(), BrokerIdTaken):
+        await broker.shutdown(controlled=False)
+        await finish_tasks()
+        raise starting.exception()  # type: ignore[misc]
     if starting.done() and starting.exception() is not None:
         raise starting.exception()  # type: ignore[misc]
     if not stop.is_set():
-        await stop.wait()
+        loser = asyncio.create_task(lost.wait())
+        await asyncio.wait({stopper, loser}, return_when=asyncio.FIRST_COMPLETED)
+        loser.cancel()
     if not starting.done():
         starting.cancel()
-    await broker.shutdown(controlled=starting.done())
+    # a broker whose id was taken over leads nothing and must not ask for a controlled shutdown
+    await broker.shutdown(controlled=starting.done() and not lost.is_set())
     await finish_tasks()
+    if broker.lifecycle.lost is not None:
+        raise broker.lifecycle.lost
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,7 +65,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"broker: config error: log.open.files.max: not an integer: {cfg.props['log.open.files.max']!r}",
               file=sys.stderr)
         return 2
-    uvloop.run(run(config))
+    try:
+        uvloop.run(run(config))
+    except BrokerIdTaken as e:
+        print(f"broker: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -15,6 +15,7 @@ from broker.fetch_sessions import FetchSessionCache
 from broker.lifecycle import BrokerLifecycle
 from broker.metadata_loader import MetadataLoader
 from broker.producer_ids import ProducerIdManager
+from broker.quotas.manager import ClientQuotas
 from broker.replication.chunk_fetcher import ChunkFetcher
 from broker.replication.chunk_reads import ChunkReads
 from broker.replication.fetcher import ReplicaFetcherManager
@@ -49,6 +50,8 @@ class Broker:
         self.loop_lag = LoopLagGauge(config.loop_lag_log_interval_ms / 1000)
         self._tasks: set[asyncio.Task] = set()
         self.producer_ids = ProducerIdManager.for_broker(self)
+        # client quotas from the image's ClientQuotaRecords, enforced by the request dispatcher
+        self.quotas = ClientQuotas(lambda: self.metadata.image.client_quotas, config.quota_windows)
 
     async def start(self) -> None:
         self.cluster_id = await self._discover_cluster_id()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from broker.quotas.manager import QuotaWindows
 from node.config import ConfigError, Endpoint, NodeConfig
 from node.server import ConnectionLimits
 
@@ -26,6 +27,8 @@ class BrokerConfig:
     auto_create_topics: bool
     socket_request_max_bytes: int
     heartbeat_interval_ms: int
+    session_timeout_ms: int  # the controller's; how long a refused registration keeps retrying
+    quota_windows: QuotaWindows
     retention_check_interval_ms: int
     replica_lag_time_max_ms: int
     replica_fetch_wait_max_ms: int
@@ -66,6 +69,8 @@ class BrokerConfig:
             auto_create_topics=cfg.bool("auto.create.topics.enable", True),
             socket_request_max_bytes=cfg.int("socket.request.max.bytes", 104857600),
             heartbeat_interval_ms=cfg.int("broker.heartbeat.interval.ms", 2000),
+            session_timeout_ms=cfg.int("broker.session.timeout.ms", 9000),
+            quota_windows=QuotaWindows.from_config(cfg),
             retention_check_interval_ms=cfg.int("log.retention.check.interval.ms", 300000),
             replica_lag_time_max_ms=cfg.int("replica.lag.time.max.ms", 30000),
             replica_fetch_wait_max_ms=cfg.int("replica.fetch.wait.max.ms", 500),

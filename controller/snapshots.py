@@ -21,6 +21,7 @@ from metadata.image import MetadataImage
 from metadata.records import decode_record, encode_record
 from protocol.errors import ProtocolError
 from protocol.generated.metadata_records.chunk_record import ChunkRecord
+from protocol.generated.metadata_records.client_quota_record import ClientQuotaRecord
 from protocol.generated.metadata_records.config_record import ConfigRecord
 from protocol.generated.metadata_records.feature_level_record import FeatureLevelRecord
 from protocol.generated.metadata_records.partition_record import PartitionRecord
@@ -100,6 +101,11 @@ def image_records(image: MetadataImage) -> Iterator[Any]:
                     adding_replicas=list(c.adding_replicas),
                     log_start_offset=c.log_start_offset,
                 )
+    for entity, values in sorted(image.client_quotas.items(), key=lambda kv: repr(kv[0])):
+        for k, v in sorted(values.items()):
+            yield ClientQuotaRecord(
+                entity=[ClientQuotaRecord.EntityData(t, n) for t, n in entity], key=k, value=v, remove=False
+            )
     if image.next_producer_id > 0:
         yield ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id)
 

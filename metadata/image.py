@@ -12,6 +12,8 @@ from types import MappingProxyType
 from typing import Any
 from uuid import UUID
 
+from metadata.client_quotas import entity_key
+
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_TOPIC_ID = UUID(int=1)  # Kafka's fixed id for the metadata topic
 NO_LEADER = -1
@@ -108,6 +110,8 @@ class MetadataImage:
     configs: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     features: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     next_producer_id: int = 0
+    # client quota entity (metadata.client_quotas.Entity) -> {quota key: value}
+    client_quotas: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
 
     EMPTY: Any = None  # set below
 
@@ -146,6 +150,7 @@ class MetadataDelta:
         self._topic_ids: dict | None = None
         self._configs: dict | None = None
         self._features: dict | None = None
+        self._client_quotas: dict | None = None
         self._next_producer_id = image.next_producer_id
         self._partitions: dict[UUID, dict[int, PartitionInfo]] = {}  # topics whose partitions changed
         self._chunks: dict[UUID, dict[int, tuple[ChunkInfo, ...]]] = {}
@@ -275,6 +280,20 @@ class MetadataDelta:
             cfg.pop(key, None)
         self.changed_configs.add(key)
 
+    def _replay_ClientQuotaRecord(self, r: Any) -> None:
+        if self._client_quotas is None:
+            self._client_quotas = dict(self.image.client_quotas)
+        entity = entity_key([(e.entity_type, e.entity_name) for e in r.entity])
+        values = dict(self._client_quotas.get(entity, {}))
+        if r.remove:
+            values.pop(r.key, None)
+        else:
+            values[r.key] = r.value
+        if values:
+            self._client_quotas[entity] = _frozen(values)
+        else:
+            self._client_quotas.pop(entity, None)
+
     def _replay_RegisterBrokerRecord(self, r: Any) -> None:
         self._b()[r.broker_id] = BrokerInfo(
             id=r.broker_id,
@@ -390,4 +409,5 @@ class MetadataDelta:
             configs=img.configs if self._configs is None else _frozen(self._configs),
             features=img.features if self._features is None else _frozen(self._features),
             next_producer_id=self._next_producer_id,
+            client_quotas=img.client_quotas if self._client_quotas is None else _frozen(self._client_quotas),
         )

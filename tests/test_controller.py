@@ -40,7 +40,7 @@ from protocol.records import decode_batches, iter_batches
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
 CT = CreateTopicsRequest
-SERVED = {1, 18, 19, 20, 33, 37, 43, 44, 45, 46, 56, 59, 60, 62, 63, 67, 1076, 1077}
+SERVED = {1, 18, 19, 20, 33, 37, 43, 44, 45, 46, 49, 56, 59, 60, 62, 63, 67, 1076, 1077}
 
 
 # ---------------------------------------------------------------- the process
@@ -384,7 +384,14 @@ def test_registration_heartbeat_and_unfencing(controller):
         d = await cl.request(DescribeClusterRequest())
         assert [(b.broker_id, b.port, b.rack) for b in d.brokers] == [(1, 9001, "a")]
 
-        # A new incarnation replaces the old one: new epoch, fenced until it catches up.
+        # While broker 1 is unfenced and heartbeating its id cannot be taken over (Kafka's
+        # DUPLICATE_BROKER_REGISTRATION); the registered broker keeps its epoch and standing.
+        dup = await register(cl, 1, cid, rack="b")
+        assert (dup.error_code, dup.broker_epoch) == (Errors.DUPLICATE_BROKER_REGISTRATION, -1)
+        assert not (await heartbeat(cl, 1, r1.broker_epoch, r1.broker_epoch)).is_fenced
+        # Once its session is gone (here it is fenced on request, as a session timeout would)
+        # a new incarnation replaces the old one: new epoch, fenced until it catches up.
+        assert (await heartbeat(cl, 1, r1.broker_epoch, r1.broker_epoch, want_fence=True)).is_fenced
         r2 = await register(cl, 1, cid, rack="b")
         assert r2.broker_epoch > r1.broker_epoch
         assert (await heartbeat(cl, 1, r1.broker_epoch, 10**9)).error_code == Errors.STALE_BROKER_EPOCH
@@ -769,6 +776,8 @@ def test_controlled_shutdown_moves_leadership_then_says_stop(controller):
         img = image_of(await read_log(cl))
         # created while broker 1 was fenced: the ISR holds only the usable replica
         assert img.topic("u").partitions[0].isr == (2,) and img.topic("t").partitions[0].isr == (2,)
+        assert (await register(cl, 2, cid)).error_code == Errors.DUPLICATE_BROKER_REGISTRATION  # 2 is alive
+        assert (await heartbeat(cl, 2, epochs[2], 10**9, want_fence=True)).is_fenced  # 2 crashes: fenced
         e2 = (await register(cl, 2, cid)).broker_epoch
         img = image_of(await read_log(cl))
         assert all((p.leader, p.isr) == (-1, (2,)) for p in img.topic("t").partitions.values())

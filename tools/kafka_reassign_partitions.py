@@ -22,12 +22,16 @@ from protocol.generated.alter_partition_reassignments import AlterPartitionReass
 from protocol.generated.incremental_alter_configs import IncrementalAlterConfigsRequest
 from protocol.generated.list_partition_reassignments import ListPartitionReassignmentsRequest
 from tools.admin import (
+    INT32,
+    INT64,
     Admin,
     AdminError,
+    ToolArgumentParser,
     broker_error,
     is_json_int,
     parse_bootstrap,
     partition_entry,
+    ranged_int,
     read_versioned_json,
     run_tool,
 )
@@ -121,7 +125,7 @@ def parse_reassignment_file(path: str, *, require_partitions: bool = False) -> l
         topic, partition = partition_entry(entry, where)
         replicas = entry.get("replicas")
         tp = tp_str((topic, partition))
-        if not isinstance(replicas, list) or not all(is_json_int(r) for r in replicas):
+        if not isinstance(replicas, list) or not all(is_json_int(r, INT32) for r in replicas):
             raise AdminError(f'{where} ({tp}) needs "replicas", a list of broker ids')
         log_dirs = entry.get("log_dirs", [ANY_LOG_DIR] * len(replicas))
         if not isinstance(log_dirs, list) or not all(isinstance(d, str) for d in log_dirs):
@@ -533,7 +537,9 @@ def parse_broker_list(value: str) -> list[int]:
     try:
         ids = [int(x) for x in value.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a comma-separated list of broker ids") from None
+        raise argparse.ArgumentTypeError(f"{value[:60]!r} is not a comma-separated list of broker ids") from None
+    if not all(INT32[0] <= b <= INT32[1] for b in ids):
+        raise argparse.ArgumentTypeError(f"a broker id is out of range ({INT32[0]}..{INT32[1]})")
     dup = sorted({b for b in ids if ids.count(b) > 1})
     if dup:
         raise argparse.ArgumentTypeError(f"broker list contains duplicate entries: {ids_str(dup)}")
@@ -541,7 +547,7 @@ def parse_broker_list(value: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = ToolArgumentParser(
         prog="kafka-reassign-partitions.sh", description="This tool helps to move topic partitions between replicas."
     )
     ap.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]", help="brokers to connect to")
@@ -564,14 +570,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--broker-list", type=parse_broker_list, metavar="ID,ID,...", help="with --generate: target brokers"
     )
     ap.add_argument("--disable-rack-aware", action="store_true", help="with --generate: ignore the brokers' racks")
-    ap.add_argument("--throttle", type=int, metavar="BYTES/S", help="with --execute: inter-broker replication throttle")
+    ap.add_argument("--throttle", type=ranged_int(*INT64), metavar="BYTES/S", help="with --execute: inter-broker replication throttle")
     ap.add_argument(
-        "--replica-alter-log-dirs-throttle", type=int, metavar="BYTES/S", help="with --execute: log dir move throttle"
+        "--replica-alter-log-dirs-throttle", type=ranged_int(*INT64), metavar="BYTES/S", help="with --execute: log dir move throttle"
     )
     ap.add_argument("--additional", action="store_true", help="with --execute: add to the ongoing reassignments")
     ap.add_argument("--preserve-throttles", action="store_true", help="with --verify/--cancel: leave throttles alone")
     ap.add_argument(
-        "--timeout", type=int, metavar="MS", help="accepted as in Kafka (the wait for log dir moves; Strata has none)"
+        "--timeout", type=ranged_int(*INT32), metavar="MS", help="accepted as in Kafka (the wait for log dir moves; Strata has none)"
     )
     return ap
 

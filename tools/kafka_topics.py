@@ -16,7 +16,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from protocol.errors import Errors
-from tools.admin import Admin, AdminError, broker_error, non_default_configs, parse_bootstrap, run_tool, topic_id_str
+from tools.admin import (
+    INT16,
+    INT32,
+    Admin,
+    AdminError,
+    ToolArgumentParser,
+    broker_error,
+    non_default_configs,
+    parse_bootstrap,
+    ranged_int,
+    run_tool,
+    topic_id_str,
+)
 
 
 def parse_config(value: str) -> tuple[str, str]:
@@ -34,7 +46,9 @@ def parse_assignment(value: str) -> list[list[int]]:
         try:
             ids = [int(x) for x in part.split(":")]
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{value!r} is not BROKER:BROKER,... per partition") from None
+            raise argparse.ArgumentTypeError(f"{value[:60]!r} is not BROKER:BROKER,... per partition") from None
+        if not all(INT32[0] <= b <= INT32[1] for b in ids):
+            raise argparse.ArgumentTypeError(f"partition {len(out)}: a broker id is out of range ({INT32[0]}..{INT32[1]})")
         if len(set(ids)) != len(ids):
             raise argparse.ArgumentTypeError(f"partition {len(out)} lists a broker twice in {value!r}")
         out.append(ids)
@@ -44,7 +58,7 @@ def parse_assignment(value: str) -> list[list[int]]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="kafka-topics.sh", description="Create, delete, describe, or change a topic.")
+    ap = ToolArgumentParser(prog="kafka-topics.sh", description="Create, delete, describe, or change a topic.")
     ap.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]", help="brokers to connect to")
     actions = ap.add_mutually_exclusive_group(required=True)
     actions.add_argument("--create", action="store_true", help="create a new topic")
@@ -53,8 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     actions.add_argument("--alter", action="store_true", help="add partitions to a topic")
     actions.add_argument("--delete", action="store_true", help="delete a topic")
     ap.add_argument("--topic", help="the topic (a regular expression except with --create)")
-    ap.add_argument("--partitions", type=int, help="number of partitions (create, alter)")
-    ap.add_argument("--replication-factor", type=int, help="replication factor (create)")
+    ap.add_argument("--partitions", type=ranged_int(*INT32), help="number of partitions (create, alter)")
+    ap.add_argument("--replication-factor", type=ranged_int(*INT16), help="replication factor (create)")
     ap.add_argument("--replica-assignment", type=parse_assignment, metavar="B:B,B:B", help="replicas per partition")
     ap.add_argument(
         "--config", type=parse_config, action="append", default=[], metavar="NAME=VALUE", help="topic config (create)"

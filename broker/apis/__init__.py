@@ -53,6 +53,7 @@ def load_all() -> dict[int, ApiEntry]:
         admin,
         api_versions,
         chunks,
+        client_quotas,
         cluster,
         configs,
         fetch,
@@ -62,6 +63,8 @@ def load_all() -> dict[int, ApiEntry]:
         metadata,
         produce,
         producer_ids,
+        topic_partitions,
+        transaction_admin,
         transactions,
         txn_markers,
     )

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.chunks import ChunkControl
+from controller.client_quotas import ClientQuotaControl
 from controller.cluster import ClusterControl
 from controller.configs import ConfigControl
 from controller.controller import Controller
@@ -30,6 +31,7 @@ class Apis:
     partitions: PartitionControl
     producer_ids: ProducerIdControl
     chunks: ChunkControl
+    client_quotas: ClientQuotaControl
     served: dict[int, tuple[int, int]] = field(default_factory=dict)  # what ApiVersions lists
 
     @classmethod
@@ -42,6 +44,7 @@ class Apis:
             PartitionControl(controller),
             ProducerIdControl(controller),
             ChunkControl(controller),
+            ClientQuotaControl(controller),
         )
 
 
@@ -49,9 +52,19 @@ Handler = Callable[[Apis, Request], Awaitable[Any]]
 
 
 def handlers() -> dict[int, tuple[int, int, Handler]]:
-    from controller.apis import api_versions, chunks, cluster, configs, fetch, partitions, producer_ids, topics
+    from controller.apis import (
+        api_versions,
+        chunks,
+        client_quotas,
+        cluster,
+        configs,
+        fetch,
+        partitions,
+        producer_ids,
+        topics,
+    )
 
     table: dict[int, tuple[int, int, Handler]] = {}
-    for module in (api_versions, chunks, cluster, configs, fetch, partitions, producer_ids, topics):
+    for module in (api_versions, chunks, client_quotas, cluster, configs, fetch, partitions, producer_ids, topics):
         table.update(module.HANDLERS)
     return table

@@ -6,6 +6,7 @@ import protocol.generated.add_offsets_to_txn as add_offsets_to_txn
 import protocol.generated.add_partitions_to_txn as add_partitions_to_txn
 import protocol.generated.allocate_producer_ids as allocate_producer_ids
 import protocol.generated.alter_chunk_assignments as alter_chunk_assignments
+import protocol.generated.alter_client_quotas as alter_client_quotas
 import protocol.generated.alter_configs as alter_configs
 import protocol.generated.alter_partition as alter_partition
 import protocol.generated.alter_partition_reassignments as alter_partition_reassignments
@@ -19,10 +20,14 @@ import protocol.generated.create_topics as create_topics
 import protocol.generated.delete_groups as delete_groups
 import protocol.generated.delete_records as delete_records
 import protocol.generated.delete_topics as delete_topics
+import protocol.generated.describe_client_quotas as describe_client_quotas
 import protocol.generated.describe_cluster as describe_cluster
 import protocol.generated.describe_configs as describe_configs
 import protocol.generated.describe_groups as describe_groups
 import protocol.generated.describe_log_dirs as describe_log_dirs
+import protocol.generated.describe_producers as describe_producers
+import protocol.generated.describe_topic_partitions as describe_topic_partitions
+import protocol.generated.describe_transactions as describe_transactions
 import protocol.generated.diskless_commit_file as diskless_commit_file
 import protocol.generated.diskless_create_partitions as diskless_create_partitions
 import protocol.generated.diskless_delete_records as diskless_delete_records
@@ -43,10 +48,12 @@ import protocol.generated.leave_group as leave_group
 import protocol.generated.list_groups as list_groups
 import protocol.generated.list_offsets as list_offsets
 import protocol.generated.list_partition_reassignments as list_partition_reassignments
+import protocol.generated.list_transactions as list_transactions
 import protocol.generated.metadata as metadata
 import protocol.generated.metadata_records.broker_registration_change_record as metadata_records_broker_registration_change_record
 import protocol.generated.metadata_records.chunk_change_record as metadata_records_chunk_change_record
 import protocol.generated.metadata_records.chunk_record as metadata_records_chunk_record
+import protocol.generated.metadata_records.client_quota_record as metadata_records_client_quota_record
 import protocol.generated.metadata_records.config_record as metadata_records_config_record
 import protocol.generated.metadata_records.diskless_file_committed_record as metadata_records_diskless_file_committed_record
 import protocol.generated.metadata_records.diskless_partition_created_record as metadata_records_diskless_partition_created_record
@@ -114,12 +121,18 @@ REQUESTS = {
     45: alter_partition_reassignments.AlterPartitionReassignmentsRequest,
     46: list_partition_reassignments.ListPartitionReassignmentsRequest,
     47: offset_delete.OffsetDeleteRequest,
+    48: describe_client_quotas.DescribeClientQuotasRequest,
+    49: alter_client_quotas.AlterClientQuotasRequest,
     56: alter_partition.AlterPartitionRequest,
     59: fetch_snapshot.FetchSnapshotRequest,
     60: describe_cluster.DescribeClusterRequest,
+    61: describe_producers.DescribeProducersRequest,
     62: broker_registration.BrokerRegistrationRequest,
     63: broker_heartbeat.BrokerHeartbeatRequest,
+    65: describe_transactions.DescribeTransactionsRequest,
+    66: list_transactions.ListTransactionsRequest,
     67: allocate_producer_ids.AllocateProducerIdsRequest,
+    75: describe_topic_partitions.DescribeTopicPartitionsRequest,
     1076: create_chunks.CreateChunksRequest,
     1077: alter_chunk_assignments.AlterChunkAssignmentsRequest,
     1093: diskless_create_partitions.DisklessCreatePartitionsRequest,
@@ -168,12 +181,18 @@ RESPONSES = {
     45: alter_partition_reassignments.AlterPartitionReassignmentsResponse,
     46: list_partition_reassignments.ListPartitionReassignmentsResponse,
     47: offset_delete.OffsetDeleteResponse,
+    48: describe_client_quotas.DescribeClientQuotasResponse,
+    49: alter_client_quotas.AlterClientQuotasResponse,
     56: alter_partition.AlterPartitionResponse,
     59: fetch_snapshot.FetchSnapshotResponse,
     60: describe_cluster.DescribeClusterResponse,
+    61: describe_producers.DescribeProducersResponse,
     62: broker_registration.BrokerRegistrationResponse,
     63: broker_heartbeat.BrokerHeartbeatResponse,
+    65: describe_transactions.DescribeTransactionsResponse,
+    66: list_transactions.ListTransactionsResponse,
     67: allocate_producer_ids.AllocateProducerIdsResponse,
+    75: describe_topic_partitions.DescribeTopicPartitionsResponse,
     1076: create_chunks.CreateChunksResponse,
     1077: alter_chunk_assignments.AlterChunkAssignmentsResponse,
     1093: diskless_create_partitions.DisklessCreatePartitionsResponse,
@@ -195,6 +214,7 @@ METADATA_RECORDS = {
     8: metadata_records_unfence_broker_record.UnfenceBrokerRecord,
     9: metadata_records_remove_topic_record.RemoveTopicRecord,
     12: metadata_records_feature_level_record.FeatureLevelRecord,
+    14: metadata_records_client_quota_record.ClientQuotaRecord,
     15: metadata_records_producer_ids_record.ProducerIdsRecord,
     17: metadata_records_broker_registration_change_record.BrokerRegistrationChangeRecord,
     20: metadata_records_no_op_record.NoOpRecord,
