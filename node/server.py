@@ -251,7 +251,13 @@ class Connection(asyncio.Protocol):
                 self.transport.pause_reading()
 
     def _unmute(self) -> None:
-        if self.closed or asyncio.get_running_loop().time() < self.muted_until:
+        if self.closed or not self.muted:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() < self.muted_until:
+            # a later mute_for moved the deadline, or the timer fired early (uvloop's timers tick
+            # in milliseconds): wait out the rest, never stay muted with no timer pending
+            loop.call_at(self.muted_until, self._unmute)
             return
         self.muted_until = 0.0
         self._update_reading()
