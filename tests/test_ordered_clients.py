@@ -230,7 +230,32 @@ async def stock_scenario(c: Cluster) -> int:
     return sum(1 for k in KEYS if delivered[k] != sorted(delivered[k]))
 
 
+async def stock_member_refused(c: Cluster) -> tuple[int, str]:
+    """A stock consumer's JoinGroup (protocol type consumer, range/roundrobin) to a group of
+    OrderedConsumers."""
+    from node.client import NodeClient
+    from protocol.generated.join_group import JoinGroupRequest as J
+
+    m = OrderedConsumer(TOPIC, bootstrap_servers=c.bootstrap, group_id="mixed")
+    await m.start()
+    try:
+        host, port = m._coordinator
+        async with NodeClient(host, port) as nc:
+            req = J(group_id="mixed", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="m-stock",
+                    protocol_type="consumer", protocols=[J.JoinGroupRequestProtocol("range", b""),
+                                                         J.JoinGroupRequestProtocol("roundrobin", b"")])
+            resp = await nc.request(req, 5)
+        return resp.error_code, resp.member_id
+    finally:
+        await m.stop()
+
+
 def test_stock_clients_reorder_keys_on_expansion(cluster_factory) -> None:
+    from protocol.errors import Errors
+
     c = cluster_factory(broker_overrides=BROKER)
     reordered = asyncio.run(stock_scenario(c))
     assert reordered > 0, "stock clients kept every key in order: the contrast is not shown"
+    # and a stock consumer cannot join an ordered group (it could not gate)
+    code, _ = asyncio.run(stock_member_refused(c))
+    assert code == Errors.INCONSISTENT_GROUP_PROTOCOL

@@ -93,6 +93,30 @@ async def delete_records(c: Cluster, topic: str, partition: int, offset: int) ->
     return resp.topics[0].partitions[0].error_code
 
 
+async def stock_clients_on_marked(bs: str) -> None:
+    """aiokafka after a shrink: writes to kept partitions go on, writes to a marked one are refused
+    (retried until they time out), and a consumer still reads the marked one to its end."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from aiokafka.errors import KafkaError
+
+    p = AIOKafkaProducer(bootstrap_servers=bs, request_timeout_ms=2000)
+    await p.start()
+    try:
+        assert (await p.send_and_wait("t", b"kept", key=b"k", partition=3)).partition == 3
+        with pytest.raises(KafkaError):
+            await p.send_and_wait("t", b"refused", key=b"k", partition=4)
+    finally:
+        await p.stop()
+    consumer = AIOKafkaConsumer(bootstrap_servers=bs, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        consumer.assign([TopicPartition("t", 4)])
+        got = await consumer.getmany(timeout_ms=5000)
+        assert sum(len(v) for v in got.values()) == 3  # what was written to 4 before it was marked
+    finally:
+        await consumer.stop()
+
+
 def describe(bs: str, topic: str) -> dict:
     return parse_describe(ok(bs, "--describe", "--topic", topic))[topic]
 
@@ -182,6 +206,7 @@ def test_expand_shrink_delete(kcluster: Cluster) -> None:
     assert refused.error_code == Errors.NOT_LEADER_OR_FOLLOWER and "marked for deletion" in refused.error_message
     assert run(produce(c, "t", 4, 1, count=4)).error_code == Errors.INVALID_PARTITION_METADATA
     assert run(produce(c, "t", 3, 1, count=4)).error_code == 0
+    run(stock_clients_on_marked(bs))
 
     # bad input while 4 and 5 are still being deleted, and always
     line = fails(bs, "--alter", "--topic", "t", "--partitions", "2", code="INVALID_PARTITIONS")
