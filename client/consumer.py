@@ -189,7 +189,8 @@ class OrderedConsumer:
             pos = self._position[(t, p)]
             if self._committed.get((t, p)) != pos and p in self._cluster.topics[t].partitions:
                 by_topic.setdefault(t, []).append(OC.OffsetCommitRequestPartition(
-                    partition_index=p, committed_offset=pos, committed_leader_epoch=-1, committed_metadata=""))
+                    partition_index=p, committed_offset=pos, committed_leader_epoch=-1,
+                    committed_metadata=self._incarnation((t, p))))
         if not by_topic:
             return
         resp = await self._coord(OC(group_id=self.group_id, generation_id_or_member_epoch=self.generation,
@@ -473,7 +474,15 @@ class OrderedConsumer:
                                                                       for t, ps in by_topic.items()]), 7)
             if resp.error_code:
                 raise StrataClientError(f"OffsetFetch: {error_name(resp.error_code)}")
-            committed = {(t.name, p.partition_index): p.committed_offset for t in resp.topics for p in t.partitions}
+            # an offset committed for an earlier partition of the same index (deleted, then
+            # re-created by a growth) is not ours: the coordinator drops those, this covers a
+            # commit that raced the deletion
+            committed = {
+                (t.name, p.partition_index): p.committed_offset
+                for t in resp.topics
+                for p in t.partitions
+                if (p.metadata or "") == self._incarnation((t.name, p.partition_index))
+            }
         self._position, self._committed = {}, {}
         self._released, self._gated_start = set(), set()
         for tp in assigned:
@@ -485,6 +494,14 @@ class OrderedConsumer:
             else:
                 self._committed[tp] = start
             self._position[tp] = start
+
+    def _incarnation(self, tp: TopicPartition) -> str:
+        """Tells a partition from an earlier one of the same index: its LeaderEpochAfterCreation
+        map (empty for partitions created with the topic)."""
+        p = self._cluster.topics[tp[0]].partitions.get(tp[1])
+        if p is None or not p.after_creation:
+            return ""
+        return "kip253:" + ",".join(f"{q}:{e}" for q, e in sorted(p.after_creation.items()))
 
     async def _heartbeats(self) -> None:
         H = HeartbeatRequest

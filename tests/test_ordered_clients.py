@@ -259,3 +259,27 @@ def test_stock_clients_reorder_keys_on_expansion(cluster_factory) -> None:
     # and a stock consumer cannot join an ordered group (it could not gate)
     code, _ = asyncio.run(stock_member_refused(c))
     assert code == Errors.INCONSISTENT_GROUP_PROTOCOL
+
+
+def test_partitioner_moves_keys_only_where_the_maps_cover() -> None:
+    """murmur2 as Kafka's; linear hashing moves keys only into new partitions (growth) and only out
+    of marked ones (shrink); at a power of two it is Kafka's modulo."""
+    from kafka.partitioner.default import murmur2 as kafka_murmur2
+
+    from client import murmur2, partition_for
+
+    keys = [b"key-%d" % i for i in range(3000)]
+    assert all(murmur2(k) & 0xFFFFFFFF == kafka_murmur2(k) & 0xFFFFFFFF for k in keys)
+    assert all(partition_for(k, 8) == (murmur2(k) & 0x7FFFFFFF) % 8 for k in keys)
+    for a, b in [(3, 6), (6, 4), (4, 8), (8, 2), (5, 7), (7, 3)]:
+        for k in keys:
+            pa, pb = partition_for(k, a), partition_for(k, b)
+            assert pa == pb or (pb >= a if b > a else pa >= b), (a, b, k)
+
+
+def test_assignment_deals_marked_partitions_apart() -> None:
+    from client.group import assign, decode_assignment, encode_assignment
+
+    plan = assign(["b", "a", "c"], [("t", i) for i in range(4)], [("t", 4), ("t", 5)])
+    assert plan == {"a": [("t", 0), ("t", 3)], "b": [("t", 1), ("t", 4)], "c": [("t", 2), ("t", 5)]}
+    assert decode_assignment(encode_assignment({"t": [1, 4]})) == [("t", 1), ("t", 4)]
