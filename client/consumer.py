@@ -114,7 +114,9 @@ class OrderedConsumer:
         self._released: set[TopicPartition] = set()
         self._group_pos: dict[TopicPartition, int] = {}
         self._wanted: set[TopicPartition] = set()
-        self._reported: dict[TopicPartition, int] = {}
+        self._reported: dict[TopicPartition, tuple[int, int, float]] = {}  # position, epoch, when
+        self._high_watermark: dict[TopicPartition, int] = {}  # from the last Fetch answer
+        self._delivered_epoch: dict[TopicPartition, int] = {}  # largest leader epoch delivered
         self._thresholds: dict[tuple[str, int, int], int] = {}
         self._latest: dict[TopicPartition, tuple[float, int]] = {}
         self._metadata_at = 0.0
@@ -318,6 +320,7 @@ class OrderedConsumer:
                 if kept:
                     out[tp] = kept
                     self._position[tp] = kept[-1].offset + 1
+                    self._delivered_epoch[tp] = max(self._delivered_epoch.get(tp, -1), kept[-1].leader_epoch)
         return out
 
     async def _fetch_from(self, leader: int, tps: list[TopicPartition], max_wait_ms: int) -> dict:
@@ -346,6 +349,7 @@ class OrderedConsumer:
                 if pd.error_code:
                     self._metadata_at = 0.0
                     continue
+                self._high_watermark[tp] = pd.high_watermark
                 recs = []
                 for batch in decode_batches(pd.records or b""):
                     if batch.header.is_control:
@@ -495,6 +499,24 @@ class OrderedConsumer:
                 self._committed[tp] = start
             self._position[tp] = start
 
+    def _worth_reporting(self, tp: TopicPartition) -> bool:
+        """The seed's condition (section 6): never reported yet, or the position rose to the high
+        watermark of the last fetch, or the largest leader epoch delivered rose. The gates wait
+        for those crossings (an epoch's end, a marked partition's end); a position that moved
+        otherwise is still reported once a second, since a member stopped exactly at an epoch's
+        end by its own gate crosses neither."""
+        if tp not in self._position:
+            return False
+        last = self._reported.get(tp)
+        if last is None:
+            return True
+        pos, epoch = self._position[tp], self._delivered_epoch.get(tp, -1)
+        return (
+            (pos > last[0] and pos >= self._high_watermark.get(tp, _NEVER))
+            or epoch > last[1]
+            or (pos != last[0] and time.monotonic() - last[2] > 1.0)
+        )
+
     def _incarnation(self, tp: TopicPartition) -> str:
         """Tells a partition from an earlier one of the same index: its LeaderEpochAfterCreation
         map (empty for partitions created with the topic)."""
@@ -510,7 +532,7 @@ class OrderedConsumer:
             if self._need_rejoin or not self.member_id:
                 continue
             assigned = set(self._assigned)
-            report = {tp: self._position[tp] for tp in self._wanted & assigned if tp in self._position}
+            report = {tp: self._position[tp] for tp in self._wanted & assigned if self._worth_reporting(tp)}
             positions: dict[str, list] = {}
             for (t, p), off in sorted(report.items()):
                 positions.setdefault(t, []).append(H.HeartbeatPosition(partition=p, offset=off))
@@ -538,10 +560,10 @@ class OrderedConsumer:
                 for p in t.partitions:  # the coordinator keeps the highest; it forgets deleted partitions
                     self._group_pos[(t.topic, p.partition)] = p.offset
             self._wanted = {(t.topic, p) for t in resp.wanted_partitions for p in t.partitions}
-            moved = [tp for tp, off in report.items() if self._reported.get(tp) != off]
-            self._reported.update(report)
-            if moved:
-                await _call(self.listener.on_partition_key_maybe_revoked, moved)
+            now = time.monotonic()
+            self._reported.update({tp: (off, self._delivered_epoch.get(tp, -1), now) for tp, off in report.items()})
+            if report:
+                await _call(self.listener.on_partition_key_maybe_revoked, sorted(report))
 
 
 async def _call(fn, partitions: Iterable[TopicPartition]) -> None:
