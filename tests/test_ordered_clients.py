@@ -74,6 +74,7 @@ class Scenario:
         self.delivered: dict[bytes, list[int]] = defaultdict(list)
         self.trace: dict[bytes, list[tuple]] = defaultdict(list)  # (seq, partition, offset, member) for failures
         self.committed: dict[tuple[str, int], int] = {}
+        self.slow = asyncio.Event()  # set around each alter: the group falls behind
         self.stop_producing = asyncio.Event()
         self.stop_consuming = asyncio.Event()
 
@@ -94,7 +95,10 @@ class Scenario:
 
     async def consume(self, name: str, restart_after: asyncio.Event | None = None) -> None:
         async def member() -> OrderedConsumer:
-            m = OrderedConsumer(TOPIC, bootstrap_servers=self.c.bootstrap, group_id="ordered", client_id=name)
+            # small fetches, and a pause per batch around each alter: when partitions are added or
+            # marked, old records are still waiting, so the gates have work to do
+            m = OrderedConsumer(TOPIC, bootstrap_servers=self.c.bootstrap, group_id="ordered", client_id=name,
+                                max_partition_fetch_bytes=2048)
             await m.start()
             return m
 
@@ -114,6 +118,8 @@ class Scenario:
                     await m.commit()
                     for tp in got:
                         self.committed[tp] = m.position(tp)
+                    if self.slow.is_set():
+                        await asyncio.sleep(0.3)
         finally:
             await m.stop()
 
@@ -151,13 +157,17 @@ async def ordered_scenario(c: Cluster, kill: bool) -> None:
             for t in tasks:
                 if t.done():
                     t.result()  # a failed producer or consumer fails the test at once
-            return sum(map(len, s.delivered.values())) >= n
+            return sum(s.sent.values()) >= n
 
         total = 0
         for count in (6, 4, 8, 2):
-            total += 1000
+            total += 1500
             await wait_for(lambda n=total: progressed(n), what="traffic")
+            s.slow.set()
+            await asyncio.sleep(1.5)
             await asyncio.to_thread(alter, c, count, kill)
+            await asyncio.sleep(1.5)
+            s.slow.clear()
             parts, marked = await layout(cc)
             assert len(parts) - len(marked) == count
             if count == 4:
@@ -165,7 +175,7 @@ async def ordered_scenario(c: Cluster, kill: bool) -> None:
             if marked:
                 await s.drain_marked(cc)
             assert (await layout(cc)) == (list(range(count)), [])
-        total += 1000
+        total += 1500
         await wait_for(lambda: progressed(total), what="traffic after the last alter")
         s.stop_producing.set()
         await asyncio.gather(*producers)
