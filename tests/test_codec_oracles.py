@@ -65,9 +65,20 @@ INT_RANGES = {
 }
 ALPHABET = "abcXYZ09-_. \u00e9\u00df\u4e16\U0001f600"
 
-# Strata's own fields (tags >= 1000 on Metadata's partition entry): no other library knows
+# Strata's own fields (tags >= 1000): no other library knows
 # them, so they stay at their defaults in every oracle comparison.
-STRATA_ONLY = {("MetadataResponse", "StartOffset"), ("MetadataResponse", "Chunks")}
+STRATA_ONLY = {
+    ("MetadataResponse", "StartOffset"),
+    ("MetadataResponse", "Chunks"),
+    # KIP-253 (README "Partition count changes")
+    ("MetadataResponse", "MarkedForDeletion"),
+    ("MetadataResponse", "UndeletedPartitionCount"),
+    ("ProduceRequest", "UndeletedPartitionCount"),
+    ("HeartbeatRequest", "Positions"),
+    ("HeartbeatRequest", "InterestedPartitions"),
+    ("HeartbeatResponse", "Positions"),
+    ("HeartbeatResponse", "WantedPartitions"),
+}
 
 
 def message_class(spec: MessageSpec):
