@@ -12,6 +12,7 @@ import pytest
 
 from node.client import NodeClient
 from protocol.errors import Errors
+from protocol.generated.create_chunks import CreateChunksRequest
 from protocol.generated.delete_records import DeleteRecordsRequest
 from protocol.generated.metadata import MetadataRequest
 from protocol.generated.partition_leader_epochs_for_partitions import PartitionLeaderEpochsForPartitionsRequest
@@ -78,6 +79,18 @@ async def produce(c: Cluster, topic: str, partition: int, n: int, count: int = -
     async with _client(c, leader) as nc:
         resp = await nc.request(req)
     return resp.responses[0].partition_responses[0]
+
+
+async def new_chunk(c: Cluster, topic: str, partition: int) -> int:
+    """CreateChunks: a new active chunk on one other broker and one of the current replicas."""
+    p = next(p for p in (await metadata(c, topic)).partitions if p.partition_index == partition)
+    others = [b for b in c.broker_ids if b not in p.replica_nodes]
+    CC = CreateChunksRequest
+    e = CC.CreateChunksTopicPartition(topic_name=topic, partition_id=partition,
+                                      broker_ids=[others[0], p.replica_nodes[0]])
+    async with _client(c, p.leader_id) as nc:
+        [r] = (await nc.request(CC(topic_partitions=[e]))).results
+    return r.error_code
 
 
 async def delete_records(c: Cluster, topic: str, partition: int, offset: int) -> int:
@@ -187,6 +200,9 @@ def test_expand_shrink_delete(kcluster: Cluster) -> None:
     assert stale.error_code == Errors.INVALID_PARTITION_METADATA and "6" in stale.error_message
     assert run(produce(c, "t", 4, 3, count=6)).error_code == 0
     assert run(produce(c, "t", 5, 1)).error_code == 0
+    # partition 5 gets a second chunk: its deletion must take both
+    assert run(new_chunk(c, "t", 5)) == 0
+    assert run(produce(c, "t", 5, 2, count=6)).error_code == 0
 
     # shrink (Kafka refuses it; KIP-253 accepts): 4 and 5 marked, 0-3 bumped
     epochs6 = {p.partition_index: p.leader_epoch for p in run(metadata(c, "t")).partitions}
@@ -215,7 +231,7 @@ def test_expand_shrink_delete(kcluster: Cluster) -> None:
     assert "at least 1" in fails(bs, "--alter", "--topic", "t", "--partitions", "0", code="INVALID_PARTITIONS")
 
     # 4 and 5 hold records, so they stay; a controller killed now resumes from its log
-    assert replica_dirs(c, "t", 4) and replica_dirs(c, "t", 5)
+    assert replica_dirs(c, "t", 4) and {d.name for d in replica_dirs(c, "t", 5)} == {"t-5-0", "t-5-1"}
     c.restart("controller", hard=True)
     time.sleep(1.0)
     t = run(metadata(c, "t"))
