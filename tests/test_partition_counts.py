@@ -257,3 +257,24 @@ def test_expand_shrink_delete(kcluster: Cluster) -> None:
     ok(bs, "--alter", "--topic", "t", "--partitions", "6")
     eventually(lambda: len(run(metadata(c, "t")).partitions) == 6 or pytest.fail("not yet"))
     assert run(produce(c, "t", 5, 1, count=6)).base_offset == 0
+
+
+def test_group_keeps_positions_and_forgets_deleted_partitions() -> None:
+    """The group coordinator's KIP-253 state (broker/coordinator/group/group.py), pure state."""
+    from broker.coordinator.group.group import ClassicGroup
+    from broker.coordinator.group.records import OffsetAndMetadata
+
+    g = ClassicGroup("g")
+    g.apply_offset(("t", 1), OffsetAndMetadata(40), 7)
+    # a waits on 0 and 1; b reports 0; the group's position of 1 is its committed offset
+    answer, wanted = g.exchange_positions("a", [], {("t", 0), ("t", 1)})
+    assert answer == {("t", 0): -1, ("t", 1): 40} and wanted == set()
+    answer, wanted = g.exchange_positions("b", [(("t", 0), 12)], set())
+    assert answer == {} and wanted == {("t", 0), ("t", 1)}
+    g.exchange_positions("b", [(("t", 0), 9), (("t", 1), 55)], set())  # positions never go back
+    assert g.exchange_positions("a", [], {("t", 0), ("t", 1)})[0] == {("t", 0): 12, ("t", 1): 55}
+    # partition 1 deleted: its offset and position go (a re-created 1 starts empty)
+    assert g.forget_partitions({("t", 1)}) == [("t", 1)]
+    assert g.exchange_positions("a", [], {("t", 1)})[0] == {("t", 1): -1}
+    g.remove("a")
+    assert "a" not in g.interests
