@@ -28,6 +28,7 @@ from protocol.generated.metadata_records.partition_record import PartitionRecord
 from protocol.generated.metadata_records.producer_ids_record import ProducerIdsRecord
 from protocol.generated.metadata_records.register_broker_record import RegisterBrokerRecord
 from protocol.generated.metadata_records.topic_record import TopicRecord
+from protocol.generated.metadata_records.undeleted_partition_count_record import UndeletedPartitionCountRecord
 from protocol.records import Record, decode_batches, encode_batch, iter_batches
 
 SUFFIX = ".checkpoint"
@@ -83,7 +84,15 @@ def image_records(image: MetadataImage) -> Iterator[Any]:
                 directories=list(p.directories),
                 start_offset=p.start_offset if p.start_offset > 0 else -1,
                 start_timestamp=p.start_timestamp,
+                leader_epoch_after_creation=[
+                    PartitionRecord.PartitionEpochAfterCreation(i, e) for i, e in p.epochs_after_creation
+                ],
+                leader_epoch_before_deletion=[
+                    PartitionRecord.PartitionEpochBeforeDeletion(i, e) for i, e in p.epochs_before_deletion
+                ],
             )
+        if t.undeleted_count >= 0:
+            yield UndeletedPartitionCountRecord(topic_id=t.id, undeleted_partition_count=t.undeleted_count)
         for partition, chunks in sorted(t.chunks.items()):
             for c in chunks:
                 yield ChunkRecord(

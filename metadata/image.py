@@ -62,6 +62,13 @@ class PartitionInfo:
     directories: tuple[UUID, ...] = ()
     start_offset: int = 0
     start_timestamp: int = -1
+    # KIP-253: (partition, leader epoch) pairs; before_deletion non-empty = marked for deletion
+    epochs_after_creation: tuple[tuple[int, int], ...] = ()
+    epochs_before_deletion: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def marked_for_deletion(self) -> bool:
+        return bool(self.epochs_before_deletion)
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,12 @@ class TopicInfo:
     name: str
     partitions: MappingProxyType  # int -> PartitionInfo
     chunks: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))  # int -> tuple[ChunkInfo] oldest first
+    undeleted_count: int = -1  # KIP-253's undeleted_partition_count as recorded; -1: never changed
+
+    @property
+    def undeleted_partition_count(self) -> int:
+        """The count producers hash keys over: partitions at and above it are marked for deletion."""
+        return self.undeleted_count if self.undeleted_count >= 0 else len(self.partitions)
 
 
 def _frozen(d: dict) -> MappingProxyType:
@@ -134,6 +147,10 @@ _EMPTY_MAP: MappingProxyType = MappingProxyType({})
 MetadataImage.EMPTY = MetadataImage()
 
 
+def _epochs(entries: list[Any] | None) -> tuple[tuple[int, int], ...]:
+    return tuple((e.partition_id, e.leader_epoch) for e in entries or ())
+
+
 def _opt(values: list[int] | None, current: tuple) -> tuple:
     """PartitionChangeRecord lists: null means unchanged."""
     return current if values is None else tuple(values)
@@ -156,6 +173,8 @@ class MetadataDelta:
         self._chunks: dict[UUID, dict[int, tuple[ChunkInfo, ...]]] = {}
         self.changed_partitions: set[tuple[UUID, int]] = set()
         self.deleted_topics: dict[UUID, TopicInfo] = {}
+        # (topic id, partition) -> (topic name, its last state): partitions removed (KIP-253)
+        self.deleted_partitions: dict[tuple[UUID, int], tuple[str, PartitionInfo]] = {}
         self.changed_brokers: set[int] = set()
         self.changed_configs: set[tuple[int, str]] = set()
 
@@ -224,8 +243,11 @@ class MetadataDelta:
             directories=tuple(r.directories),
             start_offset=max(r.start_offset, 0),
             start_timestamp=r.start_timestamp,
+            epochs_after_creation=_epochs(r.leader_epoch_after_creation),
+            epochs_before_deletion=_epochs(r.leader_epoch_before_deletion),
         )
         self._parts(r.topic_id)[r.partition_id] = p
+        self.deleted_partitions.pop((r.topic_id, r.partition_id), None)
         self.changed_partitions.add((r.topic_id, r.partition_id))
 
     def _replay_PartitionChangeRecord(self, r: Any) -> None:
@@ -248,6 +270,8 @@ class MetadataDelta:
             changes.update(start_offset=r.start_offset, start_timestamp=r.start_timestamp)
             if r.leader == -2:
                 changes.update(leader_epoch=cur.leader_epoch + 1)
+        if r.leader_epoch_before_deletion is not None:
+            changes.update(epochs_before_deletion=_epochs(r.leader_epoch_before_deletion))
         parts[r.partition_id] = replace(cur, **changes)
         self.changed_partitions.add((r.topic_id, r.partition_id))
 
@@ -265,6 +289,22 @@ class MetadataDelta:
         cfg = self._c()
         if cfg.pop((TOPIC_RESOURCE, t.name), None) is not None:
             self.changed_configs.add((TOPIC_RESOURCE, t.name))
+
+    def _replay_UndeletedPartitionCountRecord(self, r: Any) -> None:
+        topics = self._t()
+        t = topics.get(r.topic_id)
+        if t is not None:
+            topics[r.topic_id] = replace(t, undeleted_count=r.undeleted_partition_count)
+
+    def _replay_RemovePartitionRecord(self, r: Any) -> None:
+        t = self._t().get(r.topic_id)
+        if t is None:
+            return
+        p = self._parts(r.topic_id).pop(r.partition_id, None)
+        self._chunk_map(r.topic_id).pop(r.partition_id, None)
+        self.changed_partitions.discard((r.topic_id, r.partition_id))
+        if p is not None:
+            self.deleted_partitions[(r.topic_id, r.partition_id)] = (t.name, p)
 
     def _replay_ConfigRecord(self, r: Any) -> None:
         cfg = self._c()

@@ -65,10 +65,22 @@ INT_RANGES = {
 }
 ALPHABET = "abcXYZ09-_. \u00e9\u00df\u4e16\U0001f600"
 
-# Strata's own fields (tags >= 1000 on the partition entries of Metadata and DescribeTopicPartitions): no other library knows
+# Strata's own fields (tags >= 1000): no other library knows
 # them, so they stay at their defaults in every oracle comparison.
-STRATA_ONLY = {("MetadataResponse", "StartOffset"), ("MetadataResponse", "Chunks"),
-               ("DescribeTopicPartitionsResponse", "StartOffset"), ("DescribeTopicPartitionsResponse", "Chunks")}
+STRATA_ONLY = {
+    ("MetadataResponse", "StartOffset"),
+    ("MetadataResponse", "Chunks"),
+    ("DescribeTopicPartitionsResponse", "StartOffset"),
+    ("DescribeTopicPartitionsResponse", "Chunks"),
+    # KIP-253 (README "Partition count changes")
+    ("MetadataResponse", "MarkedForDeletion"),
+    ("MetadataResponse", "UndeletedPartitionCount"),
+    ("ProduceRequest", "UndeletedPartitionCount"),
+    ("HeartbeatRequest", "Positions"),
+    ("HeartbeatRequest", "InterestedPartitions"),
+    ("HeartbeatResponse", "Positions"),
+    ("HeartbeatResponse", "WantedPartitions"),
+}
 
 
 def message_class(spec: MessageSpec):

@@ -538,7 +538,7 @@ def test_delete_topics_and_create_partitions(controller):
         resp = await cl.request(
             cp(
                 topics=[
-                    cp.CreatePartitionsTopic("t1", 3, None),
+                    cp.CreatePartitionsTopic("t1", 0, None),  # fewer is KIP-253's shrink; none is invalid
                     cp.CreatePartitionsTopic("t3", 5, [cp.CreatePartitionsAssignment([1])]),
                     cp.CreatePartitionsTopic("t2", 9, None),
                 ],
@@ -547,7 +547,7 @@ def test_delete_topics_and_create_partitions(controller):
             )
         )
         got = {r.name: (r.error_code, r.error_message) for r in resp.results}
-        assert got["t1"][0] == Errors.INVALID_PARTITIONS and "can only grow" in got["t1"][1]
+        assert got["t1"][0] == Errors.INVALID_PARTITIONS and "at least 1" in got["t1"][1]
         assert got["t3"][0] == Errors.INVALID_REPLICA_ASSIGNMENT and "2 assignment(s)" in got["t3"][1]
         assert got["t2"] == (0, None)
         img = image_of(await read_log(cl))

@@ -61,6 +61,7 @@ def load_all() -> dict[int, ApiEntry]:
         leader_epoch,
         list_offsets,
         metadata,
+        partition_epochs,
         produce,
         producer_ids,
         topic_partitions,

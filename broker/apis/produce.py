@@ -16,10 +16,30 @@ from broker.replication.partition import now_ms
 from broker.storage.batch_validation import first_record_without_key
 from broker.storage.cleaner import cleanup_policies
 from broker.storage.errors import ResourceExhaustedError, StorageError
+from metadata import TopicInfo
 from protocol.errors import Errors
 from protocol.generated.produce import ProduceResponse
 
 R = ProduceResponse
+
+
+def partition_count_problem(topic: TopicInfo, index: int, producer_count: int) -> tuple[int, str] | None:
+    """KIP-253: a producer that says which undeleted_partition_count it hashed over must agree with
+    ours (INVALID_PARTITION_METADATA); no one writes to a partition marked for deletion (a stock
+    producer, which sends no count, gets a retriable NOT_LEADER_OR_FOLLOWER and refreshes)."""
+    count = topic.undeleted_partition_count
+    if producer_count >= 0 and producer_count != count:
+        return Errors.INVALID_PARTITION_METADATA, (
+            f"topic {topic.name} has undeleted_partition_count {count}, the producer used {producer_count}"
+        )
+    p = topic.partitions.get(index)
+    if p is not None and p.marked_for_deletion:
+        code = Errors.INVALID_PARTITION_METADATA if producer_count >= 0 else Errors.NOT_LEADER_OR_FOLLOWER
+        return code, (
+            f"partition {topic.name}-{index} is marked for deletion (the topic's partition count is now {count}): "
+            "it takes no new records"
+        )
+    return None
 
 
 @api(0, 3, 12)
@@ -33,6 +53,7 @@ async def produce(ctx: RequestContext, req) -> ProduceResponse | None:
     for t in req.topic_data:
         tr = R.TopicProduceResponse(name=t.name)
         responses.append(tr)
+        topic = rm.image.topic(t.name)
         for pd in t.partition_data:
             pr = R.PartitionProduceResponse(index=pd.index, base_offset=-1)
             tr.partition_responses.append(pr)
@@ -41,6 +62,9 @@ async def produce(ctx: RequestContext, req) -> ProduceResponse | None:
                 continue
             p, pr.error_code = leader_or_error(b, t.name, pd.index)
             if p is None:
+                continue
+            if topic is not None and (problem := partition_count_problem(topic, pd.index, t.undeleted_partition_count)):
+                pr.error_code, pr.error_message = problem
                 continue
             if p.sealed:
                 pr.error_code = Errors.NOT_LEADER_OR_FOLLOWER

@@ -95,6 +95,9 @@ class ReplicaManager:
         for topic in delta.deleted_topics.values():
             for idx in set(topic.partitions) | set(topic.chunks):
                 self._remove_all(topic.name, idx)
+        for name, p in delta.deleted_partitions.values():
+            # a partition marked for deletion (KIP-253) was deleted once empty: every chunk goes
+            self._remove_all(name, p.partition)
         for tid, idx in delta.changed_partitions:
             t = image.topics.get(tid)
             if t is not None and idx in t.partitions:

@@ -66,14 +66,17 @@ import protocol.generated.metadata_records.partition_change_record as metadata_r
 import protocol.generated.metadata_records.partition_record as metadata_records_partition_record
 import protocol.generated.metadata_records.producer_ids_record as metadata_records_producer_ids_record
 import protocol.generated.metadata_records.register_broker_record as metadata_records_register_broker_record
+import protocol.generated.metadata_records.remove_partition_record as metadata_records_remove_partition_record
 import protocol.generated.metadata_records.remove_topic_record as metadata_records_remove_topic_record
 import protocol.generated.metadata_records.topic_record as metadata_records_topic_record
+import protocol.generated.metadata_records.undeleted_partition_count_record as metadata_records_undeleted_partition_count_record
 import protocol.generated.metadata_records.unfence_broker_record as metadata_records_unfence_broker_record
 import protocol.generated.metadata_records.unregister_broker_record as metadata_records_unregister_broker_record
 import protocol.generated.offset_commit as offset_commit
 import protocol.generated.offset_delete as offset_delete
 import protocol.generated.offset_fetch as offset_fetch
 import protocol.generated.offset_for_leader_epoch as offset_for_leader_epoch
+import protocol.generated.partition_leader_epochs_for_partitions as partition_leader_epochs_for_partitions
 import protocol.generated.produce as produce
 import protocol.generated.request_header as request_header
 import protocol.generated.response_header as response_header
@@ -142,6 +145,7 @@ REQUESTS = {
     1097: diskless_list_offsets.DisklessListOffsetsRequest,
     1098: diskless_find_batches.DisklessFindBatchesRequest,
     1100: diskless_describe_files.DisklessDescribeFilesRequest,
+    1253: partition_leader_epochs_for_partitions.PartitionLeaderEpochsForPartitionsRequest,
 }
 RESPONSES = {
     0: produce.ProduceResponse,
@@ -202,6 +206,7 @@ RESPONSES = {
     1097: diskless_list_offsets.DisklessListOffsetsResponse,
     1098: diskless_find_batches.DisklessFindBatchesResponse,
     1100: diskless_describe_files.DisklessDescribeFilesResponse,
+    1253: partition_leader_epochs_for_partitions.PartitionLeaderEpochsForPartitionsResponse,
 }
 METADATA_RECORDS = {
     0: metadata_records_register_broker_record.RegisterBrokerRecord,
@@ -220,6 +225,8 @@ METADATA_RECORDS = {
     20: metadata_records_no_op_record.NoOpRecord,
     1028: metadata_records_chunk_record.ChunkRecord,
     1029: metadata_records_chunk_change_record.ChunkChangeRecord,
+    1030: metadata_records_undeleted_partition_count_record.UndeletedPartitionCountRecord,
+    1031: metadata_records_remove_partition_record.RemovePartitionRecord,
     1100: metadata_records_diskless_partition_created_record.DisklessPartitionCreatedRecord,
     1101: metadata_records_diskless_topic_deleted_record.DisklessTopicDeletedRecord,
     1102: metadata_records_diskless_file_committed_record.DisklessFileCommittedRecord,
