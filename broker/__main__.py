@@ -16,7 +16,7 @@ from node.config import ConfigError, NodeConfig
 from node.shutdown import finish_tasks
 
 
-async def run(config: BrokerConfig) -> None:
+async def run(config: BrokerConfig) -> int:
     broker = Broker(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -24,15 +24,20 @@ async def run(config: BrokerConfig) -> None:
         loop.add_signal_handler(sig, stop.set)
     starting = asyncio.create_task(broker.start())
     stopper = asyncio.create_task(stop.wait())
-    await asyncio.wait({starting, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    halted = asyncio.create_task(broker.halt.wait())
+    await asyncio.wait({starting, stopper, halted}, return_when=asyncio.FIRST_COMPLETED)
     if starting.done() and starting.exception() is not None:
         raise starting.exception()  # type: ignore[misc]
-    if not stop.is_set():
-        await stop.wait()
+    if not stop.is_set() and not broker.halt.is_set():
+        await asyncio.wait({stopper, halted}, return_when=asyncio.FIRST_COMPLETED)
     if not starting.done():
         starting.cancel()
-    await broker.shutdown(controlled=starting.done())
+    # every log dir offline: nothing left to serve, no leadership to hand over in order
+    await broker.shutdown(controlled=starting.done() and not broker.halt.is_set())
     await finish_tasks()
+    for t in (stopper, halted):
+        t.cancel()
+    return 1 if broker.halt.is_set() else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,8 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"broker: config error: {e}", file=sys.stderr)
         return 2
     node_logging.configure(cfg.props.get("log.level", "INFO"), node_id=config.node_id, role="broker")
-    uvloop.run(run(config))
-    return 0
+    return uvloop.run(run(config))
 
 
 if __name__ == "__main__":

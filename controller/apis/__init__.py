@@ -15,6 +15,7 @@ from controller.chunks import ChunkControl
 from controller.cluster import ClusterControl
 from controller.configs import ConfigControl
 from controller.controller import Controller
+from controller.dir_assignment import DirAssignmentControl
 from controller.partitions import PartitionControl
 from controller.producer_ids import ProducerIdControl
 from controller.topics import TopicControl
@@ -30,6 +31,7 @@ class Apis:
     partitions: PartitionControl
     producer_ids: ProducerIdControl
     chunks: ChunkControl
+    dir_assignment: DirAssignmentControl
     served: dict[int, tuple[int, int]] = field(default_factory=dict)  # what ApiVersions lists
 
     @classmethod
@@ -42,6 +44,7 @@ class Apis:
             PartitionControl(controller),
             ProducerIdControl(controller),
             ChunkControl(controller),
+            DirAssignmentControl(controller),
         )
 
 
@@ -49,9 +52,19 @@ Handler = Callable[[Apis, Request], Awaitable[Any]]
 
 
 def handlers() -> dict[int, tuple[int, int, Handler]]:
-    from controller.apis import api_versions, chunks, cluster, configs, fetch, partitions, producer_ids, topics
+    from controller.apis import (
+        api_versions,
+        chunks,
+        cluster,
+        configs,
+        dir_assignment,
+        fetch,
+        partitions,
+        producer_ids,
+        topics,
+    )
 
     table: dict[int, tuple[int, int, Handler]] = {}
-    for module in (api_versions, chunks, cluster, configs, fetch, partitions, producer_ids, topics):
+    for module in (api_versions, chunks, cluster, configs, dir_assignment, fetch, partitions, producer_ids, topics):
         table.update(module.HANDLERS)
     return table

@@ -11,6 +11,7 @@ import protocol.generated.alter_partition as alter_partition
 import protocol.generated.alter_partition_reassignments as alter_partition_reassignments
 import protocol.generated.alter_replica_log_dirs as alter_replica_log_dirs
 import protocol.generated.api_versions as api_versions
+import protocol.generated.assign_replicas_to_dirs as assign_replicas_to_dirs
 import protocol.generated.broker_heartbeat as broker_heartbeat
 import protocol.generated.broker_registration as broker_registration
 import protocol.generated.create_chunks as create_chunks
@@ -120,6 +121,7 @@ REQUESTS = {
     62: broker_registration.BrokerRegistrationRequest,
     63: broker_heartbeat.BrokerHeartbeatRequest,
     67: allocate_producer_ids.AllocateProducerIdsRequest,
+    73: assign_replicas_to_dirs.AssignReplicasToDirsRequest,
     1076: create_chunks.CreateChunksRequest,
     1077: alter_chunk_assignments.AlterChunkAssignmentsRequest,
     1093: diskless_create_partitions.DisklessCreatePartitionsRequest,
@@ -174,6 +176,7 @@ RESPONSES = {
     62: broker_registration.BrokerRegistrationResponse,
     63: broker_heartbeat.BrokerHeartbeatResponse,
     67: allocate_producer_ids.AllocateProducerIdsResponse,
+    73: assign_replicas_to_dirs.AssignReplicasToDirsResponse,
     1076: create_chunks.CreateChunksResponse,
     1077: alter_chunk_assignments.AlterChunkAssignmentsResponse,
     1093: diskless_create_partitions.DisklessCreatePartitionsResponse,
