@@ -27,7 +27,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 def unavailable() -> str | None:
     """None when tmpfs and ext4-on-loop mounts work here, else the reason they do not."""
     if os.geteuid() != 0:
-        return "needs root to mount filesystems (running as uid %d)" % os.geteuid()
+        return f"needs root to mount filesystems (running as uid {os.geteuid()})"
     for tool in ("mount", "umount", "losetup", "mkfs.ext4"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed"
