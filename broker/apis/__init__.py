@@ -59,6 +59,7 @@ def load_all() -> dict[int, ApiEntry]:
         groups,
         leader_epoch,
         list_offsets,
+        log_dirs,
         metadata,
         produce,
         producer_ids,

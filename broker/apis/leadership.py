@@ -21,7 +21,7 @@ def leader_or_error(
         info = b.metadata.image.topic(topic)
         known = info is not None and index in info.partitions
         return None, Errors.NOT_LEADER_OR_FOLLOWER if known else Errors.UNKNOWN_TOPIC_OR_PARTITION
-    if p.filling_prefix:
+    if p.filling_prefix or p.swapping:
         # a new chunk's leader still copying the previous chunk's tail: not serving yet
         return None, Errors.NOT_LEADER_OR_FOLLOWER
     if current_leader_epoch >= 0 and current_leader_epoch != p.leader_epoch:

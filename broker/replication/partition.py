@@ -48,12 +48,14 @@ class Partition:
         # a new active chunk's leader that lacks [chunk start, previous chunk's end] copies it
         # from the previous chunk first (chunk_fetcher.py); writes wait until it holds it
         self.filling_prefix = False
+        # a move between log dirs swaps the log (log_dir_mover.py): no appends, no reads meanwhile
+        self.swapping = False
 
     @property
     def sealed(self) -> bool:
-        """Produce answers NOT_LEADER_OR_FOLLOWER: a chunk is being cut, or this new chunk's
-        leader still copies the previous chunk's tail."""
-        return self._sealed_for_chunk or self.filling_prefix
+        """Produce answers NOT_LEADER_OR_FOLLOWER: a chunk is being cut, this new chunk's
+        leader still copies the previous chunk's tail, or the log is being swapped to another dir."""
+        return self._sealed_for_chunk or self.filling_prefix or self.swapping
 
     @sealed.setter
     def sealed(self, value: bool) -> None:

@@ -19,6 +19,7 @@ partition, chunk start)). Chunk changes in a delta:
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from uuid import UUID
@@ -31,15 +32,19 @@ from broker.replication.chunk_replica import ChunkReplica
 from broker.replication.dir_assigner import DirAssigner
 from broker.replication.fetcher import ReplicaFetcherManager
 from broker.replication.isr import IsrManager
+from broker.replication.log_dir_mover import LogDirMover
 from broker.replication.partition import Partition
+from broker.replication.throttle import broker_rate
 from broker.storage.cleaner import LogCleaner, retention_applies
 from broker.storage.config import LogConfig
 from broker.storage.errors import StorageError
 from broker.storage.log import Log
 from broker.storage.log_dir import LogDir
+from broker.storage.replica_move import recover_moves, remove_tree
 from metadata import MetadataDelta, MetadataImage, PartitionInfo
 from metadata.config_defs import effective_topic_configs
 from metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, ChunkInfo, TopicInfo
+from protocol.errors import Errors
 
 log = structlog.get_logger(__name__)
 ZERO_UUID = UUID(int=0)
@@ -84,6 +89,24 @@ class ReplicaManager:
                 continue
             for topic, partition, chunk_start, _ in found:
                 self._on_disk[(topic, partition, chunk_start)] = d
+        # moves between dirs: the dir each replica should move to (AlterReplicaLogDirs, or a
+        # move a restart interrupted); applied when the replica is opened
+        self.wanted_dirs: dict[Key, LogDir] = {}
+        self.mover = LogDirMover(
+            self, lambda: broker_rate(self.image, self.node_id, config.props, "intra.broker.throttled.rate"),
+            int(config.props.get("num.replica.move.threads", "0")) or len(log_dirs),
+        )
+        online = [d for d in log_dirs if d.online]
+        recovered = recover_moves([d.path for d in online], any_offline=len(online) < len(log_dirs))
+        by_path = {d.path: d for d in online}
+        for key, moved in recovered.resume.items():
+            self.wanted_dirs[key] = by_path[moved.parent]
+        for key in recovered.offline:
+            self.offline[key] = next(d for d in log_dirs if not d.online)
+        for d in online:  # rule 2 may have renamed a `.move` into a live replica
+            for topic, partition, chunk_start, _ in d.list_replicas():
+                self._on_disk.setdefault((topic, partition, chunk_start), d)
+        self._to_delete = recovered.delete
 
     # ---- lookups
     def get(self, topic: str, index: int) -> Partition | None:
@@ -110,6 +133,76 @@ class ReplicaManager:
     def dir_of(self, key: Key) -> LogDir | None:
         """The online log dir holding a replica (None: not on this broker, or offline)."""
         return self._on_disk.get(key)
+
+    def replica(self, key: Key) -> Partition | ChunkReplica | None:
+        """This broker's replica of a chunk: the active chunk's Partition or an inactive chunk's."""
+        p = self.partitions.get(key[:2])
+        if p is not None and p.log.chunk_start == key[2]:
+            return p
+        return self.chunks.get(key)
+
+    def install_log(self, key: Key, lg: Log, d: LogDir) -> None:
+        """A move swapped the replica's log: serve it from `d` now, and tell the controller."""
+        r = self.replica(key)
+        if r is None:
+            lg.close()
+            return
+        lg.producer_id_expiration_ms = r.log.producer_id_expiration_ms
+        r.log = lg
+        self._on_disk[key] = d
+        if self.dir_assigner is not None and d.known_id is not None:
+            self.dir_assigner.report(r.topic_id, key[1], key[2], d.known_id)
+        log.info("replica_dir_changed", topic=key[0], partition=key[1], chunk_start=key[2], dir=str(d.path),
+                 log_end_offset=lg.log_end_offset)
+
+    def install_failed(self, key: Key, d: LogDir, reason: str) -> None:
+        """A move swapped the replica into `d`, which then failed: the replica is offline with it."""
+        self._on_disk[key] = d
+        d.mark_offline(reason)
+        self._dir_offline(d)
+
+    def log_dir_by_path(self, path: str) -> LogDir | None:
+        norm = os.path.normpath(path)
+        return next((d for d in self.log_dirs if os.path.normpath(str(d.path)) == norm), None)
+
+    def alter_log_dir(self, topic: str, index: int, path: str) -> int:
+        """AlterReplicaLogDirs for one partition: move each of its chunk replicas here to `path`
+        ("any": cancel). An error code; nothing changes on an error."""
+        info = self.image.partition(topic, index)
+        if info is None:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION
+        keys = [k for k in (*self._on_disk, *self.offline) if k[:2] == (topic, index)]
+        if path == "any":
+            for k in keys:
+                self.mover.cancel(k, reason="any")
+            for k in [k for k in self.wanted_dirs if k[:2] == (topic, index)]:
+                del self.wanted_dirs[k]
+            return 0
+        if not os.path.isabs(path):
+            return Errors.LOG_DIR_NOT_FOUND
+        dest = self.log_dir_by_path(path)
+        if dest is None:
+            return Errors.LOG_DIR_NOT_FOUND
+        if not dest.online or any(k in self.offline for k in keys):
+            return Errors.KAFKA_STORAGE_ERROR
+        if not keys:
+            # not here yet: remembered, and the replica is created there when the metadata gives it us
+            self.wanted_dirs[(topic, index, info.start_offset)] = dest
+            return Errors.REPLICA_NOT_AVAILABLE
+        for k in keys:
+            if self._on_disk[k] is dest:
+                self.mover.cancel(k, reason="already in the destination")
+                self.wanted_dirs.pop(k, None)
+            elif self.replica(k) is not None:
+                self.wanted_dirs.pop(k, None)
+                self.mover.start(k, self._on_disk[k], dest)
+            else:
+                self.wanted_dirs[k] = dest
+        return 0
+
+    def replicas_in(self, d: LogDir) -> list[tuple[Key, Log]]:
+        """The open chunk replicas in a log dir."""
+        return [(k, r.log) for k, dd in list(self._on_disk.items()) if dd is d and (r := self.replica(k)) is not None]
 
     def chunks_of(self, topic: str, index: int) -> list[ChunkReplica]:
         """This broker's replicas of the partition's inactive chunks, oldest first."""
@@ -176,6 +269,7 @@ class ReplicaManager:
             else:
                 cr.update(c)
             self._check_dir(name, c.topic_id, idx, start, c.replicas, c.directories)
+            self._maybe_move((name, idx, start))
             if self.chunk_fetcher is not None:
                 if cr.data_gone:
                     self._leave(cr)
@@ -194,6 +288,7 @@ class ReplicaManager:
             if p is None:
                 return
         self._check_dir(topic, info.topic_id, info.partition, info.start_offset, info.replicas, info.directories)
+        self._maybe_move((topic, info.partition, info.start_offset))
         was_leader, old_epoch = p.is_leader, p.leader_epoch
         p.update(info)
         if p.is_leader and not p.filling_prefix and self.chunk_fetcher is not None:
@@ -265,6 +360,7 @@ class ReplicaManager:
         return cr
 
     def _delete_chunk(self, cr: ChunkReplica) -> None:
+        self.mover.cancel(cr.key, reason="replica removed")
         cr.closed = True
         self.chunks.pop(cr.key, None)
         if self.chunk_fetcher is not None:
@@ -358,6 +454,9 @@ class ReplicaManager:
         d = self._on_disk.get(key)
         if d is not None:
             return d
+        wanted = self.wanted_dirs.pop(key, None)
+        if wanted is not None and wanted.online:
+            return wanted
         assigned = self._assigned_dir(replicas, directories)
         if assigned != ZERO_UUID:
             for ld in self.log_dirs:
@@ -379,11 +478,23 @@ class ReplicaManager:
         if self._assigned_dir(replicas, directories) != d.known_id:
             self.dir_assigner.report(topic_id, partition, start, d.known_id)
 
+    def _maybe_move(self, key: Key) -> None:
+        dest = self.wanted_dirs.get(key)
+        src = self._on_disk.get(key)
+        if dest is None or src is None or key in self.mover.moves:
+            return
+        del self.wanted_dirs[key]
+        if dest is not src and dest.online:
+            self.mover.start(key, src, dest)
+
     # ---- log dir failure
     def _dir_offline(self, d: LogDir) -> None:
         """A log dir failed: every replica in it stops (no fetching, no leadership here, waiters
         fail); the controller hears of the dir in the next heartbeat and moves leadership."""
         stopped = 0
+        for key, m in list(self.mover.moves.items()):
+            if d in (m.src, m.dest):
+                self.mover.cancel(key, reason=f"log dir {d.path} offline")
         for key, dd in list(self._on_disk.items()):
             if dd is not d:
                 continue
@@ -426,6 +537,7 @@ class ReplicaManager:
         p = self.partitions.get((topic, index))
         if p is None:
             return
+        self.mover.cancel((topic, index, p.log.chunk_start), reason="replica removed")
         self._detach(p)
         if delete:
             p.log.delete()
@@ -452,6 +564,8 @@ class ReplicaManager:
     # ---- retention
     def start_background(self) -> None:
         loop = asyncio.get_running_loop()
+        for path in self._to_delete:  # the seed's rule 4: `.delete` dirs go in the background
+            loop.run_in_executor(None, remove_tree, path)
         self._retention_task = loop.create_task(self._retention_loop())
         self._checkpoint_task = loop.create_task(self._checkpoint_loop())
         # log compaction of cleanup.policy=compact topics (log.cleaner.enable, log.cleaner.backoff.ms)
@@ -515,6 +629,8 @@ class ReplicaManager:
 
     # ---- shutdown
     def shutdown(self) -> None:
+        for key in list(self.mover.moves):
+            self.mover.cancel(key, reason="broker stopping")
         if self._cleaner is not None:
             self._cleaner.shutdown()  # a round in progress aborts; the logs close below
         for task in (self._retention_task, self._checkpoint_task, self._cleaner_task):

@@ -90,6 +90,14 @@ class LogDir:
             self.mark_offline(f"cannot write: {exc}")
             raise StorageError(f"log dir {self.path} cannot be written: {exc}") from exc
 
+    def writable(self) -> bool:
+        """Whether a file can be written and synced in the dir now (after an I/O error: which dir failed?)."""
+        try:
+            self._probe_write()
+        except OSError:
+            return False
+        return True
+
     def _probe_write(self) -> None:
         probe = self.path / PROBE_FILE
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
