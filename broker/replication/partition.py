@@ -50,6 +50,10 @@ class Partition:
         self.filling_prefix = False
         # a move between log dirs swaps the log (log_dir_mover.py): no appends, no reads meanwhile
         self.swapping = False
+        # Kafka's "maximal ISR": while an AlterPartition adding a follower is in flight, the high
+        # watermark waits for that follower too, since the controller may commit the larger ISR
+        # (and complete a reassignment onto it) before we hear back
+        self.pending_isr: tuple[int, ...] | None = None
 
     @property
     def sealed(self) -> bool:
@@ -81,6 +85,8 @@ class Partition:
         """Apply the partition's new metadata (leader, epoch, ISR)."""
         was_leader = self.is_leader
         old_epoch = self.leader_epoch
+        if self.pending_isr is not None and (self.info is None or info.partition_epoch > self.info.partition_epoch):
+            self.pending_isr = None  # the metadata tells what became of the proposed ISR
         self.info = info
         if info.leader == self.node_id:
             if not was_leader or old_epoch != info.leader_epoch:
@@ -121,7 +127,7 @@ class Partition:
             return
         leo = self.log.log_end_offset
         hw = leo
-        for r in self.isr:
+        for r in self.isr if self.pending_isr is None else self.pending_isr:
             if r == self.node_id:
                 continue
             st = self.followers.get(r)

@@ -430,14 +430,33 @@ class ReplicaManager:
         return p
 
     def _choose_dir(self) -> LogDir:
-        """The online log dir holding the fewest replicas (Kafka's default placement)."""
+        """Where a new replica goes (the seed's problem 3, better than round-robin): the online dir
+        with the most usable bytes once the bytes already assigned to it but not yet written
+        there (moves into it still copying) are counted; on a tie (dirs sharing a filesystem),
+        the one holding the fewest replicas."""
         counts = {id(d): 0 for d in self.log_dirs}
         for d in self._on_disk.values():
             counts[id(d)] = counts.get(id(d), 0) + 1
+        incoming = {id(d): 0 for d in self.log_dirs}
+        for m in self.mover.moves.values():
+            incoming[id(m.dest)] = incoming.get(id(m.dest), 0) + max(0, m.total_bytes - m.copied_bytes)
         online = [d for d in self.log_dirs if d.online]
         if not online:
             raise StorageError("every log dir of this broker is offline")
-        return min(online, key=lambda d: counts[id(d)])
+
+        usable_of_fs: dict[int, int] = {}  # dirs on one filesystem share one figure, so they tie
+
+        def room(d: LogDir) -> int:
+            try:
+                dev = os.stat(d.path).st_dev
+                if dev not in usable_of_fs:
+                    usable_of_fs[dev] = d.usage()[1]
+            except OSError:
+                return -1  # cannot tell: last choice
+            return usable_of_fs[dev] - incoming[id(d)]
+
+        rooms = {id(d): room(d) for d in online}
+        return max(online, key=lambda d: (rooms[id(d)], -counts[id(d)]))
 
     def _assigned_dir(self, replicas: tuple[int, ...], directories: tuple[UUID, ...]) -> UUID:
         """The dir the metadata gives our replica (zero: unassigned)."""
