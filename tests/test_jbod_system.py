@@ -73,8 +73,8 @@ def reassign(bootstrap: str, tmp: Path, entries: list[dict], name: str) -> None:
 class Traffic:
     """An idempotent acks=all producer and an assigned consumer running on a topic."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
-        self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
+    def __init__(self, bootstrap: str, topic: str, partitions: int, flush_s: float = 120) -> None:
+        self.bootstrap, self.topic, self.partitions, self.flush_s = bootstrap, topic, partitions, flush_s
         self.acked: set[bytes] = set()
         self.seen: list[bytes] = []
         self.stop = threading.Event()
@@ -93,12 +93,12 @@ class Traffic:
             v = b"%s-%08d" % (self.topic.encode(), i)
             try:
                 p.produce(self.topic, value=v + b"." * 500, partition=i % self.partitions,
-                          on_delivery=lambda err, m: err is None and self.acked.add(m.value()[:len(v)]))
+                          on_delivery=lambda err, m: err is None and self.acked.add(m.value().split(b".")[0]))
                 i += 1
             except BufferError:
                 pass
             p.poll(0.005)
-        p.flush(120)
+        p.flush(self.flush_s)
         self.produced.set()
 
     def _consume(self) -> None:
@@ -118,7 +118,7 @@ class Traffic:
     def finish(self, timeout: float = 60) -> None:
         """Stop producing, then let the consumer read what was acknowledged (up to `timeout`)."""
         self.stop.set()
-        self.threads[0].join(130)
+        self.threads[0].join(self.flush_s + 10)
         self._deadline = time.time() + timeout
         self.threads[1].join(timeout + 5)
 
@@ -173,35 +173,41 @@ def test_tools_describe_balance_and_bad_input(tmp_path):
     try:
         c.start()
         a = AdminClient({"bootstrap.servers": c.bootstrap})
-        a.create_topics([NewTopic("big", 1, 1), NewTopic("small", 2, 1)])["big"].result(30)
+        for f in a.create_topics([NewTopic("big", 1, 1), NewTopic("small", 2, 1)]).values():
+            f.result(30)
         p = Producer({"bootstrap.servers": c.bootstrap})
-        for i in range(300):
-            p.produce("big", value=b"x" * 10_000, partition=0)
-            p.poll(0)
+        for part, n in (("big", 300), ("small", 100)):
+            for k in range(n):
+                p.produce(part, value=b"x" * 10_000, partition=k % 2 if part == "small" else 0)
+                p.poll(0)
         p.flush(30)
+        dirs = sorted(str(x) for x in c.node_dir(1).glob("logs-*"))
+        # everything in the first dir: 3 MB + 2 x 0.5 MB against nothing
+        reassign(c.bootstrap, tmp_path, [{"topic": t, "partition": i, "replicas": [1], "log_dirs": [dirs[0]]}
+                                         for t, i in (("big", 0), ("small", 0), ("small", 1))], "gather")
         desc = log_dirs(c.bootstrap, "--topic-list", "big,small")
         assert desc["version"] == 1 and {d["is_live"] for d in desc["log_dirs"]} == {True}
         entry = next(q for d in desc["log_dirs"] for q in d["partitions"] if q["topic"] == "big")
         assert entry["size"] >= 3_000_000 and entry["chunk_start_offset"] == 0 and entry["is_temporary"] is False
-        # balance: the big partition's dir against the other; proposing moves that narrow the gap
-        big_dir = replica_dir(desc, "big", 0)[1]
+        assert {d["broker"] for d in desc["log_dirs"]} == {1}
+        # the balance moves the big partition alone: 1 MB against 3 MB beats anything else
         r = tool("tools.kafka_log_dirs", "--generate-balance", "--bootstrap-server", c.bootstrap, "--broker-list", "1")
         assert r.returncode == 0, r.stderr
         plan = json.loads(r.stdout.strip().splitlines()[-1])
-        moved = {(e["topic"], e["partition"]): e["log_dirs"][0] for e in plan["partitions"]}
-        assert ("big", 0) not in moved, "moving the one big partition would not narrow the gap"
-        assert all(d == big_dir for d in moved.values()), plan  # small ones join the big one's dir... or none move
+        assert plan["partitions"] == [{"topic": "big", "partition": 0, "replicas": [1], "log_dirs": [dirs[1]]}]
+        reassign(c.bootstrap, tmp_path, plan["partitions"], "balance")
+        assert replica_dir(log_dirs(c.bootstrap), "big", 0) == (1, dirs[1])
         # bad input: one line naming the culprit, non-zero, nothing changed
-        for dirs, needle in ((["relative/x"], "relative/x"), (["/not/a/dir"], "/not/a/dir")):
+        for bad, needle in ((["relative/x"], "relative/x"), (["/not/a/dir"], "/not/a/dir")):
             f = tmp_path / "bad.json"
             f.write_text(json.dumps({"version": 1, "partitions": [
-                {"topic": "big", "partition": 0, "replicas": [1], "log_dirs": dirs}]}))
+                {"topic": "big", "partition": 0, "replicas": [1], "log_dirs": bad}]}))
             r = tool("tools.kafka_reassign_partitions", "--bootstrap-server", c.bootstrap, "--execute",
                      "--reassignment-json-file", str(f))
             assert r.returncode != 0 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         r = tool("tools.kafka_log_dirs", "--describe", "--bootstrap-server", c.bootstrap, "--broker-list", "7")
         assert r.returncode == 1 and "broker 7" in r.stderr
-        assert replica_dir(log_dirs(c.bootstrap), "big", 0)[1] == big_dir
+        assert replica_dir(log_dirs(c.bootstrap), "big", 0) == (1, dirs[1])
     finally:
         c.stop()
 
@@ -226,7 +232,7 @@ def test_seed_system_test_2_bad_dirs_at_runtime_leave_good_ones_serving(tmp_path
                 time.sleep(0.5)
                 reassign(c.bootstrap, tmp_path, [{"topic": t, "partition": 0, "replicas": [1, 2, 3],
                                                   "log_dirs": [str(dirs[b]) for b in (1, 2, 3)]}], t)
-            t1, t2 = Traffic(c.bootstrap, "topic1", 1), Traffic(c.bootstrap, "topic2", 1)
+            t1, t2 = Traffic(c.bootstrap, "topic1", 1), Traffic(c.bootstrap, "topic2", 1, flush_s=3)
             time.sleep(1)
             md = a.list_topics("topic1", timeout=5).topics["topic1"].partitions[0]
             leader = md.leader
@@ -243,7 +249,7 @@ def test_seed_system_test_2_bad_dirs_at_runtime_leave_good_ones_serving(tmp_path
                 assert md.leader in (1, 2, 3) and sorted(md.isrs) == [1, 2, 3]
             t1.finish()
             t1.check()
-            t2.finish(timeout=5)
+            t2.finish(timeout=3)
             assert len(t2.acked) > 0
         finally:
             c.stop()
