@@ -190,3 +190,34 @@ def test_restart_with_a_read_only_dir_serves_every_partition_of_the_other_dir(tm
                 assert not any((d1 / f"solo-{i}-0").exists() for _ in [0])
         finally:
             c.stop()
+
+
+def test_placement_prefers_room_and_a_move_into_a_filling_dir_stops_leaving_the_source(tmp_path):
+    from tests.test_log_dir_moves import alter, describe, where
+
+    small = tmp_path / "small"
+    with tmpfs(small, 4 << 20):
+        c = Cluster(tmp_path / "c", brokers=1, verbose=False, broker_overrides=FAST, controller_overrides=CTL,
+                    per_broker_overrides={1: {"log.dirs": f"{tmp_path / 'big'},{small}"}})
+        try:
+            c.start()
+            a = AdminClient({"bootstrap.servers": c.bootstrap})
+            a.create_topics([NewTopic("pl", 3, 1)])["pl"].result(30)
+            wait_for(lambda: all(leader_isr(a, "pl", i)[0] == 1 for i in range(3)), 30, "pl led")
+            # placement: the dir with the most usable bytes, not round-robin
+            assert all(dir_holding([tmp_path / "big", small], "pl", i) == tmp_path / "big" for i in range(3))
+            acked, _ = produce(c.bootstrap, "pl", [b"p%04d-" % i + b"z" * 10_000 for i in range(800)])
+            assert len(acked) == 800
+            # 8 MB into a 4 MB dir: the copy hits ENOSPC, the move stops, the source stays the live copy
+            assert alter(c, 1, str(small), "pl", [0]) == {0: 0}
+            wait_for(lambda: describe(c, 1)[str(small)] is None, 30, "the full dir to go offline")
+            assert where(c, 1, "pl") == (str(tmp_path / "big"), False)
+            assert "replica_move_io_error" in log_text(c, 1)
+            assert alter(c, 1, str(small), "pl", [1]) == {1: 56}  # KAFKA_STORAGE_ERROR: offline destination
+            more, errs = produce(c.bootstrap, "pl", [b"after"], timeout=10)
+            assert len(more) == 1 and not errs
+            got = consume_all(c.bootstrap, "pl", 0, 801)
+            assert set(acked) | set(more) == set(got) and len(got) == 801
+            assert c.is_running(1)
+        finally:
+            c.stop()

@@ -211,38 +211,82 @@ def test_kill_9_during_a_move_recovers_one_live_replica(tmp_path, step):
         c.stop()
 
 
-def test_move_rate_follows_intra_broker_throttled_rate(one_broker):
-    c = one_broker
-    rate = 2_000_000
-    a = AdminClient({"bootstrap.servers": c.bootstrap})
-    a.create_topics([NewTopic("thr", 1, 1)])["thr"].result(30)
-    fill(c, "thr", 1200)  # 12 MB: about 6 s at the rate
+def test_move_rate_follows_intra_broker_throttled_rate_and_a_second_move_replaces_the_first(tmp_path):
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-    res = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
-        ConfigEntry("intra.broker.throttled.rate", str(rate), incremental_operation=AlterConfigOpType.SET)])
-    for f in a.incremental_alter_configs([res]).values():
-        f.result(30)
-    src, _ = where(c, 1, "thr")
-    dest = next(str(p) for p in sorted(c.node_dir(1).glob("logs-*")) if str(p) != src)
-    assert alter(c, 1, dest, "thr", [0]) == {0: 0}
-    moved = Path(dest) / "thr-0-0.move"
+    dirs = [tmp_path / f"d{i}" for i in range(3)]
+    c = Cluster(tmp_path / "c", brokers=1, verbose=False, broker_overrides=FAST,
+                per_broker_overrides={1: {"log.dirs": ",".join(map(str, dirs))}})
+    try:
+        c.start()
+        rate = 2_000_000
+        a = AdminClient({"bootstrap.servers": c.bootstrap})
+        a.create_topics([NewTopic("thr", 1, 1)])["thr"].result(30)
+        fill(c, "thr", 1200)  # 12 MB: about 6 s at the rate
 
-    def copied() -> int:
-        try:
-            return sum(f.stat().st_size for f in moved.iterdir() if f.name.endswith(".log"))
-        except FileNotFoundError:
-            return -1
+        def set_rate(value: str | None) -> None:
+            op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
+            res = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
+                ConfigEntry("intra.broker.throttled.rate", value, incremental_operation=op)])
+            for f in a.incremental_alter_configs([res]).values():
+                f.result(30)
 
-    wait_for(lambda: copied() > 1_000_000, 20, "copying to start")
-    t0, b0 = time.monotonic(), copied()
-    time.sleep(3)
-    t1, b1 = time.monotonic(), copied()
-    measured = (b1 - b0) / (t1 - t0)
-    assert abs(measured - rate) <= 0.1 * rate, f"moved at {measured:.0f} B/s, limit {rate}"
-    # raised: the rest goes at once
-    res = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[
-        ConfigEntry("intra.broker.throttled.rate", None, incremental_operation=AlterConfigOpType.DELETE)])
-    for f in a.incremental_alter_configs([res]).values():
-        f.result(30)
-    wait_for(lambda: where(c, 1, "thr") == (dest, False), 10, "the move to finish unthrottled")
+        set_rate(str(rate))
+        src, _ = where(c, 1, "thr")
+        first, second = [str(d) for d in dirs if str(d) != src]
+
+        def copied(dest: str) -> int:
+            try:
+                return sum(f.stat().st_size for f in (Path(dest) / "thr-0-0.move").iterdir() if f.name.endswith(".log"))
+            except FileNotFoundError:
+                return -1
+
+        assert alter(c, 1, first, "thr", [0]) == {0: 0}
+        wait_for(lambda: copied(first) > 1_000_000, 20, "copying to start")
+        t0, b0 = time.monotonic(), copied(first)
+        time.sleep(3)
+        t1, b1 = time.monotonic(), copied(first)
+        measured = (b1 - b0) / (t1 - t0)
+        assert abs(measured - rate) <= 0.1 * rate, f"moved at {measured:.0f} B/s, limit {rate}"
+        # a second move replaces the first (its copy goes); "any" cancels it
+        assert alter(c, 1, second, "thr", [0]) == {0: 0}
+        wait_for(lambda: copied(first) == -1 and copied(second) > 0, 10, "the second move to replace the first")
+        assert alter(c, 1, "any", "thr", [0]) == {0: 0}
+        wait_for(lambda: copied(second) == -1, 10, "the move to be cancelled")
+        assert where(c, 1, "thr") == (src, False)
+        # unthrottled, a move goes at once
+        set_rate(None)
+        assert alter(c, 1, second, "thr", [0]) == {0: 0}
+        wait_for(lambda: where(c, 1, "thr") == (second, False), 15, "the move to finish unthrottled")
+    finally:
+        c.stop()
+
+
+def test_each_chunk_replica_is_described_and_moved(one_broker):
+    from protocol.generated.create_chunks import CreateChunksRequest as CC
+
+    c = one_broker
+    a = AdminClient({"bootstrap.servers": c.bootstrap})
+    a.create_topics([NewTopic("ch", 1, 1)])["ch"].result(30)
+    acked: dict[bytes, int] = {}
+    for cut in range(3):
+        acked.update(fill(c, "ch", 50, size=1000))
+        if cut < 2:  # a new active chunk on the same broker: the old one stays here, inactive
+            e = CC.CreateChunksTopicPartition(topic_name="ch", partition_id=0, broker_ids=[1], start_offset=-1,
+                                              start_timestamp=-1, prev_stop_offset=-1, prev_end_offset=-1)
+            [r] = request(c, 1, CC(topic_partitions=[e])).results
+            assert r.error_code == 0, r.error_message
+    wait_for(lambda: len([e for es in describe(c, 1).values() for e in es if e[0] == "ch"]) == 3, 15,
+             "three chunk replicas")
+    dirs = sorted(str(p) for p in c.node_dir(1).glob("logs-*"))
+    for dest in dirs:  # every chunk replica of the partition moves
+        assert alter(c, 1, dest, "ch", [0]) == {0: 0}
+
+        def all_in(dest=dest):
+            entries = [(path, e) for path, es in describe(c, 1).items() for e in es if e[0] == "ch"]
+            return len(entries) == 3 and all(path == dest and not e[4] for path, e in entries) and entries
+
+        entries = wait_for(all_in, 30, f"the three chunk replicas in {dest}")
+        assert sorted(e[2] for _, e in entries) == [0, 50, 100]
+        assert sorted(p.name for p in Path(dest).glob("ch-0-*")) == ["ch-0-0", "ch-0-100", "ch-0-50"]
+    assert sorted(read_all(c, "ch", 0, len(acked))) == sorted(acked)

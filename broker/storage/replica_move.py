@@ -56,6 +56,11 @@ class MoveThrottle:
         self._tokens = 0.0
         self._last = time.monotonic()
 
+    def chunk_size(self) -> int:
+        """Bytes per copy call: about 1/20 s of the rate, so the copy is smooth, not bursty."""
+        rate = self.rate()
+        return COPY_CHUNK if rate is None else max(64 << 10, min(COPY_CHUNK, rate // 20))
+
     def acquire(self, nbytes: int, stopped: Callable[[], bool]) -> None:
         """Wait until `nbytes` may be copied (sleeping in slices of at most 0.1 s)."""
         while True:
@@ -111,7 +116,7 @@ def _copy_range(src: Path, dst: Path, start: int, end: int, throttle: MoveThrott
         while pos < end:
             if state.stopped:
                 raise MoveStopped()
-            n = min(COPY_CHUNK, end - pos)
+            n = min(throttle.chunk_size(), end - pos)
             throttle.acquire(n, lambda: state.stopped)
             done = _copy_file_range(fin.fileno(), fout.fileno(), pos, n)
             if done == 0:
