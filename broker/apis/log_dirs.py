@@ -11,12 +11,17 @@ replica (tagged ChunkStartOffset), a `.move` copy as IsFutureKey with the bytes 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from broker.apis import RequestContext, api
 from broker.storage.file_names import LOG_SUFFIX, segment_file_name
 from protocol.errors import Errors
 from protocol.generated.alter_replica_log_dirs import AlterReplicaLogDirsResponse
 from protocol.generated.describe_log_dirs import DescribeLogDirsResponse
+
+if TYPE_CHECKING:
+    from broker.replication.log_dir_mover import Move
+    from broker.replication.replica_manager import ReplicaManager
 
 
 @api(34, 1, 2)
@@ -70,7 +75,7 @@ async def describe_log_dirs(ctx: RequestContext, req) -> DescribeLogDirsResponse
     return R(throttle_time_ms=0, error_code=0, results=results)
 
 
-def _future_lag(rm, m) -> int:
+def _future_lag(rm: ReplicaManager, m: Move) -> int:
     """Offsets the `.move` copy trails its source by: from the first segment not yet fully copied."""
     r = rm.replica(m.key)
     if r is None:

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import structlog
@@ -74,7 +75,7 @@ class Move:
     in_swap: bool = False  # past the point of no return: a cancel lets it finish
 
     @property
-    def moved_dir(self):
+    def moved_dir(self) -> Path:
         return move_dir(self.src.replica_dir(*self.key), self.dest.path)
 
     @property
@@ -130,6 +131,9 @@ class LogDirMover:
             if previous is not None:  # the replaced move cleans up its `.move` first
                 await asyncio.wait([previous])
             async with self._slots:
+                # a `.move` left by a crash or an earlier move is not trusted (unsynced pages may be
+                # lost): the copy starts over, as the seed's rule 1 starts the move again
+                await loop.run_in_executor(self._pool, remove_tree, m.moved_dir)
                 while True:
                     lg = self._source_log(m)
                     if not getattr(self.replicas.replica(m.key), "complete", True):

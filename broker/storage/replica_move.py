@@ -12,7 +12,7 @@ source go from the copy; every file and the dir are fsynced. Then `swap` does th
 renames: `<name>` -> `<name>.delete` on the source (removed later), `<name>.move` -> `<name>`.
 
 Startup recovery (`recover_moves`) applies the seed's four rules:
-1. `<name>` and `<name>.move` both on good dirs: the move starts again (the copy resumes).
+1. `<name>` and `<name>.move` both on good dirs: the move starts again (the copy starts over).
 2. `<name>.move` but no `<name>` on any good dir, and no dir offline: `<name>.move` -> `<name>`
    (a crash between the two renames; the copy was complete and synced before the first).
 3. as 2 but a dir is offline: the replica is offline (its `<name>` may be on that dir);
