@@ -141,12 +141,7 @@ def copy_round(src: Path, dst: Path, throttle: MoveThrottle, state: CopyState) -
     files = _files(src)
     before = sum(state.copied.values())
     for name, size in sorted(files.items()):
-        have = state.copied.get(name)
-        if have is None:
-            target = dst / name
-            have = target.stat().st_size if target.exists() else 0  # a resumed move
-            have = min(have, size)
-            state.copied[name] = have
+        have = state.copied.setdefault(name, 0)
         if size > have:
             try:
                 _copy_range(src / name, dst / name, have, size, throttle, state)
