@@ -7,7 +7,11 @@ data, and the measured copy rate held to intra.broker.throttled.rate."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -248,6 +252,17 @@ def test_move_rate_follows_intra_broker_throttled_rate_and_a_second_move_replace
         t1, b1 = time.monotonic(), copied(first)
         measured = (b1 - b0) / (t1 - t0)
         assert abs(measured - rate) <= 0.1 * rate, f"moved at {measured:.0f} B/s, limit {rate}"
+        set_rate("100000")  # nearly stopped (a changed rate applies at once): the steps below see it under way
+        # --verify shows the move under way: bytes copied / total
+        plan = tmp_path / "plan.json"
+        plan.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": "thr", "partition": 0, "replicas": [1], "log_dirs": [first]}]}))
+        v = subprocess.run([sys.executable, "-m", "tools.kafka_reassign_partitions", "--bootstrap-server", c.bootstrap,
+                            "--verify", "--reassignment-json-file", str(plan)], capture_output=True, text=True,
+                           timeout=60, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+        assert v.returncode == 0, v.stderr
+        m = re.search(r"Reassignment of replica thr-0-1 is still in progress: (\d+) / (\d+) bytes copied", v.stdout)
+        assert m and 0 < int(m.group(1)) < int(m.group(2)), v.stdout
         # a second move replaces the first (its copy goes); "any" cancels it
         assert alter(c, 1, second, "thr", [0]) == {0: 0}
         wait_for(lambda: copied(first) == -1 and copied(second) > 0, 10, "the second move to replace the first")
