@@ -23,6 +23,7 @@ it at exactly that step.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import time
 from collections.abc import Callable
@@ -217,6 +218,8 @@ class LogDirMover:
         """An I/O error: the dir that cannot take a write goes offline (the other goes on)."""
         loop = asyncio.get_running_loop()
         log.error("replica_move_io_error", topic=m.key[0], partition=m.key[1], chunk_start=m.key[2], error=str(exc))
+        if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+            return  # the process is short of descriptors or memory: no disk is to blame
         for d in (m.dest, m.src):
             if d.online and not await loop.run_in_executor(None, d.writable):
                 d.mark_offline(f"I/O error during a replica move: {exc}")

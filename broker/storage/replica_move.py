@@ -22,6 +22,7 @@ Startup recovery (`recover_moves`) applies the seed's four rules:
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import threading
@@ -129,8 +130,8 @@ def _copy_file_range(fd_in: int, fd_out: int, pos: int, n: int) -> int:
     try:
         return os.copy_file_range(fd_in, fd_out, n, pos, pos)
     except OSError as exc:
-        if exc.errno not in (18, 22, 38, 95):  # EXDEV, EINVAL, ENOSYS, EOPNOTSUPP: not on this fs pair
-            raise
+        if exc.errno not in (errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise  # a real I/O error; the others mean copy_file_range cannot serve this pair of files
     os.lseek(fd_out, pos, os.SEEK_SET)
     return os.sendfile(fd_out, fd_in, pos, n)
 
