@@ -18,7 +18,7 @@ from node.config import ConfigError, NodeConfig
 from node.shutdown import finish_tasks
 
 
-async def run(config: BrokerConfig) -> None:
+async def run(config: BrokerConfig) -> int:
     broker = Broker(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -27,24 +27,31 @@ async def run(config: BrokerConfig) -> None:
     lost = broker.lifecycle.lost_event
     starting = asyncio.create_task(broker.start())
     stopper = asyncio.create_task(stop.wait())
-    await asyncio.wait({starting, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    halted = asyncio.create_task(broker.halt.wait())
+    await asyncio.wait({starting, stopper, halted}, return_when=asyncio.FIRST_COMPLETED)
     if starting.done() and isinstance(starting.exception(), BrokerIdTaken):
         await broker.shutdown(controlled=False)
         await finish_tasks()
+        for t in (stopper, halted):
+            t.cancel()
         raise starting.exception()  # type: ignore[misc]
     if starting.done() and starting.exception() is not None:
         raise starting.exception()  # type: ignore[misc]
-    if not stop.is_set():
+    if not stop.is_set() and not broker.halt.is_set():
         loser = asyncio.create_task(lost.wait())
-        await asyncio.wait({stopper, loser}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({stopper, halted, loser}, return_when=asyncio.FIRST_COMPLETED)
         loser.cancel()
     if not starting.done():
         starting.cancel()
-    # a broker whose id was taken over leads nothing and must not ask for a controlled shutdown
-    await broker.shutdown(controlled=starting.done() and not lost.is_set())
+    # a broker whose id was taken over leads nothing and must not ask for a controlled shutdown;
+    # with every log dir offline there is nothing left to serve, no leadership to hand over in order
+    await broker.shutdown(controlled=starting.done() and not lost.is_set() and not broker.halt.is_set())
     await finish_tasks()
+    for t in (stopper, halted):
+        t.cancel()
     if broker.lifecycle.lost is not None:
         raise broker.lifecycle.lost
+    return 1 if broker.halt.is_set() else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,11 +73,10 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     try:
-        uvloop.run(run(config))
+        return uvloop.run(run(config))
     except BrokerIdTaken as e:
         print(f"broker: {e}", file=sys.stderr)
         return 1
-    return 0
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import structlog
 from broker.config import BrokerConfig
 from broker.controller_channel import ControllerChannel
 from broker.metadata_loader import MetadataLoader
+from broker.storage.log_dir import LogDir
 from node.client import ClientError
 from node.shutdown import stop_task
 from protocol.generated.broker_heartbeat import BrokerHeartbeatRequest
@@ -33,10 +34,13 @@ class BrokerIdTaken(Exception):
 
 
 class BrokerLifecycle:
-    def __init__(self, config: BrokerConfig, channel: ControllerChannel, loader: MetadataLoader) -> None:
+    def __init__(
+        self, config: BrokerConfig, channel: ControllerChannel, loader: MetadataLoader, log_dirs: list[LogDir]
+    ) -> None:
         self.config = config
         self.channel = channel
         self.loader = loader
+        self.log_dirs = log_dirs
         self.incarnation_id = uuid.uuid4()
         self.broker_epoch = -1
         self.fenced = True
@@ -83,7 +87,15 @@ class BrokerLifecycle:
             await asyncio.sleep(1)
 
     def start_heartbeats(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._heartbeat_loop())
+        loop = asyncio.get_running_loop()
+        for d in self.log_dirs:
+            # a failed dir is reported at once, not a heartbeat interval later
+            d.offline_listeners.append(lambda _d: loop.call_soon_threadsafe(self._wake.set))
+        self._task = loop.create_task(self._heartbeat_loop())
+
+    def offline_dir_ids(self) -> list[uuid.UUID]:
+        """Ids of this broker's offline dirs (those whose meta.properties could be read)."""
+        return [d.known_id for d in self.log_dirs if not d.online and d.known_id is not None]
 
     async def _heartbeat_loop(self) -> None:
         interval = self.config.heartbeat_interval_ms / 1000
@@ -94,6 +106,7 @@ class BrokerLifecycle:
                 current_metadata_offset=self.loader.image.offset,
                 want_fence=False,
                 want_shut_down=self.want_shutdown,
+                offline_log_dirs=self.offline_dir_ids(),
             )
             try:
                 resp = await self.channel.request(req, timeout=10)

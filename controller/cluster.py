@@ -19,6 +19,7 @@ from uuid import UUID
 import structlog
 
 from controller.controller import Batch, Controller
+from controller.dir_assignment import all_offline, offline_dir_changes
 from controller.errors import ApiError, Errors
 from controller.replication import elect_leaderless, leaderships, remove_broker, usable_ids
 from metadata.image import BrokerInfo, MetadataImage
@@ -48,6 +49,7 @@ class Heartbeat:
     current_metadata_offset: int
     want_fence: bool
     want_shut_down: bool
+    offline_log_dirs: tuple[UUID, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,11 @@ class ClusterControl:
                 )
             self.ctl.sessions.touch(hb.broker_id)
             caught_up = hb.current_metadata_offset >= b.epoch
+            if hb.offline_log_dirs and not b.fenced:
+                if all_offline(image, b.id, hb.offline_log_dirs):
+                    self._fence(image, batch, b, "all_log_dirs_offline")
+                    return HeartbeatReply(caught_up, True, False)
+                batch.extend(offline_dir_changes(image, b.id, b.epoch, hb.offline_log_dirs, self.ctl.unclean_for(image)))
             if hb.want_shut_down:
                 return self._shutdown_step(image, batch, b, hb, caught_up)
             if b.fenced:

@@ -80,6 +80,9 @@ STRATA_ONLY = {
     ("HeartbeatRequest", "InterestedPartitions"),
     ("HeartbeatResponse", "Positions"),
     ("HeartbeatResponse", "WantedPartitions"),
+    ("DescribeLogDirsResponse", "ChunkStartOffset"),
+    ("AssignReplicasToDirsRequest", "ChunkStartOffset"),
+    ("AssignReplicasToDirsResponse", "ChunkStartOffset"),
 }
 
 
@@ -215,6 +218,8 @@ def kio_match(spec: MessageSpec, s: StructSpec, v: int, kcls) -> list[tuple[Fiel
         kf = kfields.pop(a, None)
         if kf is None and a.endswith("_ms"):
             kf = kfields.pop(a[:-3], None)
+        if kf is None:
+            kf = kfields.pop(a + "_", None)  # kio appends "_" to builtin names (id -> id_)
         if kf is None:
             assert (spec.name, f.name) in STRATA_ONLY, f"{spec.name} v{v} {s.name}.{a}: no kio field"
         out.append((f, a, kf))

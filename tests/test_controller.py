@@ -40,7 +40,7 @@ from protocol.records import decode_batches, iter_batches
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
 CT = CreateTopicsRequest
-SERVED = {1, 18, 19, 20, 33, 37, 43, 44, 45, 46, 49, 56, 59, 60, 62, 63, 67, 1076, 1077}
+SERVED = {1, 18, 19, 20, 33, 37, 43, 44, 45, 46, 49, 56, 59, 60, 62, 63, 67, 73, 1076, 1077}
 
 
 # ---------------------------------------------------------------- the process
@@ -163,7 +163,8 @@ async def register(cl, broker_id, cluster_id, *, rack=None, incarnation=None, ve
         incarnation_id=incarnation or uuid.uuid4(),
         listeners=[BrokerRegistrationRequest.Listener("PLAINTEXT", HOST, 9000 + broker_id, 0)],
         rack=rack,
-        log_dirs=[uuid.uuid4()],
+        # a broker keeps its log dirs' ids across restarts (a replica in a dir it no longer lists may not lead)
+        log_dirs=[uuid.uuid5(uuid.NAMESPACE_OID, f"broker-{broker_id}")],
     )
     return await cl.request(req, version)
 

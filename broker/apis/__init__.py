@@ -60,6 +60,7 @@ def load_all() -> dict[int, ApiEntry]:
         groups,
         leader_epoch,
         list_offsets,
+        log_dirs,
         metadata,
         partition_epochs,
         produce,

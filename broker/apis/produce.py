@@ -118,5 +118,8 @@ async def produce(ctx: RequestContext, req) -> ProduceResponse | None:
         done = await asyncio.gather(*(p.wait_for_high_watermark(end, timeout) for _, p, end in waits))
         for (pr, p, _), ok in zip(waits, done):
             if not ok:
-                pr.error_code = Errors.REQUEST_TIMED_OUT if p.is_leader else Errors.NOT_LEADER_OR_FOLLOWER
+                # a replica no longer served here (reassigned away, its dir failed) lost leadership:
+                # NOT_LEADER_OR_FOLLOWER tells an idempotent producer the batch was not persisted
+                still = p.is_leader and rm.get(p.topic, p.index) is p
+                pr.error_code = Errors.REQUEST_TIMED_OUT if still else Errors.NOT_LEADER_OR_FOLLOWER
     return R(responses=responses)

@@ -16,6 +16,7 @@ from controller.client_quotas import ClientQuotaControl
 from controller.cluster import ClusterControl
 from controller.configs import ConfigControl
 from controller.controller import Controller
+from controller.dir_assignment import DirAssignmentControl
 from controller.partitions import PartitionControl
 from controller.producer_ids import ProducerIdControl
 from controller.topics import TopicControl
@@ -32,6 +33,7 @@ class Apis:
     producer_ids: ProducerIdControl
     chunks: ChunkControl
     client_quotas: ClientQuotaControl
+    dir_assignment: DirAssignmentControl
     served: dict[int, tuple[int, int]] = field(default_factory=dict)  # what ApiVersions lists
 
     @classmethod
@@ -45,6 +47,7 @@ class Apis:
             ProducerIdControl(controller),
             ChunkControl(controller),
             ClientQuotaControl(controller),
+            DirAssignmentControl(controller),
         )
 
 
@@ -58,6 +61,7 @@ def handlers() -> dict[int, tuple[int, int, Handler]]:
         client_quotas,
         cluster,
         configs,
+        dir_assignment,
         fetch,
         partitions,
         producer_ids,
@@ -65,6 +69,8 @@ def handlers() -> dict[int, tuple[int, int, Handler]]:
     )
 
     table: dict[int, tuple[int, int, Handler]] = {}
-    for module in (api_versions, chunks, client_quotas, cluster, configs, fetch, partitions, producer_ids, topics):
+    for module in (
+        api_versions, chunks, client_quotas, cluster, configs, dir_assignment, fetch, partitions, producer_ids, topics
+    ):
         table.update(module.HANDLERS)
     return table

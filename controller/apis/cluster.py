@@ -70,7 +70,8 @@ async def broker_registration(apis: Apis, req: Request) -> BrokerRegistrationRes
 
 async def broker_heartbeat(apis: Apis, req: Request) -> BrokerHeartbeatResponse:
     b = req.body
-    hb = Heartbeat(b.broker_id, b.broker_epoch, b.current_metadata_offset, b.want_fence, b.want_shut_down)
+    hb = Heartbeat(b.broker_id, b.broker_epoch, b.current_metadata_offset, b.want_fence, b.want_shut_down,
+                   tuple(b.offline_log_dirs or ()))
     try:
         r = await apis.cluster.heartbeat(hb)
     except ApiError as e:

@@ -12,6 +12,7 @@ import protocol.generated.alter_partition as alter_partition
 import protocol.generated.alter_partition_reassignments as alter_partition_reassignments
 import protocol.generated.alter_replica_log_dirs as alter_replica_log_dirs
 import protocol.generated.api_versions as api_versions
+import protocol.generated.assign_replicas_to_dirs as assign_replicas_to_dirs
 import protocol.generated.broker_heartbeat as broker_heartbeat
 import protocol.generated.broker_registration as broker_registration
 import protocol.generated.create_chunks as create_chunks
@@ -135,6 +136,7 @@ REQUESTS = {
     65: describe_transactions.DescribeTransactionsRequest,
     66: list_transactions.ListTransactionsRequest,
     67: allocate_producer_ids.AllocateProducerIdsRequest,
+    73: assign_replicas_to_dirs.AssignReplicasToDirsRequest,
     75: describe_topic_partitions.DescribeTopicPartitionsRequest,
     1076: create_chunks.CreateChunksRequest,
     1077: alter_chunk_assignments.AlterChunkAssignmentsRequest,
@@ -196,6 +198,7 @@ RESPONSES = {
     65: describe_transactions.DescribeTransactionsResponse,
     66: list_transactions.ListTransactionsResponse,
     67: allocate_producer_ids.AllocateProducerIdsResponse,
+    73: assign_replicas_to_dirs.AssignReplicasToDirsResponse,
     75: describe_topic_partitions.DescribeTopicPartitionsResponse,
     1076: create_chunks.CreateChunksResponse,
     1077: alter_chunk_assignments.AlterChunkAssignmentsResponse,
