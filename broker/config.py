@@ -27,7 +27,9 @@ class BrokerConfig:
     auto_create_topics: bool
     socket_request_max_bytes: int
     heartbeat_interval_ms: int
-    session_timeout_ms: int  # the controller's; how long a refused registration keeps retrying
+    # Kafka's initial.broker.registration.timeout.ms: how long a refused registration keeps
+    # retrying (a crashed broker's restart waits there until the controller's session for it expires)
+    registration_timeout_ms: int
     quota_windows: QuotaWindows
     retention_check_interval_ms: int
     replica_lag_time_max_ms: int
@@ -69,7 +71,7 @@ class BrokerConfig:
             auto_create_topics=cfg.bool("auto.create.topics.enable", True),
             socket_request_max_bytes=cfg.int("socket.request.max.bytes", 104857600),
             heartbeat_interval_ms=cfg.int("broker.heartbeat.interval.ms", 2000),
-            session_timeout_ms=cfg.int("broker.session.timeout.ms", 9000),
+            registration_timeout_ms=cfg.int("initial.broker.registration.timeout.ms", 60000),
             quota_windows=QuotaWindows.from_config(cfg),
             retention_check_interval_ms=cfg.int("log.retention.check.interval.ms", 300000),
             replica_lag_time_max_ms=cfg.int("replica.lag.time.max.ms", 30000),

@@ -2,8 +2,9 @@
 shutdown. As in KRaft, a broker registers fenced and is unfenced once its metadata has caught up.
 
 A registration refused with DUPLICATE_BROKER_REGISTRATION (another process holds this node.id and
-its session is alive) is retried for two session timeouts, so a broker restarted right after a
-crash takes over once its old session runs out; past that this process gives up loudly. A
+its session is alive) is retried for initial.broker.registration.timeout.ms (Kafka's, 60 s), so a
+broker restarted right after a crash takes over once its old session runs out; past that this
+process gives up loudly. A
 heartbeat told STALE_BROKER_EPOCH re-registers (same incarnation); if that is refused, the id now
 belongs to another live process and this one shuts down."""
 
@@ -70,7 +71,7 @@ class BrokerLifecycle:
             log_dirs=list(log_dir_ids),
             previous_broker_epoch=self.broker_epoch,
         )
-        give_up = time.monotonic() + 2 * self.config.session_timeout_ms / 1000
+        give_up = time.monotonic() + self.config.registration_timeout_ms / 1000
         while True:
             resp = await self.channel.request(req)
             if resp.error_code == 0:
@@ -81,7 +82,7 @@ class BrokerLifecycle:
                 raise BrokerIdTaken(
                     f"node.id {self.config.node_id} is in use by another live broker "
                     f"(the controller answered DUPLICATE_BROKER_REGISTRATION for "
-                    f"{2 * self.config.session_timeout_ms} ms); stopping"
+                    f"{self.config.registration_timeout_ms} ms, initial.broker.registration.timeout.ms); stopping"
                 )
             log.warning("broker_registration_failed", error_code=resp.error_code)
             await asyncio.sleep(1)

@@ -1,7 +1,7 @@
 """A live broker's node.id cannot be taken over (Kafka's DUPLICATE_BROKER_REGISTRATION).
 
 A second broker process started with the id of a live broker is refused by the controller, gives
-up after two session timeouts with one clear line and exit status 1, and the live broker keeps
+up after initial.broker.registration.timeout.ms (here two session timeouts) with one clear line and exit status 1, and the live broker keeps
 every leadership and ISR place it had.
 """
 
@@ -20,7 +20,7 @@ from tools.cluster import free_ports, render_properties
 
 SESSION_MS = 2000
 CONTROLLER = {"broker.session.timeout.ms": SESSION_MS}
-BROKERS = {"broker.session.timeout.ms": SESSION_MS, "broker.heartbeat.interval.ms": 500}
+BROKERS = {"broker.heartbeat.interval.ms": 500, "initial.broker.registration.timeout.ms": 2 * SESSION_MS}
 
 
 def placement(admin: AdminClient, topic: str) -> dict[int, tuple[int, tuple[int, ...]]]:
