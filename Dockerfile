@@ -18,6 +18,7 @@ COPY node ./node
 COPY metadata ./metadata
 COPY connector ./connector
 COPY pyspark_strata ./pyspark_strata
+COPY client ./client
 RUN pip install . \
     && useradd --system --home-dir /var/lib/strata strata \
     && mkdir -p /etc/strata /var/lib/strata/metadata /var/lib/strata/logs-0 /var/lib/strata/logs-1 \
