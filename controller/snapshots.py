@@ -82,6 +82,7 @@ def image_records(image: MetadataImage) -> Iterator[Any]:
                 directories=list(p.directories),
                 start_offset=p.start_offset if p.start_offset > 0 else -1,
                 start_timestamp=p.start_timestamp,
+                diskless_coordinator=p.diskless_coordinator,
             )
         for partition, chunks in sorted(t.chunks.items()):
             for c in chunks:

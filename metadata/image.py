@@ -60,6 +60,7 @@ class PartitionInfo:
     directories: tuple[UUID, ...] = ()
     start_offset: int = 0
     start_timestamp: int = -1
+    diskless_coordinator: int = -1  # the __diskless_metadata partition of a diskless partition
 
 
 @dataclass(frozen=True)
@@ -219,6 +220,7 @@ class MetadataDelta:
             directories=tuple(r.directories),
             start_offset=max(r.start_offset, 0),
             start_timestamp=r.start_timestamp,
+            diskless_coordinator=r.diskless_coordinator,
         )
         self._parts(r.topic_id)[r.partition_id] = p
         self.changed_partitions.add((r.topic_id, r.partition_id))

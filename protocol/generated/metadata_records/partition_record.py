@@ -67,6 +67,7 @@ class PartitionRecord(Message):
         "last_known_elr",
         "start_offset",
         "start_timestamp",
+        "diskless_coordinator",
         "unknown_tags",
     )
     _fields = (
@@ -85,6 +86,7 @@ class PartitionRecord(Message):
         "last_known_elr",
         "start_offset",
         "start_timestamp",
+        "diskless_coordinator",
     )
     API_KEY = 3
     NAME = "PartitionRecord"
@@ -110,6 +112,7 @@ class PartitionRecord(Message):
         last_known_elr=None,
         start_offset=-1,
         start_timestamp=-1,
+        diskless_coordinator=-1,
         unknown_tags=None,
     ):
         self.partition_id = partition_id
@@ -127,6 +130,7 @@ class PartitionRecord(Message):
         self.last_known_elr = last_known_elr
         self.start_offset = start_offset
         self.start_timestamp = start_timestamp
+        self.diskless_coordinator = diskless_coordinator
         self.unknown_tags = unknown_tags
 
 
@@ -243,6 +247,7 @@ def _d_PartitionRecord_PartitionRecord_v0(buf, pos):
         None,
         -1,
         -1,
+        -1,
         unknown,
     ), pos
 
@@ -269,6 +274,11 @@ def _e_PartitionRecord_PartitionRecord_v0(o, parts):
     if o.start_timestamp != -1:
         raise ProtocolError(
             "StartTimestamp is not in this version and is not ignorable", field="PartitionRecord.StartTimestamp"
+        )
+    if o.diskless_coordinator != -1:
+        raise ProtocolError(
+            "DisklessCoordinator is not in this version and is not ignorable",
+            field="PartitionRecord.DisklessCoordinator",
         )
     w(_st_i16s.pack(o.partition_id, o.topic_id.bytes))
     lst = o.replicas
@@ -441,6 +451,7 @@ def _d_PartitionRecord_PartitionRecord_v1(buf, pos):
         None,
         -1,
         -1,
+        -1,
         unknown,
     ), pos
 
@@ -463,6 +474,11 @@ def _e_PartitionRecord_PartitionRecord_v1(o, parts):
     if o.start_timestamp != -1:
         raise ProtocolError(
             "StartTimestamp is not in this version and is not ignorable", field="PartitionRecord.StartTimestamp"
+        )
+    if o.diskless_coordinator != -1:
+        raise ProtocolError(
+            "DisklessCoordinator is not in this version and is not ignorable",
+            field="PartitionRecord.DisklessCoordinator",
         )
     w(_st_i16s.pack(o.partition_id, o.topic_id.bytes))
     lst = o.replicas
@@ -678,6 +694,7 @@ def _d_PartitionRecord_PartitionRecord_v2(buf, pos):
         v_last_known_elr,
         -1,
         -1,
+        -1,
         unknown,
     ), pos
 
@@ -691,6 +708,11 @@ def _e_PartitionRecord_PartitionRecord_v2(o, parts):
     if o.start_timestamp != -1:
         raise ProtocolError(
             "StartTimestamp is not in this version and is not ignorable", field="PartitionRecord.StartTimestamp"
+        )
+    if o.diskless_coordinator != -1:
+        raise ProtocolError(
+            "DisklessCoordinator is not in this version and is not ignorable",
+            field="PartitionRecord.DisklessCoordinator",
         )
     w(_st_i16s.pack(o.partition_id, o.topic_id.bytes))
     lst = o.replicas
@@ -861,6 +883,7 @@ def _d_PartitionRecord_PartitionRecord_v3(buf, pos):
         v_last_known_elr = None
         v_start_offset = -1
         v_start_timestamp = -1
+        v_diskless_coordinator = -1
         if buf[pos] == 0:
             pos += 1
         else:
@@ -921,6 +944,12 @@ def _d_PartitionRecord_PartitionRecord_v3(buf, pos):
                     pos += 8
                     if pos != end:
                         raise ProtocolError("tagged field size does not match its value")
+                elif tag == 1100:
+                    f = "DisklessCoordinator"
+                    v_diskless_coordinator = _st_i.unpack_from(buf, pos)[0]
+                    pos += 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
                 else:
                     if unknown is None:
                         unknown = {}
@@ -948,6 +977,7 @@ def _d_PartitionRecord_PartitionRecord_v3(buf, pos):
         v_last_known_elr,
         v_start_offset,
         v_start_timestamp,
+        v_diskless_coordinator,
         unknown,
     ), pos
 
@@ -1041,6 +1071,15 @@ def _e_PartitionRecord_PartitionRecord_v3(o, parts):
         if tg is None:
             tg = []
         tg.append((4, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.diskless_coordinator != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_i.pack(o.diskless_coordinator))
+        if tg is None:
+            tg = []
+        tg.append((1100, b"".join(parts)))
         parts = outer
         w = parts.append
     if tg is None and not o.unknown_tags:
