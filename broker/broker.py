@@ -60,11 +60,13 @@ class Broker:
         self.chunk_reads = ChunkReads(self)
         self.replicas.isr = self.isr = IsrManager(self)
         # the coordinators load their state partitions (__consumer_offsets, __transaction_state) as we lead them
+        from broker.coordinator.diskless.coordinator import DisklessCoordinator
         from broker.coordinator.group import GroupCoordinator
         from broker.coordinator.transaction import TransactionCoordinator
 
         self.group_coordinator = GroupCoordinator(self)
         self.transaction_coordinator = TransactionCoordinator(self)
+        self.diskless_coordinator = DisklessCoordinator(self)
         self.metadata.publishers.append(self.replicas.on_metadata)
         await self.lifecycle.register(self.cluster_id, [d.directory_id for d in dirs])
         self.metadata.start()
@@ -127,6 +129,8 @@ class Broker:
             self.group_coordinator.shutdown()
         if getattr(self, "transaction_coordinator", None) is not None:
             self.transaction_coordinator.shutdown()
+        if getattr(self, "diskless_coordinator", None) is not None:
+            self.diskless_coordinator.shutdown()
         for t in list(self._tasks):
             t.cancel()
         if self.replicas is not None:

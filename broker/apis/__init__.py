@@ -55,6 +55,7 @@ def load_all() -> dict[int, ApiEntry]:
         chunks,
         cluster,
         configs,
+        diskless,
         fetch,
         groups,
         leader_epoch,

@@ -103,19 +103,24 @@ class DisklessState:
         return self._meta("applied_offset") or 0
 
     # ------------------------------------------------------------------ applying records
-    def apply(self, records: list[tuple[int, Any]]) -> None:
-        """Apply (log offset, record) pairs in one transaction and store the offset after the
-        last one with them. Records at or below the applied offset are skipped (a replay)."""
+    def apply(self, records: list[tuple[int, Any]], next_offset: int | None = None) -> None:
+        """Apply (log offset, record) pairs in one transaction and store, with them, the offset
+        after the last one (or `next_offset` when given: the log's records below it are all
+        applied, some were not diskless records). Records below the applied offset are skipped
+        (a replay)."""
         start = self.applied_offset()
         todo = [(o, r) for o, r in records if o >= start]
-        if not todo:
+        end = todo[-1][0] + 1 if todo else start
+        if next_offset is not None:
+            end = max(end, next_offset)
+        if end <= start:
             return
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
             for offset, record in todo:
                 self._apply_one(offset, record)
-            db.execute("INSERT OR REPLACE INTO meta VALUES ('applied_offset', ?)", (todo[-1][0] + 1,))
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('applied_offset', ?)", (end,))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")

@@ -13,6 +13,7 @@ sequence, else OUT_OF_ORDER_SEQUENCE_NUMBER; an unknown producer is accepted at 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -92,12 +93,14 @@ class CoordinatorView:
                 del self.partitions[key]
 
     # ------------------------------------------------------------------ operations
-    def create_partitions(self, topics: list[Any]) -> list[DisklessPartitionCreatedRecord]:
-        """Records for the partitions of `topics` (TopicId, Name, NumPartitions) not yet known."""
+    def create_partitions(self, topics: list[Any],
+                          owns: Callable[[UUID, int], bool] = lambda tid, i: True) -> list[DisklessPartitionCreatedRecord]:
+        """Records for the partitions of `topics` (TopicId, Name, NumPartitions) that this
+        coordinator `owns` and does not know yet."""
         records = []
         for t in topics:
             for i in range(t.num_partitions):
-                if (t.topic_id, i) not in self.partitions:
+                if (t.topic_id, i) not in self.partitions and owns(t.topic_id, i):
                     records.append(DisklessPartitionCreatedRecord(topic_id=t.topic_id, name=t.name, partition_index=i))
         for r in records:
             self.apply(r)
