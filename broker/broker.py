@@ -67,6 +67,9 @@ class Broker:
         self.group_coordinator = GroupCoordinator(self)
         self.transaction_coordinator = TransactionCoordinator(self)
         self.diskless_coordinator = DisklessCoordinator(self)
+        from broker.diskless.partition import DisklessService
+
+        self.diskless = DisklessService(self)  # diskless partitions: served by every broker
         self.metadata.publishers.append(self.replicas.on_metadata)
         await self.lifecycle.register(self.cluster_id, [d.directory_id for d in dirs])
         self.metadata.start()
@@ -118,6 +121,7 @@ class Broker:
              if self.replicas is not None and self.replicas.chunk_fetcher else None),
             ("chunk_reads", self.chunk_reads.close() if getattr(self, "chunk_reads", None) is not None else None),
             ("isr", self.isr.stop() if self.isr is not None else None),
+            ("diskless", self.diskless.close() if getattr(self, "diskless", None) is not None else None),
             ("lifecycle", self.lifecycle.stop()),
             ("metadata_loader", self.metadata.stop()),
         ]

@@ -112,8 +112,13 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
         ps.load_task = self._spawn(self._load(ps, p))
 
     async def _create_topic(self) -> None:
+        # The controller maps partitions before the topic exists (with its own setting of
+        # diskless.metadata.topic.num.partitions): enough partitions for every mapping made.
+        image = self.broker.metadata.image
+        mapped = [info.diskless_coordinator for t in image.topics.values() for info in t.partitions.values()]
+        partitions = max([self._default_partitions, *(i + 1 for i in mapped)])
         await create_internal_topic(
-            self.broker, self.topic, self._default_partitions, self.replication_factor,
+            self.broker, self.topic, partitions, self.replication_factor,
             {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}, min_isr=self.min_isr)
 
     def coordinator_of(self, topic_id: UUID, partition: int) -> int:
