@@ -26,7 +26,8 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 # kcat (Debian's package, on librdkafka) is one of the clients the tests drive; Spark (the
-# connector's tests and example) needs a Java 17+ runtime.
+# connector's tests and example) needs a Java 17+ runtime; the log dir fault tests make ext4 on a
+# loop device (e2fsprogs, util-linux's losetup).
 system-deps:
 	@command -v kcat >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -36,6 +37,10 @@ system-deps:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; \
 	  else echo "java missing: install a Java 17+ runtime (the Spark tests will fail loudly)"; fi; }
+	@command -v mkfs.ext4 >/dev/null 2>&1 && command -v losetup >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq e2fsprogs mount >/dev/null; \
+	  else echo "mkfs.ext4/losetup missing: the log dir fault tests (ext4 on a loop device) will skip"; fi; }
 
 test: $(STAMP) system-deps
 	$(PY) -m protocol.codegen --check

@@ -11,28 +11,47 @@ import uvloop
 
 from broker.broker import Broker
 from broker.config import BrokerConfig
+from broker.lifecycle import BrokerIdTaken
+from broker.storage import file_cache
 from node import logging as node_logging
 from node.config import ConfigError, NodeConfig
 from node.shutdown import finish_tasks
 
 
-async def run(config: BrokerConfig) -> None:
+async def run(config: BrokerConfig) -> int:
     broker = Broker(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    lost = broker.lifecycle.lost_event
     starting = asyncio.create_task(broker.start())
     stopper = asyncio.create_task(stop.wait())
-    await asyncio.wait({starting, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    halted = asyncio.create_task(broker.halt.wait())
+    await asyncio.wait({starting, stopper, halted}, return_when=asyncio.FIRST_COMPLETED)
+    if starting.done() and isinstance(starting.exception(), BrokerIdTaken):
+        await broker.shutdown(controlled=False)
+        await finish_tasks()
+        for t in (stopper, halted):
+            t.cancel()
+        raise starting.exception()  # type: ignore[misc]
     if starting.done() and starting.exception() is not None:
         raise starting.exception()  # type: ignore[misc]
-    if not stop.is_set():
-        await stop.wait()
+    if not stop.is_set() and not broker.halt.is_set():
+        loser = asyncio.create_task(lost.wait())
+        await asyncio.wait({stopper, halted, loser}, return_when=asyncio.FIRST_COMPLETED)
+        loser.cancel()
     if not starting.done():
         starting.cancel()
-    await broker.shutdown(controlled=starting.done())
+    # a broker whose id was taken over leads nothing and must not ask for a controlled shutdown;
+    # with every log dir offline there is nothing left to serve, no leadership to hand over in order
+    await broker.shutdown(controlled=starting.done() and not lost.is_set() and not broker.halt.is_set())
     await finish_tasks()
+    for t in (stopper, halted):
+        t.cancel()
+    if broker.lifecycle.lost is not None:
+        raise broker.lifecycle.lost
+    return 1 if broker.halt.is_set() else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,8 +65,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"broker: config error: {e}", file=sys.stderr)
         return 2
     node_logging.configure(cfg.props.get("log.level", "INFO"), node_id=config.node_id, role="broker")
-    uvloop.run(run(config))
-    return 0
+    try:
+        # soft RLIMIT_NOFILE raised to the hard limit, then the storage descriptor budget sized
+        file_cache.configure(cfg.props.get("log.open.files.max"))
+    except ValueError:
+        print(f"broker: config error: log.open.files.max: not an integer: {cfg.props['log.open.files.max']!r}",
+              file=sys.stderr)
+        return 2
+    try:
+        return uvloop.run(run(config))
+    except BrokerIdTaken as e:
+        print(f"broker: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -15,14 +15,18 @@ from broker.fetch_sessions import FetchSessionCache
 from broker.lifecycle import BrokerLifecycle
 from broker.metadata_loader import MetadataLoader
 from broker.producer_ids import ProducerIdManager
+from broker.quotas.manager import ClientQuotas
 from broker.replication.chunk_fetcher import ChunkFetcher
 from broker.replication.chunk_reads import ChunkReads
+from broker.replication.dir_assigner import DirAssigner
 from broker.replication.fetcher import ReplicaFetcherManager
 from broker.replication.isr import IsrManager
 from broker.replication.replica_manager import ReplicaManager
 from broker.replication.throttle import Throttle
-from broker.server import RequestDispatcher
+from broker.server import RequestDispatcher, is_control_plane
+from broker.storage.errors import StorageError
 from broker.storage.log_dir import LogDir
+from node.loop_lag import LoopLagGauge
 from node.server import FramedServer
 from protocol.generated.describe_cluster import DescribeClusterRequest
 
@@ -38,22 +42,38 @@ class Broker:
         # admin requests from queueing behind it (responses on a connection come in order).
         self.metadata_channel = ControllerChannel(host, port, config.node_id)
         self.metadata = MetadataLoader(self.metadata_channel, config.node_id)
-        self.lifecycle = BrokerLifecycle(config, self.channel, self.metadata)
+        self.log_dirs = [LogDir(p) for p in config.log_dirs]
+        self.lifecycle = BrokerLifecycle(config, self.channel, self.metadata, self.log_dirs)
+        # set when every log dir is offline: the process stops (as Kafka's broker halts)
+        self.halt = asyncio.Event()
         self.fetch_sessions = FetchSessionCache(config.fetch_session_cache_slots)
         self.cluster_id: str | None = None
         self.replicas: ReplicaManager | None = None  # type: ignore[assignment]
         self.server: FramedServer | None = None
         self.isr: IsrManager | None = None
         self.port = 0
+        self.loop_lag = LoopLagGauge(config.loop_lag_log_interval_ms / 1000)
         self._tasks: set[asyncio.Task] = set()
         self.producer_ids = ProducerIdManager.for_broker(self)
+        # client quotas from the image's ClientQuotaRecords, enforced by the request dispatcher
+        self.quotas = ClientQuotas(lambda: self.metadata.image.client_quotas, config.quota_windows)
 
     async def start(self) -> None:
         self.cluster_id = await self._discover_cluster_id()
-        dirs = [LogDir(p) for p in self.config.log_dirs]
+        dirs = self.log_dirs
         for d in dirs:
-            d.format_or_check(self.config.node_id, self.cluster_id)
-        self.replicas = ReplicaManager(self.config, dirs)
+            try:
+                d.format_or_check(self.config.node_id, self.cluster_id)
+            except StorageError as exc:
+                if d.online:
+                    raise  # not a disk failure: a dir of another node or cluster
+                log.error("log_dir_unusable", path=str(d.path), error=str(exc))
+        loop = asyncio.get_running_loop()
+        for d in dirs:
+            d.offline_listeners.append(lambda _d: loop.call_soon_threadsafe(self._check_dirs))
+        self._check_dirs()
+        self.dir_assigner = DirAssigner(self.channel, self.config.node_id, lambda: self.lifecycle.broker_epoch)
+        self.replicas = ReplicaManager(self.config, dirs, self.dir_assigner)
         throttle = Throttle(self)  # one rate for all of this broker's throttled replicas
         self.replicas.fetchers = ReplicaFetcherManager(self, throttle)
         self.replicas.chunk_fetcher = ChunkFetcher(self, throttle)
@@ -71,18 +91,31 @@ class Broker:
 
         self.diskless = DisklessService(self)  # diskless partitions: served by every broker
         self.metadata.publishers.append(self.replicas.on_metadata)
-        await self.lifecycle.register(self.cluster_id, [d.directory_id for d in dirs])
+        self.metadata.publishers.append(self.group_coordinator.on_metadata)
+        await self.lifecycle.register(self.cluster_id, [d.directory_id for d in dirs if d.online])
+        self.dir_assigner.start()
         self.metadata.start()
         await self.metadata.caught_up.wait()
         self.replicas.delete_strays(self.metadata.image)
         self.replicas.start_background()
         self.isr.start()
+        self.loop_lag.start()
         self.lifecycle.start_heartbeats()
         await self.lifecycle.unfenced.wait()
-        self.server = FramedServer(RequestDispatcher(self), max_frame=self.config.socket_request_max_bytes)
+        self.server = FramedServer(
+            RequestDispatcher(self),
+            max_frame=self.config.socket_request_max_bytes,
+            limits=self.config.connection_limits,
+            classify=is_control_plane,
+        )
         self.port = await self.server.start(self.config.listener.host, self.config.listener.port)
         log.info("broker_started", listener=str(self.config.listener), port=self.port, cluster_id=self.cluster_id,
                  metadata_offset=self.metadata.image.offset)
+
+    def _check_dirs(self) -> None:
+        if not any(d.online for d in self.log_dirs) and not self.halt.is_set():
+            log.error("all_log_dirs_offline", dirs=[f"{d.path}: {d.offline_reason}" for d in self.log_dirs])
+            self.halt.set()
 
     async def _discover_cluster_id(self) -> str:
         """Ask the controller which cluster this is (retrying until it is up)."""
@@ -122,7 +155,9 @@ class Broker:
             ("chunk_reads", self.chunk_reads.close() if getattr(self, "chunk_reads", None) is not None else None),
             ("isr", self.isr.stop() if self.isr is not None else None),
             ("diskless", self.diskless.close() if getattr(self, "diskless", None) is not None else None),
+            ("dir_assigner", self.dir_assigner.stop() if getattr(self, "dir_assigner", None) is not None else None),
             ("lifecycle", self.lifecycle.stop()),
+            ("loop_lag", self.loop_lag.stop()),
             ("metadata_loader", self.metadata.stop()),
         ]
         for name, coro in steps:

@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from broker.quotas.manager import QuotaWindows
 from node.config import ConfigError, Endpoint, NodeConfig
+from node.server import ConnectionLimits
+
+# queued.max.request.bytes: Kafka's default is unbounded (-1); ours holds partial and queued
+# requests to 500 MiB (five requests of socket.request.max.bytes).
+QUEUED_MAX_REQUEST_BYTES = 500 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -21,11 +27,15 @@ class BrokerConfig:
     auto_create_topics: bool
     socket_request_max_bytes: int
     heartbeat_interval_ms: int
+    session_timeout_ms: int  # the controller's; how long a refused registration keeps retrying
+    quota_windows: QuotaWindows
     retention_check_interval_ms: int
     replica_lag_time_max_ms: int
     replica_fetch_wait_max_ms: int
     replica_fetch_max_bytes: int
     fetch_session_cache_slots: int
+    connection_limits: ConnectionLimits
+    loop_lag_log_interval_ms: int
     props: dict[str, str]
 
     @classmethod
@@ -60,11 +70,15 @@ class BrokerConfig:
             auto_create_topics=cfg.bool("auto.create.topics.enable", True),
             socket_request_max_bytes=cfg.int("socket.request.max.bytes", 104857600),
             heartbeat_interval_ms=cfg.int("broker.heartbeat.interval.ms", 2000),
+            session_timeout_ms=cfg.int("broker.session.timeout.ms", 9000),
+            quota_windows=QuotaWindows.from_config(cfg),
             retention_check_interval_ms=cfg.int("log.retention.check.interval.ms", 300000),
             replica_lag_time_max_ms=cfg.int("replica.lag.time.max.ms", 30000),
             replica_fetch_wait_max_ms=cfg.int("replica.fetch.wait.max.ms", 500),
             replica_fetch_max_bytes=cfg.int("replica.fetch.max.bytes", 1048576),
             fetch_session_cache_slots=cfg.int("max.incremental.fetch.session.cache.slots", 1000),
+            connection_limits=ConnectionLimits.from_config(cfg, queued_max_request_bytes=QUEUED_MAX_REQUEST_BYTES),
+            loop_lag_log_interval_ms=cfg.int("loop.lag.log.interval.ms", 30000),
             props=dict(cfg.props),
         )
 

@@ -1,9 +1,16 @@
 """The broker's standing with the controller: registration, heartbeats, fencing, controlled
-shutdown. As in KRaft, a broker registers fenced and is unfenced once its metadata has caught up."""
+shutdown. As in KRaft, a broker registers fenced and is unfenced once its metadata has caught up.
+
+A registration refused with DUPLICATE_BROKER_REGISTRATION (another process holds this node.id and
+its session is alive) is retried for two session timeouts, so a broker restarted right after a
+crash takes over once its old session runs out; past that this process gives up loudly. A
+heartbeat told STALE_BROKER_EPOCH re-registers (same incarnation); if that is refused, the id now
+belongs to another live process and this one shuts down."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import structlog
@@ -11,6 +18,7 @@ import structlog
 from broker.config import BrokerConfig
 from broker.controller_channel import ControllerChannel
 from broker.metadata_loader import MetadataLoader
+from broker.storage.log_dir import LogDir
 from node.client import ClientError
 from node.shutdown import stop_task
 from protocol.generated.broker_heartbeat import BrokerHeartbeatRequest
@@ -18,13 +26,21 @@ from protocol.generated.broker_registration import BrokerRegistrationRequest
 
 log = structlog.get_logger(__name__)
 STALE_BROKER_EPOCH = 77
+DUPLICATE_BROKER_REGISTRATION = 101
+
+
+class BrokerIdTaken(Exception):
+    """Another live broker process holds this node.id: this one must stop."""
 
 
 class BrokerLifecycle:
-    def __init__(self, config: BrokerConfig, channel: ControllerChannel, loader: MetadataLoader) -> None:
+    def __init__(
+        self, config: BrokerConfig, channel: ControllerChannel, loader: MetadataLoader, log_dirs: list[LogDir]
+    ) -> None:
         self.config = config
         self.channel = channel
         self.loader = loader
+        self.log_dirs = log_dirs
         self.incarnation_id = uuid.uuid4()
         self.broker_epoch = -1
         self.fenced = True
@@ -34,8 +50,14 @@ class BrokerLifecycle:
         self._wake = asyncio.Event()  # send the next heartbeat now (a controlled shutdown began)
         self._task: asyncio.Task | None = None
         self._stopping = False
+        self._cluster_id = ""
+        self._log_dir_ids: list[uuid.UUID] = []
+        self.lost: BrokerIdTaken | None = None  # set (with `lost_event`) when the id was taken over
+        self.lost_event = asyncio.Event()
 
     async def register(self, cluster_id: str, log_dir_ids: list[uuid.UUID]) -> None:
+        """Register; raises BrokerIdTaken when another live process keeps this node.id."""
+        self._cluster_id, self._log_dir_ids = cluster_id, list(log_dir_ids)
         R = BrokerRegistrationRequest
         ep = self.config.advertised
         req = R(
@@ -45,20 +67,35 @@ class BrokerLifecycle:
             listeners=[R.Listener(name=ep.listener, host=ep.host, port=ep.port, security_protocol=0)],
             features=[R.Feature(name="metadata.version", min_supported_version=1, max_supported_version=25)],
             rack=self.config.rack,
-            log_dirs=log_dir_ids,
+            log_dirs=list(log_dir_ids),
             previous_broker_epoch=self.broker_epoch,
         )
+        give_up = time.monotonic() + 2 * self.config.session_timeout_ms / 1000
         while True:
             resp = await self.channel.request(req)
             if resp.error_code == 0:
                 self.broker_epoch = resp.broker_epoch
                 log.info("broker_registered", broker_epoch=self.broker_epoch)
                 return
+            if resp.error_code == DUPLICATE_BROKER_REGISTRATION and time.monotonic() >= give_up:
+                raise BrokerIdTaken(
+                    f"node.id {self.config.node_id} is in use by another live broker "
+                    f"(the controller answered DUPLICATE_BROKER_REGISTRATION for "
+                    f"{2 * self.config.session_timeout_ms} ms); stopping"
+                )
             log.warning("broker_registration_failed", error_code=resp.error_code)
             await asyncio.sleep(1)
 
     def start_heartbeats(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._heartbeat_loop())
+        loop = asyncio.get_running_loop()
+        for d in self.log_dirs:
+            # a failed dir is reported at once, not a heartbeat interval later
+            d.offline_listeners.append(lambda _d: loop.call_soon_threadsafe(self._wake.set))
+        self._task = loop.create_task(self._heartbeat_loop())
+
+    def offline_dir_ids(self) -> list[uuid.UUID]:
+        """Ids of this broker's offline dirs (those whose meta.properties could be read)."""
+        return [d.known_id for d in self.log_dirs if not d.online and d.known_id is not None]
 
     async def _heartbeat_loop(self) -> None:
         interval = self.config.heartbeat_interval_ms / 1000
@@ -69,6 +106,7 @@ class BrokerLifecycle:
                 current_metadata_offset=self.loader.image.offset,
                 want_fence=False,
                 want_shut_down=self.want_shutdown,
+                offline_log_dirs=self.offline_dir_ids(),
             )
             try:
                 resp = await self.channel.request(req, timeout=10)
@@ -78,6 +116,8 @@ class BrokerLifecycle:
                 continue
             if resp.error_code == STALE_BROKER_EPOCH:
                 log.warning("heartbeat_stale_epoch", broker_epoch=self.broker_epoch)
+                if not await self._register_again():
+                    return
             elif resp.error_code:
                 log.warning("heartbeat_error", error_code=resp.error_code)
             else:
@@ -91,6 +131,18 @@ class BrokerLifecycle:
                     return
             # heartbeat sooner while waiting to be unfenced or for shutdown, as KRaft brokers do
             await self._pause(interval if not (self.fenced or self.want_shutdown) else min(interval, 0.2))
+
+    async def _register_again(self) -> bool:
+        """After STALE_BROKER_EPOCH: register again; False when the id is taken (we must stop)."""
+        try:
+            await self.register(self._cluster_id, self._log_dir_ids)
+        except BrokerIdTaken as e:
+            log.error("broker_id_taken", error=str(e))
+            self.lost = e
+            self.lost_event.set()
+            return False
+        self.fenced = True
+        return True
 
     async def _pause(self, seconds: float) -> None:
         try:

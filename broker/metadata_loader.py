@@ -151,6 +151,10 @@ class MetadataLoader:
             # a snapshot replaced the image: whatever it lacks is gone
             kept = {tid for tid, _ in delta.changed_partitions}
             delta.deleted_topics.update({tid: t for tid, t in replaces.topics.items() if tid not in kept})
+            delta.deleted_partitions.update({
+                (tid, idx): (t.name, p) for tid, t in replaces.topics.items() if tid in kept
+                for idx, p in t.partitions.items() if (tid, idx) not in delta.changed_partitions
+            })
         if delta.offset != self.image.offset or next_offset > self.image.offset + 1 or replaces is not None:
             delta.offset = max(delta.offset, next_offset - 1)
             self._publish(delta)

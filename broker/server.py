@@ -7,11 +7,15 @@ a client bug and closes that connection, logged once. Malformed bytes do the sam
 
 from __future__ import annotations
 
+import asyncio
+import struct
+import weakref
 from typing import TYPE_CHECKING
 
 import structlog
 
 from broker.apis import HANDLERS, RequestContext, load_all
+from broker.quotas.step_timer import StepTimer
 from protocol.errors import ProtocolError
 from protocol.generated import REQUESTS, RequestHeader
 from protocol.generated.api_versions import ApiVersionsResponse
@@ -31,6 +35,38 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 API_VERSIONS = 18
 UNSUPPORTED_VERSION = 35
+PRODUCE, FETCH = 0, 1
+# Served ahead of client data traffic (Kafka gives such traffic its own listener and queue,
+# KIP-291): group and transaction coordinator requests, whose lateness costs a rebalance or an
+# abort (OffsetCommit, FindCoordinator, JoinGroup, Heartbeat, LeaveGroup, SyncGroup,
+# InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, WriteTxnMarkers, TxnOffsetCommit),
+# a follower's OffsetForLeaderEpoch and chunk assignment changes; follower Fetches are found by
+# their replica id.
+CONTROL_PLANE_KEYS = frozenset({8, 10, 11, 12, 13, 14, 22, 23, 24, 25, 26, 27, 28, 1077})
+_REPLICA_ID = struct.Struct(">i")
+
+
+def is_control_plane(frame: bytes) -> bool:
+    """Whether a request frame is control-plane traffic (see CONTROL_PLANE_KEYS). Never raises:
+    a malformed frame is client traffic, and its handler reports it."""
+    try:
+        api_key, api_version, _ = peek_header(frame)
+        if api_key in CONTROL_PLANE_KEYS:
+            return True
+        if api_key != FETCH or not 4 <= api_version <= REQUESTS[FETCH].MAX_VERSION:
+            return False
+        if api_version >= 15:  # the replica id moved into a tagged field: decode the whole request
+            body = decode_client_request(frame).body
+            return body.replica_state is not None and body.replica_state.replica_id >= 0
+        mv = memoryview(frame)
+        _, pos = RequestHeader.decode_from(mv, 0, request_header_version(FETCH, api_version))
+        return _REPLICA_ID.unpack_from(mv, pos)[0] >= 0
+    except (ProtocolError, UnsupportedRequest, struct.error):
+        return False
+
+
+# ApiVersions, WriteTxnMarkers, and Strata's broker-to-broker chunk APIs
+BROKER_APIS = frozenset({API_VERSIONS, 27, 1076, 1077})
 
 
 def advertised_versions() -> list[ApiVersionsResponse.ApiVersion]:
@@ -54,9 +90,30 @@ def decode_client_request(frame: bytes) -> Request:
     return Request(header, body)
 
 
+def is_from_broker(req: Request) -> bool:
+    """Requests between brokers are never throttled (Kafka exempts cluster actions), nor
+    ApiVersions (a client must be able to learn what it may send)."""
+    if req.api_key in BROKER_APIS:
+        return True
+    if req.api_key == FETCH:
+        body = req.body
+        rs = getattr(body, "replica_state", None)
+        replica_id = rs.replica_id if req.api_version >= 15 and rs is not None else body.replica_id
+        return replica_id >= 0
+    return False
+
+
+def _open(gate: asyncio.Future) -> None:
+    if not gate.done():
+        gate.set_result(None)
+
+
 class RequestDispatcher:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        # connections over a quota -> what their next requests wait for
+        self._throttled: weakref.WeakKeyDictionary[Connection, tuple[asyncio.Future, float]] = (
+            weakref.WeakKeyDictionary())
         load_all()
 
     async def __call__(self, frame: bytes, conn: Connection) -> list | None:
@@ -76,8 +133,55 @@ class RequestDispatcher:
                 body = ApiVersionsResponse(error_code=UNSUPPORTED_VERSION, api_keys=advertised_versions())
                 return encode_response(API_VERSIONS, 0, e.correlation_id, body)
             raise ProtocolError(str(e), error_code=UNSUPPORTED_VERSION) from None
+        held = self._throttled.get(conn)
+        while held is not None and not held[0].done():
+            # Kafka reads one request per connection at a time, so a muted connection holds back
+            # the requests after the throttled one; ours were read already and wait here, in order.
+            await asyncio.shield(held[0])
+            held = self._throttled.get(conn)
         ctx = RequestContext(self.broker, req.api_key, req.api_version, req.correlation_id, req.header.client_id, conn)
-        resp = await entry.handler(ctx, req.body)
-        if resp is None:
-            return None
-        return encode_response(req.api_key, req.api_version, req.correlation_id, resp)
+        quotas = self.broker.quotas
+        exempt = is_from_broker(req)
+        client_id = req.header.client_id or ""
+        throttle = 0.0
+        if req.api_key == PRODUCE and not exempt:
+            # as Kafka, the whole request's size counts; recorded before the handler runs so the
+            # requests read behind this one wait (they would otherwise all pass at once)
+            throttle = self._throttle_for(conn, quotas.record_produce(client_id, len(frame)))
+        timer = None
+        if not exempt and quotas.any_request_quota():
+            timer = StepTimer(entry.handler(ctx, req.body))
+            resp = await timer
+        else:
+            resp = await entry.handler(ctx, req.body)
+        parts = None if resp is None else encode_response(req.api_key, req.api_version, req.correlation_id, resp)
+        if not exempt:
+            after = 0.0
+            if req.api_key == FETCH and parts is not None:
+                after = quotas.record_fetch(client_id, sum(len(p) for p in parts))
+            if timer is not None:
+                after = max(after, quotas.record_request_time(client_id, timer.seconds))
+            throttle = max(throttle, self._throttle_for(conn, after))
+        if throttle > 0 and resp is not None and hasattr(resp, "throttle_time_ms"):
+            resp.throttle_time_ms = max(resp.throttle_time_ms, int(throttle * 1000))
+            parts = encode_response(req.api_key, req.api_version, req.correlation_id, resp)
+        return parts
+
+    def _throttle_for(self, conn: Connection, seconds: float) -> float:
+        """KIP-219: the answer goes out now, saying how long to wait; the connection is muted for
+        that long, so a client that does not wait is held back anyway."""
+        if seconds > 0:
+            conn.mute_for(seconds)
+            self._hold(conn, seconds)
+        return seconds
+
+    def _hold(self, conn: Connection, seconds: float) -> None:
+        """Requests of `conn` already read wait `seconds` before they are handled."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + seconds
+        held = self._throttled.get(conn)
+        if held is not None and not held[0].done() and held[1] >= until:
+            return
+        gate = loop.create_future()  # an earlier gate still opens on time; its waiters then wait here
+        self._throttled[conn] = (gate, until)
+        loop.call_later(seconds, _open, gate)

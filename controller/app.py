@@ -11,6 +11,7 @@ import structlog
 from controller.apis import Apis
 from controller.config import ControllerConfig
 from controller.controller import Controller, FatalError
+from controller.partition_counts import PartitionDeleter
 from controller.server import ControllerServer
 
 log = structlog.get_logger(__name__)
@@ -74,7 +75,11 @@ async def run(config: ControllerConfig) -> int:
         raise OSError(f"cannot listen on {where}: {e.strerror or e}") from None
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    background = [loop.create_task(_fencing_loop(apis))]
+    deleter = PartitionDeleter(controller)
+    background = [
+        loop.create_task(_fencing_loop(apis)),
+        loop.create_task(deleter.run(config.partition_deletion_check_interval_ms / 1000)),
+    ]
     if config.auto_leader_rebalance:
         background.append(loop.create_task(_rebalance_loop(apis)))
     log.info("controller_started", listeners=",".join(bound), **report)

@@ -1,7 +1,8 @@
 """Broker lifecycle: registration, heartbeats, fencing, controlled shutdown.
 
 A broker registers (fenced; its epoch is the offset of its RegisterBrokerRecord), heartbeats,
-and is unfenced once its metadata has caught up to its own registration. A broker that stops
+and is unfenced once its metadata has caught up to its own registration. A new incarnation under an
+id whose broker is unfenced with a live session is refused (DUPLICATE_BROKER_REGISTRATION). A broker that stops
 heartbeating for broker.session.timeout.ms is fenced. Fencing, a new incarnation replacing an old
 one, and controlled shutdown all take the broker out of ISRs and leaderships (replication.py).
 
@@ -18,6 +19,7 @@ from uuid import UUID
 import structlog
 
 from controller.controller import Batch, Controller
+from controller.dir_assignment import all_offline, offline_dir_changes
 from controller.errors import ApiError, Errors
 from controller.replication import elect_leaderless, leaderships, remove_broker, usable_ids
 from metadata.image import BrokerInfo, MetadataImage
@@ -47,6 +49,7 @@ class Heartbeat:
     current_metadata_offset: int
     want_fence: bool
     want_shut_down: bool
+    offline_log_dirs: tuple[UUID, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,15 @@ class ClusterControl:
             cur = image.brokers.get(reg.broker_id)
             if cur is not None and cur.incarnation_id == reg.incarnation_id:
                 return cur.epoch, "retry"  # the same process asking again: same answer
+            if cur is not None and self.has_live_session(cur):
+                # As Kafka: an id whose broker is unfenced and heartbeating cannot be taken over (a
+                # stray request or a second process with the same node.id would evict the real one
+                # from every ISR). A crashed broker's restart waits until its old session ran out.
+                raise ApiError(
+                    Errors.DUPLICATE_BROKER_REGISTRATION,
+                    f"Another broker is registered with id {reg.broker_id} and its session is alive "
+                    f"(epoch {cur.epoch}, incarnation {cur.incarnation_id}).",
+                )
             if cur is not None:
                 # A new process under an old id: it may have lost unflushed data, so the old
                 # incarnation leaves every ISR and leadership before the new one is recorded.
@@ -105,6 +117,10 @@ class ClusterControl:
         log.info("broker_registered", broker=reg.broker_id, epoch=epoch, how=how, rack=reg.rack)
         return epoch
 
+    def has_live_session(self, b: BrokerInfo) -> bool:
+        """Kafka's hasValidSession: unfenced and heard from within broker.session.timeout.ms."""
+        return not b.fenced and not self.ctl.sessions.expired([b.id])
+
     # ---- heartbeat
     async def heartbeat(self, hb: Heartbeat) -> HeartbeatReply:
         def build(image: MetadataImage, batch: Batch) -> HeartbeatReply:
@@ -118,6 +134,11 @@ class ClusterControl:
                 )
             self.ctl.sessions.touch(hb.broker_id)
             caught_up = hb.current_metadata_offset >= b.epoch
+            if hb.offline_log_dirs and not b.fenced:
+                if all_offline(image, b.id, hb.offline_log_dirs):
+                    self._fence(image, batch, b, "all_log_dirs_offline")
+                    return HeartbeatReply(caught_up, True, False)
+                batch.extend(offline_dir_changes(image, b.id, b.epoch, hb.offline_log_dirs, self.ctl.unclean_for(image)))
             if hb.want_shut_down:
                 return self._shutdown_step(image, batch, b, hb, caught_up)
             if b.fenced:

@@ -28,6 +28,7 @@ class ControllerConfig:
     snapshot_max_bytes: int = 20 * 1024 * 1024
     auto_leader_rebalance: bool = True  # auto.leader.rebalance.enable
     leader_imbalance_check_interval_s: int = 300  # leader.imbalance.check.interval.seconds
+    partition_deletion_check_interval_ms: int = 30000  # partition.deletion.check.interval.ms (KIP-253)
     max_request_bytes: int = DEFAULT_MAX_FRAME
     static: dict[str, str] = field(default_factory=dict)  # every property, for topic config defaults
     metadata_log_dir: Path | None = None  # Kafka's metadata.log.dir; default: the first log dir
@@ -79,6 +80,7 @@ class ControllerConfig:
             snapshot_max_bytes=cfg.int("metadata.log.max.record.bytes.between.snapshots", 20 * 1024 * 1024),
             auto_leader_rebalance=cfg.bool("auto.leader.rebalance.enable", True),
             leader_imbalance_check_interval_s=cfg.int("leader.imbalance.check.interval.seconds", 300),
+            partition_deletion_check_interval_ms=cfg.int("partition.deletion.check.interval.ms", 30000),
             max_request_bytes=cfg.int("socket.request.max.bytes", DEFAULT_MAX_FRAME),
             static=dict(cfg.props),
             metadata_log_dir=Path(cfg.props["metadata.log.dir"]) if cfg.props.get("metadata.log.dir") else None,
@@ -91,6 +93,7 @@ class ControllerConfig:
             ("metadata.log.max.record.bytes.between.snapshots", out.snapshot_max_bytes, 1, 2**63 - 1),
             ("leader.imbalance.check.interval.seconds", out.leader_imbalance_check_interval_s, 1, 2**31 - 1),
             ("socket.request.max.bytes", out.max_request_bytes, 1, 2**31 - 1),
+            ("partition.deletion.check.interval.ms", out.partition_deletion_check_interval_ms, 1, 2**31 - 1),
         ]:
             if not lo <= value <= hi:
                 raise ConfigError(f"{key}: {value} is out of range ({lo} to {hi})")

@@ -50,6 +50,24 @@ def default_directory(image: MetadataImage, broker_id: int) -> UUID:
     return b.log_dirs[0] if b is not None and len(b.log_dirs) == 1 else ZERO_UUID
 
 
+def dir_online(image: MetadataImage, broker_id: int, dir_id: UUID) -> bool:
+    """Kafka's rule (KIP-858): a replica whose dir is unassigned (zero) counts as online; one
+    assigned to a dir its broker does not list as online (reported offline, missing after a
+    restart) does not, and may not lead."""
+    if dir_id == ZERO_UUID:
+        return True
+    b = image.brokers.get(broker_id)
+    return b is None or not b.log_dirs or dir_id in b.log_dirs
+
+
+def directory_of(p: PartitionInfo, broker_id: int) -> UUID:
+    """The log dir the metadata gives `broker_id`'s replica of `p` (zero: unassigned)."""
+    for r, d in zip(p.replicas, p.directories, strict=False):
+        if r == broker_id:
+            return d
+    return ZERO_UUID
+
+
 def is_reassigning(p: PartitionInfo) -> bool:
     return bool(p.adding_replicas or p.removing_replicas)
 
@@ -108,6 +126,8 @@ def build_change(
     t_replicas = list(p.replicas if replicas is None else replicas)
     t_removing = list(p.removing_replicas if removing is None else removing)
     t_adding = list(p.adding_replicas if adding is None else adding)
+    # a replica in an offline log dir may not lead
+    usable = {r for r in usable if dir_online(image, r, directory_of(p, r))}
 
     done = completed_reassignment(t_replicas, t_isr, t_removing, t_adding)
     if done is not None:

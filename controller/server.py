@@ -11,11 +11,12 @@ import structlog
 
 from controller.apis import Apis, handlers
 from controller.apis.api_versions import unsupported_version_response
-from node.server import Connection, FramedServer
+from node.server import Connection, ConnectionLimits, FramedServer
 from protocol.generated import REQUESTS
 from protocol.headers import API_VERSIONS_KEY, UnsupportedRequest, decode_request, encode_response
 
 log = structlog.get_logger(__name__)
+CONTROLLER_PIPELINE = 100
 
 
 class ControllerServer:
@@ -50,7 +51,11 @@ class ControllerServer:
 
     async def start(self, host: str, port: int) -> int:
         """Listen on one more address; returns the bound port."""
-        framed = FramedServer(self.handle, max_frame=self.max_request_bytes)
+        # Brokers multiplex heartbeats, AlterPartition and forwarded admin requests on one
+        # connection: a heartbeat must not wait behind a slow forwarded request, so the controller
+        # keeps a deep pipeline per connection (its peers are few and trusted).
+        framed = FramedServer(self.handle, max_frame=self.max_request_bytes,
+                              limits=ConnectionLimits(max_in_flight=CONTROLLER_PIPELINE, idle_ms=None))
         port = await framed.start(host, port)
         self.listeners.append(framed)
         return port

@@ -21,12 +21,14 @@ from metadata.image import MetadataImage
 from metadata.records import decode_record, encode_record
 from protocol.errors import ProtocolError
 from protocol.generated.metadata_records.chunk_record import ChunkRecord
+from protocol.generated.metadata_records.client_quota_record import ClientQuotaRecord
 from protocol.generated.metadata_records.config_record import ConfigRecord
 from protocol.generated.metadata_records.feature_level_record import FeatureLevelRecord
 from protocol.generated.metadata_records.partition_record import PartitionRecord
 from protocol.generated.metadata_records.producer_ids_record import ProducerIdsRecord
 from protocol.generated.metadata_records.register_broker_record import RegisterBrokerRecord
 from protocol.generated.metadata_records.topic_record import TopicRecord
+from protocol.generated.metadata_records.undeleted_partition_count_record import UndeletedPartitionCountRecord
 from protocol.records import Record, decode_batches, encode_batch, iter_batches
 
 SUFFIX = ".checkpoint"
@@ -83,7 +85,15 @@ def image_records(image: MetadataImage) -> Iterator[Any]:
                 start_offset=p.start_offset if p.start_offset > 0 else -1,
                 start_timestamp=p.start_timestamp,
                 diskless_coordinator=p.diskless_coordinator,
+                leader_epoch_after_creation=[
+                    PartitionRecord.PartitionEpochAfterCreation(i, e) for i, e in p.epochs_after_creation
+                ],
+                leader_epoch_before_deletion=[
+                    PartitionRecord.PartitionEpochBeforeDeletion(i, e) for i, e in p.epochs_before_deletion
+                ],
             )
+        if t.undeleted_count >= 0:
+            yield UndeletedPartitionCountRecord(topic_id=t.id, undeleted_partition_count=t.undeleted_count)
         for partition, chunks in sorted(t.chunks.items()):
             for c in chunks:
                 yield ChunkRecord(
@@ -101,6 +111,11 @@ def image_records(image: MetadataImage) -> Iterator[Any]:
                     adding_replicas=list(c.adding_replicas),
                     log_start_offset=c.log_start_offset,
                 )
+    for entity, values in sorted(image.client_quotas.items(), key=lambda kv: repr(kv[0])):
+        for k, v in sorted(values.items()):
+            yield ClientQuotaRecord(
+                entity=[ClientQuotaRecord.EntityData(t, n) for t, n in entity], key=k, value=v, remove=False
+            )
     if image.next_producer_id > 0:
         yield ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id)
 

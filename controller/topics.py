@@ -21,6 +21,7 @@ import structlog
 
 from controller.controller import Batch, Controller
 from controller.errors import ApiError, Errors
+from controller.partition_counts import check_count_change, expand_records, shrink_records
 from controller.placement import PlacementError, current_load, usable_brokers
 from controller.replication import default_directory
 from metadata import config_defs
@@ -370,18 +371,20 @@ class _CreateContext:
         return out
 
     def add_partitions(self, t: Any) -> TopicResult:
+        """Grow or (KIP-253) shrink a topic's partition count; see controller/partition_counts.py."""
         tid = self.image.topic_ids.get(t.name)
         if tid is None:
             raise ApiError(Errors.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{t.name}' does not exist.")
         topic = self.image.topics[tid]
-        current = len(topic.partitions)
+        current = check_count_change(topic, t.count)
         if t.count < current:
-            raise ApiError(
-                Errors.INVALID_PARTITIONS,
-                f"Topic '{t.name}' has {current} partition(s); the count can only grow, so {t.count} is invalid.",
-            )
-        if t.count == current:
-            raise ApiError(Errors.INVALID_PARTITIONS, f"Topic '{t.name}' already has {current} partition(s).")
+            if t.assignments is not None:
+                raise ApiError(
+                    Errors.INVALID_REPLICA_ASSIGNMENT,
+                    f"Reducing topic '{t.name}' to {t.count} partition(s) takes no replica assignment.",
+                )
+            self.records.extend(shrink_records(topic, t.count))
+            return TopicResult(t.name, None, tid, t.count, len(topic.partitions[0].replicas))
         add = t.count - current
         self._budget(add)
         rf = len(topic.partitions[0].replicas) if 0 in topic.partitions else self.ctl.config.default_replication_factor
@@ -397,6 +400,7 @@ class _CreateContext:
         else:
             assignments = self._place(add, rf)
         diskless = 0 in topic.partitions and topic.partitions[0].diskless_coordinator >= 0
-        self.records.extend(self._partition_records(tid, current, assignments, diskless))
+        created = self._partition_records(tid, current, assignments, diskless)
+        self.records.extend(expand_records(topic, created))
         self.partitions_created += add
         return TopicResult(t.name, None, tid, t.count, rf)

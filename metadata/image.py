@@ -12,6 +12,8 @@ from types import MappingProxyType
 from typing import Any
 from uuid import UUID
 
+from metadata.client_quotas import entity_key
+
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_TOPIC_ID = UUID(int=1)  # Kafka's fixed id for the metadata topic
 NO_LEADER = -1
@@ -61,6 +63,13 @@ class PartitionInfo:
     start_offset: int = 0
     start_timestamp: int = -1
     diskless_coordinator: int = -1  # the __diskless_metadata partition of a diskless partition
+    # KIP-253: (partition, leader epoch) pairs; before_deletion non-empty = marked for deletion
+    epochs_after_creation: tuple[tuple[int, int], ...] = ()
+    epochs_before_deletion: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def marked_for_deletion(self) -> bool:
+        return bool(self.epochs_before_deletion)
 
 
 @dataclass(frozen=True)
@@ -93,6 +102,12 @@ class TopicInfo:
     name: str
     partitions: MappingProxyType  # int -> PartitionInfo
     chunks: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))  # int -> tuple[ChunkInfo] oldest first
+    undeleted_count: int = -1  # KIP-253's undeleted_partition_count as recorded; -1: never changed
+
+    @property
+    def undeleted_partition_count(self) -> int:
+        """The count producers hash keys over: partitions at and above it are marked for deletion."""
+        return self.undeleted_count if self.undeleted_count >= 0 else len(self.partitions)
 
 
 def _frozen(d: dict) -> MappingProxyType:
@@ -109,6 +124,8 @@ class MetadataImage:
     configs: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     features: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     next_producer_id: int = 0
+    # client quota entity (metadata.client_quotas.Entity) -> {quota key: value}
+    client_quotas: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
 
     EMPTY: Any = None  # set below
 
@@ -131,6 +148,10 @@ _EMPTY_MAP: MappingProxyType = MappingProxyType({})
 MetadataImage.EMPTY = MetadataImage()
 
 
+def _epochs(entries: list[Any] | None) -> tuple[tuple[int, int], ...]:
+    return tuple((e.partition_id, e.leader_epoch) for e in entries or ())
+
+
 def _opt(values: list[int] | None, current: tuple) -> tuple:
     """PartitionChangeRecord lists: null means unchanged."""
     return current if values is None else tuple(values)
@@ -147,11 +168,14 @@ class MetadataDelta:
         self._topic_ids: dict | None = None
         self._configs: dict | None = None
         self._features: dict | None = None
+        self._client_quotas: dict | None = None
         self._next_producer_id = image.next_producer_id
         self._partitions: dict[UUID, dict[int, PartitionInfo]] = {}  # topics whose partitions changed
         self._chunks: dict[UUID, dict[int, tuple[ChunkInfo, ...]]] = {}
         self.changed_partitions: set[tuple[UUID, int]] = set()
         self.deleted_topics: dict[UUID, TopicInfo] = {}
+        # (topic id, partition) -> (topic name, its last state): partitions removed (KIP-253)
+        self.deleted_partitions: dict[tuple[UUID, int], tuple[str, PartitionInfo]] = {}
         self.changed_brokers: set[int] = set()
         self.changed_configs: set[tuple[int, str]] = set()
 
@@ -221,8 +245,11 @@ class MetadataDelta:
             start_offset=max(r.start_offset, 0),
             start_timestamp=r.start_timestamp,
             diskless_coordinator=r.diskless_coordinator,
+            epochs_after_creation=_epochs(r.leader_epoch_after_creation),
+            epochs_before_deletion=_epochs(r.leader_epoch_before_deletion),
         )
         self._parts(r.topic_id)[r.partition_id] = p
+        self.deleted_partitions.pop((r.topic_id, r.partition_id), None)
         self.changed_partitions.add((r.topic_id, r.partition_id))
 
     def _replay_PartitionChangeRecord(self, r: Any) -> None:
@@ -245,6 +272,8 @@ class MetadataDelta:
             changes.update(start_offset=r.start_offset, start_timestamp=r.start_timestamp)
             if r.leader == -2:
                 changes.update(leader_epoch=cur.leader_epoch + 1)
+        if r.leader_epoch_before_deletion is not None:
+            changes.update(epochs_before_deletion=_epochs(r.leader_epoch_before_deletion))
         parts[r.partition_id] = replace(cur, **changes)
         self.changed_partitions.add((r.topic_id, r.partition_id))
 
@@ -263,6 +292,22 @@ class MetadataDelta:
         if cfg.pop((TOPIC_RESOURCE, t.name), None) is not None:
             self.changed_configs.add((TOPIC_RESOURCE, t.name))
 
+    def _replay_UndeletedPartitionCountRecord(self, r: Any) -> None:
+        topics = self._t()
+        t = topics.get(r.topic_id)
+        if t is not None:
+            topics[r.topic_id] = replace(t, undeleted_count=r.undeleted_partition_count)
+
+    def _replay_RemovePartitionRecord(self, r: Any) -> None:
+        t = self._t().get(r.topic_id)
+        if t is None:
+            return
+        p = self._parts(r.topic_id).pop(r.partition_id, None)
+        self._chunk_map(r.topic_id).pop(r.partition_id, None)
+        self.changed_partitions.discard((r.topic_id, r.partition_id))
+        if p is not None:
+            self.deleted_partitions[(r.topic_id, r.partition_id)] = (t.name, p)
+
     def _replay_ConfigRecord(self, r: Any) -> None:
         cfg = self._c()
         key = (r.resource_type, r.resource_name)
@@ -276,6 +321,20 @@ class MetadataDelta:
         else:
             cfg.pop(key, None)
         self.changed_configs.add(key)
+
+    def _replay_ClientQuotaRecord(self, r: Any) -> None:
+        if self._client_quotas is None:
+            self._client_quotas = dict(self.image.client_quotas)
+        entity = entity_key([(e.entity_type, e.entity_name) for e in r.entity])
+        values = dict(self._client_quotas.get(entity, {}))
+        if r.remove:
+            values.pop(r.key, None)
+        else:
+            values[r.key] = r.value
+        if values:
+            self._client_quotas[entity] = _frozen(values)
+        else:
+            self._client_quotas.pop(entity, None)
 
     def _replay_RegisterBrokerRecord(self, r: Any) -> None:
         self._b()[r.broker_id] = BrokerInfo(
@@ -392,4 +451,5 @@ class MetadataDelta:
             configs=img.configs if self._configs is None else _frozen(self._configs),
             features=img.features if self._features is None else _frozen(self._features),
             next_producer_id=self._next_producer_id,
+            client_quotas=img.client_quotas if self._client_quotas is None else _frozen(self._client_quotas),
         )

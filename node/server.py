@@ -1,90 +1,302 @@
-"""The framed request server both process kinds run.
+"""The framed request server both process kinds run, with Kafka's admission model.
 
-Each connection reads size-prefixed frames and starts a task per request at once, so a client
-that pipelines is not held back by one slow request (a long-polling Fetch, an acks=all Produce
-waiting on replication); responses still go back in request order, as Kafka clients require.
-Tasks start in arrival order and run until their first await in that order, so a handler that
-appends before awaiting keeps the client's order of writes.
+Admission (Kafka's SocketServer: a connection is muted after a request is read until its response
+is sent; KIP-219 mutes it further while a client is throttled):
+- **Bounded in flight per connection.** At most `max_in_flight` requests of a connection are
+  being handled (the broker's client listener: 1, as Kafka). Requests read beyond that wait in the
+  connection's queue, and once one complete request waits there, reading stops
+  (`pause_reading`: the client's further requests stay in its socket, TCP pushes back). Reading
+  ahead of one request overlaps the next request's transfer with the current one's handling.
+- **Round robin across connections.** A connection with a request it may start joins the tail of
+  a ready queue; the pump starts one request per connection in that order, so a new connection's
+  request waits behind at most one request per busy connection. A connection rejoins at the tail
+  after its response is handed to the transport (and the transport is not over its write-buffer
+  high-water mark: a slow reader is not fed more work than it takes away).
+- **Control plane first.** The handler may classify a request as control plane (the broker:
+  follower fetches, group and transaction coordinator requests); ready control-plane requests all
+  start before the next few client requests, and the pump yields to the event loop's I/O every
+  `NORMAL_STARTS_PER_TICK` client requests, so a heartbeat read meanwhile is started next.
+- A connection's responses go back in request order, and its requests start in arrival order
+  (each runs until its first await before the next starts), so a handler that appends before
+  awaiting keeps the client's order of writes.
+- **Memory** (`queued.max.request.bytes`): bytes of requests being read, queued or handled are
+  counted against one budget per server. A frame whose 4-byte size has been read reserves its full
+  size; when the budget is spent, the connection stops reading until memory is released (as
+  Kafka's non-strict memory pool: one reservation may overshoot, so a request larger than the
+  budget still gets through alone).
+- **Connection limits** (`max.connections`, `max.connections.per.ip` and its overrides): a
+  connection over a limit is closed as soon as it is accepted. **Idle connections**
+  (`connections.max.idle.ms`, nothing read or written and nothing in flight) are closed.
 
 A handler returns the response as bytes-like parts (without the size prefix), or None when the
-request gets no response (acks=0). Malformed input closes only that connection, logged once.
+request gets no response (acks=0). Malformed input closes only that connection, logged
+(rate-limited: an abusive peer cannot flood the log).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import errno
 import itertools
+import socket
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 import structlog
 
+from node.config import ConfigError, NodeConfig
+from node.logging import RateLimitedLog
 from protocol.errors import ProtocolError
 from protocol.framing import DEFAULT_MAX_FRAME, FrameReader, frame
 
 log = structlog.get_logger(__name__)
+limited = RateLimitedLog(log)
 
 Handler = Callable[[bytes, "Connection"], Awaitable[list | None]]
+Classifier = Callable[[bytes], bool]
 
-# Requests one connection may have in flight before we stop reading from it (Kafka clients
-# default to at most 5 in flight; tools and followers pipeline more).
-MAX_IN_FLIGHT = 100
+INT_MAX = 2**31 - 1
+# Client requests the pump starts before it lets the loop read sockets again (and so start any
+# control-plane request that arrived meanwhile). Small: each may be a 1 MB produce.
+NORMAL_STARTS_PER_TICK = 4
+ACCEPTS_PER_WAKEUP = 64  # bounded, so a connection storm cannot hold the loop
+ACCEPT_RETRY_S = 0.1  # pause after an accept failed for lack of descriptors or memory
 _conn_ids = itertools.count(1)
 
 
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """Kafka's per-listener connection settings (defaults are Kafka's, except where noted)."""
+
+    max_in_flight: int = 1  # Kafka's muting: one request of a connection at a time
+    max_connections: int = INT_MAX
+    max_connections_per_ip: int = INT_MAX
+    per_ip_overrides: dict[str, int] = field(default_factory=dict)
+    idle_ms: int | None = 600_000  # connections.max.idle.ms; None: never closed for idleness
+    # queued.max.request.bytes; 0 or less is unbounded (Kafka's default -1; the broker sets 500 MiB)
+    queued_max_request_bytes: int = -1
+
+    def limit_for(self, ip: str) -> int:
+        return self.per_ip_overrides.get(ip, self.max_connections_per_ip)
+
+    @classmethod
+    def from_config(cls, cfg: NodeConfig, **defaults: int) -> ConnectionLimits:
+        """Kafka's keys; `defaults` replaces Kafka's default of a key (by field name)."""
+        def read(key: str, name: str, kafka_default: int, least: int) -> int:
+            value = cfg.int(key, defaults.get(name, kafka_default))
+            if value < least:
+                raise ConfigError(f"{key}: {value} is below {least}")
+            return value
+
+        per_ip = read("max.connections.per.ip", "max_connections_per_ip", INT_MAX, 0)
+        overrides = parse_ip_overrides(cfg.str("max.connections.per.ip.overrides", ""))
+        if per_ip == 0 and not overrides:
+            raise ConfigError("max.connections.per.ip.overrides must be set when max.connections.per.ip is 0")
+        return cls(
+            max_connections=read("max.connections", "max_connections", INT_MAX, 0),
+            max_connections_per_ip=per_ip,
+            per_ip_overrides=overrides,
+            idle_ms=read("connections.max.idle.ms", "idle_ms", 600_000, 1),
+            queued_max_request_bytes=read("queued.max.request.bytes", "queued_max_request_bytes", -1, -1),
+        )
+
+
+def parse_ip_overrides(value: str) -> dict[str, int]:
+    """max.connections.per.ip.overrides: ``host:count,host:count`` (host names are resolved once)."""
+    out: dict[str, int] = {}
+    for item in filter(None, (x.strip() for x in value.split(","))):
+        host, sep, count = item.rpartition(":")
+        if not sep or not host or not count.isdigit():
+            raise ConfigError(f"max.connections.per.ip.overrides: {item!r} is not HOST:COUNT")
+        try:
+            ip = socket.gethostbyname(host.strip("[]"))
+        except OSError:
+            raise ConfigError(f"max.connections.per.ip.overrides: cannot resolve {host!r}") from None
+        out[ip] = int(count)
+    return out
+
+
 class Connection(asyncio.Protocol):
-    def __init__(self, handler: Handler, max_frame: int, server: FramedServer) -> None:
-        self.handler = handler
-        self.reader = FrameReader(max_frame)
+    def __init__(self, server: FramedServer) -> None:
         self.server = server
+        self.handler = server.handler
+        self.reader = FrameReader(server.max_frame)
         self.id = next(_conn_ids)
         self.peer = "?"
+        self.ip = "?"
         self.transport: asyncio.Transport | None = None
-        self.pending: collections.deque[asyncio.Task] = collections.deque()
+        self.queue: collections.deque[tuple[bytes, bool, int]] = collections.deque()  # (frame, control, size)
+        self.pending: collections.deque[tuple[asyncio.Task, int]] = collections.deque()  # (task, size)
         self.closed = False
+        self.registered = False
         self.reading = True
+        self.write_paused = False
+        self.muted_until = 0.0
+        self.in_ready = False
+        self.last_active = 0.0
+        # bytes this connection holds against the server's budget: queued and in-flight frames
+        # plus the reservation for the frame being read
+        self.held = 0
+        self.partial_reserved = 0
+        self.waiting_for_memory = False
+
+    # ---- public
+    def mute_for(self, seconds: float) -> None:
+        """Stop reading from and starting requests of this connection for `seconds` (KIP-219:
+        a throttled client's channel is muted after its response for the throttle time). The
+        in-flight bound applies again afterwards."""
+        if self.closed or seconds <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        until = loop.time() + seconds
+        if until <= self.muted_until:
+            return
+        self.muted_until = until
+        self._update_reading()
+        loop.call_at(until, self._unmute)
+
+    @property
+    def muted(self) -> bool:
+        return self.muted_until > 0.0
 
     # ---- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self.server.connections.add(self)
+        if peer:
+            self.ip = peer[0]
+            self.peer = f"{peer[0]}:{peer[1]}"
+        self.last_active = asyncio.get_running_loop().time()
+        self.server.admit(self)
+        self.registered = True
 
     def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.last_active = asyncio.get_running_loop().time()
         try:
             frames = self.reader.feed(data)
         except ProtocolError as e:
             self.abort("bad_frame", e)
             return
+        classify = self.server.classify
         for f in frames:
-            task = asyncio.get_running_loop().create_task(self._run(f))
-            self.pending.append(task)
-            task.add_done_callback(self._flush)
-        if len(self.pending) >= MAX_IN_FLIGHT and self.reading and self.transport:
-            self.transport.pause_reading()
-            self.reading = False
+            size = len(f) + 4
+            control = classify(f) if classify is not None else False
+            self.queue.append((f, control, size))
+        if frames:
+            self.partial_reserved = 0  # the reserved frame is complete: now counted as queued
+        self._account()
+        self._maybe_ready()
+        self._update_reading()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self._maybe_ready()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed and self.reader.pending:
-            # The peer went away in the middle of a frame (a truncated request): say so once.
-            log.warning("connection_closed_mid_frame", peer=self.peer, pending_bytes=self.reader.pending)
+            # The peer went away in the middle of a frame (a truncated request): say so.
+            limited.warning("connection_closed_mid_frame", peer=self.peer, pending_bytes=self.reader.pending)
         self.closed = True
-        self.server.connections.discard(self)
-        for t in self.pending:
+        for t, _ in self.pending:
             t.cancel()
         self.pending.clear()
+        self.queue.clear()
+        if self.registered:
+            self.registered = False
+            self.server.forget(self)
 
-    # ---- internals
-    async def _run(self, f: bytes) -> list | None:
-        return await self.handler(f, self)
+    # ---- admission
+    def can_start(self) -> bool:
+        return (
+            bool(self.queue)
+            and len(self.pending) < self.server.limits.max_in_flight
+            and not self.closed
+            and not self.muted
+            and not self.write_paused
+        )
+
+    def start_next(self) -> None:
+        f, _, size = self.queue.popleft()
+        task = asyncio.get_running_loop().create_task(self.handler(f, self))
+        self.pending.append((task, size))
+        task.add_done_callback(self._flush)
+
+    def _maybe_ready(self) -> None:
+        if not self.in_ready and self.can_start():
+            self.in_ready = True
+            self.server.ready(self, self.queue[0][1])
+
+    def _update_reading(self) -> None:
+        if self.transport is None or self.closed:
+            return
+        bound = self.server.limits.max_in_flight
+        # read ahead of the bound by one request, no further
+        want = (
+            not self.muted
+            and not self.waiting_for_memory
+            and len(self.queue) + len(self.pending) <= bound
+            and not (self.queue and len(self.pending) >= bound)
+        )
+        if want != self.reading:
+            self.reading = want
+            if want:
+                self.transport.resume_reading()
+            else:
+                self.transport.pause_reading()
+
+    def _unmute(self) -> None:
+        if self.closed or not self.muted:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() < self.muted_until:
+            # a later mute_for moved the deadline, or the timer fired early (uvloop's timers tick
+            # in milliseconds): wait out the rest, never stay muted with no timer pending
+            loop.call_at(self.muted_until, self._unmute)
+            return
+        self.muted_until = 0.0
+        self._update_reading()
+        self._maybe_ready()
+
+    def _account(self) -> None:
+        """Recount this connection's bytes against the server's budget."""
+        queued = sum(size for _, _, size in self.queue)
+        in_flight = sum(size for _, size in self.pending)
+        want = self.reader.incomplete_size
+        partial = self.reader.pending
+        if want is None:
+            self.partial_reserved = 0
+        elif not self.partial_reserved and not self.waiting_for_memory:
+            # a new frame's size is known: reserve all of it, or stop reading until memory frees
+            # (waiters are granted in turn by the server, never here)
+            if self.server.memory_available():
+                self.partial_reserved = want
+            else:
+                self.server.wait_for_memory(self)
+        held = max(partial, self.partial_reserved) + queued + in_flight
+        self.server.add_held(held - self.held)
+        self.held = held
+
+    def grant_memory(self) -> None:
+        """The server has memory again: reserve the waiting frame and read on."""
+        self.waiting_for_memory = False
+        want = self.reader.incomplete_size
+        if want is not None:
+            self.partial_reserved = want
+        self._account()
+        self._update_reading()
 
     def _flush(self, _task: asyncio.Task) -> None:
-        while self.pending and self.pending[0].done():
-            task = self.pending.popleft()
-            if self.closed:
-                continue
-            if task.cancelled():
+        released = False
+        while self.pending and self.pending[0][0].done():
+            task, _ = self.pending.popleft()
+            released = True
+            if self.closed or task.cancelled():
                 continue
             exc = task.exception()
             if exc is not None:
@@ -93,49 +305,220 @@ class Connection(asyncio.Protocol):
             parts = task.result()
             if parts is not None and self.transport is not None:
                 self.transport.writelines(frame(parts))
-        if not self.reading and len(self.pending) < MAX_IN_FLIGHT // 2 and self.transport and not self.closed:
-            self.transport.resume_reading()
-            self.reading = True
+                self.last_active = asyncio.get_running_loop().time()
+        if released and not self.closed:
+            self._account()
+            self.server.memory_released()
+            self._maybe_ready()
+            self._update_reading()
 
     def abort(self, why: str, exc: BaseException) -> None:
-        """Close this connection only, logging the reason once."""
+        """Close this connection only, logging the reason (rate-limited for peer errors)."""
         if self.closed:
             return
-        self.closed = True
         if isinstance(exc, ProtocolError):
-            log.warning(why, peer=self.peer, error=str(exc))
+            limited.warning(why, peer=self.peer, error=str(exc))
         else:
             log.error(why, peer=self.peer, error=repr(exc), exc_info=exc)
         if self.transport is not None:
-            self.transport.abort()
+            self.transport.abort()  # connection_lost follows and releases everything
+        self.closed = True
 
 
 class FramedServer:
-    def __init__(self, handler: Handler, *, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        limits: ConnectionLimits | None = None,
+        classify: Classifier | None = None,
+    ) -> None:
         self.handler = handler
         self.max_frame = max_frame
+        self.limits = limits or ConnectionLimits()
+        self.classify = classify
         self.connections: set[Connection] = set()
-        self._server: asyncio.base_events.Server | None = None
+        self.per_ip: collections.Counter[str] = collections.Counter()
+        self.held_bytes = 0
+        self._ready_control: collections.deque[Connection] = collections.deque()
+        self._ready: collections.deque[Connection] = collections.deque()
+        self._memory_waiters: collections.deque[Connection] = collections.deque()
+        self._pump_scheduled = False
+        self._listener: socket.socket | None = None
+        self._accepting = 0  # accepted sockets whose Connection is not made yet
+        self._setup: set[asyncio.Task] = set()
+        self._idle_task: asyncio.Task | None = None
 
     async def start(self, host: str, port: int) -> int:
+        # Our own accept loop (not loop.create_server): libuv answers an accept failing with
+        # EMFILE by silently accepting and closing the waiting connections; here the failure is
+        # logged and accepting pauses briefly (the connections wait in the backlog), and a
+        # connection over a limit is closed before a protocol is built for it.
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: Connection(self.handler, self.max_frame, self), host, port, reuse_address=True, backlog=1024
-        )
-        return self._server.sockets[0].getsockname()[1]
+        infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, _, _, _, addr = infos[0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(addr)
+            sock.listen(1024)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self._listener = sock
+        loop.add_reader(sock.fileno(), self._accept)
+        if self.limits.idle_ms is not None:
+            self._idle_task = loop.create_task(self._close_idle())
+        return sock.getsockname()[1]
+
+    def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._listener is not None
+        for _ in range(ACCEPTS_PER_WAKEUP):
+            try:
+                sock, addr = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            except OSError as e:
+                # EMFILE/ENFILE/ENOBUFS/ENOMEM: out of descriptors or memory. Pause accepting
+                # (as asyncio does) so the loop does not spin on a ready listener.
+                limited.warning("accept_failed", errno=errno.errorcode.get(e.errno or 0, e.errno), error=e.strerror,
+                                connections=len(self.connections), retry_in_s=ACCEPT_RETRY_S)
+                loop.remove_reader(self._listener.fileno())
+                loop.call_later(ACCEPT_RETRY_S, self._resume_accepting)
+                return
+            ip = addr[0]
+            refused = self.refusal(ip)
+            if refused is not None:
+                limited.warning("connection_refused", reason=refused, peer=f"{ip}:{addr[1]}")
+                sock.close()
+                continue
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.per_ip[ip] += 1  # counted from accept: a burst cannot overshoot the limits
+            self._accepting += 1
+            task = loop.create_task(loop.connect_accepted_socket(lambda: Connection(self), sock))
+            self._setup.add(task)
+            task.add_done_callback(lambda t, ip=ip: self._set_up(t, ip))
+
+    def _set_up(self, task: asyncio.Task, ip: str) -> None:
+        self._setup.discard(task)
+        self._accepting -= 1
+        if task.cancelled() or task.exception() is not None:
+            self._drop_ip(ip)
+
+    def _resume_accepting(self) -> None:
+        if self._listener is not None:
+            asyncio.get_running_loop().add_reader(self._listener.fileno(), self._accept)
+
+    # ---- connection limits
+    def refusal(self, ip: str) -> str | None:
+        """Why a new connection from `ip` is refused, or None (max.connections, per ip)."""
+        if len(self.connections) + self._accepting >= self.limits.max_connections:
+            return f"max.connections={self.limits.max_connections} reached"
+        limit = self.limits.limit_for(ip)
+        if self.per_ip[ip] >= limit:
+            return f"max.connections.per.ip={limit} reached for {ip}"
+        return None
+
+    def admit(self, conn: Connection) -> None:
+        self.connections.add(conn)
+
+    def _drop_ip(self, ip: str) -> None:
+        self.per_ip[ip] -= 1
+        if self.per_ip[ip] <= 0:
+            del self.per_ip[ip]
+
+    def forget(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        self._drop_ip(conn.ip)
+        self.add_held(-conn.held)
+        conn.held = 0
+        if conn.waiting_for_memory:
+            conn.waiting_for_memory = False
+            self._memory_waiters.remove(conn)
+        self.memory_released()
+
+    async def _close_idle(self) -> None:
+        assert self.limits.idle_ms is not None
+        idle_s = self.limits.idle_ms / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(max(idle_s / 10, 0.05), 30.0))
+            now = loop.time()
+            stale = [
+                c for c in self.connections
+                if now - c.last_active > idle_s and not c.pending and not c.queue and c.transport is not None
+            ]
+            for c in stale:
+                c.closed = True
+                c.transport.abort()  # type: ignore[union-attr]
+            if stale:
+                log.info("connections_idle_closed", count=len(stale), idle_ms=self.limits.idle_ms)
+
+    # ---- memory (queued.max.request.bytes)
+    def add_held(self, delta: int) -> None:
+        self.held_bytes += delta
+
+    def memory_available(self) -> bool:
+        cap = self.limits.queued_max_request_bytes
+        return cap <= 0 or self.held_bytes < cap  # as Kafka: 0 or less is unbounded
+
+    def wait_for_memory(self, conn: Connection) -> None:
+        if not conn.waiting_for_memory:
+            conn.waiting_for_memory = True
+            self._memory_waiters.append(conn)
+            limited.warning("request_memory_full", queued_max_request_bytes=self.limits.queued_max_request_bytes,
+                            held_bytes=self.held_bytes, waiting=len(self._memory_waiters))
+
+    def memory_released(self) -> None:
+        while self._memory_waiters and self.memory_available():
+            self._memory_waiters.popleft().grant_memory()
+
+    # ---- round robin
+    def ready(self, conn: Connection, control: bool) -> None:
+        if not self._pump_scheduled and not self._ready and not self._ready_control:
+            self._start_one(conn)  # nobody is waiting: no turn to take (saves a loop iteration)
+            return
+        (self._ready_control if control else self._ready).append(conn)
+        if not self._pump_scheduled:
+            self._pump_scheduled = True
+            asyncio.get_running_loop().call_soon(self._pump)
+
+    def _pump(self) -> None:
+        self._pump_scheduled = False
+        while self._ready_control:
+            self._start_one(self._ready_control.popleft())
+        for _ in range(NORMAL_STARTS_PER_TICK):
+            if not self._ready:
+                break
+            self._start_one(self._ready.popleft())
+        if (self._ready or self._ready_control) and not self._pump_scheduled:
+            self._pump_scheduled = True
+            asyncio.get_running_loop().call_soon(self._pump)
+
+    @staticmethod
+    def _start_one(conn: Connection) -> None:
+        conn.in_ready = False
+        if conn.can_start():
+            conn.start_next()
+            conn._maybe_ready()  # a deeper pipeline rejoins at the tail: one request per turn
+            conn._update_reading()
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        if self._idle_task is not None:
+            self._idle_task.cancel()
+        if self._listener is not None:
+            asyncio.get_running_loop().remove_reader(self._listener.fileno())
+            self._listener.close()
+            self._listener = None
+        for t in list(self._setup):
+            t.cancel()
         for c in list(self.connections):
             if c.transport is not None:
                 c.transport.abort()
-        if self._server is not None:
-            # uvloop's wait_closed can wait on a connection caught mid-accept; every connection
-            # was aborted above, so a bounded wait is enough.
-            # (asyncio.wait, not wait_for: wait_for would wait for the cancelled waiter too)
-            waiter = asyncio.ensure_future(self._server.wait_closed())
-            done, _ = await asyncio.wait({waiter}, timeout=2.0)
-            if not done:
-                waiter.cancel()
-                log.warning("server_close_slow", connections=len(self.connections))
+        await asyncio.sleep(0)  # let connection_lost run for the aborted transports

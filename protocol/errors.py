@@ -170,6 +170,13 @@ _TABLE = [
     (118, "TELEMETRY_TOO_LARGE", False, "The telemetry payload is too large."),
     (119, "INVALID_REGISTRATION", False, "The broker registration is not valid."),
     (120, "TRANSACTION_ABORTABLE", False, "The server hit an error the transaction can recover from by aborting."),
+    # Strata's own codes start at 1000, clear of Kafka's (see README "Error codes of Strata's own")
+    (
+        1000,
+        "INVALID_PARTITION_METADATA",
+        True,
+        "The producer's undeleted_partition_count differs from the broker's: refresh metadata and retry (KIP-253).",
+    ),
 ]
 
 ERRORS: dict[int, ErrorCode] = {c: ErrorCode(c, n, r, m) for c, n, r, m in _TABLE}

@@ -62,6 +62,14 @@ class FrameReader:
         """Bytes buffered toward an incomplete frame."""
         return len(self._buf)
 
+    @property
+    def incomplete_size(self) -> int | None:
+        """The declared size (prefix included) of the frame being assembled, once its 4-byte prefix
+        is buffered; None otherwise. A server reserves memory for it before reading further."""
+        if len(self._buf) < 4:
+            return None
+        return 4 + _SIZE.unpack_from(self._buf, 0)[0]
+
 
 def frame(parts: list) -> list:
     """Prefix a list of bytes-like parts with their total size (for writelines)."""

@@ -33,3 +33,17 @@ def test_bench_quick_strata_only() -> None:
         m = re.search(ROW.format(what=what), r.stdout, re.M)
         assert m, f"no strata {what} row with numbers\n{report}"
         assert int(m.group(1).replace(",", "")) > 0, report
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_bench_log_dirs_quick() -> None:
+    """bench/log_dirs.py still runs: a 20 MB move beside cp, produce with and without a move."""
+    r = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "log_dirs.py"), "--quick"],
+        cwd=REPO, capture_output=True, text=True, timeout=100, stdin=subprocess.DEVNULL,
+    )
+    report = f"exit {r.returncode}\n--- stdout\n{r.stdout}\n--- stderr (tail)\n{r.stderr[-3000:]}"
+    assert r.returncode == 0, report
+    assert re.search(r"^AlterReplicaLogDirs move\s+\d+\.\d\s+\d+\.\d\d\s+\d", r.stdout, re.M), report
+    assert re.search(r"^while a move runs\s+[\d,]+\s", r.stdout, re.M), report

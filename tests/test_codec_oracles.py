@@ -65,9 +65,25 @@ INT_RANGES = {
 }
 ALPHABET = "abcXYZ09-_. \u00e9\u00df\u4e16\U0001f600"
 
-# Strata's own fields (tags >= 1000 on Metadata's partition entry): no other library knows
+# Strata's own fields (tags >= 1000): no other library knows
 # them, so they stay at their defaults in every oracle comparison.
-STRATA_ONLY = {("MetadataResponse", "StartOffset"), ("MetadataResponse", "Chunks")}
+STRATA_ONLY = {
+    ("MetadataResponse", "StartOffset"),
+    ("MetadataResponse", "Chunks"),
+    ("DescribeTopicPartitionsResponse", "StartOffset"),
+    ("DescribeTopicPartitionsResponse", "Chunks"),
+    # KIP-253 (README "Partition count changes")
+    ("MetadataResponse", "MarkedForDeletion"),
+    ("MetadataResponse", "UndeletedPartitionCount"),
+    ("ProduceRequest", "UndeletedPartitionCount"),
+    ("HeartbeatRequest", "Positions"),
+    ("HeartbeatRequest", "InterestedPartitions"),
+    ("HeartbeatResponse", "Positions"),
+    ("HeartbeatResponse", "WantedPartitions"),
+    ("DescribeLogDirsResponse", "ChunkStartOffset"),
+    ("AssignReplicasToDirsRequest", "ChunkStartOffset"),
+    ("AssignReplicasToDirsResponse", "ChunkStartOffset"),
+}
 
 
 def message_class(spec: MessageSpec):
@@ -202,6 +218,8 @@ def kio_match(spec: MessageSpec, s: StructSpec, v: int, kcls) -> list[tuple[Fiel
         kf = kfields.pop(a, None)
         if kf is None and a.endswith("_ms"):
             kf = kfields.pop(a[:-3], None)
+        if kf is None:
+            kf = kfields.pop(a + "_", None)  # kio appends "_" to builtin names (id -> id_)
         if kf is None:
             assert (spec.name, f.name) in STRATA_ONLY, f"{spec.name} v{v} {s.name}.{a}: no kio field"
         out.append((f, a, kf))

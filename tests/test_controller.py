@@ -40,7 +40,7 @@ from protocol.records import decode_batches, iter_batches
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
 CT = CreateTopicsRequest
-SERVED = {1, 18, 19, 20, 33, 37, 43, 44, 45, 46, 56, 59, 60, 62, 63, 67, 1076, 1077}
+SERVED = {1, 18, 19, 20, 33, 37, 43, 44, 45, 46, 49, 56, 59, 60, 62, 63, 67, 73, 1076, 1077}
 
 
 # ---------------------------------------------------------------- the process
@@ -163,7 +163,8 @@ async def register(cl, broker_id, cluster_id, *, rack=None, incarnation=None, ve
         incarnation_id=incarnation or uuid.uuid4(),
         listeners=[BrokerRegistrationRequest.Listener("PLAINTEXT", HOST, 9000 + broker_id, 0)],
         rack=rack,
-        log_dirs=[uuid.uuid4()],
+        # a broker keeps its log dirs' ids across restarts (a replica in a dir it no longer lists may not lead)
+        log_dirs=[uuid.uuid5(uuid.NAMESPACE_OID, f"broker-{broker_id}")],
     )
     return await cl.request(req, version)
 
@@ -384,7 +385,14 @@ def test_registration_heartbeat_and_unfencing(controller):
         d = await cl.request(DescribeClusterRequest())
         assert [(b.broker_id, b.port, b.rack) for b in d.brokers] == [(1, 9001, "a")]
 
-        # A new incarnation replaces the old one: new epoch, fenced until it catches up.
+        # While broker 1 is unfenced and heartbeating its id cannot be taken over (Kafka's
+        # DUPLICATE_BROKER_REGISTRATION); the registered broker keeps its epoch and standing.
+        dup = await register(cl, 1, cid, rack="b")
+        assert (dup.error_code, dup.broker_epoch) == (Errors.DUPLICATE_BROKER_REGISTRATION, -1)
+        assert not (await heartbeat(cl, 1, r1.broker_epoch, r1.broker_epoch)).is_fenced
+        # Once its session is gone (here it is fenced on request, as a session timeout would)
+        # a new incarnation replaces the old one: new epoch, fenced until it catches up.
+        assert (await heartbeat(cl, 1, r1.broker_epoch, r1.broker_epoch, want_fence=True)).is_fenced
         r2 = await register(cl, 1, cid, rack="b")
         assert r2.broker_epoch > r1.broker_epoch
         assert (await heartbeat(cl, 1, r1.broker_epoch, 10**9)).error_code == Errors.STALE_BROKER_EPOCH
@@ -531,7 +539,7 @@ def test_delete_topics_and_create_partitions(controller):
         resp = await cl.request(
             cp(
                 topics=[
-                    cp.CreatePartitionsTopic("t1", 3, None),
+                    cp.CreatePartitionsTopic("t1", 0, None),  # fewer is KIP-253's shrink; none is invalid
                     cp.CreatePartitionsTopic("t3", 5, [cp.CreatePartitionsAssignment([1])]),
                     cp.CreatePartitionsTopic("t2", 9, None),
                 ],
@@ -540,7 +548,7 @@ def test_delete_topics_and_create_partitions(controller):
             )
         )
         got = {r.name: (r.error_code, r.error_message) for r in resp.results}
-        assert got["t1"][0] == Errors.INVALID_PARTITIONS and "can only grow" in got["t1"][1]
+        assert got["t1"][0] == Errors.INVALID_PARTITIONS and "at least 1" in got["t1"][1]
         assert got["t3"][0] == Errors.INVALID_REPLICA_ASSIGNMENT and "2 assignment(s)" in got["t3"][1]
         assert got["t2"] == (0, None)
         img = image_of(await read_log(cl))
@@ -769,6 +777,8 @@ def test_controlled_shutdown_moves_leadership_then_says_stop(controller):
         img = image_of(await read_log(cl))
         # created while broker 1 was fenced: the ISR holds only the usable replica
         assert img.topic("u").partitions[0].isr == (2,) and img.topic("t").partitions[0].isr == (2,)
+        assert (await register(cl, 2, cid)).error_code == Errors.DUPLICATE_BROKER_REGISTRATION  # 2 is alive
+        assert (await heartbeat(cl, 2, epochs[2], 10**9, want_fence=True)).is_fenced  # 2 crashes: fenced
         e2 = (await register(cl, 2, cid)).broker_epoch
         img = image_of(await read_log(cl))
         assert all((p.leader, p.isr) == (-1, (2,)) for p in img.topic("t").partitions.values())

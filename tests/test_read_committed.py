@@ -257,9 +257,13 @@ def test_a_long_poll_wakes_when_the_marker_moves_the_lso(cluster):
             assert not waiting.done()  # blocked at the LSO (0)
             W = WriteTxnMarkersRequest
             started = time.monotonic()
-            resp = await cl.request(W(markers=[W.WritableTxnMarker(
-                producer_id=pid, producer_epoch=0, transaction_result=True, coordinator_epoch=0,
-                topics=[W.WritableTxnMarkerTopic(name=topic, partition_indexes=[0])])]), 1)
+            # the markers come on their own connection, as from a transaction coordinator: a
+            # connection's requests are served one at a time (Kafka's muting), so on `cl` they
+            # would wait for the long poll
+            async with NodeClient(cluster.host, cluster.broker_port(leader), client_id="rc-coordinator") as co:
+                resp = await co.request(W(markers=[W.WritableTxnMarker(
+                    producer_id=pid, producer_epoch=0, transaction_result=True, coordinator_epoch=0,
+                    topics=[W.WritableTxnMarkerTopic(name=topic, partition_indexes=[0])])]), 1)
             assert resp.markers[0].topics[0].partitions[0].error_code == 0
             fetched = (await waiting).responses[0].partitions[0]
             return fetched, time.monotonic() - started

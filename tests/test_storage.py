@@ -15,6 +15,7 @@ from broker.storage import (
     AppendOrigin,
     InconsistentTopicIdError,
     InvalidRecordError,
+    InvalidTimestampError,
     LeaderEpochCache,
     Log,
     LogConfig,
@@ -206,6 +207,48 @@ def test_roll_by_time_counts_from_first_batch_timestamp(tmp_path):
     assert log.segment_base_offsets == [0, 2, 3]
 
 
+def test_old_timestamps_do_not_roll_on_every_append(tmp_path):
+    # A backfill of month-old records: record time barely moves, so one segment takes them all.
+    month_ago = NOW - 30 * 86_400_000
+    log = open_log(tmp_path, segment_ms=60_000)
+    for i in range(200):
+        log.append_as_leader(batch(1, ts=month_ago + i), 0, NOW + i)
+    assert log.segment_base_offsets == [0]
+    log.append_as_leader(batch(1, ts=month_ago + 60_001), 0, NOW + 300)  # record time passed segment.ms
+    assert log.segment_base_offsets == [0, 200]
+
+
+def test_roll_jitter_shortens_segment_ms(tmp_path):
+    log = open_log(tmp_path, segment_ms=1000, segment_jitter_ms=1000)
+    log._roll_jitter_ms = 400  # what random chose for this segment
+    log.append_as_leader(batch(1, ts=NOW), 0, NOW)
+    log.append_as_leader(batch(1, ts=NOW + 600), 0, NOW)
+    assert log.segment_base_offsets == [0]
+    log.append_as_leader(batch(1, ts=NOW + 601), 0, NOW)
+    assert log.segment_base_offsets == [0, 2]
+    assert 0 <= log._roll_jitter_ms < 1000
+
+
+def test_timestamp_bounds_kip_937(tmp_path):
+    log = open_log(tmp_path, message_timestamp_before_max_ms=1000, message_timestamp_after_max_ms=500)
+    log.append_as_leader(batch(1, ts=NOW - 1000), 0, NOW)
+    log.append_as_leader(batch(1, ts=NOW + 500), 0, NOW)
+    for ts in (NOW - 1001, NOW + 501):
+        with pytest.raises(InvalidTimestampError) as info:
+            log.append_as_leader(batch(1, ts=ts), 0, NOW)
+        assert info.value.error_code == 32
+        assert str(info.value) == "One or more records have been rejected due to invalid timestamp"
+        assert info.value.record_errors == [
+            (0, f"Timestamp {ts} of message with offset 0 is out of range. "
+                f"The timestamp should be within [{NOW - 1000}, {NOW + 500}]")
+        ]
+    assert log.log_end_offset == 2
+    # LogAppendTime topics stamp the broker's time: the client's timestamps are not checked
+    lat = open_log(tmp_path, "lat-0-0", message_timestamp_type="LogAppendTime", message_timestamp_before_max_ms=0)
+    lat.append_as_leader(batch(1, ts=NOW - 10_000), 0, NOW)
+    assert lat.log_end_offset == 1
+
+
 def test_roll_when_offset_index_is_full(tmp_path):
     log = open_log(tmp_path, segment_index_bytes=24, index_interval_bytes=0)  # three offset-index entries
     for _ in range(9):
@@ -221,6 +264,7 @@ def test_roll_flushes_the_old_segment_and_advances_recovery_point(tmp_path):
     log.append_as_leader(batch(3), 0, NOW)
     assert log.recovery_point == 0
     log.append_as_leader(batch(3), 0, NOW)
+    log.wait_for_background_flush()  # the roll's fsync runs off the appending thread
     assert log.recovery_point == 3
     log.flush()
     assert log.recovery_point == log.log_end_offset == 6
@@ -770,3 +814,92 @@ def test_reads_during_appends_see_only_whole_batches(tmp_path):
     writer.join()
     assert not errors
     assert record_offsets(log) == list(range(600)) and len(log.segment_base_offsets) > 5
+
+
+# -- descriptor budget (FileCache) ---------------------------------------------------------------
+
+
+def _fd_count() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_descriptor_budget_holds_across_many_logs(tmp_path):
+    from broker.storage.file_cache import FILE_CACHE
+
+    old = FILE_CACHE.capacity
+    FILE_CACHE.close_all()
+    before = _fd_count()
+    FILE_CACHE.set_capacity(12)
+    try:
+        logs = [open_log(tmp_path, f"t-{i}-0", segment_bytes=len(batch(3)) * 2 + 10) for i in range(40)]
+        for round_ in range(5):  # rolls every second append: old segments and their indexes pile up
+            for lg in logs:
+                lg.append_as_leader(batch(3, ts=NOW + round_), 0, NOW)
+        for lg in logs:
+            lg.wait_for_background_flush()
+            assert record_offsets(lg) == list(range(15))
+            assert lg.offset_for_timestamp(NOW + 3)[0] == 5  # round 1 holds NOW+1..NOW+3
+        assert FILE_CACHE.open_count <= 12
+        assert _fd_count() - before <= 12
+        for lg in logs[:20]:
+            lg.close()
+        gone = logs[20]._segments[-1]  # the truncation below deletes it; retention then purges it
+        for lg in logs[20:]:
+            lg.truncate_to(4)
+            lg.enforce_retention(NOW + 10**12)
+        with pytest.raises(FileNotFoundError):  # a late reader of a purged segment: no reopen
+            gone.read_batch(0, 10)
+        reopened = [open_log(tmp_path, f"t-{i}-0", segment_bytes=len(batch(3)) * 2 + 10) for i in range(20)]
+        assert all(record_offsets(lg) == list(range(15)) for lg in reopened)
+        assert _fd_count() - before <= 12
+    finally:
+        FILE_CACHE.set_capacity(old)
+
+
+def test_reader_keeps_its_descriptor_while_the_cache_evicts(tmp_path):
+    from broker.storage.file_cache import CachedFile, FileCache
+
+    cache = FileCache(8)
+    files = []
+    for i in range(20):
+        path = tmp_path / f"f{i}"
+        path.write_bytes(b"x%d" % i)
+        files.append(CachedFile(path, os.O_RDONLY, cache))
+    with files[0].open() as fd:
+        for f in files[1:]:  # every other file passes through the cache meanwhile
+            with f.open():
+                pass
+        assert os.pread(fd, 8, 0) == b"x0"  # still our file: pinned descriptors are never evicted
+        files[0].close()  # closing while pinned defers to the last unpin
+        assert os.pread(fd, 8, 0) == b"x0"
+    assert files[0].fd is None and cache.open_count <= 8
+    files[1].rename(tmp_path / "renamed")
+    with files[1].open() as fd:
+        assert os.pread(fd, 8, 0) == b"x1"
+
+
+def test_out_of_descriptors_is_retriable_and_keeps_the_dir_online(tmp_path):
+    import resource
+
+    from broker.storage import ResourceExhaustedError
+    from broker.storage.file_cache import FILE_CACHE
+
+    errors = []
+    lg = Log.open(tmp_path / "orders-0-0", LogConfig(), io_error_handler=lambda d, e: errors.append(e))
+    lg.append_as_leader(batch(3), 0, NOW)
+    FILE_CACHE.close_all()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    in_use = {int(n) for n in os.listdir("/proc/self/fd") if os.path.exists(f"/proc/self/fd/{n}")}
+    lowest_free = next(n for n in range(len(in_use) + 1) if n not in in_use)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))  # not one descriptor left
+    try:
+        with pytest.raises(ResourceExhaustedError) as info:
+            lg.append_as_leader(batch(3), 0, NOW)
+        assert info.value.error_code == 7  # REQUEST_TIMED_OUT: retriable, not KAFKA_STORAGE_ERROR
+        with pytest.raises(ResourceExhaustedError):
+            Log.open(tmp_path / "other-0-0", LogConfig(), io_error_handler=lambda d, e: errors.append(e))
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert errors == []  # the dir's handler never heard of it: the dir stays online
+    lg.append_as_leader(batch(3), 0, NOW)  # descriptors are back: service resumes
+    assert record_offsets(lg) == list(range(6))

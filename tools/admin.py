@@ -8,12 +8,13 @@ response entries; `AdminError` carries a Kafka error code so a tool can print on
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import base64
 import json
 import sys
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NoReturn
 from uuid import UUID
 
 from node.client import ClientError, NodeClient
@@ -25,6 +26,9 @@ from protocol.generated.describe_configs import DescribeConfigsRequest
 from protocol.generated.metadata import MetadataRequest
 
 RESOURCE_TOPIC = 2  # DescribeConfigs resource type
+INT16 = (-(2**15), 2**15 - 1)
+INT32 = (-(2**31), 2**31 - 1)
+INT64 = (-(2**63), 2**63 - 1)
 CONFIG_SOURCE_DEFAULT = 5  # DescribeConfigs v1+ config_source of a value nobody set
 
 
@@ -59,14 +63,67 @@ def read_json_object(path: str) -> dict:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise AdminError(f"{path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except RecursionError:
+        raise AdminError(f"{path} is nested too deeply to be a tool's JSON file") from None
+    except ValueError as e:  # an integer of more digits than Python converts (4300)
+        raise AdminError(f"{path} holds a number too large for any field: {e}".split(";")[0]) from None
+    big = _first_out_of_int64(doc)
+    if big is not None:
+        raise AdminError(f"{path}: the number {_short(big)} is out of range (a 64-bit integer at most)")
     if not isinstance(doc, dict):
         raise AdminError(f"{path} must hold a JSON object, not {type(doc).__name__}")
     return doc
 
 
-def is_json_int(v: Any) -> bool:
-    """A JSON integer (Python's bool is an int, JSON's true is not)."""
-    return isinstance(v, int) and not isinstance(v, bool)
+def _first_out_of_int64(doc: Any) -> int | None:
+    """The first integer in a parsed JSON document that no Kafka field can hold (walked without
+    recursion: the parser's depth limit is the only one)."""
+    stack = [doc]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, int) and not isinstance(v, bool) and not INT64[0] <= v <= INT64[1]:
+            return v
+    return None
+
+
+def _short(n: int) -> str:
+    text = str(n)
+    return text if len(text) <= 24 else f"{text[:10]}...({len(text)} digits)"
+
+
+def is_json_int(v: Any, bounds: tuple[int, int] = INT64) -> bool:
+    """A JSON integer within `bounds` (Python's bool is an int, JSON's true is not)."""
+    return isinstance(v, int) and not isinstance(v, bool) and bounds[0] <= v <= bounds[1]
+
+
+class ToolArgumentParser(argparse.ArgumentParser):
+    """argparse for the kafka-*.sh tools: a usage error is one line on stderr and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def ranged_int(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse type: an integer in lo..hi, else a usage error naming the range."""
+
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{_short_text(value)!r} is not an integer") from None
+        if not lo <= n <= hi:
+            raise argparse.ArgumentTypeError(f"{_short(n)} is out of range ({lo}..{hi})")
+        return n
+
+    return parse
+
+
+def _short_text(value: str) -> str:
+    return value if len(value) <= 40 else value[:20] + "..."
 
 
 def read_versioned_json(path: str, version: int = 1) -> dict:
@@ -86,8 +143,8 @@ def partition_entry(entry: Any, where: str) -> tuple[str, int]:
     topic, partition = entry.get("topic"), entry.get("partition")
     if not isinstance(topic, str) or not topic:
         raise AdminError(f'{where} needs a "topic" name')
-    if not is_json_int(partition) or partition < 0:
-        raise AdminError(f'{where} ({topic}) needs a "partition" number >= 0')
+    if not is_json_int(partition, (0, INT32[1])):
+        raise AdminError(f'{where} ({topic}) needs a "partition" number from 0 to {INT32[1]}')
     return topic, partition
 
 
@@ -97,7 +154,9 @@ def parse_bootstrap(value: str) -> list[tuple[str, int]]:
     for item in filter(None, (x.strip() for x in value.split(","))):
         host, sep, port = item.rpartition(":")
         if not sep or not host or not port.isdigit():
-            raise AdminError(f"bootstrap server {item!r} is not HOST:PORT")
+            raise AdminError(f"bootstrap server {_short_text(item)!r} is not HOST:PORT")
+        if len(port) > 5 or not 1 <= int(port) <= 65535:
+            raise AdminError(f"bootstrap server {_short_text(item)!r}: port {_short_text(port)} is out of range (1..65535)")
         out.append((host.strip("[]"), int(port)))
     if not out:
         raise AdminError("no bootstrap server given")

@@ -250,6 +250,15 @@ _PDEATHSIG_PRELUDE = (
 )
 
 
+def _nofile_setter(n: int) -> Callable[[], None]:
+    def set_limit() -> None:  # runs in the child between fork and exec: `ulimit -n n`
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+
+    return set_limit
+
+
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
     # Each node leads its own process group (start_new_session), so anything it spawned goes too.
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -284,6 +293,8 @@ class Cluster:
     controller on port_base - 1), else random free ports, chosen once so restarts keep them.
     Overrides: `broker_overrides` apply to every broker, `per_broker_overrides[id]` to one (after
     the former), `controller_overrides` to the controller; a value of None removes a key.
+    `nofile` ({node id: n}) starts that node under `ulimit -n n` (soft and hard RLIMIT_NOFILE);
+    change it between restarts to restart a node under another limit.
     """
 
     def __init__(
@@ -299,6 +310,7 @@ class Cluster:
         ports: Mapping[int, int] | None = None,
         modules: Mapping[str, str] | None = None,
         verbose: bool = True,
+        nofile: Mapping[int, int] | None = None,
     ) -> None:
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
@@ -309,6 +321,7 @@ class Cluster:
         self.controller_overrides = dict(controller_overrides or {})
         self.per_broker_overrides = {int(k): dict(v) for k, v in (per_broker_overrides or {}).items()}
         self.verbose = verbose
+        self.nofile: dict[int, int] = dict(nofile or {})
         # role -> module run with `python -m`; another module (a profiling wrapper, a stub) can stand in
         self.modules = {"controller": "controller", "broker": "broker", **(modules or {})}
         ids = [CONTROLLER_ID, *range(1, brokers + 1)]
@@ -502,6 +515,7 @@ class Cluster:
                 cwd=self.base_dir,  # anything a node writes relative to cwd stays out of the repo
                 env=env,
                 start_new_session=True,  # Ctrl-C reaches the launcher only: it stops nodes in order
+                preexec_fn=_nofile_setter(self.nofile[nid]) if nid in self.nofile else None,
             )
         self._procs[name] = proc
         return proc

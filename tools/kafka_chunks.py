@@ -31,8 +31,10 @@ from protocol.errors import Errors
 from protocol.generated.alter_chunk_assignments import AlterChunkAssignmentsRequest
 from protocol.generated.create_chunks import CreateChunksRequest
 from tools.admin import (
+    INT32,
     Admin,
     AdminError,
+    ToolArgumentParser,
     broker_error,
     is_json_int,
     parse_bootstrap,
@@ -84,7 +86,7 @@ def parse_chunk_file(path: str, key: str) -> list[ChunkSpec]:
             start = entry.get("startOffset")
             if not is_json_int(start) or start < 0:
                 raise AdminError(f'{where} ({tp}) needs a "startOffset" number >= 0')
-        if not isinstance(replicas, list) or not replicas or not all(is_json_int(r) and r >= 0 for r in replicas):
+        if not isinstance(replicas, list) or not replicas or not all(is_json_int(r, (0, INT32[1])) for r in replicas):
             raise AdminError(f'{where} ({tp}) needs "replicas", a non-empty list of broker ids')
         dup = sorted({r for r in replicas if replicas.count(r) > 1})
         if dup:
@@ -251,7 +253,7 @@ def _one(errors: list[AdminError]) -> AdminError:
 
 # ---------------------------------------------------------------- command line
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="kafka-chunks.sh", description="Create or reassign partition chunks.")
+    ap = ToolArgumentParser(prog="kafka-chunks.sh", description="Create or reassign partition chunks.")
     ap.add_argument("action", choices=("create", "alter"), help="create new active chunks, or move inactive chunks")
     ap.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]", help="brokers to connect to")
     ap.add_argument("--create-chunk-json-file", metavar="FILE", help="partitions and their new chunk's brokers")

@@ -1,8 +1,12 @@
 """kafka-reassign-partitions.sh for Strata: generate, execute, verify, cancel and list partition
 reassignments.
 
-Same options, JSON files and output as Apache Kafka's tool for what Strata supports (every
-replica's log dir must be "any": Strata has no moves between log directories of one broker).
+Same options, JSON files and output as Apache Kafka's tool. A replica's log dir ("log_dirs", seed
+kip-113) is "any" or an absolute path: for the others the tool sends AlterReplicaLogDirs to the
+replica's broker itself, before and after starting the reassignment, retrying
+REPLICA_NOT_AVAILABLE (a replica the reassignment has yet to create there) for up to --timeout
+ms (10000); --verify then checks each such replica's dir with DescribeLogDirs and prints a
+progress line (bytes copied / total) per move still under way.
 Files are read and checked before anything is sent, and the cluster is checked (topics,
 partitions, broker ids) before anything is changed. Errors print one line on stderr and exit 1;
 bad arguments exit 2. --verify exits 0 whether or not the reassignment is done, as Kafka's does.
@@ -11,9 +15,12 @@ bad arguments exit 2. --verify exits 0 whether or not the reassignment is done, 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import os
 import random
 import sys
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -22,15 +29,20 @@ from protocol.generated.alter_partition_reassignments import AlterPartitionReass
 from protocol.generated.incremental_alter_configs import IncrementalAlterConfigsRequest
 from protocol.generated.list_partition_reassignments import ListPartitionReassignmentsRequest
 from tools.admin import (
+    INT32,
+    INT64,
     Admin,
     AdminError,
+    ToolArgumentParser,
     broker_error,
     is_json_int,
     parse_bootstrap,
     partition_entry,
+    ranged_int,
     read_versioned_json,
     run_tool,
 )
+from tools.log_dirs import alter_dirs, broker_addresses, check_log_dir, describe_dirs, is_retriable_move_error
 
 ANY_LOG_DIR = "any"
 JSON_VERSION = 1  # the only version of both file formats
@@ -121,7 +133,7 @@ def parse_reassignment_file(path: str, *, require_partitions: bool = False) -> l
         topic, partition = partition_entry(entry, where)
         replicas = entry.get("replicas")
         tp = tp_str((topic, partition))
-        if not isinstance(replicas, list) or not all(is_json_int(r) for r in replicas):
+        if not isinstance(replicas, list) or not all(is_json_int(r, INT32) for r in replicas):
             raise AdminError(f'{where} ({tp}) needs "replicas", a list of broker ids')
         log_dirs = entry.get("log_dirs", [ANY_LOG_DIR] * len(replicas))
         if not isinstance(log_dirs, list) or not all(isinstance(d, str) for d in log_dirs):
@@ -132,11 +144,7 @@ def parse_reassignment_file(path: str, *, require_partitions: bool = False) -> l
                 f"{json.dumps(log_dirs)} for partition {tp}"
             )
         for broker, d in zip(replicas, log_dirs):
-            if d != ANY_LOG_DIR:
-                raise AdminError(
-                    f'partition {tp}: log dir "{d}" for broker {broker} is not supported; '
-                    f'Strata places replicas itself, use "{ANY_LOG_DIR}"'
-                )
+            check_log_dir(d, f"partition {tp}, broker {broker}")
         out.append(((topic, partition), replicas))
     if require_partitions and not out:
         raise AdminError(f"{path}: partition reassignment list cannot be empty")
@@ -159,6 +167,18 @@ def parse_reassignment_file(path: str, *, require_partitions: bool = False) -> l
                 f"partition replica lists may not contain duplicate entries: {tp_str(tp)} contains "
                 f"multiple entries for {ids_str(dup)}"
             )
+    return out
+
+
+def parse_log_dirs(path: str) -> dict[tuple[TP, int], str]:
+    """(partition, broker) -> log dir, for the replicas of the (already checked) file whose dir is not "any"."""
+    doc = read_versioned_json(path, JSON_VERSION)
+    out = {}
+    for entry in _list_of(doc, "partitions", path):
+        replicas = entry["replicas"]
+        for broker, d in zip(replicas, entry.get("log_dirs", [ANY_LOG_DIR] * len(replicas))):
+            if d != ANY_LOG_DIR:
+                out[((entry["topic"], entry["partition"]), broker)] = d
     return out
 
 
@@ -467,9 +487,45 @@ async def execute(admin: Admin, a: argparse.Namespace) -> None:
         # Only replicas moving between log dirs of one broker are throttled by it; every log dir
         # here is "any", so no broker gets the setting (as Kafka with such a file).
         print(f"The replica-alter-dir throttle limit was set to {a.replica_alter_log_dirs_throttle} B/s")
-    await alter_reassignments(admin, proposed, "start the reassignment")
-    names = ",".join(tp_str(tp) for tp in sorted(proposed))
-    print(f"Successfully started partition reassignment{plural(len(proposed))} for {names}")
+    dirs = parse_log_dirs(a.reassignment_json_file)
+    addresses = await broker_addresses(admin) if dirs else {}
+    # the seed: log dir moves first (a replica not there yet answers REPLICA_NOT_AVAILABLE)...
+    pending = await send_log_dir_moves(admin, addresses, dirs)
+    changed = {tp: r for tp, r in proposed.items() if r != current[tp]}
+    if changed or not dirs:
+        await alter_reassignments(admin, changed or proposed, "start the reassignment")
+        names = ",".join(tp_str(tp) for tp in sorted(changed or proposed))
+        print(f"Successfully started partition reassignment{plural(len(changed or proposed))} for {names}")
+    # ... then again for those, until the reassignment has created them or --timeout passes
+    deadline = time.monotonic() + (a.timeout if a.timeout is not None else 10000) / 1000
+    while pending and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+        pending = await send_log_dir_moves(admin, addresses, pending)
+    if pending:
+        culprits = ", ".join(f"{tp_str(tp)} on broker {b}" for tp, b in sorted(pending))
+        raise AdminError(f"timed out waiting for the replicas {culprits} to be created to move them to their log dirs",
+                         Errors.REPLICA_NOT_AVAILABLE)
+    if dirs:
+        names = ",".join(f"{tp_str(tp)}-{b}" for tp, b in sorted(dirs))
+        print(f"Successfully started log directory move{plural(len(dirs))} for: {names}")
+
+
+async def send_log_dir_moves(admin: Admin, addresses: dict, dirs: Mapping[tuple[TP, int], str]) -> dict:
+    """AlterReplicaLogDirs to each broker; the moves it answered REPLICA_NOT_AVAILABLE (to retry).
+    Any other error stops the tool with a line naming the replica and the dir."""
+    by_broker: dict[int, dict[TP, str]] = {}
+    for (tp, b), d in dirs.items():
+        by_broker.setdefault(b, {})[tp] = d
+    retry = {}
+    for b, moves in sorted(by_broker.items()):
+        for tp, code in sorted((await alter_dirs(admin, addresses, b, moves)).items()):
+            if code == 0:
+                continue
+            if is_retriable_move_error(code):
+                retry[(tp, b)] = moves[tp]
+            else:
+                raise broker_error(f'cannot move replica {tp_str(tp)} on broker {b} to log dir "{moves[tp]}"', code)
+    return retry
 
 
 async def verify(admin: Admin, a: argparse.Namespace) -> None:
@@ -488,11 +544,54 @@ async def verify(admin: Admin, a: argparse.Namespace) -> None:
                 f"There is no active reassignment of partition {tp_str(tp)}, but replica set is "
                 f"{ids_str(current)} rather than {ids_str(target)}."
             )
+    dirs = parse_log_dirs(a.reassignment_json_file)
+    if dirs:
+        lines += await verify_log_dirs(admin, dirs)
     print("\n".join(lines))
     # As Kafka: throttles go only once no reassignment at all is left, since a throttle set for
     # another reassignment cannot be told apart from ours.
     if not ongoing and not a.preserve_throttles:
         await clear_throttles(admin, targets, view)
+
+
+async def verify_log_dirs(admin: Admin, dirs: Mapping[tuple[TP, int], str]) -> list[str]:
+    """The seed's check: DescribeLogDirs on each broker holding a replica with a log dir."""
+    addresses = await broker_addresses(admin)
+    lines = ["Status of log directory reassignment:"]
+    by_broker: dict[int, dict[str, list[int]]] = {}
+    for (tp, b) in dirs:
+        by_broker.setdefault(b, {}).setdefault(tp[0], []).append(tp[1])
+    for b, parts in sorted(by_broker.items()):
+        if b not in addresses:
+            for t, ps in sorted(parts.items()):
+                lines += [f"Unable to check the log dir of replica {t}-{p}-{b}: broker {b} is not live." for p in ps]
+            continue
+        infos = await describe_dirs(admin, addresses, b, partitions=parts)
+        for t, ps in sorted(parts.items()):
+            for p in sorted(ps):
+                want = dirs[((t, p), b)]
+                live = [(d, r) for d in infos for r in d.replicas if (r.topic, r.partition) == (t, p) and not r.is_future]
+                future = [(d, r) for d in infos for r in d.replicas if (r.topic, r.partition) == (t, p) and r.is_future]
+                name = f"replica {t}-{p}-{b}"
+                if future:
+                    copied = sum(r.size for _, r in future)
+                    total = sum(r.size for _, r in live) or copied
+                    lines.append(f"Reassignment of {name} is still in progress: {copied} / {total} bytes copied "
+                                 f"to {future[0][0].path}.")
+                elif live and all(_same_dir(d.path, want) for d, _ in live):
+                    lines.append(f"Reassignment of {name} is completed.")
+                elif live:
+                    lines.append(f"Reassignment of {name} is not started: it is in {live[0][0].path}, not {want}.")
+                elif any(not d.is_live for d in infos):
+                    lines.append(f"Partition {t}-{p} is not found in any live log dir on broker {b}. "
+                                 "There is likely an offline log directory on the broker.")
+                else:
+                    lines.append(f"Partition {t}-{p} cannot be found in any live log directory on broker {b}.")
+    return lines
+
+
+def _same_dir(a: str, b: str) -> bool:
+    return os.path.normpath(a) == os.path.normpath(b)
 
 
 async def cancel(admin: Admin, a: argparse.Namespace) -> None:
@@ -533,7 +632,9 @@ def parse_broker_list(value: str) -> list[int]:
     try:
         ids = [int(x) for x in value.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a comma-separated list of broker ids") from None
+        raise argparse.ArgumentTypeError(f"{value[:60]!r} is not a comma-separated list of broker ids") from None
+    if not all(INT32[0] <= b <= INT32[1] for b in ids):
+        raise argparse.ArgumentTypeError(f"a broker id is out of range ({INT32[0]}..{INT32[1]})")
     dup = sorted({b for b in ids if ids.count(b) > 1})
     if dup:
         raise argparse.ArgumentTypeError(f"broker list contains duplicate entries: {ids_str(dup)}")
@@ -541,7 +642,7 @@ def parse_broker_list(value: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = ToolArgumentParser(
         prog="kafka-reassign-partitions.sh", description="This tool helps to move topic partitions between replicas."
     )
     ap.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]", help="brokers to connect to")
@@ -564,14 +665,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--broker-list", type=parse_broker_list, metavar="ID,ID,...", help="with --generate: target brokers"
     )
     ap.add_argument("--disable-rack-aware", action="store_true", help="with --generate: ignore the brokers' racks")
-    ap.add_argument("--throttle", type=int, metavar="BYTES/S", help="with --execute: inter-broker replication throttle")
+    ap.add_argument("--throttle", type=ranged_int(*INT64), metavar="BYTES/S", help="with --execute: inter-broker replication throttle")
     ap.add_argument(
-        "--replica-alter-log-dirs-throttle", type=int, metavar="BYTES/S", help="with --execute: log dir move throttle"
+        "--replica-alter-log-dirs-throttle", type=ranged_int(*INT64), metavar="BYTES/S", help="with --execute: log dir move throttle"
     )
     ap.add_argument("--additional", action="store_true", help="with --execute: add to the ongoing reassignments")
     ap.add_argument("--preserve-throttles", action="store_true", help="with --verify/--cancel: leave throttles alone")
     ap.add_argument(
-        "--timeout", type=int, metavar="MS", help="accepted as in Kafka (the wait for log dir moves; Strata has none)"
+        "--timeout", type=ranged_int(*INT32), metavar="MS",
+        help="with --execute: how long to retry log dir moves of replicas not created yet (default 10000)",
     )
     return ap
 

@@ -16,7 +16,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from protocol.errors import Errors
-from tools.admin import Admin, AdminError, broker_error, non_default_configs, parse_bootstrap, run_tool, topic_id_str
+from tools.admin import (
+    INT16,
+    INT32,
+    Admin,
+    AdminError,
+    ToolArgumentParser,
+    broker_error,
+    non_default_configs,
+    parse_bootstrap,
+    ranged_int,
+    run_tool,
+    topic_id_str,
+)
 
 
 def parse_config(value: str) -> tuple[str, str]:
@@ -34,7 +46,9 @@ def parse_assignment(value: str) -> list[list[int]]:
         try:
             ids = [int(x) for x in part.split(":")]
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{value!r} is not BROKER:BROKER,... per partition") from None
+            raise argparse.ArgumentTypeError(f"{value[:60]!r} is not BROKER:BROKER,... per partition") from None
+        if not all(INT32[0] <= b <= INT32[1] for b in ids):
+            raise argparse.ArgumentTypeError(f"partition {len(out)}: a broker id is out of range ({INT32[0]}..{INT32[1]})")
         if len(set(ids)) != len(ids):
             raise argparse.ArgumentTypeError(f"partition {len(out)} lists a broker twice in {value!r}")
         out.append(ids)
@@ -44,17 +58,17 @@ def parse_assignment(value: str) -> list[list[int]]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="kafka-topics.sh", description="Create, delete, describe, or change a topic.")
+    ap = ToolArgumentParser(prog="kafka-topics.sh", description="Create, delete, describe, or change a topic.")
     ap.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]", help="brokers to connect to")
     actions = ap.add_mutually_exclusive_group(required=True)
     actions.add_argument("--create", action="store_true", help="create a new topic")
     actions.add_argument("--list", action="store_true", help="list all topics")
     actions.add_argument("--describe", action="store_true", help="describe topics (all unless --topic)")
-    actions.add_argument("--alter", action="store_true", help="add partitions to a topic")
+    actions.add_argument("--alter", action="store_true", help="change a topic's partition count (fewer marks partitions for deletion)")
     actions.add_argument("--delete", action="store_true", help="delete a topic")
     ap.add_argument("--topic", help="the topic (a regular expression except with --create)")
-    ap.add_argument("--partitions", type=int, help="number of partitions (create, alter)")
-    ap.add_argument("--replication-factor", type=int, help="replication factor (create)")
+    ap.add_argument("--partitions", type=ranged_int(*INT32), help="number of partitions (create, alter)")
+    ap.add_argument("--replication-factor", type=ranged_int(*INT16), help="replication factor (create)")
     ap.add_argument("--replica-assignment", type=parse_assignment, metavar="B:B,B:B", help="replicas per partition")
     ap.add_argument(
         "--config", type=parse_config, action="append", default=[], metavar="NAME=VALUE", help="topic config (create)"
@@ -166,7 +180,7 @@ async def describe(admin: Admin, a: argparse.Namespace) -> None:
         cfg = ",".join(f"{k}={v}" for k, v in non_default_configs(configs.get(name, [])).items())
         lines.append(
             f"Topic: {name}\tTopicId: {topic_id_str(t.topic_id)}\tPartitionCount: {len(parts)}\t"
-            f"ReplicationFactor: {rf}\tConfigs: {cfg}"
+            f"ReplicationFactor: {rf}\tConfigs: {cfg}" + count_field(t, len(parts))
         )
         for p in parts:
             leader = p.leader_id if p.leader_id >= 0 else "none"
@@ -176,10 +190,19 @@ async def describe(admin: Admin, a: argparse.Namespace) -> None:
             )
             if p.offline_replicas:
                 line += f"\tOffline: {','.join(map(str, p.offline_replicas))}"
+            if p.marked_for_deletion:
+                line += "\tMarkedForDeletion: true"
             lines.append(line + chunk_fields(p))
             lines.extend(chunk_lines(p))
     if lines:
         print("\n".join(lines))
+
+
+def count_field(t: Any, partitions: int) -> str:
+    """KIP-253's undeleted_partition_count (Metadata's tagged UndeletedPartitionCount), shown when
+    some partitions are marked for deletion, i.e. when it differs from the partition count."""
+    n = t.undeleted_partition_count
+    return f"\tUndeletedPartitionCount: {n}" if 0 <= n != partitions else ""
 
 
 def chunk_fields(p: Any) -> str:
@@ -216,7 +239,7 @@ async def alter(admin: Admin, a: argparse.Namespace) -> None:
     )
     for r in results:
         if r.error_code:
-            raise broker_error(f"cannot add partitions to topic '{r.name}'", r.error_code, r.error_message)
+            raise broker_error(f"cannot change the partition count of topic '{r.name}'", r.error_code, r.error_message)
 
 
 async def delete(admin: Admin, a: argparse.Namespace) -> None:

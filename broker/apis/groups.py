@@ -16,6 +16,7 @@ from broker.apis import RequestContext, api
 from broker.apis.transactions import transaction_coordinator
 from broker.coordinator import wall_clock_ms
 from broker.coordinator.group.coordinator import GROUP_OPERATIONS, GroupCoordinator
+from broker.coordinator.group.group import PositionExchange
 from broker.coordinator.group.records import OFFSETS_TOPIC, OffsetAndMetadata
 from broker.coordinator.transaction.records import TRANSACTION_STATE_TOPIC
 from protocol.errors import Errors
@@ -180,7 +181,26 @@ async def sync_group(ctx: RequestContext, req) -> SyncGroupResponse:
 async def heartbeat(ctx: RequestContext, req) -> HeartbeatResponse:
     c = _coordinator(ctx)
     instance = req.group_instance_id if ctx.api_version >= 3 else None
-    return HeartbeatResponse(error_code=c.heartbeat(req.group_id, req.member_id, instance, req.generation_id))
+    if ctx.api_version < 4 or not (req.positions or req.interested_partitions):
+        return HeartbeatResponse(error_code=c.heartbeat(req.group_id, req.member_id, instance, req.generation_id))
+    # KIP-253 (OrderedConsumer): positions travel in tagged fields
+    ex = PositionExchange(
+        reported=[((t.topic, p.partition), p.offset) for t in req.positions for p in t.partitions],
+        interested={(t.topic, p) for t in req.interested_partitions for p in t.partitions},
+    )
+    err = c.heartbeat(req.group_id, req.member_id, instance, req.generation_id, ex)
+    R = HeartbeatResponse
+    positions: dict[str, list] = {}
+    for (topic, p), offset in sorted(ex.answer.items()):
+        positions.setdefault(topic, []).append(R.HeartbeatPosition(partition=p, offset=offset))
+    wanted: dict[str, list[int]] = {}
+    for topic, p in sorted(ex.wanted):
+        wanted.setdefault(topic, []).append(p)
+    return R(
+        error_code=err,
+        positions=[R.HeartbeatPositionTopic(topic=t, partitions=ps) for t, ps in positions.items()],
+        wanted_partitions=[R.HeartbeatWantedTopic(topic=t, partitions=ps) for t, ps in wanted.items()],
+    )
 
 
 @api(13, 0, 5)

@@ -17,11 +17,13 @@ def leader_or_error(
     """(partition, 0) when we may serve it, else (None, Kafka error code). allow_follower lets a
     replica that is not the leader answer (Kafka's debugging reader, follower fetches)."""
     p = b.replicas.get(topic, index)
+    if p is None and b.replicas.replica_offline(topic, index):
+        return None, Errors.KAFKA_STORAGE_ERROR  # its log dir failed; clients refresh metadata and retry
     if p is None or (not allow_follower and not p.is_leader):
         info = b.metadata.image.topic(topic)
         known = info is not None and index in info.partitions
         return None, Errors.NOT_LEADER_OR_FOLLOWER if known else Errors.UNKNOWN_TOPIC_OR_PARTITION
-    if p.filling_prefix:
+    if p.filling_prefix or p.swapping:
         # a new chunk's leader still copying the previous chunk's tail: not serving yet
         return None, Errors.NOT_LEADER_OR_FOLLOWER
     if current_leader_epoch >= 0 and current_leader_epoch != p.leader_epoch:

@@ -1,5 +1,6 @@
-"""Metadata: brokers, topics and partitions from this broker's image, with the chunk fields as
-tagged fields on the partition entry; unknown topics may be auto-created (forwarded)."""
+"""Metadata: brokers, topics and partitions from this broker's image, with the chunk fields and
+KIP-253's MarkedForDeletion as tagged fields on the partition entry and UndeletedPartitionCount on
+the topic entry; unknown topics may be auto-created (forwarded)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ def partition_entries(image: MetadataImage, topic: TopicInfo) -> list:
             replica_nodes=list(p.replicas),
             isr_nodes=list(p.isr),
             offline_replicas=offline,
+            marked_for_deletion=p.marked_for_deletion,
         )
         chunks = topic.chunks.get(idx, ())
         if chunks or p.start_offset > 0:
@@ -106,6 +108,7 @@ def _topic_entry(image: MetadataImage, info: TopicInfo):
         topic_id=info.id,
         is_internal=info.name in INTERNAL_TOPICS,
         partitions=partition_entries(image, info),
+        undeleted_partition_count=info.undeleted_partition_count,
     )
 
 

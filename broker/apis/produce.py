@@ -5,6 +5,7 @@ file), then the answer waits for what acks asks.
 Appends happen before the first await, so pipelined requests on one connection append in the
 order they were sent. acks=-1 on a local partition waits (bounded by the request timeout) for the
 high watermark to pass the batch; on a diskless one every acks value means "committed".
+KIP-253's undeleted partition count is checked here, for both kinds.
 """
 
 from __future__ import annotations
@@ -14,10 +15,30 @@ import asyncio
 from broker.apis import RequestContext, api
 from broker.apis.leadership import serving_partition
 from broker.replication.partition import now_ms
+from metadata import TopicInfo
 from protocol.errors import Errors
 from protocol.generated.produce import ProduceResponse
 
 R = ProduceResponse
+
+
+def partition_count_problem(topic: TopicInfo, index: int, producer_count: int) -> tuple[int, str] | None:
+    """KIP-253: a producer that says which undeleted_partition_count it hashed over must agree with
+    ours (INVALID_PARTITION_METADATA); no one writes to a partition marked for deletion (a stock
+    producer, which sends no count, gets a retriable NOT_LEADER_OR_FOLLOWER and refreshes)."""
+    count = topic.undeleted_partition_count
+    if producer_count >= 0 and producer_count != count:
+        return Errors.INVALID_PARTITION_METADATA, (
+            f"topic {topic.name} has undeleted_partition_count {count}, the producer used {producer_count}"
+        )
+    p = topic.partitions.get(index)
+    if p is not None and p.marked_for_deletion:
+        code = Errors.INVALID_PARTITION_METADATA if producer_count >= 0 else Errors.NOT_LEADER_OR_FOLLOWER
+        return code, (
+            f"partition {topic.name}-{index} is marked for deletion (the topic's partition count is now {count}): "
+            "it takes no new records"
+        )
+    return None
 
 
 @api(0, 3, 12)
@@ -30,6 +51,7 @@ async def produce(ctx: RequestContext, req) -> ProduceResponse | None:
     for t in req.topic_data:
         tr = R.TopicProduceResponse(name=t.name)
         responses.append(tr)
+        topic = b.replicas.image.topic(t.name)
         for pd in t.partition_data:
             pr = R.PartitionProduceResponse(index=pd.index, base_offset=-1)
             tr.partition_responses.append(pr)
@@ -38,6 +60,9 @@ async def produce(ctx: RequestContext, req) -> ProduceResponse | None:
                 continue
             p, pr.error_code = serving_partition(b, t.name, pd.index)
             if p is None:
+                continue
+            if topic is not None and (problem := partition_count_problem(topic, pd.index, t.undeleted_partition_count)):
+                pr.error_code, pr.error_message = problem
                 continue
             waits.append((pr, p.append(pd.records, acks, req.timeout_ms, now)))
     if acks == 0:

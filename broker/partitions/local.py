@@ -11,7 +11,7 @@ from typing import Any
 from broker.partitions.interface import AppendAnswer, FetchPosition, OffsetAnswer, ReadAnswer, answered
 from broker.storage.batch_validation import first_record_without_key
 from broker.storage.cleaner import cleanup_policies
-from broker.storage.errors import StorageError
+from broker.storage.errors import ResourceExhaustedError, StorageError
 from protocol.errors import Errors
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
@@ -46,19 +46,24 @@ class LocalPartition:
         try:
             info = p.log.append_as_leader(records, p.leader_epoch, now_ms)
         except StorageError as e:
-            b.log_produce_error(name, p.index, e)
-            return answered(AppendAnswer(e.error_code, str(e)))
+            if not isinstance(e, ResourceExhaustedError):  # that one has its own rate-limited line
+                b.log_produce_error(name, p.index, e)
+            return answered(AppendAnswer(e.error_code, str(e), record_errors=list(e.record_errors)))
         answer = AppendAnswer(0, None, info.first_offset, info.log_append_time, p.log.log_start_offset)
         p.notify_data()
         p.maybe_advance_high_watermark()
-        if acks != -1:
+        # already replicated (a single in-sync replica): answer now, without a task per wait
+        if acks != -1 or p.log.high_watermark >= info.last_offset + 1:
             return answered(answer)
         return self._replicated(answer, info.last_offset + 1, max(timeout_ms, 0) / 1000)
 
     async def _replicated(self, answer: AppendAnswer, end: int, timeout: float) -> AppendAnswer:
         p = self.p
         if not await p.wait_for_high_watermark(end, timeout):
-            answer.error_code = Errors.REQUEST_TIMED_OUT if p.is_leader else Errors.NOT_LEADER_OR_FOLLOWER
+            # a replica no longer served here (reassigned away, its dir failed) lost leadership:
+            # NOT_LEADER_OR_FOLLOWER tells an idempotent producer the batch was not persisted
+            still = p.is_leader and self.b.replicas.get(p.topic, p.index) is p
+            answer.error_code = Errors.REQUEST_TIMED_OUT if still else Errors.NOT_LEADER_OR_FOLLOWER
         return answer
 
     # ------------------------------------------------------------------ fetch

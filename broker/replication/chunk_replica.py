@@ -29,6 +29,7 @@ class ChunkReplica:
         self.info = info
         self.closed = False  # deleted or closed: its copy task stops
         self.leaving = False  # retention removed its whole range: LeavingBrokerId sent
+        self.swapping = False  # a move between log dirs swaps the log
 
     def __repr__(self) -> str:
         return f"ChunkReplica({self.topic}-{self.index}@{self.start}, leo={self.log.log_end_offset})"

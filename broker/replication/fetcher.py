@@ -137,8 +137,8 @@ class ReplicaFetcher:
             for t in resp.responses:
                 for pd in t.partitions:
                     p = by_id.get((t.topic_id, pd.partition_index)) if version >= 13 else by_key.get((t.topic, pd.partition_index))
-                    if p is None or self.partitions.get((p.topic, p.index)) is not p:
-                        continue  # no longer ours to follow from this leader
+                    if p is None or self.partitions.get((p.topic, p.index)) is not p or p.swapping:
+                        continue  # no longer ours to follow from this leader, or moving dirs: fetched again
                     if not self._handle(p, pd):
                         backoff = True
             if backoff:

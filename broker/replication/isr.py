@@ -12,6 +12,7 @@ import structlog
 from broker.replication.partition import Partition, now_ms
 from node.client import ClientError
 from node.shutdown import stop_task
+from protocol.errors import Errors
 from protocol.generated.alter_partition import AlterPartitionRequest
 
 if TYPE_CHECKING:
@@ -46,18 +47,22 @@ class IsrManager:
         if key in self._inflight or p.info is None:
             return
         self._inflight.add(key)
+        p.pending_isr = tuple(dict.fromkeys((*p.isr, *new_isr)))
         self.broker.spawn(self._send(p, new_isr, why))
 
     async def _send(self, p: Partition, new_isr: tuple[int, ...], why: str) -> None:
         key = (p.topic, p.index)
         info = p.info
+        settled = False  # the controller's answer says nothing changed, or what did
         try:
             if info is None or not p.is_leader:
+                settled = True
                 return
             try:
                 version = await self.broker.channel.version_for(A.API_KEY)
             except ClientError as e:
                 log.warning("alter_partition_unavailable", error=str(e))
+                settled = True  # nothing was sent
                 return
             pd = A.PartitionData(partition_index=p.index, leader_epoch=info.leader_epoch,
                                  partition_epoch=info.partition_epoch)
@@ -82,12 +87,21 @@ class IsrManager:
                 err = part.error_code
             if err:
                 log.info("alter_partition_rejected", topic=p.topic, partition=p.index, error_code=err, why=why)
+                if err in _NOTHING_CHANGED:
+                    settled = True
                 return
             log.info("isr_changed", topic=p.topic, partition=p.index, why=why, isr=list(part.isr),
                      partition_epoch=part.partition_epoch)
             p.apply_isr(tuple(part.isr), part.partition_epoch)
+            settled = True
         finally:
             self._inflight.discard(key)
+            # Otherwise the controller may have changed the partition (a reassignment completing
+            # on our expand moves leadership: NEW_LEADER_ELECTED) or we cannot tell (no answer):
+            # the larger ISR holds the high watermark until the metadata says what happened.
+            if settled:
+                p.pending_isr = None
+                p.maybe_advance_high_watermark()
 
     async def _shrink_loop(self) -> None:
         lag_ms = self.broker.config.replica_lag_time_max_ms
@@ -103,6 +117,10 @@ class IsrManager:
                 ]
                 if out:
                     self.propose(p, tuple(r for r in p.isr if r not in out), "shrink")
+
+
+# rejections after which the partition is as it was (the change was refused outright)
+_NOTHING_CHANGED = frozenset({Errors.INELIGIBLE_REPLICA, Errors.OPERATION_NOT_ATTEMPTED, Errors.INVALID_REQUEST})
 
 
 class _Never:

@@ -48,12 +48,18 @@ class Partition:
         # a new active chunk's leader that lacks [chunk start, previous chunk's end] copies it
         # from the previous chunk first (chunk_fetcher.py); writes wait until it holds it
         self.filling_prefix = False
+        # a move between log dirs swaps the log (log_dir_mover.py): no appends, no reads meanwhile
+        self.swapping = False
+        # Kafka's "maximal ISR": while an AlterPartition adding a follower is in flight, the high
+        # watermark waits for that follower too, since the controller may commit the larger ISR
+        # (and complete a reassignment onto it) before we hear back
+        self.pending_isr: tuple[int, ...] | None = None
 
     @property
     def sealed(self) -> bool:
-        """Produce answers NOT_LEADER_OR_FOLLOWER: a chunk is being cut, or this new chunk's
-        leader still copies the previous chunk's tail."""
-        return self._sealed_for_chunk or self.filling_prefix
+        """Produce answers NOT_LEADER_OR_FOLLOWER: a chunk is being cut, this new chunk's
+        leader still copies the previous chunk's tail, or the log is being swapped to another dir."""
+        return self._sealed_for_chunk or self.filling_prefix or self.swapping
 
     @sealed.setter
     def sealed(self, value: bool) -> None:
@@ -79,6 +85,8 @@ class Partition:
         """Apply the partition's new metadata (leader, epoch, ISR)."""
         was_leader = self.is_leader
         old_epoch = self.leader_epoch
+        if self.pending_isr is not None and (self.info is None or info.partition_epoch > self.info.partition_epoch):
+            self.pending_isr = None  # the metadata tells what became of the proposed ISR
         self.info = info
         if info.leader == self.node_id:
             if not was_leader or old_epoch != info.leader_epoch:
@@ -119,7 +127,7 @@ class Partition:
             return
         leo = self.log.log_end_offset
         hw = leo
-        for r in self.isr:
+        for r in self.isr if self.pending_isr is None else self.pending_isr:
             if r == self.node_id:
                 continue
             st = self.followers.get(r)

@@ -19,6 +19,7 @@ partition, chunk start)). Chunk changes in a delta:
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from uuid import UUID
@@ -28,24 +29,37 @@ import structlog
 from broker.config import BrokerConfig
 from broker.replication.chunk_fetcher import ChunkFetcher
 from broker.replication.chunk_replica import ChunkReplica
+from broker.replication.dir_assigner import DirAssigner
 from broker.replication.fetcher import ReplicaFetcherManager
 from broker.replication.isr import IsrManager
+from broker.replication.log_dir_mover import LogDirMover
 from broker.replication.partition import Partition
+from broker.replication.throttle import broker_rate
 from broker.storage.cleaner import LogCleaner, retention_applies
 from broker.storage.config import LogConfig
+from broker.storage.errors import StorageError
+from broker.storage.log import Log
 from broker.storage.log_dir import LogDir
+from broker.storage.replica_move import recover_moves, remove_tree
 from metadata import MetadataDelta, MetadataImage, PartitionInfo
 from metadata.config_defs import effective_topic_configs
 from metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, ChunkInfo, TopicInfo
+from protocol.errors import Errors
 
 log = structlog.get_logger(__name__)
+ZERO_UUID = UUID(int=0)
+Key = tuple[str, int, int]  # topic, partition, chunk start
 
 
 class ReplicaManager:
-    def __init__(self, config: BrokerConfig, log_dirs: list[LogDir]) -> None:
+    def __init__(self, config: BrokerConfig, log_dirs: list[LogDir], dir_assigner: DirAssigner | None = None) -> None:
         self.config = config
         self.node_id = config.node_id
         self.log_dirs = log_dirs
+        self.dir_assigner = dir_assigner
+        # replicas whose log dir went offline: not served (KAFKA_STORAGE_ERROR), never recreated
+        # elsewhere while the dir is away (the seed's rule: their data may still be there)
+        self.offline: dict[Key, LogDir] = {}
         self.partitions: dict[tuple[str, int], Partition] = {}  # active chunk replicas
         self.chunks: dict[tuple[str, int, int], ChunkReplica] = {}  # inactive chunk replicas
         self.image = MetadataImage.EMPTY
@@ -62,9 +76,37 @@ class ReplicaManager:
         # told (partition, is_leader) whenever this broker gains or loses a partition's
         # leadership: coordinators load and unload their state partitions with it
         self.leadership_listeners: list[Callable[[Partition, bool], None]] = []
+        loop = asyncio.get_running_loop()
         for d in log_dirs:
-            for topic, partition, chunk_start, _ in d.list_replicas():
+            # an I/O error can come from an executor thread: handle it on the loop
+            d.offline_listeners.append(lambda d: loop.call_soon_threadsafe(self._dir_offline, d))
+            if not d.online:
+                continue
+            try:
+                found = d.list_replicas()
+            except OSError as exc:
+                d.mark_offline(f"cannot list replicas: {exc}")
+                continue
+            for topic, partition, chunk_start, _ in found:
                 self._on_disk[(topic, partition, chunk_start)] = d
+        # moves between dirs: the dir each replica should move to (AlterReplicaLogDirs, or a
+        # move a restart interrupted); applied when the replica is opened
+        self.wanted_dirs: dict[Key, LogDir] = {}
+        self.mover = LogDirMover(
+            self, lambda: broker_rate(self.image, self.node_id, config.props, "intra.broker.throttled.rate"),
+            int(config.props.get("num.replica.move.threads", "0")) or len(log_dirs),
+        )
+        online = [d for d in log_dirs if d.online]
+        recovered = recover_moves([d.path for d in online], any_offline=len(online) < len(log_dirs))
+        by_path = {d.path: d for d in online}
+        for key, moved in recovered.resume.items():
+            self.wanted_dirs[key] = by_path[moved.parent]
+        for key in recovered.offline:
+            self.offline[key] = next(d for d in log_dirs if not d.online)
+        for d in online:  # rule 2 may have renamed a `.move` into a live replica
+            for topic, partition, chunk_start, _ in d.list_replicas():
+                self._on_disk.setdefault((topic, partition, chunk_start), d)
+        self._to_delete = recovered.delete
 
     # ---- lookups
     def get(self, topic: str, index: int) -> Partition | None:
@@ -83,6 +125,85 @@ class ReplicaManager:
     def log_config(self, topic: str) -> LogConfig:
         return LogConfig.from_properties(self.topic_config(topic))
 
+    def replica_offline(self, topic: str, index: int) -> bool:
+        """Our replica of the partition's active chunk sits in an offline log dir."""
+        info = self.image.partition(topic, index)
+        return info is not None and (topic, index, info.start_offset) in self.offline
+
+    def dir_of(self, key: Key) -> LogDir | None:
+        """The online log dir holding a replica (None: not on this broker, or offline)."""
+        return self._on_disk.get(key)
+
+    def replica(self, key: Key) -> Partition | ChunkReplica | None:
+        """This broker's replica of a chunk: the active chunk's Partition or an inactive chunk's."""
+        p = self.partitions.get(key[:2])
+        if p is not None and p.log.chunk_start == key[2]:
+            return p
+        return self.chunks.get(key)
+
+    def install_log(self, key: Key, lg: Log, d: LogDir) -> None:
+        """A move swapped the replica's log: serve it from `d` now, and tell the controller."""
+        r = self.replica(key)
+        if r is None:
+            lg.close()
+            return
+        lg.producer_id_expiration_ms = r.log.producer_id_expiration_ms
+        r.log = lg
+        self._on_disk[key] = d
+        if self.dir_assigner is not None and d.known_id is not None:
+            self.dir_assigner.report(r.topic_id, key[1], key[2], d.known_id)
+        log.info("replica_dir_changed", topic=key[0], partition=key[1], chunk_start=key[2], dir=str(d.path),
+                 log_end_offset=lg.log_end_offset)
+
+    def install_failed(self, key: Key, d: LogDir, reason: str) -> None:
+        """A move swapped the replica into `d`, which then failed: the replica is offline with it."""
+        self._on_disk[key] = d
+        d.mark_offline(reason)
+        self._dir_offline(d)
+
+    def log_dir_by_path(self, path: str) -> LogDir | None:
+        norm = os.path.normpath(path)
+        return next((d for d in self.log_dirs if os.path.normpath(str(d.path)) == norm), None)
+
+    def alter_log_dir(self, topic: str, index: int, path: str) -> int:
+        """AlterReplicaLogDirs for one partition: move each of its chunk replicas here to `path`
+        ("any": cancel). An error code; nothing changes on an error."""
+        info = self.image.partition(topic, index)
+        if info is None:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION
+        keys = [k for k in (*self._on_disk, *self.offline) if k[:2] == (topic, index)]
+        if path == "any":
+            for k in keys:
+                self.mover.cancel(k, reason="any")
+            for k in [k for k in self.wanted_dirs if k[:2] == (topic, index)]:
+                del self.wanted_dirs[k]
+            return 0
+        if not os.path.isabs(path):
+            return Errors.LOG_DIR_NOT_FOUND
+        dest = self.log_dir_by_path(path)
+        if dest is None:
+            return Errors.LOG_DIR_NOT_FOUND
+        if not dest.online or any(k in self.offline for k in keys):
+            return Errors.KAFKA_STORAGE_ERROR
+        if not keys:
+            # not here yet: remembered, and the replica is created there when the metadata gives it us
+            self.wanted_dirs[(topic, index, info.start_offset)] = dest
+            return Errors.REPLICA_NOT_AVAILABLE
+        for k in keys:
+            if self._on_disk[k] is dest:
+                self.mover.cancel(k, reason="already in the destination")
+                self.wanted_dirs.pop(k, None)
+            elif self.replica(k) is not None:
+                self.wanted_dirs.pop(k, None)
+                self.mover.start(k, self._on_disk[k], dest)
+            else:
+                self.wanted_dirs[k] = dest
+        return 0
+
+    def replicas_in(self, d: LogDir) -> list[tuple[Key, Log]]:
+        """The open chunk replicas in a log dir."""
+        return [(k, r.log) for k, dd in list(self._on_disk.items()) if dd is d and (r := self.replica(k)) is not None]
+
     def chunks_of(self, topic: str, index: int) -> list[ChunkReplica]:
         """This broker's replicas of the partition's inactive chunks, oldest first."""
         return sorted((cr for (t, i, _), cr in self.chunks.items() if t == topic and i == index), key=lambda c: c.start)
@@ -91,13 +212,28 @@ class ReplicaManager:
     def on_metadata(self, delta: MetadataDelta, image: MetadataImage) -> None:
         self.image = image
         self._topic_configs.clear()
+        # One partition's storage error (its dir failing under it) never stops the rest of the
+        # delta: the partitions of every other dir are still applied.
         for topic in delta.deleted_topics.values():
             for idx in set(topic.partitions) | set(topic.chunks):
-                self._remove_all(topic.name, idx)
+                try:
+                    self._remove_all(topic.name, idx)
+                except Exception:
+                    log.exception("replica_remove_failed", topic=topic.name, partition=idx)
+        for name, p in delta.deleted_partitions.values():
+            # a partition marked for deletion (KIP-253) was deleted once empty: every chunk goes
+            try:
+                self._remove_all(name, p.partition)
+            except Exception:
+                log.exception("replica_remove_failed", topic=name, partition=p.partition)
         for tid, idx in delta.changed_partitions:
             t = image.topics.get(tid)
             if t is not None and idx in t.partitions:
-                self._apply_partition(t, idx)
+                try:
+                    self._apply_partition(t, idx)
+                except Exception as exc:
+                    log.error("replica_apply_failed", topic=t.name, partition=idx, error=str(exc),
+                              error_type=type(exc).__name__)
         for rtype, name in delta.changed_configs:
             if rtype == TOPIC_RESOURCE:
                 cfg = self.log_config(name)
@@ -120,6 +256,9 @@ class ReplicaManager:
         # keeps the one dir as the active chunk's (it holds the same records).
         readable = {c.start_offset: c for c in chunks
                     if self.node_id in c.replicas and not (in_active and c.start_offset == info.start_offset)}
+        for key in [k for k in self.offline if k[:2] == (name, idx)]:
+            if not (key[2] in readable or (in_active and key[2] == info.start_offset)):
+                self.offline.pop(key)  # moved away while its dir is offline: nothing left to serve
         p = self.partitions.get((name, idx))
         if p is not None and p.topic_id != info.topic_id:
             self._remove_all(name, idx)  # topic re-created under the same name
@@ -137,6 +276,8 @@ class ReplicaManager:
                     continue
             else:
                 cr.update(c)
+            self._check_dir(name, c.topic_id, idx, start, c.replicas, c.directories)
+            self._maybe_move((name, idx, start))
             if self.chunk_fetcher is not None:
                 if cr.data_gone:
                     self._leave(cr)
@@ -152,6 +293,10 @@ class ReplicaManager:
         p = self.partitions.get(key)
         if p is None:
             p = self._open(topic, info)
+            if p is None:
+                return
+        self._check_dir(topic, info.topic_id, info.partition, info.start_offset, info.replicas, info.directories)
+        self._maybe_move((topic, info.partition, info.start_offset))
         was_leader, old_epoch = p.is_leader, p.leader_epoch
         p.update(info)
         if p.is_leader and not p.filling_prefix and self.chunk_fetcher is not None:
@@ -196,8 +341,10 @@ class ReplicaManager:
 
     def _open_chunk(self, topic: str, c: ChunkInfo) -> ChunkReplica | None:
         key = (topic, c.partition, c.start_offset)
+        d = self._dir_for(key, c.replicas, c.directories)
+        if d is None:
+            return None
         try:
-            d = self._on_disk.get(key) or self._choose_dir()
             cfg = self.log_config(topic)
             lg = d.open_log(topic, c.partition, c.start_offset, cfg, topic_id=c.topic_id)
             if lg.topic_id is not None and lg.topic_id != c.topic_id:
@@ -205,8 +352,11 @@ class ReplicaManager:
                          action="recreate")
                 lg.delete()
                 lg = d.open_log(topic, c.partition, c.start_offset, cfg, topic_id=c.topic_id)
-        except Exception:
-            log.exception("chunk_replica_open_failed", topic=topic, partition=c.partition, chunk_start=c.start_offset)
+        except Exception as exc:
+            if not d.online:
+                self.offline[key] = d
+            log.error("chunk_replica_open_failed", topic=topic, partition=c.partition, chunk_start=c.start_offset,
+                      dir=str(d.path), error=str(exc))
             return None
         self._on_disk[key] = d
         cr = ChunkReplica(topic, c, lg, self.node_id)
@@ -218,6 +368,7 @@ class ReplicaManager:
         return cr
 
     def _delete_chunk(self, cr: ChunkReplica) -> None:
+        self.mover.cancel(cr.key, reason="replica removed")
         cr.closed = True
         self.chunks.pop(cr.key, None)
         if self.chunk_fetcher is not None:
@@ -254,14 +405,22 @@ class ReplicaManager:
             except Exception:
                 log.exception("leadership_listener_failed", topic=p.topic, partition=p.index)
 
-    def _open(self, topic: str, info: PartitionInfo) -> Partition:
+    def _open(self, topic: str, info: PartitionInfo) -> Partition | None:
         start = info.start_offset
-        d = self._on_disk.get((topic, info.partition, start)) or self._choose_dir()
-        lg = d.open_log(topic, info.partition, start, self.log_config(topic), topic_id=info.topic_id)
-        if lg.topic_id is not None and lg.topic_id != info.topic_id:
-            log.info("replica_topic_id_mismatch", topic=topic, partition=info.partition, action="recreate")
-            lg.delete()
+        key = (topic, info.partition, start)
+        d = self._dir_for(key, info.replicas, info.directories)
+        if d is None:
+            return None
+        try:
             lg = d.open_log(topic, info.partition, start, self.log_config(topic), topic_id=info.topic_id)
+            if lg.topic_id is not None and lg.topic_id != info.topic_id:
+                log.info("replica_topic_id_mismatch", topic=topic, partition=info.partition, action="recreate")
+                lg.delete()
+                lg = d.open_log(topic, info.partition, start, self.log_config(topic), topic_id=info.topic_id)
+        except StorageError:
+            if not d.online:
+                self.offline[key] = d
+            raise
         self._on_disk[(topic, info.partition, start)] = d
         lg.producer_id_expiration_ms = int(self.config.props.get("producer.id.expiration.ms", "86400000"))
         p = Partition(topic, info.partition, info.topic_id, lg, self.node_id)
@@ -279,12 +438,114 @@ class ReplicaManager:
         return p
 
     def _choose_dir(self) -> LogDir:
-        """The online log dir holding the fewest replicas (Kafka's default placement)."""
+        """Where a new replica goes (the seed's problem 3, better than round-robin): the online dir
+        with the most usable bytes once the bytes already assigned to it but not yet written
+        there (moves into it still copying) are counted; on a tie (dirs sharing a filesystem),
+        the one holding the fewest replicas."""
         counts = {id(d): 0 for d in self.log_dirs}
         for d in self._on_disk.values():
             counts[id(d)] = counts.get(id(d), 0) + 1
+        incoming = {id(d): 0 for d in self.log_dirs}
+        for m in self.mover.moves.values():
+            incoming[id(m.dest)] = incoming.get(id(m.dest), 0) + max(0, m.total_bytes - m.copied_bytes)
         online = [d for d in self.log_dirs if d.online]
-        return min(online, key=lambda d: counts[id(d)])
+        if not online:
+            raise StorageError("every log dir of this broker is offline")
+
+        usable_of_fs: dict[int, int] = {}  # dirs on one filesystem share one figure, so they tie
+
+        def room(d: LogDir) -> int:
+            try:
+                dev = os.stat(d.path).st_dev
+                if dev not in usable_of_fs:
+                    usable_of_fs[dev] = d.usage()[1]
+            except OSError:
+                return -1  # cannot tell: last choice
+            return usable_of_fs[dev] - incoming[id(d)]
+
+        rooms = {id(d): room(d) for d in online}
+        return max(online, key=lambda d: (rooms[id(d)], -counts[id(d)]))
+
+    def _assigned_dir(self, replicas: tuple[int, ...], directories: tuple[UUID, ...]) -> UUID:
+        """The dir the metadata gives our replica (zero: unassigned)."""
+        if len(directories) == len(replicas) and self.node_id in replicas:
+            return directories[replicas.index(self.node_id)]
+        return ZERO_UUID
+
+    def _dir_for(self, key: Key, replicas: tuple[int, ...], directories: tuple[UUID, ...]) -> LogDir | None:
+        """Where a replica lives or is to be created: where it is on disk, else the dir the
+        metadata assigns it, else the best online dir. None when it is (or may be) in an
+        offline dir: it is then served by nobody here rather than re-created empty."""
+        if key in self.offline:
+            return None
+        d = self._on_disk.get(key)
+        if d is not None:
+            return d
+        wanted = self.wanted_dirs.pop(key, None)
+        if wanted is not None and wanted.online:
+            return wanted
+        assigned = self._assigned_dir(replicas, directories)
+        if assigned != ZERO_UUID:
+            for ld in self.log_dirs:
+                if ld.known_id == assigned:
+                    if ld.online:
+                        return ld
+                    self.offline[key] = ld
+                    log.warning("replica_in_offline_dir", topic=key[0], partition=key[1], chunk_start=key[2],
+                                dir=str(ld.path))
+                    return None
+        return self._choose_dir()
+
+    def _check_dir(self, topic: str, topic_id: UUID, partition: int, start: int, replicas: tuple[int, ...],
+                   directories: tuple[UUID, ...]) -> None:
+        """Tell the controller where the replica lives when the metadata says otherwise."""
+        d = self._on_disk.get((topic, partition, start))
+        if d is None or self.dir_assigner is None or d.known_id is None:
+            return
+        if self._assigned_dir(replicas, directories) != d.known_id:
+            self.dir_assigner.report(topic_id, partition, start, d.known_id)
+
+    def _maybe_move(self, key: Key) -> None:
+        dest = self.wanted_dirs.get(key)
+        src = self._on_disk.get(key)
+        if dest is None or src is None or key in self.mover.moves:
+            return
+        del self.wanted_dirs[key]
+        if dest is not src and dest.online:
+            self.mover.start(key, src, dest)
+
+    # ---- log dir failure
+    def _dir_offline(self, d: LogDir) -> None:
+        """A log dir failed: every replica in it stops (no fetching, no leadership here, waiters
+        fail); the controller hears of the dir in the next heartbeat and moves leadership."""
+        stopped = 0
+        for key, m in list(self.mover.moves.items()):
+            if d in (m.src, m.dest):
+                self.mover.cancel(key, reason=f"log dir {d.path} offline")
+        for key, dd in list(self._on_disk.items()):
+            if dd is not d:
+                continue
+            self._on_disk.pop(key)
+            self.offline[key] = d
+            stopped += 1
+            p = self.partitions.get(key[:2])
+            if p is not None and p.log.chunk_start == key[2]:
+                self._detach(p)
+                _close_quietly(p.log)
+                t = self.image.topic(key[0])
+                info = t.partitions.get(key[1]) if t is not None else None
+                if info is not None and self.dir_assigner is not None and d.known_id is not None:
+                    # the controller may not know yet that the replica is there: say so, so the
+                    # offline dir takes it out of the ISR too
+                    self.dir_assigner.report(info.topic_id, key[1], key[2], d.known_id)
+            cr = self.chunks.pop(key, None)
+            if cr is not None:
+                cr.closed = True
+                if self.chunk_fetcher is not None:
+                    self.chunk_fetcher.cancel(*key)
+                _close_quietly(cr.log)
+        log.error("log_dir_replicas_stopped", path=str(d.path), replicas=stopped, reason=d.offline_reason,
+                  online_dirs=sum(1 for x in self.log_dirs if x.online))
 
     def _detach(self, p: Partition) -> None:
         """Stop serving `p` as the active chunk: no fetching, no leadership, no waiters."""
@@ -303,6 +564,7 @@ class ReplicaManager:
         p = self.partitions.get((topic, index))
         if p is None:
             return
+        self.mover.cancel((topic, index, p.log.chunk_start), reason="replica removed")
         self._detach(p)
         if delete:
             p.log.delete()
@@ -329,6 +591,8 @@ class ReplicaManager:
     # ---- retention
     def start_background(self) -> None:
         loop = asyncio.get_running_loop()
+        for path in self._to_delete:  # the seed's rule 4: `.delete` dirs go in the background
+            loop.run_in_executor(None, remove_tree, path)
         self._retention_task = loop.create_task(self._retention_loop())
         self._checkpoint_task = loop.create_task(self._checkpoint_loop())
         # log compaction of cleanup.policy=compact topics (log.cleaner.enable, log.cleaner.backoff.ms)
@@ -355,43 +619,43 @@ class ReplicaManager:
         while True:
             await asyncio.sleep(interval)
             now = int(time.time() * 1000)
-            for p in list(self.partitions.values()):
-                try:
-                    n = p.log.enforce_retention(now, delete_policy=retention_applies(self.topic_config(p.topic)))
-                    if n:
-                        log.info(
-                            "retention_deleted_segments",
-                            topic=p.topic,
-                            partition=p.index,
-                            segments=n,
-                            log_start_offset=p.log.log_start_offset,
-                        )
-                except Exception:
-                    log.exception("retention_failed", topic=p.topic, partition=p.index)
+            # In a thread: deleting segments renames files and fsyncs checkpoints, which at
+            # thousands of partitions would hold the event loop for seconds.
+            work = [(p, retention_applies(self.topic_config(p.topic))) for p in list(self.partitions.values())]
+            skipped, last_error = await asyncio.get_running_loop().run_in_executor(None, _retention_pass, work, now)
             for cr in list(self.chunks.values()):
-                await self._enforce_chunk_retention(cr, now)
+                if not await self._enforce_chunk_retention(cr, now):
+                    skipped.append(f"{cr.topic}-{cr.index}-{cr.start}")
+            if skipped:
+                log.warning("retention_skipped", logs=len(skipped), first=skipped[:5], last_error=last_error)
 
-    async def _enforce_chunk_retention(self, cr: ChunkReplica, now: int) -> None:
+    async def _enforce_chunk_retention(self, cr: ChunkReplica, now: int) -> bool:
         """Retention on an inactive chunk's replica (retention.bytes counts per chunk replica log,
-        as storage defines it); when nothing of the chunk is left, the replica leaves it."""
+        as storage defines it); when nothing of the chunk is left, the replica leaves it. False
+        when its log refused (offline): the caller sums those up in one line."""
         if cr.closed:
-            return
+            return True
         cr.apply_log_start()
         try:
             if cr.needs_roll:
                 await asyncio.get_running_loop().run_in_executor(None, cr.log.roll)
             n = cr.log.enforce_retention(now, delete_policy=retention_applies(self.topic_config(cr.topic)))
+        except StorageError:
+            return False
         except Exception:
             log.exception("retention_failed", topic=cr.topic, partition=cr.index, chunk_start=cr.start)
-            return
+            return True
         if n:
             log.info("retention_deleted_segments", topic=cr.topic, partition=cr.index, chunk_start=cr.start,
                      segments=n, log_start_offset=cr.log.log_start_offset)
         if cr.data_gone:
             self._leave(cr)
+        return True
 
     # ---- shutdown
     def shutdown(self) -> None:
+        for key in list(self.mover.moves):
+            self.mover.cancel(key, reason="broker stopping")
         if self._cleaner is not None:
             self._cleaner.shutdown()  # a round in progress aborts; the logs close below
         for task in (self._retention_task, self._checkpoint_task, self._cleaner_task):
@@ -414,6 +678,33 @@ class ReplicaManager:
 
     def topic_id_of(self, topic: str) -> UUID | None:
         return self.image.topic_ids.get(topic)
+
+
+def _retention_pass(work: list[tuple[Partition, bool]], now: int) -> tuple[list[str], str]:
+    """enforce_retention on each partition's log; returns the logs that refused (offline: one line
+    per pass, not a traceback each) and the last refusal's reason."""
+    skipped: list[str] = []
+    last_error = ""
+    for p, delete_policy in work:
+        try:
+            n = p.log.enforce_retention(now, delete_policy=delete_policy)
+            if n:
+                log.info("retention_deleted_segments", topic=p.topic, partition=p.index, segments=n,
+                         log_start_offset=p.log.log_start_offset)
+        except StorageError as e:
+            skipped.append(f"{p.topic}-{p.index}")
+            last_error = str(e)
+        except Exception:
+            log.exception("retention_failed", topic=p.topic, partition=p.index)
+    return skipped, last_error
+
+
+def _close_quietly(lg: Log) -> None:
+    """Close a log of a failed dir: its files are released; nothing more can be written."""
+    try:
+        lg.close()
+    except Exception as exc:
+        log.info("log_close_failed_offline_dir", dir=str(lg.dir), error=str(exc))
 
 
 def _checkpoint_all(logs: list) -> None:

@@ -14,15 +14,31 @@ kafka-reassign-partitions.sh --throttle sets both.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from metadata.image import BROKER_RESOURCE
+from metadata.image import BROKER_RESOURCE, MetadataImage
 
 if TYPE_CHECKING:
     from broker.broker import Broker
 
 RATE_KEY = "follower.replication.throttled.rate"
 REPLICAS_KEY = "follower.replication.throttled.replicas"
+
+
+def broker_rate(image: MetadataImage, node_id: int, props: Mapping[str, str], key: str) -> int | None:
+    """A bytes/s broker config: this broker's dynamic value, else the cluster-wide default, else
+    server.properties; None when unset or unlimited."""
+    for layer in (image.configs.get((BROKER_RESOURCE, str(node_id)), {}), image.configs.get((BROKER_RESOURCE, ""), {}),
+                  props):
+        raw = layer.get(key)
+        if raw is not None:
+            try:
+                value = int(raw)
+            except ValueError:
+                return None
+            return value if 0 < value < 2**62 else None
+    return None
 
 
 class Throttle:
@@ -32,18 +48,7 @@ class Throttle:
         self._last = time.monotonic()
 
     def rate(self) -> int | None:
-        image = self.broker.metadata.image
-        me = str(self.broker.config.node_id)
-        for layer in (image.configs.get((BROKER_RESOURCE, me), {}), image.configs.get((BROKER_RESOURCE, ""), {}),
-                      self.broker.config.props):
-            raw = layer.get(RATE_KEY)
-            if raw is not None:
-                try:
-                    value = int(raw)
-                except ValueError:
-                    return None
-                return value if 0 < value < 2**62 else None
-        return None
+        return broker_rate(self.broker.metadata.image, self.broker.config.node_id, self.broker.config.props, RATE_KEY)
 
     def applies(self, topic: str, index: int) -> bool:
         """Whether this broker's replica of partition `index` of `topic` is throttled."""

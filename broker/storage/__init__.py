@@ -37,12 +37,22 @@ Segment files
   `.timeindex`: sparse, append-only. Entry = int64 largest timestamp so far + int32 relative offset
   (last offset of the batch that carried it). Timestamps strictly increase; the last entry of an
   inactive segment is its max timestamp (written on roll and on close).
-  A segment rolls when the next append would pass segment.bytes, when segment.ms has passed since
-  its first batch's timestamp, when either index reaches segment.index.bytes, or when a relative
-  offset would overflow int32. Deleted segments are renamed `<name>.deleted` and unlinked
+  A segment rolls when the next append would pass segment.bytes, when the appended batches' max
+  timestamp is more than segment.ms (less the segment's random share of segment.jitter.ms) past its
+  first batch's timestamp (record time, as Kafka; the segment's creation time only when it has no
+  timestamps), when either index reaches segment.index.bytes, or when a relative offset would
+  overflow int32. Deleted segments are renamed `<name>.deleted` and unlinked
   file.delete.delay.ms later; leftovers are removed on the next open.
 
-Small files are written atomically (tmp + fsync + rename + fsync of the dir).
+Small files are written atomically (tmp + fsync + rename + fsync of the dir); a new replica's
+files and leader-epoch rewrites skip the fsyncs, which the log's next flush does before the
+recovery point moves.
+
+Descriptors
+  Segment and index files are opened on use through one process-wide LRU (file_cache.py,
+  `log.open.files.max`) and pinned while in use; nothing else keeps a descriptor open. EMFILE,
+  ENFILE and ENOMEM fail the operation with ResourceExhaustedError (retriable) and leave the log
+  online (exhaustion.py); other OSErrors fail the log and take its dir offline.
 
 Recovery
   Without `.clean-shutdown`, Log.open checks every batch (header + CRC32C + increasing offsets) from
@@ -63,9 +73,11 @@ from broker.storage.config import LogConfig
 from broker.storage.errors import (
     InconsistentTopicIdError,
     InvalidRecordError,
+    InvalidTimestampError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
     RecordTooLargeError,
+    ResourceExhaustedError,
     StorageError,
     UnexpectedAppendOffsetError,
 )
@@ -79,6 +91,7 @@ __all__ = [
     "FetchInfo",
     "InconsistentTopicIdError",
     "InvalidRecordError",
+    "InvalidTimestampError",
     "LeaderEpochCache",
     "Log",
     "LogConfig",
@@ -86,6 +99,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "RecordListTooLargeError",
     "RecordTooLargeError",
+    "ResourceExhaustedError",
     "StorageError",
     "UnexpectedAppendOffsetError",
 ]

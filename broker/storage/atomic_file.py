@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 from broker.storage.file_names import TMP_SUFFIX
@@ -15,6 +16,19 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_file(path: Path) -> bool:
+    """fsync one file; False if it is gone (deleted by a truncation meanwhile)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True
 
 
 def write_file(path: Path, data: bytes, *, sync: bool = True) -> None:
@@ -30,12 +44,17 @@ def write_file(path: Path, data: bytes, *, sync: bool = True) -> None:
         os.close(fd)
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """tmp file + fsync + rename + fsync of the dir (the rename itself must reach the disk)."""
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    write_file(tmp, data)
+def write_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:
+    """tmp file + fsync + rename + fsync of the dir (the rename itself must reach the disk).
+    Without sync: tmp + rename only (a reader never sees a half file; a crash may lose the
+    change), for callers that fsync the file and its dir later, before relying on it."""
+    # The writing thread in the tmp name: a log's background flush and another writer of the same
+    # dir (a test's "crashed" instance beside the reopened one) never share a half-written file.
+    tmp = path.with_name(f"{path.name}.{threading.get_native_id()}{TMP_SUFFIX}")
+    write_file(tmp, data, sync=sync)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if sync:
+        fsync_dir(path.parent)
 
 
 def remove_durably(path: Path) -> bool:

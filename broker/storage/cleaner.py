@@ -581,13 +581,9 @@ def swap_in_cleaned(
         if suffix != TXN_INDEX_SUFFIX or has_txn_index:
             _rename(_path(dir, base, suffix, CLEANED_SUFFIX), _path(dir, base, suffix, SWAP_SUFFIX))
     fsync_dir(dir)
-    # 2. The old segments go to .deleted. Their descriptors are opened first: a read that
-    #    snapshotted them keeps reading the old files instead of opening a renamed path.
+    # 2. The old segments go to .deleted. Their files rename through the FileCache, so a read that
+    #    snapshotted them reopens them under the new name (or keeps the descriptor it has).
     for seg in old:
-        seg.file()
-        for index in (seg.offset_index, seg.time_index):
-            if index.entries:
-                index.entry(0)
         schedule_delete(seg)
     # 3. .swap -> live names.
     for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):

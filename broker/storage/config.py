@@ -15,12 +15,17 @@ TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 class LogConfig:
     segment_bytes: int = 1073741824  # segment.bytes
     segment_ms: int = 604800000  # segment.ms
+    segment_jitter_ms: int = 0  # segment.jitter.ms (Kafka's rollJitterMs: a random part of it per segment)
     segment_index_bytes: int = 10485760  # segment.index.bytes (max index file size; roll when full)
     index_interval_bytes: int = 4096  # index.interval.bytes
     retention_ms: int = 604800000  # retention.ms (-1 = forever)
     retention_bytes: int = -1  # retention.bytes (-1 = unlimited), per chunk replica log
     max_message_bytes: int = 1048588  # max.message.bytes (max batch size)
     message_timestamp_type: str = "CreateTime"  # or "LogAppendTime"
+    # KIP-937 (CreateTime only): how far a record's timestamp may lie behind / ahead of the broker's
+    # clock. Kafka 4.0's defaults: no lower bound, one hour ahead.
+    message_timestamp_before_max_ms: int = INT64_MAX  # message.timestamp.before.max.ms
+    message_timestamp_after_max_ms: int = 3600000  # message.timestamp.after.max.ms
     file_delete_delay_ms: int = 60000  # file.delete.delay.ms (deleted segments renamed .deleted first)
 
     def __post_init__(self) -> None:
@@ -66,6 +71,9 @@ def _parse_int(name: str, raw: str) -> int:
 _INT_RULES: dict[str, tuple[Callable[[str, str], int], int, int]] = {
     "segment.bytes": (_parse_int, 14, INT32_MAX),
     "segment.ms": (_parse_int, 1, INT64_MAX),
+    "segment.jitter.ms": (_parse_int, 0, INT64_MAX),
+    "message.timestamp.before.max.ms": (_parse_int, 0, INT64_MAX),
+    "message.timestamp.after.max.ms": (_parse_int, 0, INT64_MAX),
     "segment.index.bytes": (_parse_int, 4, INT32_MAX),
     "index.interval.bytes": (_parse_int, 0, INT32_MAX),
     "retention.ms": (_parse_int, -1, INT64_MAX),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 KAFKA_STORAGE_ERROR = 56
+REQUEST_TIMED_OUT = 7
+INVALID_TIMESTAMP = 32
 OFFSET_OUT_OF_RANGE = 1
 CORRUPT_MESSAGE = 2
 MESSAGE_TOO_LARGE = 10
@@ -15,14 +17,34 @@ UNKNOWN_SERVER_ERROR = -1
 
 class StorageError(Exception):
     """Anything the storage layer refuses or fails to do. The default code is KAFKA_STORAGE_ERROR:
-    an I/O failure, after which the log (and its log dir) should be treated as offline."""
+    an I/O failure, after which the log (and its log dir) should be treated as offline.
+    `record_errors` lists (batch index, message) for Produce's per-batch errors, when known."""
 
     error_code: int = KAFKA_STORAGE_ERROR
 
-    def __init__(self, message: str, *, error_code: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, error_code: int | None = None, record_errors: list[tuple[int, str]] | None = None
+    ) -> None:
         super().__init__(message)
         if error_code is not None:
             self.error_code = error_code
+        self.record_errors = record_errors or []
+
+
+class ResourceExhaustedError(StorageError):
+    """The process ran out of descriptors or memory (EMFILE, ENFILE, ENOMEM): not a disk fault. The
+    log and its dir stay online; the request fails with a retriable code. Kafka has no code for it;
+    REQUEST_TIMED_OUT is retriable in every client (they back off and retry the same leader) and is
+    what Kafka answers for work it could not finish in time."""
+
+    error_code = REQUEST_TIMED_OUT
+
+
+class InvalidTimestampError(StorageError):
+    """A CreateTime timestamp outside [now - message.timestamp.before.max.ms, now +
+    message.timestamp.after.max.ms] (KIP-937)."""
+
+    error_code = INVALID_TIMESTAMP
 
 
 class InvalidRecordError(StorageError):

@@ -4,35 +4,40 @@ Layout choice (documented in broker/storage/__init__.py): entries are appended, 
 so the file length is exactly the number of valid entries and a clean file needs no trimming.
 We search with pread instead of mmap (Kafka's choice) because a mapped file that another thread
 truncates raises SIGBUS and kills the process, while pread past the end just returns fewer bytes;
-the entries stay in the page cache, not in our heap.
+the entries stay in the page cache, not in our heap, and no memory map outlives the descriptor
+budget (the descriptor comes from the FileCache and may be closed between calls).
 """
 
 from __future__ import annotations
 
 import os
 import struct
-import threading
 from pathlib import Path
 from typing import ClassVar
 
+from broker.storage.file_cache import CachedFile
+
 # Below this many candidate entries, one pread of the whole range beats more probes.
 _SCAN_WINDOW = 512
-_open_lock = threading.Lock()
 
 
 class IndexFile:
     ENTRY: ClassVar[struct.Struct]
 
     def __init__(self, path: Path, base_offset: int, max_index_bytes: int) -> None:
-        self.path = path
+        # Opened on use through the FileCache: a broker with many segments holds no fd for each.
+        self.file = CachedFile(path, os.O_RDWR | os.O_CREAT)
         self.base_offset = base_offset
         self.max_index_bytes = max_index_bytes
-        self._fd: int | None = None
         self._dirty = False
         size = path.stat().st_size if path.exists() else 0
         self.entries = size // self.ENTRY.size
         self.torn = size % self.ENTRY.size != 0  # a crash cut an entry: the file needs rebuilding
         self._last: tuple | None = None
+
+    @property
+    def path(self) -> Path:
+        return self.file.path
 
     @property
     def max_entries(self) -> int:
@@ -46,18 +51,9 @@ class IndexFile:
     def size_bytes(self) -> int:
         return self.entries * self.ENTRY.size
 
-    def _file(self) -> int:
-        # Opened on first use: a broker with many inactive segments must not hold an fd for each.
-        fd = self._fd
-        if fd is None:
-            with _open_lock:
-                if self._fd is None:
-                    self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-                fd = self._fd
-        return fd
-
     def entry(self, i: int) -> tuple:
-        raw = os.pread(self._file(), self.ENTRY.size, i * self.ENTRY.size)
+        with self.file.open() as fd:
+            raw = os.pread(fd, self.ENTRY.size, i * self.ENTRY.size)
         if len(raw) != self.ENTRY.size:
             raise OSError(f"index {self.path} is shorter than its {self.entries} entries")
         return self.ENTRY.unpack(raw)
@@ -70,7 +66,8 @@ class IndexFile:
         return self._last
 
     def _append_entry(self, *values: int) -> None:
-        os.pwrite(self._file(), self.ENTRY.pack(*values), self.entries * self.ENTRY.size)
+        with self.file.open() as fd:
+            os.pwrite(fd, self.ENTRY.pack(*values), self.entries * self.ENTRY.size)
         self.entries += 1
         self._last = values
         self._dirty = True
@@ -80,17 +77,23 @@ class IndexFile:
         Every field we search on increases along the file."""
         lo, hi = 0, self.entries - 1
         found = -1
-        while hi - lo >= _SCAN_WINDOW:
-            mid = (lo + hi) // 2
-            key = self.entry(mid)[field]
-            if key < value or (key == value and not strict):
-                found, lo = mid, mid + 1
-            else:
-                hi = mid - 1
-        if lo > hi:
+        if hi < 0:
             return found
         size = self.ENTRY.size
-        raw = os.pread(self._file(), (hi - lo + 1) * size, lo * size)
+        with self.file.open() as fd:
+            while hi - lo >= _SCAN_WINDOW:
+                mid = (lo + hi) // 2
+                raw = os.pread(fd, size, mid * size)
+                if len(raw) != size:
+                    raise OSError(f"index {self.path} is shorter than its {self.entries} entries")
+                key = self.ENTRY.unpack(raw)[field]
+                if key < value or (key == value and not strict):
+                    found, lo = mid, mid + 1
+                else:
+                    hi = mid - 1
+            if lo > hi:
+                return found
+            raw = os.pread(fd, (hi - lo + 1) * size, lo * size)
         for i, fields in enumerate(self.ENTRY.iter_unpack(raw[: len(raw) - len(raw) % size])):
             key = fields[field]
             if key < value or (key == value and not strict):
@@ -103,7 +106,8 @@ class IndexFile:
         """Keep the first `count` entries."""
         if count >= self.entries and not self.torn:
             return
-        os.ftruncate(self._file(), count * self.ENTRY.size)
+        with self.file.open() as fd:
+            os.ftruncate(fd, count * self.ENTRY.size)
         self.entries = count
         self.torn = False
         self._last = None
@@ -111,25 +115,28 @@ class IndexFile:
 
     def reset(self) -> None:
         """Empty the index, creating the file if it is missing."""
-        os.ftruncate(self._file(), 0)
+        with self.file.open() as fd:
+            os.ftruncate(fd, 0)
         self.entries = 0
         self.torn = False
         self._last = None
         self._dirty = True
 
     def flush(self) -> None:
-        if self._dirty and self._fd is not None:
-            os.fsync(self._fd)
-            self._dirty = False
+        if self._dirty:
+            self._dirty = False  # before the sync: a write racing it marks the file again
+            try:
+                with self.file.open() as fd:
+                    os.fsync(fd)
+            except BaseException:
+                self._dirty = True
+                raise
 
     def close(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
+        self.file.close()
 
     def rename(self, path: Path) -> None:
-        os.rename(self.path, path)
-        self.path = path
+        self.file.rename(path)
 
 
 class OffsetIndex(IndexFile):

@@ -16,18 +16,20 @@ from __future__ import annotations
 
 import enum
 import functools
+import random
 import shutil
 import threading
 import time
 import uuid
 from bisect import bisect_right
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
 
-from broker.storage.atomic_file import fsync_dir, remove_durably, write_atomically
+from broker.storage.atomic_file import fsync_dir, fsync_file, remove_durably, write_atomically
 from broker.storage.batch_validation import validate_client_batches, validate_replicated_batches
 from broker.storage.cleaner import (
     CleanerView,
@@ -40,11 +42,15 @@ from broker.storage.config import LogConfig
 from broker.storage.errors import (
     InconsistentTopicIdError,
     InvalidRecordError,
+    InvalidTimestampError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
+    ResourceExhaustedError,
     StorageError,
     UnexpectedAppendOffsetError,
 )
+from broker.storage.exhaustion import is_resource_exhaustion, note_resource_exhaustion
+from broker.storage.file_cache import FileGoneError
 from broker.storage.file_names import (
     CLEAN_SHUTDOWN_MARKER,
     DELETED_SUFFIX,
@@ -64,9 +70,8 @@ from broker.storage.producer_state import (
     BatchMetadata,
     CompletedTxn,
     ProducerStateManager,
-    fsync_file,
 )
-from broker.storage.segment import BatchSpan, CorruptSegmentError, LogSegment, iter_headers
+from broker.storage.segment import BatchSpan, CorruptSegmentError, LogSegment
 from broker.storage.txn_index import AbortedTxn
 from protocol.errors import ProtocolError
 from protocol.records.batch import BatchHeader, set_base_offset, set_log_append_time, set_partition_leader_epoch
@@ -78,6 +83,12 @@ log = structlog.get_logger(__name__)
 
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+# fsyncs after a roll run here, one at a time (Kafka's scheduled "flush-log" task): the append that
+# rolled, often on the event loop, never waits for a disk sync. A thread, not a pool: fsyncs of one
+# disk do not go faster side by side, and one thread keeps the recovery point moving in order.
+_background_flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-flush")
 
 
 class AppendOrigin(enum.Enum):
@@ -112,7 +123,8 @@ class FetchInfo:
 
 def _io_guarded(method):
     """OSError (and corrupt bytes in a region we trusted) from a public method: the log is failed,
-    the log dir's handler hears of it, and the caller gets StorageError (KAFKA_STORAGE_ERROR)."""
+    the log dir's handler hears of it, and the caller gets StorageError (KAFKA_STORAGE_ERROR).
+    Running out of descriptors or memory is no disk fault: ResourceExhaustedError, log online."""
 
     @functools.wraps(method)
     def guarded(self: Log, *args, **kwargs):
@@ -156,6 +168,10 @@ class Log:
         self._hw = 0
         self._closed = False
         self._failed = False
+        self._roll_jitter_ms = self._new_roll_jitter()  # the active segment's (Kafka: per segment)
+        self._flush_done: Future | None = None  # the latest background flush after a roll
+        self._unsynced_files: list[Path] = []  # written without fsync; the next flush syncs them
+        self._durable_state: LogState | None = None  # what log-state.checkpoint holds, once fsynced
         self.leader_epoch_cache = LeaderEpochCache(None)
         self.producer_state = ProducerStateManager(dir, producer_id_expiration_ms)
 
@@ -183,6 +199,9 @@ class Log:
             self._load(now)
         except (OSError, CorruptSegmentError) as exc:
             self._close_files()
+            if is_resource_exhaustion(exc):
+                note_resource_exhaustion(str(self.dir), "open", exc)
+                raise ResourceExhaustedError(f"cannot open log {self.dir} now: {exc}") from exc
             if io_error_handler is not None:
                 io_error_handler(self.dir, exc)
             raise StorageError(f"cannot open log {self.dir}: {exc}") from exc
@@ -192,11 +211,22 @@ class Log:
         return self
 
     def _load(self, now_ms: int) -> None:
+        # A brand-new replica holds nothing a crash could lose: its files are written without
+        # fsync (thousands of partitions are created at once) and synced by the first flush.
+        fresh = not any(self.dir.iterdir())
         marker = self.dir / CLEAN_SHUTDOWN_MARKER
         clean = marker.exists()
         state = read_log_state(self.dir / LOG_STATE_CHECKPOINT)
-        self._check_topic_id()
-        self.leader_epoch_cache = LeaderEpochCache.load(self.dir / LEADER_EPOCH_CHECKPOINT)
+        self._check_topic_id(sync=not fresh)
+        try:
+            self.leader_epoch_cache = LeaderEpochCache.load(self.dir / LEADER_EPOCH_CHECKPOINT)
+        except StorageError as exc:
+            # Its rewrites are not fsynced each time (see leader_epoch.py): after a crash, derive
+            # the epochs again from every batch.
+            log.warning("leader_epoch_checkpoint_unreadable", dir=str(self.dir), error=str(exc))
+            self.leader_epoch_cache = LeaderEpochCache(self.dir / LEADER_EPOCH_CHECKPOINT)
+            state, clean = None, False
+        self.leader_epoch_cache.defer_sync = True
         recover_cleaner_files(self.dir)  # a cleaned segment swap a crash interrupted: finish or undo it
         bases = self._remove_leftover_files()
         self.producer_state.scan_snapshot_files()
@@ -259,12 +289,20 @@ class Log:
         self.leader_epoch_cache.truncate_from_start(self._log_start)
         snapshot_offset, replayed = self._reload_producer_state(now_ms, rebuild_txn_index_from=first_recovered)
         self.producer_state.remove_expired(now_ms)  # replayed producers may have been idle for long
-        for seg in self._segments:
-            seg.flush()  # recovered segments and rebuilt indexes: durable before the recovery point says so
-        fsync_dir(self.dir)
+        if fresh:
+            self._recovery_point = self._log_start  # nothing synced yet; nothing to lose either
+            self._unsynced_files.append(self.dir / PARTITION_METADATA)
+        else:
+            for seg in self._segments:
+                seg.flush()  # recovered segments and rebuilt indexes: durable before the recovery point says so
+            self.leader_epoch_cache.sync()
+            fsync_dir(self.dir)
         for seg in self._segments[:-1]:
             seg.close_files()  # reopened on demand: old segments hold no descriptors
-        self._write_state()
+        if state != self._state():
+            self._write_state(sync=not fresh)
+        elif not fresh:
+            self._durable_state = state
         if clean:
             remove_durably(marker)  # from now on a crash must be detected as one
         log.info(
@@ -281,12 +319,12 @@ class Log:
             producer_batches_replayed=replayed,
         )
 
-    def _check_topic_id(self) -> None:
+    def _check_topic_id(self, *, sync: bool = True) -> None:
         path = self.dir / PARTITION_METADATA
         stored = read_topic_id(path)
         if stored is None:
             if self.topic_id is not None:
-                write_topic_id(path, self.topic_id)
+                write_topic_id(path, self.topic_id, sync=sync)
         elif self.topic_id is None:
             self.topic_id = stored
         elif stored != self.topic_id:
@@ -342,7 +380,7 @@ class Log:
                 if found is None:
                     continue
                 rebuild = rebuild_txn_index_from is not None and seg.base_offset >= rebuild_txn_index_from
-                for pos, header in iter_headers(seg.file(), found[0], seg.size):
+                for pos, header in seg.iter_headers(found[0], seg.size):
                     if header.producer_id >= 0:
                         marker = (
                             self._marker_of(seg.read_batch(pos, header.size), header) if header.is_control else None
@@ -473,13 +511,29 @@ class Log:
 
     @_io_guarded
     def checkpoint(self) -> None:
-        """Persist log start offset, recovery point and high watermark (call periodically)."""
+        """Persist log start offset, recovery point and high watermark (call periodically). Skipped
+        when nothing changed since the last durable write (most of 20,000 partitions are idle),
+        and written outside the lock: the fsyncs never stall an append (a checkpoint racing a
+        newer write can only leave older, hence safe, values until the next one)."""
         with self._lock:
             self._check_usable()
-            self._write_state()
+            state = self._state()
+            if state == self._durable_state:
+                return
+        write_log_state(self.dir / LOG_STATE_CHECKPOINT, state)
+        self._durable_state = state
 
-    def _write_state(self) -> None:
-        write_log_state(self.dir / LOG_STATE_CHECKPOINT, LogState(self._log_start, self._recovery_point, self._hw))
+    def _state(self) -> LogState:
+        return LogState(self._log_start, self._recovery_point, self._hw)
+
+    def _write_state(self, *, sync: bool = True) -> None:
+        state = self._state()
+        write_log_state(self.dir / LOG_STATE_CHECKPOINT, state, sync=sync)
+        self._durable_state = state if sync else None
+
+    def _take_unsynced_files(self) -> list[Path]:
+        files, self._unsynced_files = self._unsynced_files, []
+        return files
 
     def _check_usable(self) -> None:
         if self._closed:
@@ -492,6 +546,12 @@ class Log:
             )
 
     def _io_failure(self, operation: str, exc: BaseException) -> StorageError:
+        if isinstance(exc, FileGoneError):
+            # a segment deleted (retention, truncation) after the caller's snapshot of the log
+            return OffsetOutOfRangeError(f"{operation} on log {self.dir}: the segment was deleted meanwhile")
+        if is_resource_exhaustion(exc):
+            note_resource_exhaustion(str(self.dir), operation, exc)
+            return ResourceExhaustedError(f"{operation} on log {self.dir} failed for lack of resources: {exc}")
         self._failed = True
         log.error("log_io_error", dir=str(self.dir), operation=operation, error=str(exc))
         if self._io_error_handler is not None:
@@ -524,6 +584,8 @@ class Log:
         batches = validate_client_batches(
             records, cfg.max_message_bytes, allow_control=origin is not AppendOrigin.CLIENT
         )
+        if not cfg.log_append_time and origin is AppendOrigin.CLIENT:
+            check_timestamps(batches, now_ms, cfg)
         size = memoryview(records).nbytes
         if size > cfg.segment_bytes:
             raise RecordListTooLargeError(f"{size} bytes of batches can never fit segment.bytes ({cfg.segment_bytes})")
@@ -673,7 +735,11 @@ class Log:
         """Roll if needed, append, advance the LEO. Returns the new segment's base offset if it rolled."""
         cfg = self.config
         rolled_to = None
-        if self._segments[-1].should_roll(len(data), last_offset, now_ms, cfg.segment_bytes, cfg.segment_ms):
+        max_timestamp = max(span[2] for span in spans)
+        segment_ms = cfg.segment_ms - min(self._roll_jitter_ms, cfg.segment_ms - 1)
+        if self._segments[-1].should_roll(
+            len(data), last_offset, max_timestamp, now_ms, cfg.segment_bytes, segment_ms
+        ):
             self._roll_locked(now_ms)
             rolled_to = self._leo
         self._segments[-1].append(data, spans, cfg.index_interval_bytes)
@@ -697,6 +763,7 @@ class Log:
         new = LogSegment.create(self.dir, self._leo, self.config.segment_index_bytes, now_ms)
         self._segments.append(new)
         self._bases.append(new.base_offset)
+        self._roll_jitter_ms = self._new_roll_jitter()
         # As Kafka: a producer snapshot at every roll bounds the replay after a crash to one segment.
         # Not fsynced here (we hold the lock); the flush that follows every roll syncs it.
         self.producer_state.take_snapshot(self._leo, sync=False)
@@ -709,10 +776,28 @@ class Log:
             previous_size=old.size,
         )
 
+    def _new_roll_jitter(self) -> int:
+        # Kafka's randomSegmentJitter: spreads the time-based rolls of partitions created together.
+        jitter = self.config.segment_jitter_ms
+        return random.randrange(min(jitter, self.config.segment_ms)) if jitter > 0 else 0
+
     def _flush_below(self, offset: int) -> None:
         # Kafka flushes a rolled segment right away, which is what keeps the recovery point (and so
-        # the work of a crash restart) close to the log end. Done after the lock is released.
-        self.flush(offset)
+        # the work of a crash restart) close to the log end: in the background, so the append
+        # that rolled returns at once; the recovery point moves when the fsync is done.
+        self._flush_done = _background_flusher.submit(self._background_flush, offset)
+
+    def _background_flush(self, offset: int) -> None:
+        try:
+            self.flush(offset)
+        except StorageError as exc:  # logged by _io_failure when it is an I/O error; a closed log is fine
+            log.debug("background_flush_skipped", dir=str(self.dir), error=str(exc))
+
+    def wait_for_background_flush(self, timeout: float | None = None) -> None:
+        """Until the flush started by the latest roll has finished (tests, shutdown)."""
+        done = self._flush_done
+        if done is not None:
+            done.result(timeout)
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -820,8 +905,8 @@ class Log:
         with self._lock:
             self._check_usable()
             target = self._leo if up_to is None else min(up_to, self._leo)
-            snapshots = self.producer_state.take_unsynced()
-            if target <= self._recovery_point and not snapshots:
+            snapshots = self.producer_state.take_unsynced() + self._take_unsynced_files()
+            if target <= self._recovery_point and not snapshots and not self.leader_epoch_cache.unsynced:
                 return
             ends = self._bases[1:] + [self._leo]
             dirty = [s for s, end in zip(self._segments, ends) if s.base_offset < target and end > self._recovery_point]
@@ -829,12 +914,17 @@ class Log:
             seg.flush()
         for path in snapshots:
             fsync_file(path)  # gone if a truncation deleted it meanwhile: nothing to sync then
+        self.leader_epoch_cache.sync()
         fsync_dir(self.dir)  # new segment and snapshot files must survive too
         with self._lock:
             new_point = min(target, self._leo)
-            if new_point > self._recovery_point:
-                self._recovery_point = new_point
-                self._write_state()
+            if new_point <= self._recovery_point or self._closed or self._failed:
+                return
+            self._recovery_point = new_point
+            state = self._state()
+        # outside the lock, as checkpoint(): appends to this partition never wait for these fsyncs
+        write_log_state(self.dir / LOG_STATE_CHECKPOINT, state)
+        self._durable_state = state
 
     @_io_guarded
     def truncate_to(self, offset: int) -> None:
@@ -1056,8 +1146,9 @@ class Log:
                     self._segments[-1].on_become_inactive()
                     for seg in self._segments:
                         seg.flush()
-                    for path in self.producer_state.take_unsynced():
+                    for path in self.producer_state.take_unsynced() + self._take_unsynced_files():
                         fsync_file(path)
+                    self.leader_epoch_cache.sync()
                     self.producer_state.take_snapshot(self._leo, sync=True)  # the next open replays nothing
                     fsync_dir(self.dir)
                     self._recovery_point = self._leo
@@ -1089,6 +1180,31 @@ class Log:
 
     def __repr__(self) -> str:
         return f"Log({self.dir.name}, log_start={self._log_start}, leo={self._leo}, hw={self._hw})"
+
+
+def check_timestamps(batches: list[tuple[int, BatchHeader]], now_ms: int, cfg: LogConfig) -> None:
+    """KIP-937: CreateTime timestamps must lie in [now - before.max.ms, now + after.max.ms]. Kafka
+    checks every record; the hot path reads batch headers only, so the batch's first record
+    (base timestamp) and its max timestamp are checked, which bound the records of any producer
+    that stamps records in order."""
+    low = now_ms - cfg.message_timestamp_before_max_ms
+    high = now_ms + cfg.message_timestamp_after_max_ms
+    errors = []
+    for index, (_, header) in enumerate(batches):
+        for ts in (header.base_timestamp, header.max_timestamp):
+            if ts != -1 and not low <= ts <= high:
+                errors.append(
+                    (
+                        index,
+                        f"Timestamp {ts} of message with offset {header.base_offset} is out of range. "
+                        f"The timestamp should be within [{low}, {high}]",
+                    )
+                )
+                break
+    if errors:
+        raise InvalidTimestampError(
+            "One or more records have been rejected due to invalid timestamp", record_errors=errors
+        )
 
 
 def _or_minus_one(value: int | None) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
@@ -21,6 +22,7 @@ from broker.storage.meta_properties import (
 )
 
 log = structlog.get_logger(__name__)
+PROBE_FILE = ".strata-write-probe"
 
 
 class LogDir:
@@ -31,6 +33,8 @@ class LogDir:
         self.online = True
         self.offline_reason: str | None = None
         self._directory_id: uuid.UUID | None = None
+        # told once when the dir goes offline; may be called from any thread (an executor's I/O)
+        self.offline_listeners: list[Callable[[LogDir], None]] = []
 
     @property
     def directory_id(self) -> uuid.UUID:
@@ -39,9 +43,16 @@ class LogDir:
             raise StorageError(f"log dir {self.path} has not been formatted or checked yet")
         return self._directory_id
 
+    @property
+    def known_id(self) -> uuid.UUID | None:
+        """The dir's id if its meta.properties could be read (also for an offline dir)."""
+        return self._directory_id
+
     def format_or_check(self, node_id: int, cluster_id: str) -> None:
         """Write meta.properties into a new or empty dir; otherwise check it names this node and
-        cluster, so a disk moved from another broker or cluster is never mixed in."""
+        cluster, so a disk moved from another broker or cluster is never mixed in. Then a probe
+        file is written, synced and removed: a dir that cannot take a write (read-only, full,
+        failing) starts offline instead of failing the first append."""
         meta_path = self.path / FILE_NAME
         try:
             self.path.mkdir(parents=True, exist_ok=True)
@@ -73,6 +84,29 @@ class LogDir:
             self.mark_offline(f"cannot format or check: {exc}")
             raise StorageError(f"log dir {self.path} is unusable: {exc}") from exc
         self._directory_id = meta.directory_id
+        try:
+            self._probe_write()
+        except OSError as exc:
+            self.mark_offline(f"cannot write: {exc}")
+            raise StorageError(f"log dir {self.path} cannot be written: {exc}") from exc
+
+    def writable(self) -> bool:
+        """Whether a file can be written and synced in the dir now (after an I/O error: which dir failed?)."""
+        try:
+            self._probe_write()
+        except OSError:
+            return False
+        return True
+
+    def _probe_write(self) -> None:
+        probe = self.path / PROBE_FILE
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, b"probe\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.unlink(probe)
 
     def replica_dir(self, topic: str, partition: int, chunk_start: int) -> Path:
         return self.path / replica_dir_name(topic, partition, chunk_start)
@@ -112,10 +146,16 @@ class LogDir:
         return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
     def mark_offline(self, reason: str) -> None:
-        if self.online:
-            log.error("log_dir_offline", path=str(self.path), reason=reason)
+        if not self.online:
+            return
+        log.error("log_dir_offline", path=str(self.path), reason=reason)
         self.online = False
         self.offline_reason = reason
+        for listener in list(self.offline_listeners):
+            try:
+                listener(self)
+            except Exception:
+                log.exception("log_dir_offline_listener_failed", path=str(self.path))
 
     def _on_io_error(self, log_path: Path, exc: BaseException) -> None:
         # As Kafka: an I/O error in any log takes its whole dir offline; the broker moves on without it.

@@ -66,5 +66,5 @@ def read_log_state(path: Path) -> LogState | None:
         return None
 
 
-def write_log_state(path: Path, state: LogState) -> None:
-    write_atomically(path, state.to_bytes())
+def write_log_state(path: Path, state: LogState, *, sync: bool = True) -> None:
+    write_atomically(path, state.to_bytes(), sync=sync)

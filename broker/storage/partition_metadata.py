@@ -33,5 +33,5 @@ def read_topic_id(path: Path) -> uuid.UUID | None:
         raise StorageError(f"{path} holds a malformed topic id {fields['topic_id']!r}") from None
 
 
-def write_topic_id(path: Path, topic_id: uuid.UUID) -> None:
-    write_atomically(path, f"version: {VERSION}\ntopic_id: {format_uuid(topic_id)}\n".encode("ascii"))
+def write_topic_id(path: Path, topic_id: uuid.UUID, *, sync: bool = True) -> None:
+    write_atomically(path, f"version: {VERSION}\ntopic_id: {format_uuid(topic_id)}\n".encode("ascii"), sync=sync)

@@ -56,7 +56,7 @@ from typing import NamedTuple
 import structlog
 from crc32c import crc32c
 
-from broker.storage.atomic_file import write_file
+from broker.storage.atomic_file import fsync_file, write_file
 from broker.storage.errors import INVALID_RECORD, InvalidRecordError, StorageError
 from broker.storage.file_names import TMP_SUFFIX
 from protocol.records.batch import BatchHeader
@@ -510,17 +510,6 @@ class ProducerStateManager:
         return log_start
 
 
-def fsync_file(path: Path) -> bool:
-    """fsync one file; False if it is gone (deleted by a truncation meanwhile)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return True
 
 
 def encode_snapshot(entries: Iterable[ProducerEntry]) -> bytes:

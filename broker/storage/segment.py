@@ -15,6 +15,7 @@ from pathlib import Path
 
 import structlog
 
+from broker.storage.file_cache import CachedFile
 from broker.storage.file_names import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -119,11 +120,11 @@ def iter_verified_batches(fd: int, start: int, end: int) -> Iterator[tuple[int, 
 class LogSegment:
     def __init__(self, dir: Path, base_offset: int, index_bytes: int, created_ms: int) -> None:
         self.base_offset = base_offset
-        self.log_path = dir / segment_file_name(base_offset, LOG_SUFFIX)
+        # Opened on use through the FileCache (log.open.files.max), active segment included.
+        self.log_file = CachedFile(dir / segment_file_name(base_offset, LOG_SUFFIX))
         self.offset_index = OffsetIndex(dir / segment_file_name(base_offset, INDEX_SUFFIX), base_offset, index_bytes)
         self.time_index = TimeIndex(dir / segment_file_name(base_offset, TIME_INDEX_SUFFIX), base_offset, index_bytes)
         self.txn_index = TransactionIndex(dir / segment_file_name(base_offset, TXN_INDEX_SUFFIX))
-        self._fd: int | None = None
         self._dirty = False
         self.size = 0
         self.next_offset = base_offset  # one past the last offset held
@@ -138,10 +139,15 @@ class LogSegment:
     @classmethod
     def create(cls, dir: Path, base_offset: int, index_bytes: int, now_ms: int) -> LogSegment:
         seg = cls(dir, base_offset, index_bytes, now_ms)
-        seg._fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        seg.offset_index.reset()
-        seg.time_index.reset()
-        seg.txn_index.reset()  # a leftover of an older segment with this base must not count
+        os.close(os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644))
+        try:
+            seg.offset_index.reset()
+            seg.time_index.reset()
+            seg.txn_index.reset()  # a leftover of an older segment with this base must not count
+        except BaseException:
+            # (out of descriptors, say) leave nothing behind that would make the retry's O_EXCL fail
+            seg.delete_files()
+            raise
         return seg
 
     @classmethod
@@ -151,7 +157,7 @@ class LogSegment:
         CorruptSegmentError if the batches do not parse to the end of the file."""
         seg = cls(dir, base_offset, index_bytes, now_ms)
         try:
-            seg.size = os.fstat(seg.file()).st_size
+            seg.size = os.stat(seg.log_path).st_size
             problem = seg.offset_index.sanity_problem(seg.size) or seg.time_index.sanity_problem(seg.size)
             if problem is None and not (seg.offset_index.path.exists() and seg.time_index.path.exists()):
                 problem = "index file missing"
@@ -168,27 +174,29 @@ class LogSegment:
     @classmethod
     def open_for_recovery(cls, dir: Path, base_offset: int, index_bytes: int, now_ms: int) -> LogSegment:
         seg = cls(dir, base_offset, index_bytes, now_ms)
-        seg.size = os.fstat(seg.file()).st_size
+        seg.size = os.stat(seg.log_path).st_size
         return seg
 
-    def file(self) -> int:
-        # Opened on demand, so inactive segments hold no descriptor until someone reads them.
-        if self._fd is None:
-            self._fd = os.open(self.log_path, os.O_RDWR)
-        return self._fd
+    @property
+    def log_path(self) -> Path:
+        return self.log_file.path
 
     def close_files(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
+        """Give back the descriptors (they reopen on use)."""
+        self.log_file.close()
         self.offset_index.close()
         self.time_index.close()
         self.txn_index.close()
 
     def flush(self) -> None:
-        if self._dirty and self._fd is not None:
-            os.fsync(self._fd)
-            self._dirty = False
+        if self._dirty:
+            self._dirty = False  # before the sync: an append racing it marks the segment again
+            try:
+                with self.log_file.open() as fd:
+                    os.fsync(fd)
+            except BaseException:
+                self._dirty = True
+                raise
         self.offset_index.flush()
         self.time_index.flush()
         self.txn_index.flush()
@@ -196,7 +204,7 @@ class LogSegment:
     def rename_to_deleted(self) -> None:
         """First step of a delete: readers holding the descriptors keep working until the purge."""
         for path, rename in (
-            (self.log_path, self._rename_log),
+            (self.log_path, self.log_file.rename),
             (self.offset_index.path, self.offset_index.rename),
             (self.time_index.path, self.time_index.rename),
         ):
@@ -205,11 +213,10 @@ class LogSegment:
         # Always: a later segment with this base must never share the deleted one's entries.
         self.txn_index.rename(self.txn_index.path.with_name(self.txn_index.path.name + DELETED_SUFFIX))
 
-    def _rename_log(self, path: Path) -> None:
-        os.rename(self.log_path, path)
-        self.log_path = path
-
     def delete_files(self) -> None:
+        # A read that snapshotted this segment before it went finds it gone, not a disk fault.
+        for f in (self.log_file, self.offset_index.file, self.time_index.file, self.txn_index.file):
+            f.gone = True
         self.close_files()
         for path in (self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path):
             path.unlink(missing_ok=True)
@@ -224,14 +231,28 @@ class LogSegment:
         return int(os.stat(self.log_path).st_mtime * 1000)
 
     def should_roll(
-        self, append_bytes: int, last_offset: int, now_ms: int, segment_bytes: int, segment_ms: int
+        self,
+        append_bytes: int,
+        last_offset: int,
+        max_timestamp: int,
+        now_ms: int,
+        segment_bytes: int,
+        segment_ms: int,
     ) -> bool:
+        """Kafka's LogSegment.shouldRoll. `segment_ms` already has this segment's jitter taken off;
+        `max_timestamp` is the largest timestamp of the batches being appended."""
         if self.size == 0:
             return False  # a new segment would get this one's name; an empty segment takes anything
-        rolling_base = self.first_batch_timestamp if self.first_batch_timestamp >= 0 else self.created_ms
+        # Time is measured in record time (the appended batches' max timestamp against the first
+        # batch's), so a backfill of old records does not roll on every append; only a segment
+        # without timestamps falls back to the wall clock since its creation.
+        if self.first_batch_timestamp >= 0:
+            waited = max_timestamp - self.first_batch_timestamp
+        else:
+            waited = now_ms - self.created_ms
         return (
             self.size + append_bytes > segment_bytes
-            or now_ms - rolling_base > segment_ms
+            or waited > segment_ms
             or self.offset_index.is_full
             or self.time_index.is_full
             or last_offset - self.base_offset > INT32_MAX  # relative offsets are int32 in the index
@@ -270,38 +291,40 @@ class LogSegment:
             self.max_timestamp, self.offset_of_max_timestamp = last_time
         last_entry = self.offset_index.last_entry()
         start = last_entry[1] if last_entry is not None else 0
-        fd = self.file()
         end = start
-        for pos, header in iter_headers(fd, start, self.size):
-            if header.max_timestamp > self.max_timestamp:
-                self.max_timestamp = header.max_timestamp
-                self.offset_of_max_timestamp = header.last_offset
-            self.next_offset = header.last_offset + 1
-            if pos == 0:
-                self.first_batch_timestamp = header.max_timestamp
-            end = pos + header.size
-        self._check_ends_at(end)
-        if start > 0 and self.size > 0:
-            self.first_batch_timestamp = header_at(os.pread(fd, BATCH_HEADER_SIZE, 0), 0, 0).max_timestamp
+        with self.log_file.open() as fd:
+            for pos, header in iter_headers(fd, start, self.size):
+                if header.max_timestamp > self.max_timestamp:
+                    self.max_timestamp = header.max_timestamp
+                    self.offset_of_max_timestamp = header.last_offset
+                self.next_offset = header.last_offset + 1
+                if pos == 0:
+                    self.first_batch_timestamp = header.max_timestamp
+                end = pos + header.size
+            self._check_ends_at(end)
+            if start > 0 and self.size > 0:
+                self.first_batch_timestamp = header_at(os.pread(fd, BATCH_HEADER_SIZE, 0), 0, 0).max_timestamp
         self._bytes_since_index_entry = self.size - start
 
     # -- writing ---------------------------------------------------------------------------------
 
     def append(self, data, spans: Sequence[BatchSpan], index_interval: int) -> None:
         start = self.size
-        fd = self.file()
-        try:
-            write_all(fd, data, start)
-        except OSError:
-            try:  # leave no half batch behind for the next append to build on
-                os.ftruncate(fd, start)
+        # All three descriptors first: running out of them must fail the append before a byte is
+        # written, never between the data and its index entries.
+        with self.log_file.open() as fd, self.offset_index.file.open(), self.time_index.file.open():
+            try:
+                write_all(fd, data, start)
             except OSError:
-                pass
-            raise
-        self._dirty = True
-        for rel, last_offset, max_timestamp, size in spans:
-            self._track_batch(start + rel, last_offset, max_timestamp, size, index_interval)
-        self.size = start + len(memoryview(data))
+                try:  # leave no half batch behind for the next append to build on
+                    os.ftruncate(fd, start)
+                except OSError:
+                    pass
+                raise
+            self._dirty = True
+            for rel, last_offset, max_timestamp, size in spans:
+                self._track_batch(start + rel, last_offset, max_timestamp, size, index_interval)
+            self.size = start + len(memoryview(data))
 
     def rebuild_indexes(self, index_interval: int) -> None:
         """Indexes from the batch headers (trusted bytes; recovery uses recover() instead)."""
@@ -309,9 +332,10 @@ class LogSegment:
         self.time_index.reset()
         self._reset_state()
         end = 0
-        for pos, header in iter_headers(self.file(), 0, self.size):
-            self._track_batch(pos, header.last_offset, header.max_timestamp, header.size, index_interval)
-            end = pos + header.size
+        with self.log_file.open() as fd:
+            for pos, header in iter_headers(fd, 0, self.size):
+                self._track_batch(pos, header.last_offset, header.max_timestamp, header.size, index_interval)
+                end = pos + header.size
         self._check_ends_at(end)
 
     def _check_ends_at(self, end: int) -> None:
@@ -328,38 +352,38 @@ class LogSegment:
         self.offset_index.reset()
         self.time_index.reset()
         self._reset_state()
-        fd = self.file()
-        # Whatever a crashed process wrote may still sit in the page cache only: the caller's flush
-        # must fsync it before the recovery point moves past it.
-        self._dirty = True
-        valid_end = 0
-        expected = self.base_offset
-        try:
-            for pos, header in iter_verified_batches(fd, 0, self.size):
-                if header.base_offset < expected or header.last_offset_delta < 0:
-                    raise CorruptSegmentError(
-                        pos, f"batch offsets [{header.base_offset}, {header.last_offset}] are below {expected}"
-                    )
-                if header.last_offset - self.base_offset > INT32_MAX:
-                    raise CorruptSegmentError(pos, "batch offset too far from the segment's base offset")
-                self._track_batch(pos, header.last_offset, header.max_timestamp, header.size, index_interval)
-                if on_batch is not None:
-                    on_batch(header)
-                valid_end = pos + header.size
-                expected = header.last_offset + 1
-        except CorruptSegmentError as exc:
-            log.warning(
-                "segment_corrupt_tail",
-                segment=str(self.log_path),
-                position=exc.position,
-                reason=exc.reason,
-                bytes_dropped=self.size - valid_end,
-            )
-        truncated = self.size - valid_end
-        if truncated:
-            os.ftruncate(fd, valid_end)
-            self.size = valid_end
+        with self.log_file.open() as fd:
+            # Whatever a crashed process wrote may still sit in the page cache only: the caller's flush
+            # must fsync it before the recovery point moves past it.
             self._dirty = True
+            valid_end = 0
+            expected = self.base_offset
+            try:
+                for pos, header in iter_verified_batches(fd, 0, self.size):
+                    if header.base_offset < expected or header.last_offset_delta < 0:
+                        raise CorruptSegmentError(
+                            pos, f"batch offsets [{header.base_offset}, {header.last_offset}] are below {expected}"
+                        )
+                    if header.last_offset - self.base_offset > INT32_MAX:
+                        raise CorruptSegmentError(pos, "batch offset too far from the segment's base offset")
+                    self._track_batch(pos, header.last_offset, header.max_timestamp, header.size, index_interval)
+                    if on_batch is not None:
+                        on_batch(header)
+                    valid_end = pos + header.size
+                    expected = header.last_offset + 1
+            except CorruptSegmentError as exc:
+                log.warning(
+                    "segment_corrupt_tail",
+                    segment=str(self.log_path),
+                    position=exc.position,
+                    reason=exc.reason,
+                    bytes_dropped=self.size - valid_end,
+                )
+            truncated = self.size - valid_end
+            if truncated:
+                os.ftruncate(fd, valid_end)
+                self.size = valid_end
+                self._dirty = True
         return truncated
 
     def truncate_to(self, offset: int) -> bool:
@@ -370,7 +394,8 @@ class LogSegment:
         if found is None:
             return False
         position, header = found
-        os.ftruncate(self.file(), position)
+        with self.log_file.open() as fd:
+            os.ftruncate(fd, position)
         self._dirty = True
         self.size = position
         new_next = min(offset, header.base_offset)
@@ -386,22 +411,31 @@ class LogSegment:
     def find_batch(self, offset: int, end: int) -> tuple[int, BatchHeader] | None:
         """(position, header) of the first batch in [0, end) whose last offset is >= `offset`."""
         start = self.offset_index.lookup(offset)
-        for pos, header in iter_headers(self.file(), start, end):
-            if header.last_offset >= offset:
-                return pos, header
+        with self.log_file.open() as fd:
+            for pos, header in iter_headers(fd, start, end):
+                if header.last_offset >= offset:
+                    return pos, header
         return None
 
     def find_batch_by_timestamp(self, timestamp: int, min_offset: int) -> tuple[int, BatchHeader] | None:
         """First batch with max timestamp >= `timestamp` and last offset >= `min_offset`."""
         before = self.time_index.last_before(timestamp)
         start_offset = max(before[1], min_offset) if before is not None else min_offset
-        for pos, header in iter_headers(self.file(), self.offset_index.lookup(start_offset), self.size):
-            if header.last_offset >= min_offset and header.max_timestamp >= timestamp:
-                return pos, header
+        start = self.offset_index.lookup(start_offset)
+        with self.log_file.open() as fd:
+            for pos, header in iter_headers(fd, start, self.size):
+                if header.last_offset >= min_offset and header.max_timestamp >= timestamp:
+                    return pos, header
         return None
 
     def read_batch(self, position: int, size: int) -> bytes:
-        return os.pread(self.file(), size, position)
+        with self.log_file.open() as fd:
+            return os.pread(fd, size, position)
+
+    def iter_headers(self, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
+        """iter_headers over this segment, its file held open (pinned) until the walk ends."""
+        with self.log_file.open() as fd:
+            yield from iter_headers(fd, start, end)
 
     def read_from(
         self, position: int, end: int, max_bytes: int, limit_offset: int, min_one_batch: bool
@@ -409,28 +443,28 @@ class LogSegment:
         """Whole batches starting at `position` (a batch start), in one pread: at most `max_bytes`
         (or the first whole batch anyway, with min_one_batch), and none whose last offset reaches
         `limit_offset`. Returns (bytes, next offset after them, True if stopped by the segment's end)."""
-        fd = self.file()
-        data = os.pread(fd, max(0, min(max_bytes, end - position)), position) if max_bytes > 0 else b""
-        used = 0
-        next_offset = -1
-        limited = False
-        while len(data) - used >= BATCH_HEADER_SIZE:
-            header = header_at(data, used, position + used)
-            if used + header.size > len(data):
-                break
-            if header.last_offset >= limit_offset:
-                limited = True
-                break
-            used += header.size
-            next_offset = header.last_offset + 1
-        if used == 0 and min_one_batch and not limited and end - position >= BATCH_HEADER_SIZE:
-            head = os.pread(fd, BATCH_HEADER_SIZE, position)
-            # A short read means a concurrent truncation removed the batch: then there is nothing to serve.
-            header = header_at(head, 0, position) if len(head) == BATCH_HEADER_SIZE else None
-            if header is not None and header.last_offset < limit_offset and position + header.size <= end:
-                whole = os.pread(fd, header.size, position)
-                if len(whole) == header.size:
-                    data, used, next_offset = whole, header.size, header.last_offset + 1
+        with self.log_file.open() as fd:
+            data = os.pread(fd, max(0, min(max_bytes, end - position)), position) if max_bytes > 0 else b""
+            used = 0
+            next_offset = -1
+            limited = False
+            while len(data) - used >= BATCH_HEADER_SIZE:
+                header = header_at(data, used, position + used)
+                if used + header.size > len(data):
+                    break
+                if header.last_offset >= limit_offset:
+                    limited = True
+                    break
+                used += header.size
+                next_offset = header.last_offset + 1
+            if used == 0 and min_one_batch and not limited and end - position >= BATCH_HEADER_SIZE:
+                head = os.pread(fd, BATCH_HEADER_SIZE, position)
+                # A short read means a concurrent truncation removed the batch: then there is nothing to serve.
+                header = header_at(head, 0, position) if len(head) == BATCH_HEADER_SIZE else None
+                if header is not None and header.last_offset < limit_offset and position + header.size <= end:
+                    whole = os.pread(fd, header.size, position)
+                    if len(whole) == header.size:
+                        data, used, next_offset = whole, header.size, header.last_offset + 1
         reached_end = not limited and position + used >= end
         if used == len(data):
             return data, next_offset, reached_end

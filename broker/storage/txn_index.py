@@ -24,6 +24,7 @@ from typing import NamedTuple
 import structlog
 
 from broker.storage.atomic_file import write_file
+from broker.storage.file_cache import CachedFile
 
 log = structlog.get_logger(__name__)
 
@@ -54,10 +55,13 @@ class TransactionIndex:
     """Not thread-safe on its own: Log changes it under its lock."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
+        self.file = CachedFile(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)  # appends, through the FileCache
         self._entries: list[AbortedTxn] | None = None  # None: not read yet
-        self._fd: int | None = None
         self._dirty = False
+
+    @property
+    def path(self) -> Path:
+        return self.file.path
 
     @property
     def entries(self) -> list[AbortedTxn]:
@@ -90,10 +94,9 @@ class TransactionIndex:
             # Already indexed (markers only move forward): never let a stale entry break an append.
             log.warning("txn_index_entry_out_of_order", path=str(self.path), entry=entry, last=entries[-1])
             return
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         data = ENTRY.pack(ENTRY_VERSION, *entry)
-        written = os.write(self._fd, data)
+        with self.file.open() as fd:
+            written = os.write(fd, data)
         if written != len(data):
             raise OSError(f"short write to {self.path}")
         self._dirty = True
@@ -122,25 +125,24 @@ class TransactionIndex:
         self._entries = []
 
     def flush(self) -> None:
-        if self._dirty and self._fd is not None:
-            os.fsync(self._fd)
-        elif self._dirty and self.path.exists():
-            fd = os.open(self.path, os.O_RDONLY)
+        if self._dirty and self.path.exists():
+            self._dirty = False  # before the sync: an append racing it marks the file again
             try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+                with self.file.open() as fd:
+                    os.fsync(fd)
+            except BaseException:
+                self._dirty = True
+                raise
         self._dirty = False
 
     def close(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
+        self.file.close()
 
     def rename(self, path: Path) -> None:
         if self.path.exists():
-            os.rename(self.path, path)
-        self.path = path
+            self.file.rename(path)
+        else:
+            self.file.path = path
 
     def delete(self) -> None:
         self.close()

@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.chunks import ChunkControl
+from controller.client_quotas import ClientQuotaControl
 from controller.cluster import ClusterControl
 from controller.configs import ConfigControl
 from controller.controller import Controller
+from controller.dir_assignment import DirAssignmentControl
 from controller.partitions import PartitionControl
 from controller.producer_ids import ProducerIdControl
 from controller.topics import TopicControl
@@ -30,6 +32,8 @@ class Apis:
     partitions: PartitionControl
     producer_ids: ProducerIdControl
     chunks: ChunkControl
+    client_quotas: ClientQuotaControl
+    dir_assignment: DirAssignmentControl
     served: dict[int, tuple[int, int]] = field(default_factory=dict)  # what ApiVersions lists
 
     @classmethod
@@ -42,6 +46,8 @@ class Apis:
             PartitionControl(controller),
             ProducerIdControl(controller),
             ChunkControl(controller),
+            ClientQuotaControl(controller),
+            DirAssignmentControl(controller),
         )
 
 
@@ -49,9 +55,22 @@ Handler = Callable[[Apis, Request], Awaitable[Any]]
 
 
 def handlers() -> dict[int, tuple[int, int, Handler]]:
-    from controller.apis import api_versions, chunks, cluster, configs, fetch, partitions, producer_ids, topics
+    from controller.apis import (
+        api_versions,
+        chunks,
+        client_quotas,
+        cluster,
+        configs,
+        dir_assignment,
+        fetch,
+        partitions,
+        producer_ids,
+        topics,
+    )
 
     table: dict[int, tuple[int, int, Handler]] = {}
-    for module in (api_versions, chunks, cluster, configs, fetch, partitions, producer_ids, topics):
+    for module in (
+        api_versions, chunks, client_quotas, cluster, configs, dir_assignment, fetch, partitions, producer_ids, topics
+    ):
         table.update(module.HANDLERS)
     return table

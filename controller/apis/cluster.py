@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import structlog
+
 from controller.apis import Apis
 from controller.cluster import Heartbeat, Registration
 from controller.errors import ApiError, Errors
@@ -9,6 +11,8 @@ from protocol.generated.broker_heartbeat import BrokerHeartbeatRequest, BrokerHe
 from protocol.generated.broker_registration import BrokerRegistrationRequest, BrokerRegistrationResponse
 from protocol.generated.describe_cluster import DescribeClusterRequest, DescribeClusterResponse
 from protocol.headers import Request
+
+log = structlog.get_logger(__name__)
 
 ENDPOINT_BROKERS = 1
 ENDPOINT_CONTROLLERS = 2
@@ -59,13 +63,15 @@ async def broker_registration(apis: Apis, req: Request) -> BrokerRegistrationRes
     try:
         epoch = await apis.cluster.register(reg)
     except ApiError as e:
+        log.warning("broker_registration_refused", broker=b.broker_id, error=str(e))
         return BrokerRegistrationResponse(throttle_time_ms=0, error_code=e.code, broker_epoch=-1)
     return BrokerRegistrationResponse(throttle_time_ms=0, error_code=0, broker_epoch=epoch)
 
 
 async def broker_heartbeat(apis: Apis, req: Request) -> BrokerHeartbeatResponse:
     b = req.body
-    hb = Heartbeat(b.broker_id, b.broker_epoch, b.current_metadata_offset, b.want_fence, b.want_shut_down)
+    hb = Heartbeat(b.broker_id, b.broker_epoch, b.current_metadata_offset, b.want_fence, b.want_shut_down,
+                   tuple(b.offline_log_dirs or ()))
     try:
         r = await apis.cluster.heartbeat(hb)
     except ApiError as e:

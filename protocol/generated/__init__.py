@@ -6,11 +6,13 @@ import protocol.generated.add_offsets_to_txn as add_offsets_to_txn
 import protocol.generated.add_partitions_to_txn as add_partitions_to_txn
 import protocol.generated.allocate_producer_ids as allocate_producer_ids
 import protocol.generated.alter_chunk_assignments as alter_chunk_assignments
+import protocol.generated.alter_client_quotas as alter_client_quotas
 import protocol.generated.alter_configs as alter_configs
 import protocol.generated.alter_partition as alter_partition
 import protocol.generated.alter_partition_reassignments as alter_partition_reassignments
 import protocol.generated.alter_replica_log_dirs as alter_replica_log_dirs
 import protocol.generated.api_versions as api_versions
+import protocol.generated.assign_replicas_to_dirs as assign_replicas_to_dirs
 import protocol.generated.broker_heartbeat as broker_heartbeat
 import protocol.generated.broker_registration as broker_registration
 import protocol.generated.create_chunks as create_chunks
@@ -19,10 +21,14 @@ import protocol.generated.create_topics as create_topics
 import protocol.generated.delete_groups as delete_groups
 import protocol.generated.delete_records as delete_records
 import protocol.generated.delete_topics as delete_topics
+import protocol.generated.describe_client_quotas as describe_client_quotas
 import protocol.generated.describe_cluster as describe_cluster
 import protocol.generated.describe_configs as describe_configs
 import protocol.generated.describe_groups as describe_groups
 import protocol.generated.describe_log_dirs as describe_log_dirs
+import protocol.generated.describe_producers as describe_producers
+import protocol.generated.describe_topic_partitions as describe_topic_partitions
+import protocol.generated.describe_transactions as describe_transactions
 import protocol.generated.diskless_commit_file as diskless_commit_file
 import protocol.generated.diskless_create_partitions as diskless_create_partitions
 import protocol.generated.diskless_delete_records as diskless_delete_records
@@ -43,10 +49,12 @@ import protocol.generated.leave_group as leave_group
 import protocol.generated.list_groups as list_groups
 import protocol.generated.list_offsets as list_offsets
 import protocol.generated.list_partition_reassignments as list_partition_reassignments
+import protocol.generated.list_transactions as list_transactions
 import protocol.generated.metadata as metadata
 import protocol.generated.metadata_records.broker_registration_change_record as metadata_records_broker_registration_change_record
 import protocol.generated.metadata_records.chunk_change_record as metadata_records_chunk_change_record
 import protocol.generated.metadata_records.chunk_record as metadata_records_chunk_record
+import protocol.generated.metadata_records.client_quota_record as metadata_records_client_quota_record
 import protocol.generated.metadata_records.config_record as metadata_records_config_record
 import protocol.generated.metadata_records.diskless_file_committed_record as metadata_records_diskless_file_committed_record
 import protocol.generated.metadata_records.diskless_partition_created_record as metadata_records_diskless_partition_created_record
@@ -59,14 +67,17 @@ import protocol.generated.metadata_records.partition_change_record as metadata_r
 import protocol.generated.metadata_records.partition_record as metadata_records_partition_record
 import protocol.generated.metadata_records.producer_ids_record as metadata_records_producer_ids_record
 import protocol.generated.metadata_records.register_broker_record as metadata_records_register_broker_record
+import protocol.generated.metadata_records.remove_partition_record as metadata_records_remove_partition_record
 import protocol.generated.metadata_records.remove_topic_record as metadata_records_remove_topic_record
 import protocol.generated.metadata_records.topic_record as metadata_records_topic_record
+import protocol.generated.metadata_records.undeleted_partition_count_record as metadata_records_undeleted_partition_count_record
 import protocol.generated.metadata_records.unfence_broker_record as metadata_records_unfence_broker_record
 import protocol.generated.metadata_records.unregister_broker_record as metadata_records_unregister_broker_record
 import protocol.generated.offset_commit as offset_commit
 import protocol.generated.offset_delete as offset_delete
 import protocol.generated.offset_fetch as offset_fetch
 import protocol.generated.offset_for_leader_epoch as offset_for_leader_epoch
+import protocol.generated.partition_leader_epochs_for_partitions as partition_leader_epochs_for_partitions
 import protocol.generated.produce as produce
 import protocol.generated.request_header as request_header
 import protocol.generated.response_header as response_header
@@ -114,12 +125,19 @@ REQUESTS = {
     45: alter_partition_reassignments.AlterPartitionReassignmentsRequest,
     46: list_partition_reassignments.ListPartitionReassignmentsRequest,
     47: offset_delete.OffsetDeleteRequest,
+    48: describe_client_quotas.DescribeClientQuotasRequest,
+    49: alter_client_quotas.AlterClientQuotasRequest,
     56: alter_partition.AlterPartitionRequest,
     59: fetch_snapshot.FetchSnapshotRequest,
     60: describe_cluster.DescribeClusterRequest,
+    61: describe_producers.DescribeProducersRequest,
     62: broker_registration.BrokerRegistrationRequest,
     63: broker_heartbeat.BrokerHeartbeatRequest,
+    65: describe_transactions.DescribeTransactionsRequest,
+    66: list_transactions.ListTransactionsRequest,
     67: allocate_producer_ids.AllocateProducerIdsRequest,
+    73: assign_replicas_to_dirs.AssignReplicasToDirsRequest,
+    75: describe_topic_partitions.DescribeTopicPartitionsRequest,
     1076: create_chunks.CreateChunksRequest,
     1077: alter_chunk_assignments.AlterChunkAssignmentsRequest,
     1093: diskless_create_partitions.DisklessCreatePartitionsRequest,
@@ -129,6 +147,7 @@ REQUESTS = {
     1097: diskless_list_offsets.DisklessListOffsetsRequest,
     1098: diskless_find_batches.DisklessFindBatchesRequest,
     1100: diskless_describe_files.DisklessDescribeFilesRequest,
+    1253: partition_leader_epochs_for_partitions.PartitionLeaderEpochsForPartitionsRequest,
 }
 RESPONSES = {
     0: produce.ProduceResponse,
@@ -168,12 +187,19 @@ RESPONSES = {
     45: alter_partition_reassignments.AlterPartitionReassignmentsResponse,
     46: list_partition_reassignments.ListPartitionReassignmentsResponse,
     47: offset_delete.OffsetDeleteResponse,
+    48: describe_client_quotas.DescribeClientQuotasResponse,
+    49: alter_client_quotas.AlterClientQuotasResponse,
     56: alter_partition.AlterPartitionResponse,
     59: fetch_snapshot.FetchSnapshotResponse,
     60: describe_cluster.DescribeClusterResponse,
+    61: describe_producers.DescribeProducersResponse,
     62: broker_registration.BrokerRegistrationResponse,
     63: broker_heartbeat.BrokerHeartbeatResponse,
+    65: describe_transactions.DescribeTransactionsResponse,
+    66: list_transactions.ListTransactionsResponse,
     67: allocate_producer_ids.AllocateProducerIdsResponse,
+    73: assign_replicas_to_dirs.AssignReplicasToDirsResponse,
+    75: describe_topic_partitions.DescribeTopicPartitionsResponse,
     1076: create_chunks.CreateChunksResponse,
     1077: alter_chunk_assignments.AlterChunkAssignmentsResponse,
     1093: diskless_create_partitions.DisklessCreatePartitionsResponse,
@@ -183,6 +209,7 @@ RESPONSES = {
     1097: diskless_list_offsets.DisklessListOffsetsResponse,
     1098: diskless_find_batches.DisklessFindBatchesResponse,
     1100: diskless_describe_files.DisklessDescribeFilesResponse,
+    1253: partition_leader_epochs_for_partitions.PartitionLeaderEpochsForPartitionsResponse,
 }
 METADATA_RECORDS = {
     0: metadata_records_register_broker_record.RegisterBrokerRecord,
@@ -195,11 +222,14 @@ METADATA_RECORDS = {
     8: metadata_records_unfence_broker_record.UnfenceBrokerRecord,
     9: metadata_records_remove_topic_record.RemoveTopicRecord,
     12: metadata_records_feature_level_record.FeatureLevelRecord,
+    14: metadata_records_client_quota_record.ClientQuotaRecord,
     15: metadata_records_producer_ids_record.ProducerIdsRecord,
     17: metadata_records_broker_registration_change_record.BrokerRegistrationChangeRecord,
     20: metadata_records_no_op_record.NoOpRecord,
     1028: metadata_records_chunk_record.ChunkRecord,
     1029: metadata_records_chunk_change_record.ChunkChangeRecord,
+    1030: metadata_records_undeleted_partition_count_record.UndeletedPartitionCountRecord,
+    1031: metadata_records_remove_partition_record.RemovePartitionRecord,
     1100: metadata_records_diskless_partition_created_record.DisklessPartitionCreatedRecord,
     1101: metadata_records_diskless_topic_deleted_record.DisklessTopicDeletedRecord,
     1102: metadata_records_diskless_file_committed_record.DisklessFileCommittedRecord,

@@ -44,6 +44,7 @@ _st_h = _Struct(">h")
 _st_i = _Struct(">i")
 _st_ih = _Struct(">ih")
 _st_iqqz = _Struct(">iqq?")
+_st_q = _Struct(">q")
 _st_qq = _Struct(">qq")
 
 
@@ -155,6 +156,7 @@ class DescribeLogDirsResponse(Message):
             "partition_size",
             "offset_lag",
             "is_future_key",
+            "chunk_start_offset",
             "unknown_tags",
         )
         _fields = (
@@ -162,13 +164,23 @@ class DescribeLogDirsResponse(Message):
             "partition_size",
             "offset_lag",
             "is_future_key",
+            "chunk_start_offset",
         )
 
-        def __init__(self, partition_index=0, partition_size=0, offset_lag=0, is_future_key=False, unknown_tags=None):
+        def __init__(
+            self,
+            partition_index=0,
+            partition_size=0,
+            offset_lag=0,
+            is_future_key=False,
+            chunk_start_offset=0,
+            unknown_tags=None,
+        ):
             self.partition_index = partition_index
             self.partition_size = partition_size
             self.offset_lag = offset_lag
             self.is_future_key = is_future_key
+            self.chunk_start_offset = chunk_start_offset
             self.unknown_tags = unknown_tags
 
     def __init__(self, throttle_time_ms=0, error_code=0, results=_UNSET, unknown_tags=None):
@@ -383,7 +395,7 @@ def _d_DescribeLogDirsResponse_DescribeLogDirsPartition_v0(buf, pos):
     except _DECODE_ERRORS as e:
         raise _malformed(e, "DescribeLogDirsPartition." + str(f), pos) from None
     return _c_DescribeLogDirsResponse_DescribeLogDirsPartition(
-        v_partition_index, v_partition_size, v_offset_lag, v_is_future_key, None
+        v_partition_index, v_partition_size, v_offset_lag, v_is_future_key, 0, None
     ), pos
 
 
@@ -522,6 +534,7 @@ def _d_DescribeLogDirsResponse_DescribeLogDirsPartition_v1(buf, pos):
         pos += 21
         f = "<tagged fields>"
         unknown = None
+        v_chunk_start_offset = 0
         if buf[pos] == 0:
             pos += 1
         else:
@@ -530,9 +543,16 @@ def _d_DescribeLogDirsResponse_DescribeLogDirsPartition_v1(buf, pos):
                 tag, pos = read_uvarint(buf, pos)
                 size, pos = read_uvarint(buf, pos)
                 end = check_len(buf, pos, size)
-                if unknown is None:
-                    unknown = {}
-                unknown[tag] = bytes(buf[pos:end])
+                if tag == 1000:
+                    f = "ChunkStartOffset"
+                    v_chunk_start_offset = _st_q.unpack_from(buf, pos)[0]
+                    pos += 8
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
                 pos = end
     except ProtocolError as e:
         if e.field is None:
@@ -541,7 +561,7 @@ def _d_DescribeLogDirsResponse_DescribeLogDirsPartition_v1(buf, pos):
     except _DECODE_ERRORS as e:
         raise _malformed(e, "DescribeLogDirsPartition." + str(f), pos) from None
     return _c_DescribeLogDirsResponse_DescribeLogDirsPartition(
-        v_partition_index, v_partition_size, v_offset_lag, v_is_future_key, unknown
+        v_partition_index, v_partition_size, v_offset_lag, v_is_future_key, v_chunk_start_offset, unknown
     ), pos
 
 
@@ -687,10 +707,20 @@ def _d_DescribeLogDirsResponse_DescribeLogDirsResponse_v1(buf, pos):
 def _e_DescribeLogDirsResponse_DescribeLogDirsPartition_v1(o, parts):
     w = parts.append
     w(_st_iqqz.pack(o.partition_index, o.partition_size, o.offset_lag, o.is_future_key))
-    if o.unknown_tags:
-        write_tags(parts, None, o.unknown_tags)
-    else:
+    tg = None
+    if o.chunk_start_offset != 0:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_q.pack(o.chunk_start_offset))
+        if tg is None:
+            tg = []
+        tg.append((1000, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
         w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
 
 
 def _e_DescribeLogDirsResponse_DescribeLogDirsTopic_v1(o, parts):

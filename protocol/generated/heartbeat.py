@@ -43,6 +43,7 @@ from protocol.message import Message, Struct
 _st_h = _Struct(">h")
 _st_i = _Struct(">i")
 _st_ih = _Struct(">ih")
+_st_iq = _Struct(">iq")
 
 
 class HeartbeatRequest(Message):
@@ -53,6 +54,8 @@ class HeartbeatRequest(Message):
         "generation_id",
         "member_id",
         "group_instance_id",
+        "positions",
+        "interested_partitions",
         "unknown_tags",
     )
     _fields = (
@@ -60,6 +63,8 @@ class HeartbeatRequest(Message):
         "generation_id",
         "member_id",
         "group_instance_id",
+        "positions",
+        "interested_partitions",
     )
     API_KEY = 12
     NAME = "HeartbeatRequest"
@@ -68,15 +73,77 @@ class HeartbeatRequest(Message):
     MAX_VERSION = 4
     FLEXIBLE_FROM = 4
 
-    def __init__(self, group_id="", generation_id=0, member_id="", group_instance_id=None, unknown_tags=None):
+    class HeartbeatPositionTopic(Struct):
+        __slots__ = (
+            "topic",
+            "partitions",
+            "unknown_tags",
+        )
+        _fields = (
+            "topic",
+            "partitions",
+        )
+
+        def __init__(self, topic="", partitions=_UNSET, unknown_tags=None):
+            self.topic = topic
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+
+    class HeartbeatPosition(Struct):
+        __slots__ = (
+            "partition",
+            "offset",
+            "unknown_tags",
+        )
+        _fields = (
+            "partition",
+            "offset",
+        )
+
+        def __init__(self, partition=0, offset=0, unknown_tags=None):
+            self.partition = partition
+            self.offset = offset
+            self.unknown_tags = unknown_tags
+
+    class HeartbeatInterestTopic(Struct):
+        __slots__ = (
+            "topic",
+            "partitions",
+            "unknown_tags",
+        )
+        _fields = (
+            "topic",
+            "partitions",
+        )
+
+        def __init__(self, topic="", partitions=_UNSET, unknown_tags=None):
+            self.topic = topic
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+
+    def __init__(
+        self,
+        group_id="",
+        generation_id=0,
+        member_id="",
+        group_instance_id=None,
+        positions=_UNSET,
+        interested_partitions=_UNSET,
+        unknown_tags=None,
+    ):
         self.group_id = group_id
         self.generation_id = generation_id
         self.member_id = member_id
         self.group_instance_id = group_instance_id
+        self.positions = [] if positions is _UNSET else positions
+        self.interested_partitions = [] if interested_partitions is _UNSET else interested_partitions
         self.unknown_tags = unknown_tags
 
 
 _c_HeartbeatRequest = HeartbeatRequest
+_c_HeartbeatRequest_HeartbeatPositionTopic = HeartbeatRequest.HeartbeatPositionTopic
+_c_HeartbeatRequest_HeartbeatPosition = HeartbeatRequest.HeartbeatPosition
+_c_HeartbeatRequest_HeartbeatInterestTopic = HeartbeatRequest.HeartbeatInterestTopic
 
 
 class HeartbeatResponse(Message):
@@ -85,11 +152,15 @@ class HeartbeatResponse(Message):
     __slots__ = (
         "throttle_time_ms",
         "error_code",
+        "positions",
+        "wanted_partitions",
         "unknown_tags",
     )
     _fields = (
         "throttle_time_ms",
         "error_code",
+        "positions",
+        "wanted_partitions",
     )
     API_KEY = 12
     NAME = "HeartbeatResponse"
@@ -98,13 +169,66 @@ class HeartbeatResponse(Message):
     MAX_VERSION = 4
     FLEXIBLE_FROM = 4
 
-    def __init__(self, throttle_time_ms=0, error_code=0, unknown_tags=None):
+    class HeartbeatPositionTopic(Struct):
+        __slots__ = (
+            "topic",
+            "partitions",
+            "unknown_tags",
+        )
+        _fields = (
+            "topic",
+            "partitions",
+        )
+
+        def __init__(self, topic="", partitions=_UNSET, unknown_tags=None):
+            self.topic = topic
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+
+    class HeartbeatPosition(Struct):
+        __slots__ = (
+            "partition",
+            "offset",
+            "unknown_tags",
+        )
+        _fields = (
+            "partition",
+            "offset",
+        )
+
+        def __init__(self, partition=0, offset=0, unknown_tags=None):
+            self.partition = partition
+            self.offset = offset
+            self.unknown_tags = unknown_tags
+
+    class HeartbeatWantedTopic(Struct):
+        __slots__ = (
+            "topic",
+            "partitions",
+            "unknown_tags",
+        )
+        _fields = (
+            "topic",
+            "partitions",
+        )
+
+        def __init__(self, topic="", partitions=_UNSET, unknown_tags=None):
+            self.topic = topic
+            self.partitions = [] if partitions is _UNSET else partitions
+            self.unknown_tags = unknown_tags
+
+    def __init__(self, throttle_time_ms=0, error_code=0, positions=_UNSET, wanted_partitions=_UNSET, unknown_tags=None):
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
+        self.positions = [] if positions is _UNSET else positions
+        self.wanted_partitions = [] if wanted_partitions is _UNSET else wanted_partitions
         self.unknown_tags = unknown_tags
 
 
 _c_HeartbeatResponse = HeartbeatResponse
+_c_HeartbeatResponse_HeartbeatPositionTopic = HeartbeatResponse.HeartbeatPositionTopic
+_c_HeartbeatResponse_HeartbeatPosition = HeartbeatResponse.HeartbeatPosition
+_c_HeartbeatResponse_HeartbeatWantedTopic = HeartbeatResponse.HeartbeatWantedTopic
 
 
 def _d_HeartbeatRequest_HeartbeatRequest_v0(buf, pos):
@@ -123,7 +247,7 @@ def _d_HeartbeatRequest_HeartbeatRequest_v0(buf, pos):
         raise
     except _DECODE_ERRORS as e:
         raise _malformed(e, "HeartbeatRequest." + str(f), pos) from None
-    return _c_HeartbeatRequest(v_group_id, v_generation_id, v_member_id, None, None), pos
+    return _c_HeartbeatRequest(v_group_id, v_generation_id, v_member_id, None, [], [], None), pos
 
 
 def _e_HeartbeatRequest_HeartbeatRequest_v0(o, parts):
@@ -155,7 +279,7 @@ def _d_HeartbeatRequest_HeartbeatRequest_v1(buf, pos):
         raise
     except _DECODE_ERRORS as e:
         raise _malformed(e, "HeartbeatRequest." + str(f), pos) from None
-    return _c_HeartbeatRequest(v_group_id, v_generation_id, v_member_id, v_group_instance_id, None), pos
+    return _c_HeartbeatRequest(v_group_id, v_generation_id, v_member_id, v_group_instance_id, [], [], None), pos
 
 
 def _e_HeartbeatRequest_HeartbeatRequest_v1(o, parts):
@@ -166,18 +290,12 @@ def _e_HeartbeatRequest_HeartbeatRequest_v1(o, parts):
     write_str_n(parts, o.group_instance_id)
 
 
-def _d_HeartbeatRequest_HeartbeatRequest_v2(buf, pos):
+def _d_HeartbeatRequest_HeartbeatPosition_v0(buf, pos):
     f = None
     try:
-        f = "GroupId"
-        v_group_id, pos = read_cstr(buf, pos)
-        f = "GenerationId"
-        v_generation_id = _st_i.unpack_from(buf, pos)[0]
-        pos += 4
-        f = "MemberId"
-        v_member_id, pos = read_cstr(buf, pos)
-        f = "GroupInstanceId"
-        v_group_instance_id, pos = read_cstr_n(buf, pos)
+        f = "Partition"
+        v_partition, v_offset = _st_iq.unpack_from(buf, pos)
+        pos += 12
         f = "<tagged fields>"
         unknown = None
         if buf[pos] == 0:
@@ -194,11 +312,218 @@ def _d_HeartbeatRequest_HeartbeatRequest_v2(buf, pos):
                 pos = end
     except ProtocolError as e:
         if e.field is None:
+            e.field, e.offset = "HeartbeatPosition." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "HeartbeatPosition." + str(f), pos) from None
+    return _c_HeartbeatRequest_HeartbeatPosition(v_partition, v_offset, unknown), pos
+
+
+def _d_HeartbeatRequest_HeartbeatPositionTopic_v0(buf, pos):
+    f = None
+    try:
+        f = "Topic"
+        v_topic, pos = read_cstr(buf, pos)
+        f = "Partitions"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 13 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_partitions = lst = []
+            ap = lst.append
+            for _ in range(n):
+                x, pos = _d_HeartbeatRequest_HeartbeatPosition_v0(buf, pos)
+                ap(x)
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "HeartbeatPositionTopic." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "HeartbeatPositionTopic." + str(f), pos) from None
+    return _c_HeartbeatRequest_HeartbeatPositionTopic(v_topic, v_partitions, unknown), pos
+
+
+def _d_HeartbeatRequest_HeartbeatInterestTopic_v0(buf, pos):
+    f = None
+    try:
+        f = "Topic"
+        v_topic, pos = read_cstr(buf, pos)
+        f = "Partitions"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 4 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_partitions = list(_unpack_from(f">{n}i", buf, pos))
+            pos += n * 4
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "HeartbeatInterestTopic." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "HeartbeatInterestTopic." + str(f), pos) from None
+    return _c_HeartbeatRequest_HeartbeatInterestTopic(v_topic, v_partitions, unknown), pos
+
+
+def _d_HeartbeatRequest_HeartbeatRequest_v2(buf, pos):
+    f = None
+    try:
+        f = "GroupId"
+        v_group_id, pos = read_cstr(buf, pos)
+        f = "GenerationId"
+        v_generation_id = _st_i.unpack_from(buf, pos)[0]
+        pos += 4
+        f = "MemberId"
+        v_member_id, pos = read_cstr(buf, pos)
+        f = "GroupInstanceId"
+        v_group_instance_id, pos = read_cstr_n(buf, pos)
+        f = "<tagged fields>"
+        unknown = None
+        v_positions = []
+        v_interested_partitions = []
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if tag == 1000:
+                    f = "Positions"
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
+                    n -= 1
+                    if n < 0:
+                        raise ProtocolError("null array in a non-nullable field")
+                    else:
+                        if n * 3 > len(buf) - pos:
+                            raise ProtocolError(f"array of {n} items runs past the end")
+                        v_positions = lst = []
+                        ap = lst.append
+                        for _ in range(n):
+                            x, pos = _d_HeartbeatRequest_HeartbeatPositionTopic_v0(buf, pos)
+                            ap(x)
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 1001:
+                    f = "InterestedPartitions"
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
+                    n -= 1
+                    if n < 0:
+                        raise ProtocolError("null array in a non-nullable field")
+                    else:
+                        if n * 3 > len(buf) - pos:
+                            raise ProtocolError(f"array of {n} items runs past the end")
+                        v_interested_partitions = lst = []
+                        ap = lst.append
+                        for _ in range(n):
+                            x, pos = _d_HeartbeatRequest_HeartbeatInterestTopic_v0(buf, pos)
+                            ap(x)
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
             e.field, e.offset = "HeartbeatRequest." + str(f), pos
         raise
     except _DECODE_ERRORS as e:
         raise _malformed(e, "HeartbeatRequest." + str(f), pos) from None
-    return _c_HeartbeatRequest(v_group_id, v_generation_id, v_member_id, v_group_instance_id, unknown), pos
+    return _c_HeartbeatRequest(
+        v_group_id, v_generation_id, v_member_id, v_group_instance_id, v_positions, v_interested_partitions, unknown
+    ), pos
+
+
+def _e_HeartbeatRequest_HeartbeatPosition_v0(o, parts):
+    w = parts.append
+    w(_st_iq.pack(o.partition, o.offset))
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_HeartbeatRequest_HeartbeatPositionTopic_v0(o, parts):
+    w = parts.append
+    write_cstr(parts, o.topic)
+    lst = o.partitions
+    if lst is None:
+        raise ProtocolError("null in non-nullable array Partitions")
+    else:
+        w(uvarint(len(lst) + 1))
+        for x in lst:
+            _e_HeartbeatRequest_HeartbeatPosition_v0(x, parts)
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_HeartbeatRequest_HeartbeatInterestTopic_v0(o, parts):
+    w = parts.append
+    write_cstr(parts, o.topic)
+    lst = o.partitions
+    if lst is None:
+        raise ProtocolError("null in non-nullable array Partitions")
+    else:
+        w(uvarint(len(lst) + 1))
+        w(_pack(f">{len(lst)}i", *lst))
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
 
 
 def _e_HeartbeatRequest_HeartbeatRequest_v2(o, parts):
@@ -207,10 +532,41 @@ def _e_HeartbeatRequest_HeartbeatRequest_v2(o, parts):
     w(_st_i.pack(o.generation_id))
     write_cstr(parts, o.member_id)
     write_cstr_n(parts, o.group_instance_id)
-    if o.unknown_tags:
-        write_tags(parts, None, o.unknown_tags)
-    else:
+    tg = None
+    if o.positions:
+        outer, parts = parts, []
+        w = parts.append
+        lst = o.positions
+        if lst is None:
+            raise ProtocolError("null in non-nullable array Positions")
+        else:
+            w(uvarint(len(lst) + 1))
+            for x in lst:
+                _e_HeartbeatRequest_HeartbeatPositionTopic_v0(x, parts)
+        if tg is None:
+            tg = []
+        tg.append((1000, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.interested_partitions:
+        outer, parts = parts, []
+        w = parts.append
+        lst = o.interested_partitions
+        if lst is None:
+            raise ProtocolError("null in non-nullable array InterestedPartitions")
+        else:
+            w(uvarint(len(lst) + 1))
+            for x in lst:
+                _e_HeartbeatRequest_HeartbeatInterestTopic_v0(x, parts)
+        if tg is None:
+            tg = []
+        tg.append((1001, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
         w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
 
 
 def _d_HeartbeatResponse_HeartbeatResponse_v0(buf, pos):
@@ -225,7 +581,7 @@ def _d_HeartbeatResponse_HeartbeatResponse_v0(buf, pos):
         raise
     except _DECODE_ERRORS as e:
         raise _malformed(e, "HeartbeatResponse." + str(f), pos) from None
-    return _c_HeartbeatResponse(0, v_error_code, None), pos
+    return _c_HeartbeatResponse(0, v_error_code, [], [], None), pos
 
 
 def _e_HeartbeatResponse_HeartbeatResponse_v0(o, parts):
@@ -245,7 +601,7 @@ def _d_HeartbeatResponse_HeartbeatResponse_v1(buf, pos):
         raise
     except _DECODE_ERRORS as e:
         raise _malformed(e, "HeartbeatResponse." + str(f), pos) from None
-    return _c_HeartbeatResponse(v_throttle_time_ms, v_error_code, None), pos
+    return _c_HeartbeatResponse(v_throttle_time_ms, v_error_code, [], [], None), pos
 
 
 def _e_HeartbeatResponse_HeartbeatResponse_v1(o, parts):
@@ -253,12 +609,12 @@ def _e_HeartbeatResponse_HeartbeatResponse_v1(o, parts):
     w(_st_ih.pack(o.throttle_time_ms, o.error_code))
 
 
-def _d_HeartbeatResponse_HeartbeatResponse_v2(buf, pos):
+def _d_HeartbeatResponse_HeartbeatPosition_v0(buf, pos):
     f = None
     try:
-        f = "ThrottleTimeMs"
-        v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
-        pos += 6
+        f = "Partition"
+        v_partition, v_offset = _st_iq.unpack_from(buf, pos)
+        pos += 12
         f = "<tagged fields>"
         unknown = None
         if buf[pos] == 0:
@@ -275,20 +631,210 @@ def _d_HeartbeatResponse_HeartbeatResponse_v2(buf, pos):
                 pos = end
     except ProtocolError as e:
         if e.field is None:
+            e.field, e.offset = "HeartbeatPosition." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "HeartbeatPosition." + str(f), pos) from None
+    return _c_HeartbeatResponse_HeartbeatPosition(v_partition, v_offset, unknown), pos
+
+
+def _d_HeartbeatResponse_HeartbeatPositionTopic_v0(buf, pos):
+    f = None
+    try:
+        f = "Topic"
+        v_topic, pos = read_cstr(buf, pos)
+        f = "Partitions"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 13 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_partitions = lst = []
+            ap = lst.append
+            for _ in range(n):
+                x, pos = _d_HeartbeatResponse_HeartbeatPosition_v0(buf, pos)
+                ap(x)
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "HeartbeatPositionTopic." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "HeartbeatPositionTopic." + str(f), pos) from None
+    return _c_HeartbeatResponse_HeartbeatPositionTopic(v_topic, v_partitions, unknown), pos
+
+
+def _d_HeartbeatResponse_HeartbeatWantedTopic_v0(buf, pos):
+    f = None
+    try:
+        f = "Topic"
+        v_topic, pos = read_cstr(buf, pos)
+        f = "Partitions"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 4 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_partitions = list(_unpack_from(f">{n}i", buf, pos))
+            pos += n * 4
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "HeartbeatWantedTopic." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "HeartbeatWantedTopic." + str(f), pos) from None
+    return _c_HeartbeatResponse_HeartbeatWantedTopic(v_topic, v_partitions, unknown), pos
+
+
+def _d_HeartbeatResponse_HeartbeatResponse_v2(buf, pos):
+    f = None
+    try:
+        f = "ThrottleTimeMs"
+        v_throttle_time_ms, v_error_code = _st_ih.unpack_from(buf, pos)
+        pos += 6
+        f = "<tagged fields>"
+        unknown = None
+        v_positions = []
+        v_wanted_partitions = []
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if tag == 1000:
+                    f = "Positions"
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
+                    n -= 1
+                    if n < 0:
+                        raise ProtocolError("null array in a non-nullable field")
+                    else:
+                        if n * 3 > len(buf) - pos:
+                            raise ProtocolError(f"array of {n} items runs past the end")
+                        v_positions = lst = []
+                        ap = lst.append
+                        for _ in range(n):
+                            x, pos = _d_HeartbeatResponse_HeartbeatPositionTopic_v0(buf, pos)
+                            ap(x)
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 1001:
+                    f = "WantedPartitions"
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
+                    n -= 1
+                    if n < 0:
+                        raise ProtocolError("null array in a non-nullable field")
+                    else:
+                        if n * 3 > len(buf) - pos:
+                            raise ProtocolError(f"array of {n} items runs past the end")
+                        v_wanted_partitions = lst = []
+                        ap = lst.append
+                        for _ in range(n):
+                            x, pos = _d_HeartbeatResponse_HeartbeatWantedTopic_v0(buf, pos)
+                            ap(x)
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
             e.field, e.offset = "HeartbeatResponse." + str(f), pos
         raise
     except _DECODE_ERRORS as e:
         raise _malformed(e, "HeartbeatResponse." + str(f), pos) from None
-    return _c_HeartbeatResponse(v_throttle_time_ms, v_error_code, unknown), pos
+    return _c_HeartbeatResponse(v_throttle_time_ms, v_error_code, v_positions, v_wanted_partitions, unknown), pos
 
 
 def _e_HeartbeatResponse_HeartbeatResponse_v2(o, parts):
     w = parts.append
     w(_st_ih.pack(o.throttle_time_ms, o.error_code))
-    if o.unknown_tags:
-        write_tags(parts, None, o.unknown_tags)
-    else:
+    tg = None
+    if o.positions:
+        outer, parts = parts, []
+        w = parts.append
+        lst = o.positions
+        if lst is None:
+            raise ProtocolError("null in non-nullable array Positions")
+        else:
+            w(uvarint(len(lst) + 1))
+            for x in lst:
+                _e_HeartbeatRequest_HeartbeatPositionTopic_v0(x, parts)
+        if tg is None:
+            tg = []
+        tg.append((1000, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.wanted_partitions:
+        outer, parts = parts, []
+        w = parts.append
+        lst = o.wanted_partitions
+        if lst is None:
+            raise ProtocolError("null in non-nullable array WantedPartitions")
+        else:
+            w(uvarint(len(lst) + 1))
+            for x in lst:
+                _e_HeartbeatRequest_HeartbeatInterestTopic_v0(x, parts)
+        if tg is None:
+            tg = []
+        tg.append((1001, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
         w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
 
 
 HeartbeatRequest._decoders = {

@@ -170,6 +170,7 @@ class MetadataResponse(Message):
             "is_internal",
             "partitions",
             "topic_authorized_operations",
+            "undeleted_partition_count",
             "unknown_tags",
         )
         _fields = (
@@ -179,6 +180,7 @@ class MetadataResponse(Message):
             "is_internal",
             "partitions",
             "topic_authorized_operations",
+            "undeleted_partition_count",
         )
 
         def __init__(
@@ -189,6 +191,7 @@ class MetadataResponse(Message):
             is_internal=False,
             partitions=_UNSET,
             topic_authorized_operations=-2147483648,
+            undeleted_partition_count=-1,
             unknown_tags=None,
         ):
             self.error_code = error_code
@@ -197,6 +200,7 @@ class MetadataResponse(Message):
             self.is_internal = is_internal
             self.partitions = [] if partitions is _UNSET else partitions
             self.topic_authorized_operations = topic_authorized_operations
+            self.undeleted_partition_count = undeleted_partition_count
             self.unknown_tags = unknown_tags
 
     class MetadataResponsePartition(Struct):
@@ -210,6 +214,7 @@ class MetadataResponse(Message):
             "offline_replicas",
             "start_offset",
             "chunks",
+            "marked_for_deletion",
             "unknown_tags",
         )
         _fields = (
@@ -222,6 +227,7 @@ class MetadataResponse(Message):
             "offline_replicas",
             "start_offset",
             "chunks",
+            "marked_for_deletion",
         )
 
         def __init__(
@@ -235,6 +241,7 @@ class MetadataResponse(Message):
             offline_replicas=_UNSET,
             start_offset=-1,
             chunks=_UNSET,
+            marked_for_deletion=False,
             unknown_tags=None,
         ):
             self.error_code = error_code
@@ -246,6 +253,7 @@ class MetadataResponse(Message):
             self.offline_replicas = [] if offline_replicas is _UNSET else offline_replicas
             self.start_offset = start_offset
             self.chunks = [] if chunks is _UNSET else chunks
+            self.marked_for_deletion = marked_for_deletion
             self.unknown_tags = unknown_tags
 
     class MetadataResponseChunk(Struct):
@@ -885,7 +893,7 @@ def _d_MetadataResponse_MetadataResponsePartition_v0(buf, pos):
     except _DECODE_ERRORS as e:
         raise _malformed(e, "MetadataResponsePartition." + str(f), pos) from None
     return _c_MetadataResponse_MetadataResponsePartition(
-        v_error_code, v_partition_index, v_leader_id, -1, v_replica_nodes, v_isr_nodes, [], -1, [], None
+        v_error_code, v_partition_index, v_leader_id, -1, v_replica_nodes, v_isr_nodes, [], -1, [], False, None
     ), pos
 
 
@@ -917,7 +925,7 @@ def _d_MetadataResponse_MetadataResponseTopic_v0(buf, pos):
     except _DECODE_ERRORS as e:
         raise _malformed(e, "MetadataResponseTopic." + str(f), pos) from None
     return _c_MetadataResponse_MetadataResponseTopic(
-        v_error_code, v_name, ZERO_UUID, False, v_partitions, -2147483648, None
+        v_error_code, v_name, ZERO_UUID, False, v_partitions, -2147483648, -1, None
     ), pos
 
 
@@ -1067,7 +1075,7 @@ def _d_MetadataResponse_MetadataResponseTopic_v1(buf, pos):
     except _DECODE_ERRORS as e:
         raise _malformed(e, "MetadataResponseTopic." + str(f), pos) from None
     return _c_MetadataResponse_MetadataResponseTopic(
-        v_error_code, v_name, ZERO_UUID, v_is_internal, v_partitions, -2147483648, None
+        v_error_code, v_name, ZERO_UUID, v_is_internal, v_partitions, -2147483648, -1, None
     ), pos
 
 
@@ -1328,7 +1336,17 @@ def _d_MetadataResponse_MetadataResponsePartition_v1(buf, pos):
     except _DECODE_ERRORS as e:
         raise _malformed(e, "MetadataResponsePartition." + str(f), pos) from None
     return _c_MetadataResponse_MetadataResponsePartition(
-        v_error_code, v_partition_index, v_leader_id, -1, v_replica_nodes, v_isr_nodes, v_offline_replicas, -1, [], None
+        v_error_code,
+        v_partition_index,
+        v_leader_id,
+        -1,
+        v_replica_nodes,
+        v_isr_nodes,
+        v_offline_replicas,
+        -1,
+        [],
+        False,
+        None,
     ), pos
 
 
@@ -1363,7 +1381,7 @@ def _d_MetadataResponse_MetadataResponseTopic_v2(buf, pos):
     except _DECODE_ERRORS as e:
         raise _malformed(e, "MetadataResponseTopic." + str(f), pos) from None
     return _c_MetadataResponse_MetadataResponseTopic(
-        v_error_code, v_name, ZERO_UUID, v_is_internal, v_partitions, -2147483648, None
+        v_error_code, v_name, ZERO_UUID, v_is_internal, v_partitions, -2147483648, -1, None
     ), pos
 
 
@@ -1525,6 +1543,7 @@ def _d_MetadataResponse_MetadataResponsePartition_v2(buf, pos):
         v_offline_replicas,
         -1,
         [],
+        False,
         None,
     ), pos
 
@@ -1560,7 +1579,7 @@ def _d_MetadataResponse_MetadataResponseTopic_v3(buf, pos):
     except _DECODE_ERRORS as e:
         raise _malformed(e, "MetadataResponseTopic." + str(f), pos) from None
     return _c_MetadataResponse_MetadataResponseTopic(
-        v_error_code, v_name, ZERO_UUID, v_is_internal, v_partitions, -2147483648, None
+        v_error_code, v_name, ZERO_UUID, v_is_internal, v_partitions, -2147483648, -1, None
     ), pos
 
 
@@ -1704,7 +1723,7 @@ def _d_MetadataResponse_MetadataResponseTopic_v4(buf, pos):
     except _DECODE_ERRORS as e:
         raise _malformed(e, "MetadataResponseTopic." + str(f), pos) from None
     return _c_MetadataResponse_MetadataResponseTopic(
-        v_error_code, v_name, ZERO_UUID, v_is_internal, v_partitions, v_topic_authorized_operations, None
+        v_error_code, v_name, ZERO_UUID, v_is_internal, v_partitions, v_topic_authorized_operations, -1, None
     ), pos
 
 
@@ -1943,6 +1962,7 @@ def _d_MetadataResponse_MetadataResponsePartition_v3(buf, pos):
         unknown = None
         v_start_offset = -1
         v_chunks = []
+        v_marked_for_deletion = False
         if buf[pos] == 0:
             pos += 1
         else:
@@ -1977,6 +1997,12 @@ def _d_MetadataResponse_MetadataResponsePartition_v3(buf, pos):
                             ap(x)
                     if pos != end:
                         raise ProtocolError("tagged field size does not match its value")
+                elif tag == 1003:
+                    f = "MarkedForDeletion"
+                    v_marked_for_deletion = _st_z.unpack_from(buf, pos)[0]
+                    pos += 1
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
                 else:
                     if unknown is None:
                         unknown = {}
@@ -1998,6 +2024,7 @@ def _d_MetadataResponse_MetadataResponsePartition_v3(buf, pos):
         v_offline_replicas,
         v_start_offset,
         v_chunks,
+        v_marked_for_deletion,
         unknown,
     ), pos
 
@@ -2035,6 +2062,7 @@ def _d_MetadataResponse_MetadataResponseTopic_v5(buf, pos):
         pos += 4
         f = "<tagged fields>"
         unknown = None
+        v_undeleted_partition_count = -1
         if buf[pos] == 0:
             pos += 1
         else:
@@ -2043,9 +2071,16 @@ def _d_MetadataResponse_MetadataResponseTopic_v5(buf, pos):
                 tag, pos = read_uvarint(buf, pos)
                 size, pos = read_uvarint(buf, pos)
                 end = check_len(buf, pos, size)
-                if unknown is None:
-                    unknown = {}
-                unknown[tag] = bytes(buf[pos:end])
+                if tag == 1002:
+                    f = "UndeletedPartitionCount"
+                    v_undeleted_partition_count = _st_i.unpack_from(buf, pos)[0]
+                    pos += 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
                 pos = end
     except ProtocolError as e:
         if e.field is None:
@@ -2054,7 +2089,14 @@ def _d_MetadataResponse_MetadataResponseTopic_v5(buf, pos):
     except _DECODE_ERRORS as e:
         raise _malformed(e, "MetadataResponseTopic." + str(f), pos) from None
     return _c_MetadataResponse_MetadataResponseTopic(
-        v_error_code, v_name, ZERO_UUID, v_is_internal, v_partitions, v_topic_authorized_operations, unknown
+        v_error_code,
+        v_name,
+        ZERO_UUID,
+        v_is_internal,
+        v_partitions,
+        v_topic_authorized_operations,
+        v_undeleted_partition_count,
+        unknown,
     ), pos
 
 
@@ -2217,6 +2259,15 @@ def _e_MetadataResponse_MetadataResponsePartition_v3(o, parts):
         tg.append((1001, b"".join(parts)))
         parts = outer
         w = parts.append
+    if o.marked_for_deletion != False:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_z.pack(o.marked_for_deletion))
+        if tg is None:
+            tg = []
+        tg.append((1003, b"".join(parts)))
+        parts = outer
+        w = parts.append
     if tg is None and not o.unknown_tags:
         w(b"\x00")
     else:
@@ -2236,10 +2287,20 @@ def _e_MetadataResponse_MetadataResponseTopic_v5(o, parts):
         for x in lst:
             _e_MetadataResponse_MetadataResponsePartition_v3(x, parts)
     w(_st_i.pack(o.topic_authorized_operations))
-    if o.unknown_tags:
-        write_tags(parts, None, o.unknown_tags)
-    else:
+    tg = None
+    if o.undeleted_partition_count != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_i.pack(o.undeleted_partition_count))
+        if tg is None:
+            tg = []
+        tg.append((1002, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
         w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
 
 
 def _e_MetadataResponse_MetadataResponse_v7(o, parts):
@@ -2302,6 +2363,7 @@ def _d_MetadataResponse_MetadataResponseTopic_v6(buf, pos):
         pos += 4
         f = "<tagged fields>"
         unknown = None
+        v_undeleted_partition_count = -1
         if buf[pos] == 0:
             pos += 1
         else:
@@ -2310,9 +2372,16 @@ def _d_MetadataResponse_MetadataResponseTopic_v6(buf, pos):
                 tag, pos = read_uvarint(buf, pos)
                 size, pos = read_uvarint(buf, pos)
                 end = check_len(buf, pos, size)
-                if unknown is None:
-                    unknown = {}
-                unknown[tag] = bytes(buf[pos:end])
+                if tag == 1002:
+                    f = "UndeletedPartitionCount"
+                    v_undeleted_partition_count = _st_i.unpack_from(buf, pos)[0]
+                    pos += 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
                 pos = end
     except ProtocolError as e:
         if e.field is None:
@@ -2321,7 +2390,14 @@ def _d_MetadataResponse_MetadataResponseTopic_v6(buf, pos):
     except _DECODE_ERRORS as e:
         raise _malformed(e, "MetadataResponseTopic." + str(f), pos) from None
     return _c_MetadataResponse_MetadataResponseTopic(
-        v_error_code, v_name, v_topic_id, v_is_internal, v_partitions, v_topic_authorized_operations, unknown
+        v_error_code,
+        v_name,
+        v_topic_id,
+        v_is_internal,
+        v_partitions,
+        v_topic_authorized_operations,
+        v_undeleted_partition_count,
+        unknown,
     ), pos
 
 
@@ -2418,10 +2494,20 @@ def _e_MetadataResponse_MetadataResponseTopic_v6(o, parts):
         for x in lst:
             _e_MetadataResponse_MetadataResponsePartition_v3(x, parts)
     w(_st_i.pack(o.topic_authorized_operations))
-    if o.unknown_tags:
-        write_tags(parts, None, o.unknown_tags)
-    else:
+    tg = None
+    if o.undeleted_partition_count != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_i.pack(o.undeleted_partition_count))
+        if tg is None:
+            tg = []
+        tg.append((1002, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
         w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
 
 
 def _e_MetadataResponse_MetadataResponse_v8(o, parts):
@@ -2579,6 +2665,7 @@ def _d_MetadataResponse_MetadataResponseTopic_v7(buf, pos):
         pos += 4
         f = "<tagged fields>"
         unknown = None
+        v_undeleted_partition_count = -1
         if buf[pos] == 0:
             pos += 1
         else:
@@ -2587,9 +2674,16 @@ def _d_MetadataResponse_MetadataResponseTopic_v7(buf, pos):
                 tag, pos = read_uvarint(buf, pos)
                 size, pos = read_uvarint(buf, pos)
                 end = check_len(buf, pos, size)
-                if unknown is None:
-                    unknown = {}
-                unknown[tag] = bytes(buf[pos:end])
+                if tag == 1002:
+                    f = "UndeletedPartitionCount"
+                    v_undeleted_partition_count = _st_i.unpack_from(buf, pos)[0]
+                    pos += 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
                 pos = end
     except ProtocolError as e:
         if e.field is None:
@@ -2598,7 +2692,14 @@ def _d_MetadataResponse_MetadataResponseTopic_v7(buf, pos):
     except _DECODE_ERRORS as e:
         raise _malformed(e, "MetadataResponseTopic." + str(f), pos) from None
     return _c_MetadataResponse_MetadataResponseTopic(
-        v_error_code, v_name, v_topic_id, v_is_internal, v_partitions, v_topic_authorized_operations, unknown
+        v_error_code,
+        v_name,
+        v_topic_id,
+        v_is_internal,
+        v_partitions,
+        v_topic_authorized_operations,
+        v_undeleted_partition_count,
+        unknown,
     ), pos
 
 
@@ -2685,10 +2786,20 @@ def _e_MetadataResponse_MetadataResponseTopic_v7(o, parts):
         for x in lst:
             _e_MetadataResponse_MetadataResponsePartition_v3(x, parts)
     w(_st_i.pack(o.topic_authorized_operations))
-    if o.unknown_tags:
-        write_tags(parts, None, o.unknown_tags)
-    else:
+    tg = None
+    if o.undeleted_partition_count != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_i.pack(o.undeleted_partition_count))
+        if tg is None:
+            tg = []
+        tg.append((1002, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
         w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
 
 
 def _e_MetadataResponse_MetadataResponse_v10(o, parts):

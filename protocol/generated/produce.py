@@ -75,16 +75,19 @@ class ProduceRequest(Message):
         __slots__ = (
             "name",
             "partition_data",
+            "undeleted_partition_count",
             "unknown_tags",
         )
         _fields = (
             "name",
             "partition_data",
+            "undeleted_partition_count",
         )
 
-        def __init__(self, name="", partition_data=_UNSET, unknown_tags=None):
+        def __init__(self, name="", partition_data=_UNSET, undeleted_partition_count=-1, unknown_tags=None):
             self.name = name
             self.partition_data = [] if partition_data is _UNSET else partition_data
+            self.undeleted_partition_count = undeleted_partition_count
             self.unknown_tags = unknown_tags
 
     class PartitionProduceData(Struct):
@@ -308,7 +311,7 @@ def _d_ProduceRequest_TopicProduceData_v0(buf, pos):
         raise
     except _DECODE_ERRORS as e:
         raise _malformed(e, "TopicProduceData." + str(f), pos) from None
-    return _c_ProduceRequest_TopicProduceData(v_name, v_partition_data, None), pos
+    return _c_ProduceRequest_TopicProduceData(v_name, v_partition_data, -1, None), pos
 
 
 def _d_ProduceRequest_ProduceRequest_v0(buf, pos):
@@ -471,6 +474,7 @@ def _d_ProduceRequest_TopicProduceData_v1(buf, pos):
                 ap(x)
         f = "<tagged fields>"
         unknown = None
+        v_undeleted_partition_count = -1
         if buf[pos] == 0:
             pos += 1
         else:
@@ -479,9 +483,16 @@ def _d_ProduceRequest_TopicProduceData_v1(buf, pos):
                 tag, pos = read_uvarint(buf, pos)
                 size, pos = read_uvarint(buf, pos)
                 end = check_len(buf, pos, size)
-                if unknown is None:
-                    unknown = {}
-                unknown[tag] = bytes(buf[pos:end])
+                if tag == 1000:
+                    f = "UndeletedPartitionCount"
+                    v_undeleted_partition_count = _st_i.unpack_from(buf, pos)[0]
+                    pos += 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
                 pos = end
     except ProtocolError as e:
         if e.field is None:
@@ -489,7 +500,7 @@ def _d_ProduceRequest_TopicProduceData_v1(buf, pos):
         raise
     except _DECODE_ERRORS as e:
         raise _malformed(e, "TopicProduceData." + str(f), pos) from None
-    return _c_ProduceRequest_TopicProduceData(v_name, v_partition_data, unknown), pos
+    return _c_ProduceRequest_TopicProduceData(v_name, v_partition_data, v_undeleted_partition_count, unknown), pos
 
 
 def _d_ProduceRequest_ProduceRequest_v2(buf, pos):
@@ -560,10 +571,20 @@ def _e_ProduceRequest_TopicProduceData_v1(o, parts):
         w(uvarint(len(lst) + 1))
         for x in lst:
             _e_ProduceRequest_PartitionProduceData_v1(x, parts)
-    if o.unknown_tags:
-        write_tags(parts, None, o.unknown_tags)
-    else:
+    tg = None
+    if o.undeleted_partition_count != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_i.pack(o.undeleted_partition_count))
+        if tg is None:
+            tg = []
+        tg.append((1000, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
         w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
 
 
 def _e_ProduceRequest_ProduceRequest_v2(o, parts):

@@ -817,7 +817,9 @@ class GroupCoordinator(PartitionedCoordinator[_PartitionState]):
             self._schedule_heartbeat(group, member)
 
     # ------------------------------------------------------------------ Heartbeat
-    def heartbeat(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int) -> int:
+    def heartbeat(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
+                  positions: Any = None) -> int:
+        """`positions`, when given, is a PositionExchange (KIP-253): filled in on success."""
         err, ps = self._status(group_id, HEARTBEAT)
         if err == Errors.COORDINATOR_LOAD_IN_PROGRESS:
             return 0  # as Kafka: answer blindly while loading
@@ -837,7 +839,26 @@ class GroupCoordinator(PartitionedCoordinator[_PartitionState]):
         if group.is_(GroupState.EMPTY):
             return Errors.UNKNOWN_MEMBER_ID
         self._schedule_heartbeat(group, group.members[member_id])
+        if positions is not None:
+            positions.answer, positions.wanted = group.exchange_positions(
+                member_id, positions.reported, positions.interested
+            )
         return Errors.REBALANCE_IN_PROGRESS if group.is_(GroupState.PREPARING_REBALANCE) else 0
+
+    def on_metadata(self, delta: Any, image: Any) -> None:
+        if delta.deleted_partitions:
+            self.on_partitions_deleted({(name, p.partition) for name, p in delta.deleted_partitions.values()})
+
+    def on_partitions_deleted(self, partitions: set[TopicPartition]) -> None:
+        """KIP-253 deleted these partitions: every group we hold forgets their offsets and positions."""
+        for ps in list(self._partitions.values()):
+            if ps.loading:
+                continue
+            removed = {g.group_id: g.forget_partitions(partitions) for g in ps.groups.values()}
+            touched = [g for g in ps.groups.values() if removed[g.group_id]]
+            if touched:
+                self._cleanup(ps, touched, removed)
+                log.info("offsets_of_deleted_partitions_removed", groups=[g.group_id for g in touched])
 
     # ------------------------------------------------------------------ LeaveGroup
     def leave_group(self, group_id: str, members: list[tuple[str, str | None, str | None]]) -> tuple[int, list[int]]:

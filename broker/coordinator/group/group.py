@@ -149,6 +149,17 @@ class Member:
         return self.is_new or not (self.awaiting_join or self.awaiting_sync)
 
 
+@dataclass
+class PositionExchange:
+    """One Heartbeat's KIP-253 fields: the member's positions and the partitions it waits on in,
+    the group's positions of those and the partitions others wait on out."""
+
+    reported: list[tuple[tuple[str, int], int]]
+    interested: set[tuple[str, int]]
+    answer: dict[tuple[str, int], int] = field(default_factory=dict)
+    wanted: set[tuple[str, int]] = field(default_factory=set)
+
+
 class ClassicGroup:
     def __init__(self, group_id: str, state: GroupState = GroupState.EMPTY, clock: Callable[[], int] = wall_clock_ms):
         self.group_id = group_id
@@ -172,6 +183,10 @@ class ClassicGroup:
         # transactional offset commits written but not yet ended by a marker: producer id ->
         # partition -> (offset, log offset of its record)
         self.pending_txn_offsets: dict[int, dict[tuple[str, int], CommittedOffset]] = {}
+        # KIP-253 (in memory, as the seed's coordinator): the group's delivered position of each
+        # partition some member waits on, and which partitions each member waits on
+        self.positions: dict[tuple[str, int], int] = {}
+        self.interests: dict[str, set[tuple[str, int]]] = {}
         # the coordinator's timers
         self.join_timer = None
         self.join_kind: str | None = None  # "initial" (group.initial.rebalance.delay.ms) or "delayed"
@@ -260,6 +275,7 @@ class ClassicGroup:
 
     def remove(self, member_id: str) -> Member | None:
         member = self.members.pop(member_id, None)
+        self.interests.pop(member_id, None)
         if member is not None:
             self.supported_protocols.subtract(member.protocol_names)
             if member.awaiting_join:
@@ -397,6 +413,27 @@ class ClassicGroup:
         if current is None or current.record_offset < record_offset:
             self.offsets[tp] = CommittedOffset(value, record_offset)
 
+    # ---- KIP-253 positions
+    def exchange_positions(
+        self, member_id: str, positions: Iterable[tuple[tuple[str, int], int]], interested: set[tuple[str, int]]
+    ) -> tuple[dict[tuple[str, int], int], set[tuple[str, int]]]:
+        """Take a member's reported positions and what it waits on; answer the group's position
+        of each partition it waits on (the higher of reported and committed; -1 unknown) and the
+        partitions other members wait on."""
+        for tp, offset in positions:
+            if offset > self.positions.get(tp, -1):
+                self.positions[tp] = offset
+        self.interests[member_id] = interested
+        wanted: set[tuple[str, int]] = set()
+        for mid, tps in self.interests.items():
+            if mid != member_id:
+                wanted |= tps
+        out = {}
+        for tp in interested:
+            committed = self.offsets.get(tp)
+            out[tp] = max(self.positions.get(tp, -1), committed.value.offset if committed is not None else -1)
+        return out, wanted
+
     def add_pending_txn_offset(self, producer_id: int, tp: tuple[str, int], value: OffsetAndMetadata,
                                record_offset: int) -> None:
         self.pending_txn_offsets.setdefault(producer_id, {})[tp] = CommittedOffset(value, record_offset)
@@ -416,6 +453,13 @@ class ClassicGroup:
         if not pending:
             self.pending_txn_offsets.pop(producer_id, None)
         return len(done)
+
+    def forget_partitions(self, partitions: set[tuple[str, int]]) -> list[tuple[str, int]]:
+        """Partitions deleted (KIP-253): their positions go, and their committed offsets (a
+        partition re-created under the same index starts again at 0)."""
+        for tp in partitions:
+            self.positions.pop(tp, None)
+        return self.remove_offsets([tp for tp in self.offsets if tp in partitions])
 
     def remove_offsets(self, partitions: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
         removed = []

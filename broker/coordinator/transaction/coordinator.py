@@ -145,6 +145,24 @@ class TransactionCoordinator(PartitionedCoordinator[_StatePartition]):
     def transactions(self) -> list[TransactionMetadata]:
         return [m for tp in self._partitions.values() if not tp.loading for m in tp.txns.values()]
 
+    # ------------------------------------------------------------------ admin reads (KIP-664)
+    def describe(self, transactional_id: str) -> tuple[int, TransactionMetadata | None]:
+        """(0, its state) for DescribeTransactions, else the error to answer with."""
+        code, tp = self._status(transactional_id)
+        if tp is None:
+            return code, None
+        meta = tp.txns.get(transactional_id)
+        if meta is None or meta.state == TransactionState.DEAD:
+            return Errors.TRANSACTIONAL_ID_NOT_FOUND, None
+        return 0, meta
+
+    def listing(self) -> tuple[int, list[TransactionMetadata]]:
+        """Every transaction this broker coordinates but the Dead ones, for ListTransactions;
+        COORDINATOR_LOAD_IN_PROGRESS while a state partition loads (as Kafka answers)."""
+        if self.is_loading():
+            return Errors.COORDINATOR_LOAD_IN_PROGRESS, []
+        return 0, [m for m in self.transactions() if m.state != TransactionState.DEAD]
+
     # ------------------------------------------------------------------ writes
     async def _write(self, tp: _StatePartition, meta: TransactionMetadata, target: TransactionLogValue) -> int:
         """Append `target` for `meta` (before any await) and apply it once replicated. Returns the

@@ -44,6 +44,7 @@ _st_16s = _Struct(">16s")
 _st_b = _Struct(">b")
 _st_i = _Struct(">i")
 _st_i16s = _Struct(">i16s")
+_st_ii = _Struct(">ii")
 _st_q = _Struct(">q")
 
 
@@ -64,6 +65,7 @@ class PartitionChangeRecord(Message):
         "last_known_elr",
         "start_offset",
         "start_timestamp",
+        "leader_epoch_before_deletion",
         "unknown_tags",
     )
     _fields = (
@@ -80,13 +82,30 @@ class PartitionChangeRecord(Message):
         "last_known_elr",
         "start_offset",
         "start_timestamp",
+        "leader_epoch_before_deletion",
     )
     API_KEY = 5
     NAME = "PartitionChangeRecord"
     KIND = "metadata"
     MIN_VERSION = 0
-    MAX_VERSION = 3
+    MAX_VERSION = 4
     FLEXIBLE_FROM = 0
+
+    class PartitionEpochBeforeDeletion(Struct):
+        __slots__ = (
+            "partition_id",
+            "leader_epoch",
+            "unknown_tags",
+        )
+        _fields = (
+            "partition_id",
+            "leader_epoch",
+        )
+
+        def __init__(self, partition_id=0, leader_epoch=0, unknown_tags=None):
+            self.partition_id = partition_id
+            self.leader_epoch = leader_epoch
+            self.unknown_tags = unknown_tags
 
     def __init__(
         self,
@@ -103,6 +122,7 @@ class PartitionChangeRecord(Message):
         last_known_elr=None,
         start_offset=-1,
         start_timestamp=-1,
+        leader_epoch_before_deletion=None,
         unknown_tags=None,
     ):
         self.partition_id = partition_id
@@ -118,10 +138,12 @@ class PartitionChangeRecord(Message):
         self.last_known_elr = last_known_elr
         self.start_offset = start_offset
         self.start_timestamp = start_timestamp
+        self.leader_epoch_before_deletion = leader_epoch_before_deletion
         self.unknown_tags = unknown_tags
 
 
 _c_PartitionChangeRecord = PartitionChangeRecord
+_c_PartitionChangeRecord_PartitionEpochBeforeDeletion = PartitionChangeRecord.PartitionEpochBeforeDeletion
 
 
 def _d_PartitionChangeRecord_PartitionChangeRecord_v0(buf, pos):
@@ -252,6 +274,7 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v0(buf, pos):
         None,
         -1,
         -1,
+        None,
         unknown,
     ), pos
 
@@ -278,6 +301,11 @@ def _e_PartitionChangeRecord_PartitionChangeRecord_v0(o, parts):
     if o.start_timestamp != -1:
         raise ProtocolError(
             "StartTimestamp is not in this version and is not ignorable", field="PartitionChangeRecord.StartTimestamp"
+        )
+    if o.leader_epoch_before_deletion is not None:
+        raise ProtocolError(
+            "LeaderEpochBeforeDeletion is not in this version and is not ignorable",
+            field="PartitionChangeRecord.LeaderEpochBeforeDeletion",
         )
     w(_st_i16s.pack(o.partition_id, o.topic_id.bytes))
     tg = None
@@ -512,6 +540,7 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v1(buf, pos):
         None,
         -1,
         -1,
+        None,
         unknown,
     ), pos
 
@@ -534,6 +563,11 @@ def _e_PartitionChangeRecord_PartitionChangeRecord_v1(o, parts):
     if o.start_timestamp != -1:
         raise ProtocolError(
             "StartTimestamp is not in this version and is not ignorable", field="PartitionChangeRecord.StartTimestamp"
+        )
+    if o.leader_epoch_before_deletion is not None:
+        raise ProtocolError(
+            "LeaderEpochBeforeDeletion is not in this version and is not ignorable",
+            field="PartitionChangeRecord.LeaderEpochBeforeDeletion",
         )
     w(_st_i16s.pack(o.partition_id, o.topic_id.bytes))
     tg = None
@@ -819,6 +853,7 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v2(buf, pos):
         v_last_known_elr,
         -1,
         -1,
+        None,
         unknown,
     ), pos
 
@@ -832,6 +867,11 @@ def _e_PartitionChangeRecord_PartitionChangeRecord_v2(o, parts):
     if o.start_timestamp != -1:
         raise ProtocolError(
             "StartTimestamp is not in this version and is not ignorable", field="PartitionChangeRecord.StartTimestamp"
+        )
+    if o.leader_epoch_before_deletion is not None:
+        raise ProtocolError(
+            "LeaderEpochBeforeDeletion is not in this version and is not ignorable",
+            field="PartitionChangeRecord.LeaderEpochBeforeDeletion",
         )
     w(_st_i16s.pack(o.partition_id, o.topic_id.bytes))
     tg = None
@@ -1159,12 +1199,18 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v3(buf, pos):
         v_last_known_elr,
         v_start_offset,
         v_start_timestamp,
+        None,
         unknown,
     ), pos
 
 
 def _e_PartitionChangeRecord_PartitionChangeRecord_v3(o, parts):
     w = parts.append
+    if o.leader_epoch_before_deletion is not None:
+        raise ProtocolError(
+            "LeaderEpochBeforeDeletion is not in this version and is not ignorable",
+            field="PartitionChangeRecord.LeaderEpochBeforeDeletion",
+        )
     w(_st_i16s.pack(o.partition_id, o.topic_id.bytes))
     tg = None
     if o.isr is not None:
@@ -1308,15 +1354,442 @@ def _e_PartitionChangeRecord_PartitionChangeRecord_v3(o, parts):
         write_tags(parts, tg, o.unknown_tags)
 
 
+def _d_PartitionChangeRecord_PartitionEpochBeforeDeletion_v0(buf, pos):
+    f = None
+    try:
+        f = "PartitionId"
+        v_partition_id, v_leader_epoch = _st_ii.unpack_from(buf, pos)
+        pos += 8
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "PartitionEpochBeforeDeletion." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "PartitionEpochBeforeDeletion." + str(f), pos) from None
+    return _c_PartitionChangeRecord_PartitionEpochBeforeDeletion(v_partition_id, v_leader_epoch, unknown), pos
+
+
+def _d_PartitionChangeRecord_PartitionChangeRecord_v4(buf, pos):
+    f = None
+    try:
+        f = "PartitionId"
+        v_partition_id, v_topic_id = _st_i16s.unpack_from(buf, pos)
+        pos += 20
+        v_topic_id = UUID(bytes=v_topic_id)
+        f = "<tagged fields>"
+        unknown = None
+        v_isr = None
+        v_leader = -2
+        v_replicas = None
+        v_removing_replicas = None
+        v_adding_replicas = None
+        v_leader_recovery_state = -1
+        v_directories = None
+        v_eligible_leader_replicas = None
+        v_last_known_elr = None
+        v_start_offset = -1
+        v_start_timestamp = -1
+        v_leader_epoch_before_deletion = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if tag == 0:
+                    f = "Isr"
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
+                    n -= 1
+                    if n < 0:
+                        v_isr = None
+                    else:
+                        if n * 4 > len(buf) - pos:
+                            raise ProtocolError(f"array of {n} items runs past the end")
+                        v_isr = list(_unpack_from(f">{n}i", buf, pos))
+                        pos += n * 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 1:
+                    f = "Leader"
+                    v_leader = _st_i.unpack_from(buf, pos)[0]
+                    pos += 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 2:
+                    f = "Replicas"
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
+                    n -= 1
+                    if n < 0:
+                        v_replicas = None
+                    else:
+                        if n * 4 > len(buf) - pos:
+                            raise ProtocolError(f"array of {n} items runs past the end")
+                        v_replicas = list(_unpack_from(f">{n}i", buf, pos))
+                        pos += n * 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 3:
+                    f = "RemovingReplicas"
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
+                    n -= 1
+                    if n < 0:
+                        v_removing_replicas = None
+                    else:
+                        if n * 4 > len(buf) - pos:
+                            raise ProtocolError(f"array of {n} items runs past the end")
+                        v_removing_replicas = list(_unpack_from(f">{n}i", buf, pos))
+                        pos += n * 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 4:
+                    f = "AddingReplicas"
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
+                    n -= 1
+                    if n < 0:
+                        v_adding_replicas = None
+                    else:
+                        if n * 4 > len(buf) - pos:
+                            raise ProtocolError(f"array of {n} items runs past the end")
+                        v_adding_replicas = list(_unpack_from(f">{n}i", buf, pos))
+                        pos += n * 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 5:
+                    f = "LeaderRecoveryState"
+                    v_leader_recovery_state = _st_b.unpack_from(buf, pos)[0]
+                    pos += 1
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 8:
+                    f = "Directories"
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
+                    n -= 1
+                    if n < 0:
+                        v_directories = None
+                    else:
+                        if n * 16 > len(buf) - pos:
+                            raise ProtocolError(f"array of {n} items runs past the end")
+                        v_directories = lst = []
+                        ap = lst.append
+                        for _ in range(n):
+                            x = _st_16s.unpack_from(buf, pos)[0]
+                            pos += 16
+                            x = UUID(bytes=x)
+                            ap(x)
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 6:
+                    f = "EligibleLeaderReplicas"
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
+                    n -= 1
+                    if n < 0:
+                        v_eligible_leader_replicas = None
+                    else:
+                        if n * 4 > len(buf) - pos:
+                            raise ProtocolError(f"array of {n} items runs past the end")
+                        v_eligible_leader_replicas = list(_unpack_from(f">{n}i", buf, pos))
+                        pos += n * 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 7:
+                    f = "LastKnownElr"
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
+                    n -= 1
+                    if n < 0:
+                        v_last_known_elr = None
+                    else:
+                        if n * 4 > len(buf) - pos:
+                            raise ProtocolError(f"array of {n} items runs past the end")
+                        v_last_known_elr = list(_unpack_from(f">{n}i", buf, pos))
+                        pos += n * 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 9:
+                    f = "StartOffset"
+                    v_start_offset = _st_q.unpack_from(buf, pos)[0]
+                    pos += 8
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 10:
+                    f = "StartTimestamp"
+                    v_start_timestamp = _st_q.unpack_from(buf, pos)[0]
+                    pos += 8
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 11:
+                    f = "LeaderEpochBeforeDeletion"
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
+                    n -= 1
+                    if n < 0:
+                        v_leader_epoch_before_deletion = None
+                    else:
+                        if n * 9 > len(buf) - pos:
+                            raise ProtocolError(f"array of {n} items runs past the end")
+                        v_leader_epoch_before_deletion = lst = []
+                        ap = lst.append
+                        for _ in range(n):
+                            x, pos = _d_PartitionChangeRecord_PartitionEpochBeforeDeletion_v0(buf, pos)
+                            ap(x)
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "PartitionChangeRecord." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "PartitionChangeRecord." + str(f), pos) from None
+    return _c_PartitionChangeRecord(
+        v_partition_id,
+        v_topic_id,
+        v_isr,
+        v_leader,
+        v_replicas,
+        v_removing_replicas,
+        v_adding_replicas,
+        v_leader_recovery_state,
+        v_directories,
+        v_eligible_leader_replicas,
+        v_last_known_elr,
+        v_start_offset,
+        v_start_timestamp,
+        v_leader_epoch_before_deletion,
+        unknown,
+    ), pos
+
+
+def _e_PartitionChangeRecord_PartitionEpochBeforeDeletion_v0(o, parts):
+    w = parts.append
+    w(_st_ii.pack(o.partition_id, o.leader_epoch))
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_PartitionChangeRecord_PartitionChangeRecord_v4(o, parts):
+    w = parts.append
+    w(_st_i16s.pack(o.partition_id, o.topic_id.bytes))
+    tg = None
+    if o.isr is not None:
+        outer, parts = parts, []
+        w = parts.append
+        lst = o.isr
+        if lst is None:
+            w(NULL_UVARINT)
+        else:
+            w(uvarint(len(lst) + 1))
+            w(_pack(f">{len(lst)}i", *lst))
+        if tg is None:
+            tg = []
+        tg.append((0, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.leader != -2:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_i.pack(o.leader))
+        if tg is None:
+            tg = []
+        tg.append((1, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.replicas is not None:
+        outer, parts = parts, []
+        w = parts.append
+        lst = o.replicas
+        if lst is None:
+            w(NULL_UVARINT)
+        else:
+            w(uvarint(len(lst) + 1))
+            w(_pack(f">{len(lst)}i", *lst))
+        if tg is None:
+            tg = []
+        tg.append((2, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.removing_replicas is not None:
+        outer, parts = parts, []
+        w = parts.append
+        lst = o.removing_replicas
+        if lst is None:
+            w(NULL_UVARINT)
+        else:
+            w(uvarint(len(lst) + 1))
+            w(_pack(f">{len(lst)}i", *lst))
+        if tg is None:
+            tg = []
+        tg.append((3, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.adding_replicas is not None:
+        outer, parts = parts, []
+        w = parts.append
+        lst = o.adding_replicas
+        if lst is None:
+            w(NULL_UVARINT)
+        else:
+            w(uvarint(len(lst) + 1))
+            w(_pack(f">{len(lst)}i", *lst))
+        if tg is None:
+            tg = []
+        tg.append((4, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.leader_recovery_state != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_b.pack(o.leader_recovery_state))
+        if tg is None:
+            tg = []
+        tg.append((5, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.eligible_leader_replicas is not None:
+        outer, parts = parts, []
+        w = parts.append
+        lst = o.eligible_leader_replicas
+        if lst is None:
+            w(NULL_UVARINT)
+        else:
+            w(uvarint(len(lst) + 1))
+            w(_pack(f">{len(lst)}i", *lst))
+        if tg is None:
+            tg = []
+        tg.append((6, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.last_known_elr is not None:
+        outer, parts = parts, []
+        w = parts.append
+        lst = o.last_known_elr
+        if lst is None:
+            w(NULL_UVARINT)
+        else:
+            w(uvarint(len(lst) + 1))
+            w(_pack(f">{len(lst)}i", *lst))
+        if tg is None:
+            tg = []
+        tg.append((7, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.directories is not None:
+        outer, parts = parts, []
+        w = parts.append
+        lst = o.directories
+        if lst is None:
+            w(NULL_UVARINT)
+        else:
+            w(uvarint(len(lst) + 1))
+            for x in lst:
+                w(_st_16s.pack(x.bytes))
+        if tg is None:
+            tg = []
+        tg.append((8, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.start_offset != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_q.pack(o.start_offset))
+        if tg is None:
+            tg = []
+        tg.append((9, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.start_timestamp != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_q.pack(o.start_timestamp))
+        if tg is None:
+            tg = []
+        tg.append((10, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.leader_epoch_before_deletion is not None:
+        outer, parts = parts, []
+        w = parts.append
+        lst = o.leader_epoch_before_deletion
+        if lst is None:
+            w(NULL_UVARINT)
+        else:
+            w(uvarint(len(lst) + 1))
+            for x in lst:
+                _e_PartitionChangeRecord_PartitionEpochBeforeDeletion_v0(x, parts)
+        if tg is None:
+            tg = []
+        tg.append((11, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
+        w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
+
+
 PartitionChangeRecord._decoders = {
     0: _d_PartitionChangeRecord_PartitionChangeRecord_v0,
     1: _d_PartitionChangeRecord_PartitionChangeRecord_v1,
     2: _d_PartitionChangeRecord_PartitionChangeRecord_v2,
     3: _d_PartitionChangeRecord_PartitionChangeRecord_v3,
+    4: _d_PartitionChangeRecord_PartitionChangeRecord_v4,
 }
 PartitionChangeRecord._encoders = {
     0: _e_PartitionChangeRecord_PartitionChangeRecord_v0,
     1: _e_PartitionChangeRecord_PartitionChangeRecord_v1,
     2: _e_PartitionChangeRecord_PartitionChangeRecord_v2,
     3: _e_PartitionChangeRecord_PartitionChangeRecord_v3,
+    4: _e_PartitionChangeRecord_PartitionChangeRecord_v4,
 }

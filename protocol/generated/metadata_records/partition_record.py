@@ -44,6 +44,7 @@ _st_16s = _Struct(">16s")
 _st_b = _Struct(">b")
 _st_i = _Struct(">i")
 _st_i16s = _Struct(">i16s")
+_st_ii = _Struct(">ii")
 _st_iii = _Struct(">iii")
 _st_q = _Struct(">q")
 
@@ -68,6 +69,8 @@ class PartitionRecord(Message):
         "start_offset",
         "start_timestamp",
         "diskless_coordinator",
+        "leader_epoch_after_creation",
+        "leader_epoch_before_deletion",
         "unknown_tags",
     )
     _fields = (
@@ -87,13 +90,47 @@ class PartitionRecord(Message):
         "start_offset",
         "start_timestamp",
         "diskless_coordinator",
+        "leader_epoch_after_creation",
+        "leader_epoch_before_deletion",
     )
     API_KEY = 3
     NAME = "PartitionRecord"
     KIND = "metadata"
     MIN_VERSION = 0
-    MAX_VERSION = 3
+    MAX_VERSION = 4
     FLEXIBLE_FROM = 0
+
+    class PartitionEpochAfterCreation(Struct):
+        __slots__ = (
+            "partition_id",
+            "leader_epoch",
+            "unknown_tags",
+        )
+        _fields = (
+            "partition_id",
+            "leader_epoch",
+        )
+
+        def __init__(self, partition_id=0, leader_epoch=0, unknown_tags=None):
+            self.partition_id = partition_id
+            self.leader_epoch = leader_epoch
+            self.unknown_tags = unknown_tags
+
+    class PartitionEpochBeforeDeletion(Struct):
+        __slots__ = (
+            "partition_id",
+            "leader_epoch",
+            "unknown_tags",
+        )
+        _fields = (
+            "partition_id",
+            "leader_epoch",
+        )
+
+        def __init__(self, partition_id=0, leader_epoch=0, unknown_tags=None):
+            self.partition_id = partition_id
+            self.leader_epoch = leader_epoch
+            self.unknown_tags = unknown_tags
 
     def __init__(
         self,
@@ -113,6 +150,8 @@ class PartitionRecord(Message):
         start_offset=-1,
         start_timestamp=-1,
         diskless_coordinator=-1,
+        leader_epoch_after_creation=_UNSET,
+        leader_epoch_before_deletion=_UNSET,
         unknown_tags=None,
     ):
         self.partition_id = partition_id
@@ -131,10 +170,16 @@ class PartitionRecord(Message):
         self.start_offset = start_offset
         self.start_timestamp = start_timestamp
         self.diskless_coordinator = diskless_coordinator
+        self.leader_epoch_after_creation = [] if leader_epoch_after_creation is _UNSET else leader_epoch_after_creation
+        self.leader_epoch_before_deletion = (
+            [] if leader_epoch_before_deletion is _UNSET else leader_epoch_before_deletion
+        )
         self.unknown_tags = unknown_tags
 
 
 _c_PartitionRecord = PartitionRecord
+_c_PartitionRecord_PartitionEpochAfterCreation = PartitionRecord.PartitionEpochAfterCreation
+_c_PartitionRecord_PartitionEpochBeforeDeletion = PartitionRecord.PartitionEpochBeforeDeletion
 
 
 def _d_PartitionRecord_PartitionRecord_v0(buf, pos):
@@ -248,6 +293,8 @@ def _d_PartitionRecord_PartitionRecord_v0(buf, pos):
         -1,
         -1,
         -1,
+        [],
+        [],
         unknown,
     ), pos
 
@@ -279,6 +326,16 @@ def _e_PartitionRecord_PartitionRecord_v0(o, parts):
         raise ProtocolError(
             "DisklessCoordinator is not in this version and is not ignorable",
             field="PartitionRecord.DisklessCoordinator",
+        )
+    if o.leader_epoch_after_creation:
+        raise ProtocolError(
+            "LeaderEpochAfterCreation is not in this version and is not ignorable",
+            field="PartitionRecord.LeaderEpochAfterCreation",
+        )
+    if o.leader_epoch_before_deletion:
+        raise ProtocolError(
+            "LeaderEpochBeforeDeletion is not in this version and is not ignorable",
+            field="PartitionRecord.LeaderEpochBeforeDeletion",
         )
     w(_st_i16s.pack(o.partition_id, o.topic_id.bytes))
     lst = o.replicas
@@ -452,6 +509,8 @@ def _d_PartitionRecord_PartitionRecord_v1(buf, pos):
         -1,
         -1,
         -1,
+        [],
+        [],
         unknown,
     ), pos
 
@@ -479,6 +538,16 @@ def _e_PartitionRecord_PartitionRecord_v1(o, parts):
         raise ProtocolError(
             "DisklessCoordinator is not in this version and is not ignorable",
             field="PartitionRecord.DisklessCoordinator",
+        )
+    if o.leader_epoch_after_creation:
+        raise ProtocolError(
+            "LeaderEpochAfterCreation is not in this version and is not ignorable",
+            field="PartitionRecord.LeaderEpochAfterCreation",
+        )
+    if o.leader_epoch_before_deletion:
+        raise ProtocolError(
+            "LeaderEpochBeforeDeletion is not in this version and is not ignorable",
+            field="PartitionRecord.LeaderEpochBeforeDeletion",
         )
     w(_st_i16s.pack(o.partition_id, o.topic_id.bytes))
     lst = o.replicas
@@ -695,6 +764,8 @@ def _d_PartitionRecord_PartitionRecord_v2(buf, pos):
         -1,
         -1,
         -1,
+        [],
+        [],
         unknown,
     ), pos
 
@@ -713,6 +784,16 @@ def _e_PartitionRecord_PartitionRecord_v2(o, parts):
         raise ProtocolError(
             "DisklessCoordinator is not in this version and is not ignorable",
             field="PartitionRecord.DisklessCoordinator",
+        )
+    if o.leader_epoch_after_creation:
+        raise ProtocolError(
+            "LeaderEpochAfterCreation is not in this version and is not ignorable",
+            field="PartitionRecord.LeaderEpochAfterCreation",
+        )
+    if o.leader_epoch_before_deletion:
+        raise ProtocolError(
+            "LeaderEpochBeforeDeletion is not in this version and is not ignorable",
+            field="PartitionRecord.LeaderEpochBeforeDeletion",
         )
     w(_st_i16s.pack(o.partition_id, o.topic_id.bytes))
     lst = o.replicas
@@ -978,12 +1059,24 @@ def _d_PartitionRecord_PartitionRecord_v3(buf, pos):
         v_start_offset,
         v_start_timestamp,
         v_diskless_coordinator,
+        [],
+        [],
         unknown,
     ), pos
 
 
 def _e_PartitionRecord_PartitionRecord_v3(o, parts):
     w = parts.append
+    if o.leader_epoch_after_creation:
+        raise ProtocolError(
+            "LeaderEpochAfterCreation is not in this version and is not ignorable",
+            field="PartitionRecord.LeaderEpochAfterCreation",
+        )
+    if o.leader_epoch_before_deletion:
+        raise ProtocolError(
+            "LeaderEpochBeforeDeletion is not in this version and is not ignorable",
+            field="PartitionRecord.LeaderEpochBeforeDeletion",
+        )
     w(_st_i16s.pack(o.partition_id, o.topic_id.bytes))
     lst = o.replicas
     if lst is None:
@@ -1088,15 +1181,455 @@ def _e_PartitionRecord_PartitionRecord_v3(o, parts):
         write_tags(parts, tg, o.unknown_tags)
 
 
+def _d_PartitionRecord_PartitionEpochAfterCreation_v0(buf, pos):
+    f = None
+    try:
+        f = "PartitionId"
+        v_partition_id, v_leader_epoch = _st_ii.unpack_from(buf, pos)
+        pos += 8
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "PartitionEpochAfterCreation." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "PartitionEpochAfterCreation." + str(f), pos) from None
+    return _c_PartitionRecord_PartitionEpochAfterCreation(v_partition_id, v_leader_epoch, unknown), pos
+
+
+def _d_PartitionRecord_PartitionEpochBeforeDeletion_v0(buf, pos):
+    f = None
+    try:
+        f = "PartitionId"
+        v_partition_id, v_leader_epoch = _st_ii.unpack_from(buf, pos)
+        pos += 8
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "PartitionEpochBeforeDeletion." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "PartitionEpochBeforeDeletion." + str(f), pos) from None
+    return _c_PartitionRecord_PartitionEpochBeforeDeletion(v_partition_id, v_leader_epoch, unknown), pos
+
+
+def _d_PartitionRecord_PartitionRecord_v4(buf, pos):
+    f = None
+    try:
+        f = "PartitionId"
+        v_partition_id, v_topic_id = _st_i16s.unpack_from(buf, pos)
+        pos += 20
+        v_topic_id = UUID(bytes=v_topic_id)
+        f = "Replicas"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 4 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_replicas = list(_unpack_from(f">{n}i", buf, pos))
+            pos += n * 4
+        f = "Isr"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 4 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_isr = list(_unpack_from(f">{n}i", buf, pos))
+            pos += n * 4
+        f = "RemovingReplicas"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 4 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_removing_replicas = list(_unpack_from(f">{n}i", buf, pos))
+            pos += n * 4
+        f = "AddingReplicas"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 4 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_adding_replicas = list(_unpack_from(f">{n}i", buf, pos))
+            pos += n * 4
+        f = "Leader"
+        v_leader, v_leader_epoch, v_partition_epoch = _st_iii.unpack_from(buf, pos)
+        pos += 12
+        f = "Directories"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 16 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_directories = lst = []
+            ap = lst.append
+            for _ in range(n):
+                x = _st_16s.unpack_from(buf, pos)[0]
+                pos += 16
+                x = UUID(bytes=x)
+                ap(x)
+        f = "<tagged fields>"
+        unknown = None
+        v_leader_recovery_state = 0
+        v_eligible_leader_replicas = None
+        v_last_known_elr = None
+        v_start_offset = -1
+        v_start_timestamp = -1
+        v_diskless_coordinator = -1
+        v_leader_epoch_after_creation = []
+        v_leader_epoch_before_deletion = []
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if tag == 0:
+                    f = "LeaderRecoveryState"
+                    v_leader_recovery_state = _st_b.unpack_from(buf, pos)[0]
+                    pos += 1
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 1:
+                    f = "EligibleLeaderReplicas"
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
+                    n -= 1
+                    if n < 0:
+                        v_eligible_leader_replicas = None
+                    else:
+                        if n * 4 > len(buf) - pos:
+                            raise ProtocolError(f"array of {n} items runs past the end")
+                        v_eligible_leader_replicas = list(_unpack_from(f">{n}i", buf, pos))
+                        pos += n * 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 2:
+                    f = "LastKnownElr"
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
+                    n -= 1
+                    if n < 0:
+                        v_last_known_elr = None
+                    else:
+                        if n * 4 > len(buf) - pos:
+                            raise ProtocolError(f"array of {n} items runs past the end")
+                        v_last_known_elr = list(_unpack_from(f">{n}i", buf, pos))
+                        pos += n * 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 3:
+                    f = "StartOffset"
+                    v_start_offset = _st_q.unpack_from(buf, pos)[0]
+                    pos += 8
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 4:
+                    f = "StartTimestamp"
+                    v_start_timestamp = _st_q.unpack_from(buf, pos)[0]
+                    pos += 8
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 1100:
+                    f = "DisklessCoordinator"
+                    v_diskless_coordinator = _st_i.unpack_from(buf, pos)[0]
+                    pos += 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 5:
+                    f = "LeaderEpochAfterCreation"
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
+                    n -= 1
+                    if n < 0:
+                        raise ProtocolError("null array in a non-nullable field")
+                    else:
+                        if n * 9 > len(buf) - pos:
+                            raise ProtocolError(f"array of {n} items runs past the end")
+                        v_leader_epoch_after_creation = lst = []
+                        ap = lst.append
+                        for _ in range(n):
+                            x, pos = _d_PartitionRecord_PartitionEpochAfterCreation_v0(buf, pos)
+                            ap(x)
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 6:
+                    f = "LeaderEpochBeforeDeletion"
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
+                    n -= 1
+                    if n < 0:
+                        raise ProtocolError("null array in a non-nullable field")
+                    else:
+                        if n * 9 > len(buf) - pos:
+                            raise ProtocolError(f"array of {n} items runs past the end")
+                        v_leader_epoch_before_deletion = lst = []
+                        ap = lst.append
+                        for _ in range(n):
+                            x, pos = _d_PartitionRecord_PartitionEpochBeforeDeletion_v0(buf, pos)
+                            ap(x)
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "PartitionRecord." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "PartitionRecord." + str(f), pos) from None
+    return _c_PartitionRecord(
+        v_partition_id,
+        v_topic_id,
+        v_replicas,
+        v_isr,
+        v_removing_replicas,
+        v_adding_replicas,
+        v_leader,
+        v_leader_recovery_state,
+        v_leader_epoch,
+        v_partition_epoch,
+        v_directories,
+        v_eligible_leader_replicas,
+        v_last_known_elr,
+        v_start_offset,
+        v_start_timestamp,
+        v_diskless_coordinator,
+        v_leader_epoch_after_creation,
+        v_leader_epoch_before_deletion,
+        unknown,
+    ), pos
+
+
+def _e_PartitionRecord_PartitionEpochAfterCreation_v0(o, parts):
+    w = parts.append
+    w(_st_ii.pack(o.partition_id, o.leader_epoch))
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_PartitionRecord_PartitionRecord_v4(o, parts):
+    w = parts.append
+    w(_st_i16s.pack(o.partition_id, o.topic_id.bytes))
+    lst = o.replicas
+    if lst is None:
+        raise ProtocolError("null in non-nullable array Replicas")
+    else:
+        w(uvarint(len(lst) + 1))
+        w(_pack(f">{len(lst)}i", *lst))
+    lst = o.isr
+    if lst is None:
+        raise ProtocolError("null in non-nullable array Isr")
+    else:
+        w(uvarint(len(lst) + 1))
+        w(_pack(f">{len(lst)}i", *lst))
+    lst = o.removing_replicas
+    if lst is None:
+        raise ProtocolError("null in non-nullable array RemovingReplicas")
+    else:
+        w(uvarint(len(lst) + 1))
+        w(_pack(f">{len(lst)}i", *lst))
+    lst = o.adding_replicas
+    if lst is None:
+        raise ProtocolError("null in non-nullable array AddingReplicas")
+    else:
+        w(uvarint(len(lst) + 1))
+        w(_pack(f">{len(lst)}i", *lst))
+    w(_st_iii.pack(o.leader, o.leader_epoch, o.partition_epoch))
+    lst = o.directories
+    if lst is None:
+        raise ProtocolError("null in non-nullable array Directories")
+    else:
+        w(uvarint(len(lst) + 1))
+        for x in lst:
+            w(_st_16s.pack(x.bytes))
+    tg = None
+    if o.leader_recovery_state != 0:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_b.pack(o.leader_recovery_state))
+        if tg is None:
+            tg = []
+        tg.append((0, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.eligible_leader_replicas is not None:
+        outer, parts = parts, []
+        w = parts.append
+        lst = o.eligible_leader_replicas
+        if lst is None:
+            w(NULL_UVARINT)
+        else:
+            w(uvarint(len(lst) + 1))
+            w(_pack(f">{len(lst)}i", *lst))
+        if tg is None:
+            tg = []
+        tg.append((1, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.last_known_elr is not None:
+        outer, parts = parts, []
+        w = parts.append
+        lst = o.last_known_elr
+        if lst is None:
+            w(NULL_UVARINT)
+        else:
+            w(uvarint(len(lst) + 1))
+            w(_pack(f">{len(lst)}i", *lst))
+        if tg is None:
+            tg = []
+        tg.append((2, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.start_offset != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_q.pack(o.start_offset))
+        if tg is None:
+            tg = []
+        tg.append((3, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.start_timestamp != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_q.pack(o.start_timestamp))
+        if tg is None:
+            tg = []
+        tg.append((4, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.leader_epoch_after_creation:
+        outer, parts = parts, []
+        w = parts.append
+        lst = o.leader_epoch_after_creation
+        if lst is None:
+            raise ProtocolError("null in non-nullable array LeaderEpochAfterCreation")
+        else:
+            w(uvarint(len(lst) + 1))
+            for x in lst:
+                _e_PartitionRecord_PartitionEpochAfterCreation_v0(x, parts)
+        if tg is None:
+            tg = []
+        tg.append((5, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.leader_epoch_before_deletion:
+        outer, parts = parts, []
+        w = parts.append
+        lst = o.leader_epoch_before_deletion
+        if lst is None:
+            raise ProtocolError("null in non-nullable array LeaderEpochBeforeDeletion")
+        else:
+            w(uvarint(len(lst) + 1))
+            for x in lst:
+                _e_PartitionRecord_PartitionEpochAfterCreation_v0(x, parts)
+        if tg is None:
+            tg = []
+        tg.append((6, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.diskless_coordinator != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_i.pack(o.diskless_coordinator))
+        if tg is None:
+            tg = []
+        tg.append((1100, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
+        w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
+
+
 PartitionRecord._decoders = {
     0: _d_PartitionRecord_PartitionRecord_v0,
     1: _d_PartitionRecord_PartitionRecord_v1,
     2: _d_PartitionRecord_PartitionRecord_v2,
     3: _d_PartitionRecord_PartitionRecord_v3,
+    4: _d_PartitionRecord_PartitionRecord_v4,
 }
 PartitionRecord._encoders = {
     0: _e_PartitionRecord_PartitionRecord_v0,
     1: _e_PartitionRecord_PartitionRecord_v1,
     2: _e_PartitionRecord_PartitionRecord_v2,
     3: _e_PartitionRecord_PartitionRecord_v3,
+    4: _e_PartitionRecord_PartitionRecord_v4,
 }

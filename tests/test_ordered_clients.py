@@ -1,0 +1,303 @@
+"""KIP-253 acceptance: keyed order across partition count changes, end to end.
+
+100 keys, each with its own increasing sequence, produced by 2 OrderedProducers (50 keys each)
+while the topic goes 3 -> 6 -> 4 -> 8 -> 2 partitions, consumed by a 3-member OrderedConsumer
+group with one member restarted mid-way: every key arrives in order without gaps or duplicates,
+and each marked partition is deleted once the test empties it (DeleteRecords up to the group's
+committed offsets). With `kill`, the controller is killed -9 during each alter and restarted;
+the alter is retried until it is in. The stock-client run (aiokafka) shows the reordering the
+ordered clients prevent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+from collections import defaultdict
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from client import OrderedConsumer, OrderedProducer
+from client.cluster import ClusterClient
+from tests.test_kafka_topics import SCRIPT
+from tests.test_partition_counts import delete_records
+from tools.cluster import Cluster
+
+TOPIC = "orders"
+KEYS = [b"key-%03d" % i for i in range(100)]
+FAST = {"partition.deletion.check.interval.ms": 200}
+BROKER = {"group.initial.rebalance.delay.ms": 0}
+
+
+def alter(c: Cluster, count: int, kill: bool) -> None:
+    """kafka-topics.sh --alter; with `kill`, the controller dies (-9) while it runs and comes back."""
+    cmd = [SCRIPT, "--bootstrap-server", c.bootstrap, "--alter", "--topic", TOPIC, "--partitions", str(count)]
+    if not kill:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return
+    log = c.log_path("controller")
+    seen = log.read_text().count("event='create_partitions'")
+    tool = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # killed right after it commits the alter's batch: brokers may not have it yet, the tool may
+    # have no answer, and the marked partitions are not deleted yet
+    deadline = time.monotonic() + 30
+    while log.read_text().count("event='create_partitions'") == seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    c.kill("controller")
+    c.start_node("controller")
+    tool.communicate(timeout=60)
+    # the alter is in the log whole or not at all: the operator's retry either makes it or is told
+    # it is in (the caller checks the count)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 or "already has" in r.stderr or "being deleted" in r.stderr, r.stderr
+
+
+async def layout(cc: ClusterClient) -> tuple[list[int], list[int]]:
+    t = (await cc.refresh([TOPIC]))[TOPIC]
+    return sorted(t.partitions), t.marked
+
+
+async def wait_for(check, timeout: float = 60.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.2)
+
+
+class Scenario:
+    def __init__(self, c: Cluster) -> None:
+        self.c = c
+        self.sent: dict[bytes, int] = defaultdict(int)  # key -> sequences acknowledged
+        self.delivered: dict[bytes, list[int]] = defaultdict(list)
+        self.trace: dict[bytes, list[tuple]] = defaultdict(list)  # (seq, partition, offset, member) for failures
+        self.committed: dict[tuple[str, int], int] = {}
+        self.slow = asyncio.Event()  # set around each alter: the group falls behind
+        self.marked: set[int] = set()  # marked partitions drain slowly: kept ones would overtake them
+        self.stop_producing = asyncio.Event()
+        self.stop_consuming = asyncio.Event()
+
+    async def produce(self, keys: list[bytes]) -> None:
+        p = OrderedProducer(self.c.bootstrap, request_timeout_ms=10000)
+        await p.start()
+        seq = 0
+        try:
+            while not self.stop_producing.is_set():
+                futures = [await p.send(TOPIC, b"%d" % seq, key=k) for k in keys]
+                await asyncio.gather(*futures)
+                for k in keys:
+                    self.sent[k] = seq + 1
+                seq += 1
+                await asyncio.sleep(0.02)
+        finally:
+            await p.stop()
+
+    async def consume(self, name: str, restart_after: asyncio.Event | None = None) -> None:
+        async def member() -> OrderedConsumer:
+            # small fetches, and a pause per batch around each alter: when partitions are added or
+            # marked, old records are still waiting, so the gates have work to do
+            m = OrderedConsumer(TOPIC, bootstrap_servers=self.c.bootstrap, group_id="ordered", client_id=name,
+                                max_partition_fetch_bytes=2048)
+            await m.start()
+            return m
+
+        m = await member()
+        try:
+            while not self.stop_consuming.is_set():
+                if restart_after is not None and restart_after.is_set():
+                    restart_after = None
+                    await m.stop()
+                    m = await member()
+                got = await m.getmany(timeout_ms=200)
+                for records in got.values():
+                    for r in records:
+                        self.delivered[r.key].append(int(r.value))
+                        self.trace[r.key].append((int(r.value), r.partition, r.offset, name))
+                if got:
+                    await m.commit()
+                    for tp in got:
+                        self.committed[tp] = m.position(tp)
+                    if any(tp[1] in self.marked for tp in got):
+                        await asyncio.sleep(0.8)
+                    elif self.slow.is_set():
+                        await asyncio.sleep(0.3)
+        finally:
+            await m.stop()
+
+    async def drain_marked(self, cc: ClusterClient) -> None:
+        """Empty each marked partition up to the group's committed offset once it is all consumed."""
+        _, marked = await layout(cc)
+        for idx in marked:
+            tp = (TOPIC, idx)
+
+            async def consumed(tp=tp, idx=idx) -> bool:
+                return self.committed.get(tp, 0) >= await cc.list_offset(TOPIC, idx, -1)
+
+            await wait_for(consumed, what=f"partition {idx} consumed")
+            if self.committed.get(tp, 0) > 0:
+                assert await delete_records(self.c, TOPIC, idx, self.committed[tp]) == 0
+
+        async def gone() -> bool:
+            parts, marked_now = await layout(cc)
+            return not marked_now
+
+        await wait_for(gone, what="marked partitions deleted")
+        for idx in marked:  # a later growth re-creates the index empty
+            self.committed.pop((TOPIC, idx), None)
+
+
+async def ordered_scenario(c: Cluster, kill: bool) -> None:
+    subprocess.run([SCRIPT, "--bootstrap-server", c.bootstrap, "--create", "--topic", TOPIC, "--partitions", "3",
+                    "--replication-factor", "2"], check=True, capture_output=True, timeout=60)
+    s = Scenario(c)
+    cc = ClusterClient(c.bootstrap, "test")
+    restart = asyncio.Event()
+    consumers = [asyncio.create_task(s.consume(f"m{i}", restart if i == 0 else None)) for i in range(3)]
+    producers = [asyncio.create_task(s.produce(KEYS[:50])), asyncio.create_task(s.produce(KEYS[50:]))]
+    tasks = consumers + producers
+    try:
+        async def progressed(n: int) -> bool:
+            for t in tasks:
+                if t.done():
+                    t.result()  # a failed producer or consumer fails the test at once
+            return sum(s.sent.values()) >= n
+
+        total, before = 0, 3
+        for count in (6, 4, 8, 2):
+            total += 1500
+            await wait_for(lambda n=total: progressed(n), what="traffic")
+            s.slow.set()
+            s.marked = set(range(count, before))  # a shrink's marked partitions: slower still
+            await asyncio.sleep(1.5)
+            await asyncio.to_thread(alter, c, count, kill)
+            await asyncio.sleep(1.5)
+            s.slow.clear()
+            parts, marked = await layout(cc)
+            assert len(parts) - len(marked) == count
+            if count == 4:
+                restart.set()
+            if marked:
+                await s.drain_marked(cc)
+            s.marked = set()
+            before = count
+            assert (await layout(cc)) == (list(range(count)), [])
+        total += 1500
+        await wait_for(lambda: progressed(total), what="traffic after the last alter")
+        s.stop_producing.set()
+        await asyncio.gather(*producers)
+
+        async def all_delivered() -> bool:
+            await progressed(0)
+            return all(len(s.delivered[k]) >= s.sent[k] for k in KEYS)
+
+        await wait_for(all_delivered, what="every record delivered")
+    finally:
+        s.stop_producing.set()
+        s.stop_consuming.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await cc.close()
+    for k in KEYS:
+        got = s.delivered[k]
+        bad = next((i for i, seq in enumerate(got) if seq != i), len(got))
+        assert got == list(range(s.sent[k])), (
+            f"{k!r} out of order, gaps or duplicates (sent {s.sent[k]}) near: {s.trace[k][max(0, bad - 3):bad + 3]}"
+        )
+    assert min(s.sent.values()) > 20
+
+
+@pytest.mark.parametrize("kill", [False, True], ids=["plain", "controller-kill-9-during-each-alter"])
+def test_ordered_delivery_across_count_changes(cluster_factory, kill: bool) -> None:
+    c = cluster_factory(controller_overrides=FAST, broker_overrides=BROKER)
+    asyncio.run(ordered_scenario(c, kill))
+
+
+async def stock_scenario(c: Cluster) -> int:
+    """aiokafka producer and consumer group over 3 -> 6: count keys delivered out of order."""
+    subprocess.run([SCRIPT, "--bootstrap-server", c.bootstrap, "--create", "--topic", TOPIC, "--partitions", "3",
+                    "--replication-factor", "1"], check=True, capture_output=True, timeout=60)
+    p = AIOKafkaProducer(bootstrap_servers=c.bootstrap, metadata_max_age_ms=500)
+    await p.start()
+    try:
+        for seq in range(20):
+            await asyncio.gather(*[await p.send(TOPIC, b"%d" % seq, key=k) for k in KEYS])
+        await asyncio.to_thread(subprocess.run, [SCRIPT, "--bootstrap-server", c.bootstrap, "--alter", "--topic",
+                                                 TOPIC, "--partitions", "6"], check=True, capture_output=True)
+        deadline = time.monotonic() + 30
+        while len(p.client.cluster.partitions_for_topic(TOPIC) or ()) < 6:
+            assert time.monotonic() < deadline, "the stock producer never saw the new partitions"
+            await asyncio.sleep(0.2)
+        for seq in range(20, 40):  # stock producers go on working after the change
+            await asyncio.gather(*[await p.send(TOPIC, b"%d" % seq, key=k) for k in KEYS])
+    finally:
+        await p.stop()
+    consumer = AIOKafkaConsumer(TOPIC, bootstrap_servers=c.bootstrap, group_id="stock", auto_offset_reset="earliest",
+                                max_partition_fetch_bytes=2048)
+    await consumer.start()
+    delivered: dict[bytes, list[int]] = defaultdict(list)
+    try:
+        deadline = time.monotonic() + 60
+        while sum(map(len, delivered.values())) < 40 * len(KEYS):
+            assert time.monotonic() < deadline, "the stock consumer did not read everything"
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                for r in records:
+                    delivered[r.key].append(int(r.value))
+    finally:
+        await consumer.stop()
+    return sum(1 for k in KEYS if delivered[k] != sorted(delivered[k]))
+
+
+async def stock_member_refused(c: Cluster) -> tuple[int, str]:
+    """A stock consumer's JoinGroup (protocol type consumer, range/roundrobin) to a group of
+    OrderedConsumers."""
+    from node.client import NodeClient
+    from protocol.generated.join_group import JoinGroupRequest as J
+
+    m = OrderedConsumer(TOPIC, bootstrap_servers=c.bootstrap, group_id="mixed")
+    await m.start()
+    try:
+        host, port = m._coordinator
+        async with NodeClient(host, port) as nc:
+            req = J(group_id="mixed", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="m-stock",
+                    protocol_type="consumer", protocols=[J.JoinGroupRequestProtocol("range", b""),
+                                                         J.JoinGroupRequestProtocol("roundrobin", b"")])
+            resp = await nc.request(req, 5)
+        return resp.error_code, resp.member_id
+    finally:
+        await m.stop()
+
+
+def test_stock_clients_reorder_keys_on_expansion(cluster_factory) -> None:
+    from protocol.errors import Errors
+
+    c = cluster_factory(broker_overrides=BROKER)
+    reordered = asyncio.run(stock_scenario(c))
+    assert reordered > 0, "stock clients kept every key in order: the contrast is not shown"
+    # and a stock consumer cannot join an ordered group (it could not gate)
+    code, _ = asyncio.run(stock_member_refused(c))
+    assert code == Errors.INCONSISTENT_GROUP_PROTOCOL
+
+
+def test_partitioner_moves_keys_only_where_the_maps_cover() -> None:
+    """murmur2 as Kafka's; linear hashing moves keys only into new partitions (growth) and only out
+    of marked ones (shrink); at a power of two it is Kafka's modulo."""
+    from kafka.partitioner.default import murmur2 as kafka_murmur2
+
+    from client import murmur2, partition_for
+
+    keys = [b"key-%d" % i for i in range(3000)]
+    assert all(murmur2(k) & 0xFFFFFFFF == kafka_murmur2(k) & 0xFFFFFFFF for k in keys)
+    assert all(partition_for(k, 8) == (murmur2(k) & 0x7FFFFFFF) % 8 for k in keys)
+    for a, b in [(3, 6), (6, 4), (4, 8), (8, 2), (5, 7), (7, 3)]:
+        for k in keys:
+            pa, pb = partition_for(k, a), partition_for(k, b)
+            assert pa == pb or (pb >= a if b > a else pa >= b), (a, b, k)
+
+
+def test_assignment_deals_marked_partitions_apart() -> None:
+    from client.group import assign, decode_assignment, encode_assignment
+
+    plan = assign(["b", "a", "c"], [("t", i) for i in range(4)], [("t", 4), ("t", 5)])
+    assert plan == {"a": [("t", 0), ("t", 3)], "b": [("t", 1), ("t", 4)], "c": [("t", 2), ("t", 5)]}
+    assert decode_assignment(encode_assignment({"t": [1, 4]})) == [("t", 1), ("t", 4)]
