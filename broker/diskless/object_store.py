@@ -12,6 +12,7 @@ import asyncio
 import os
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
@@ -196,9 +197,16 @@ class S3ObjectStore:
         if access_key_id:
             kwargs["access_key_id"] = access_key_id
             kwargs["secret_access_key"] = secret_access_key or ""
+        # A store that is down must fail a produce within its timeout, not after obstore's
+        # default 10 retries over 3 minutes: the producer retries anyway.
+        client_options: dict[str, Any] = {"connect_timeout": timedelta(seconds=5), "timeout": timedelta(seconds=30)}
+        if kwargs.pop("allow_http", False):
+            client_options["allow_http"] = True
+        retry = {"max_retries": 3, "retry_timeout": timedelta(seconds=10),
+                 "backoff": {"init_backoff": timedelta(milliseconds=50), "max_backoff": timedelta(seconds=2),
+                             "base": 2}}
         try:
-            self._store = S3Store(bucket, client_options={k: v for k, v in kwargs.items() if k == "allow_http"},
-                                  **{k: v for k, v in kwargs.items() if k != "allow_http"})
+            self._store = S3Store(bucket, client_options=client_options, retry_config=retry, **kwargs)
         except Exception as e:  # obstore raises its own config errors
             raise ObjectStoreError(f"S3 store: {e}") from e
 

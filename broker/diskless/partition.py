@@ -105,6 +105,12 @@ class DisklessPartition:
     def add_data_waiter(self, fut: asyncio.Future) -> None:
         self.s.add_waiter(self.key, fut)
 
+    async def epoch_end_offset(self, leader_epoch: int, consumer: bool) -> tuple[int, int, int]:
+        """A diskless partition has one leader epoch (no leader stores it): its end is the high
+        watermark."""
+        err, _, end = await self.s.client.list_offsets(self.topic.id, self.info.partition, LATEST)
+        return (err, -1, -1) if err else (0, self.info.leader_epoch, end)
+
     # ------------------------------------------------------------------ list offsets
     async def offset_for(self, timestamp: int, read_committed: bool) -> OffsetAnswer:
         err, ts, offset = await self.s.client.list_offsets(self.topic.id, self.info.partition, timestamp)

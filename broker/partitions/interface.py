@@ -67,6 +67,10 @@ class ServedPartition(Protocol):
 
     def add_data_waiter(self, fut: asyncio.Future) -> None: ...
 
+    async def epoch_end_offset(self, leader_epoch: int, consumer: bool) -> tuple[int, int, int]:
+        """(error, epoch, end offset) for OffsetForLeaderEpoch; a consumer never sees past the
+        high watermark."""
+
 
 def answered(answer: AppendAnswer) -> Awaitable[AppendAnswer]:
     """An append decided synchronously (refused, or acks that need no waiting)."""

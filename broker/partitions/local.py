@@ -115,6 +115,13 @@ class LocalPartition:
     def add_data_waiter(self, fut: asyncio.Future) -> None:
         self.p.add_data_waiter(fut)
 
+    async def epoch_end_offset(self, leader_epoch: int, consumer: bool) -> tuple[int, int, int]:
+        lg = self.p.log
+        epoch, end = lg.leader_epoch_cache.end_offset_for(leader_epoch, lg.log_end_offset)
+        if consumer and end > self.p.high_watermark:
+            end = self.p.high_watermark  # consumers never see past the high watermark
+        return 0, epoch, end
+
     # ------------------------------------------------------------------ list offsets
     async def offset_for(self, timestamp: int, read_committed: bool) -> OffsetAnswer:
         """Earliest, latest (HW; the LSO for read_committed), max timestamp, or the first offset at
