@@ -4,6 +4,7 @@ into a test module); `SeaweedS3` can also be used on its own (bench/diskless.py 
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -27,6 +28,11 @@ SECRET_KEY = "strata-secret"
 def weed_binary() -> str | None:
     local = Path(sys.executable).parent / "weed"
     return str(local) if local.exists() else shutil.which("weed")
+
+
+def _die_with_parent() -> None:
+    """PR_SET_PDEATHSIG: the server goes when the test or bench process does, even on SIGKILL."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))
 
 
 class SeaweedS3:
@@ -67,9 +73,11 @@ class SeaweedS3:
             f"-filer.port={filer}", f"-filer.port.grpc={filer_grpc}",
             "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3_grpc}", f"-s3.config={config}",
             "-master.volumeSizeLimitMB=64", "-volume.max=20", "-metricsPort=0",
+            "-s3.port.iceberg=0", "-s3.port.lance=0",  # fixed ports by default: two servers would collide
         ]
         self._log = open(self.workdir / "weed.log", "wb")
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=_die_with_parent)
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
