@@ -27,7 +27,8 @@ lint: $(STAMP)
 
 # kcat (Debian's package, on librdkafka) is one of the clients the tests drive; Spark (the
 # connector's tests and example) needs a Java 17+ runtime; the log dir fault tests make ext4 on a
-# loop device (e2fsprogs, util-linux's losetup).
+# loop device (e2fsprogs, util-linux's losetup) and a FUSE passthrough that fails with EIO (fuse3's
+# fusermount3 and libfuse3-3, driven by mfusepy from the dev extra).
 system-deps:
 	@command -v kcat >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -41,6 +42,10 @@ system-deps:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq e2fsprogs mount >/dev/null; \
 	  else echo "mkfs.ext4/losetup missing: the log dir fault tests (ext4 on a loop device) will skip"; fi; }
+	@command -v fusermount3 >/dev/null 2>&1 && ldconfig -p | grep -q libfuse3 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 libfuse3-3 >/dev/null; \
+	  else echo "fuse3/libfuse3 missing: the EIO log dir test (FUSE passthrough) will skip"; fi; }
 
 test: $(STAMP) system-deps
 	$(PY) -m protocol.codegen --check

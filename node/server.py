@@ -11,7 +11,8 @@ is sent; KIP-219 mutes it further while a client is throttled):
   a ready queue; the pump starts one request per connection in that order, so a new connection's
   request waits behind at most one request per busy connection. A connection rejoins at the tail
   after its response is handed to the transport (and the transport is not over its write-buffer
-  high-water mark: a slow reader is not fed more work than it takes away).
+  high-water mark: a slow reader is not fed more work than it takes away). When no other
+  connection waits for its turn, a request starts at once.
 - **Control plane first.** The handler may classify a request as control plane (the broker:
   follower fetches, group and transaction coordinator requests); ready control-plane requests all
   start before the next few client requests, and the pump yields to the event loop's I/O every

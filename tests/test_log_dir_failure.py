@@ -187,7 +187,7 @@ def test_restart_with_a_read_only_dir_serves_every_partition_of_the_other_dir(tm
             # the read-only dir's partitions are not served from an empty copy elsewhere
             for i in on_bad:
                 assert leader_isr(a, "solo", i)[0] == -1
-                assert not any((d1 / f"solo-{i}-0").exists() for _ in [0])
+                assert not (d1 / f"solo-{i}-0").exists()
         finally:
             c.stop()
 

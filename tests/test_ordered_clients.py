@@ -174,15 +174,23 @@ async def ordered_scenario(c: Cluster, kill: bool) -> None:
             await asyncio.to_thread(alter, c, count, kill)
             await asyncio.sleep(1.5)
             s.slow.clear()
+
+            async def altered(n=count) -> bool:  # every broker answers from its own image: ask until in
+                parts, marked = await layout(cc)
+                return len(parts) - len(marked) == n
+
+            await wait_for(altered, timeout=15, what=f"the count {count}")
             parts, marked = await layout(cc)
-            assert len(parts) - len(marked) == count
             if count == 4:
                 restart.set()
             if marked:
                 await s.drain_marked(cc)
             s.marked = set()
             before = count
-            assert (await layout(cc)) == (list(range(count)), [])
+            async def settled(n=count) -> bool:
+                return (await layout(cc)) == (list(range(n)), [])
+
+            await wait_for(settled, timeout=15, what=f"exactly partitions 0-{count - 1}")
         total += 1500
         await wait_for(lambda: progressed(total), what="traffic after the last alter")
         s.stop_producing.set()

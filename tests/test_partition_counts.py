@@ -39,8 +39,8 @@ def _client(c: Cluster, broker: int | None = None) -> NodeClient:
     return NodeClient("127.0.0.1", port, timeout=15)
 
 
-async def metadata(c: Cluster, topic: str):
-    async with _client(c) as nc:
+async def metadata(c: Cluster, topic: str, broker: int | None = None):
+    async with _client(c, broker) as nc:
         resp = await nc.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)]), 12)
     return resp.topics[0]
 
@@ -182,9 +182,9 @@ def test_expand_shrink_delete(kcluster: Cluster) -> None:
     ok(bs, "--alter", "--topic", "t", "--partitions", "6")
 
     def expanded():
-        t = run(metadata(c, "t"))
-        assert len(t.partitions) == 6 and t.undeleted_partition_count == 6
-        return t
+        ts = [run(metadata(c, "t", b)) for b in c.broker_ids]
+        assert all(len(t.partitions) == 6 and t.undeleted_partition_count == 6 for t in ts)
+        return ts[0]
 
     t = eventually(expanded)
     assert {p.partition_index: p.leader_epoch for p in t.partitions if p.partition_index < 3} == {
@@ -207,7 +207,10 @@ def test_expand_shrink_delete(kcluster: Cluster) -> None:
     # shrink (Kafka refuses it; KIP-253 accepts): 4 and 5 marked, 0-3 bumped
     epochs6 = {p.partition_index: p.leader_epoch for p in run(metadata(c, "t")).partitions}
     ok(bs, "--alter", "--topic", "t", "--partitions", "4")
-    eventually(lambda: run(metadata(c, "t")).undeleted_partition_count == 4 or pytest.fail("not yet"))
+    def shrunk():  # on every broker, so the leaders refuse what they must below
+        assert all(run(metadata(c, "t", b)).undeleted_partition_count == 4 for b in c.broker_ids)
+
+    eventually(shrunk)
     t = run(metadata(c, "t"))
     assert [p.partition_index for p in t.partitions if p.marked_for_deletion] == [4, 5]
     assert all(p.leader_epoch == epochs6[p.partition_index] + 1 for p in t.partitions if p.partition_index < 4)
@@ -216,6 +219,7 @@ def test_expand_shrink_delete(kcluster: Cluster) -> None:
     d = describe(bs, "t")
     assert d["PartitionCount"] == "6" and d["UndeletedPartitionCount"] == "4"
     assert [p.get("MarkedForDeletion") for p in d["partitions"]] == [None] * 4 + ["true"] * 2
+
 
     # nobody writes to a marked partition: stock producers get a retriable error with a reason
     refused = run(produce(c, "t", 4, 1))
@@ -245,8 +249,12 @@ def test_expand_shrink_delete(kcluster: Cluster) -> None:
         assert not replica_dirs(c, "t", 4) and not replica_dirs(c, "t", 5)
 
     eventually(deleted, timeout=20)
-    d = describe(bs, "t")
-    assert d["PartitionCount"] == "4" and "UndeletedPartitionCount" not in d
+
+    def described():
+        d = describe(bs, "t")
+        assert d["PartitionCount"] == "4" and "UndeletedPartitionCount" not in d
+
+    eventually(described)
 
     # an internal topic's count never changes (group and transaction ids hash over it)
     ok(bs, "--create", "--topic", "__transaction_state", "--partitions", "2")
@@ -255,7 +263,10 @@ def test_expand_shrink_delete(kcluster: Cluster) -> None:
 
     # now the count may grow again: the new partitions 4 and 5 start empty
     ok(bs, "--alter", "--topic", "t", "--partitions", "6")
-    eventually(lambda: len(run(metadata(c, "t")).partitions) == 6 or pytest.fail("not yet"))
+    def regrown():
+        assert len(run(metadata(c, "t")).partitions) == 6
+
+    eventually(regrown)
     assert run(produce(c, "t", 5, 1, count=6)).base_offset == 0
 
 

@@ -80,6 +80,16 @@ class ReplicaManager:
         for d in log_dirs:
             # an I/O error can come from an executor thread: handle it on the loop
             d.offline_listeners.append(lambda d: loop.call_soon_threadsafe(self._dir_offline, d))
+        # moves between dirs: the dir each replica should move to (AlterReplicaLogDirs, or a
+        # move a restart interrupted); applied when the replica is opened
+        self.wanted_dirs: dict[Key, LogDir] = {}
+        self.mover = LogDirMover(
+            self, lambda: broker_rate(self.image, self.node_id, config.props, "intra.broker.throttled.rate"),
+            int(config.props.get("num.replica.move.threads", "0")) or len(log_dirs),
+        )
+        self._to_delete: list = []
+        self._recover_moves(log_dirs)
+        for d in log_dirs:
             if not d.online:
                 continue
             try:
@@ -88,24 +98,21 @@ class ReplicaManager:
                 d.mark_offline(f"cannot list replicas: {exc}")
                 continue
             for topic, partition, chunk_start, _ in found:
-                self._on_disk[(topic, partition, chunk_start)] = d
-        # moves between dirs: the dir each replica should move to (AlterReplicaLogDirs, or a
-        # move a restart interrupted); applied when the replica is opened
-        self.wanted_dirs: dict[Key, LogDir] = {}
-        self.mover = LogDirMover(
-            self, lambda: broker_rate(self.image, self.node_id, config.props, "intra.broker.throttled.rate"),
-            int(config.props.get("num.replica.move.threads", "0")) or len(log_dirs),
-        )
+                self._on_disk.setdefault((topic, partition, chunk_start), d)
+
+    def _recover_moves(self, log_dirs: list[LogDir]) -> None:
+        """The seed's four startup rules for `.move` and `.delete` dirs (storage/replica_move.py)."""
         online = [d for d in log_dirs if d.online]
-        recovered = recover_moves([d.path for d in online], any_offline=len(online) < len(log_dirs))
+        try:
+            recovered = recover_moves([d.path for d in online], any_offline=len(online) < len(log_dirs))
+        except OSError as exc:  # a rename failed: leave everything as it is for the next start
+            log.error("replica_move_recovery_failed", error=str(exc))
+            return
         by_path = {d.path: d for d in online}
         for key, moved in recovered.resume.items():
             self.wanted_dirs[key] = by_path[moved.parent]
         for key in recovered.offline:
             self.offline[key] = next(d for d in log_dirs if not d.online)
-        for d in online:  # rule 2 may have renamed a `.move` into a live replica
-            for topic, partition, chunk_start, _ in d.list_replicas():
-                self._on_disk.setdefault((topic, partition, chunk_start), d)
         self._to_delete = recovered.delete
 
     # ---- lookups
