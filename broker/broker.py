@@ -80,11 +80,16 @@ class Broker:
         self.chunk_reads = ChunkReads(self)
         self.replicas.isr = self.isr = IsrManager(self)
         # the coordinators load their state partitions (__consumer_offsets, __transaction_state) as we lead them
+        from broker.coordinator.diskless.coordinator import DisklessCoordinator
         from broker.coordinator.group import GroupCoordinator
         from broker.coordinator.transaction import TransactionCoordinator
 
         self.group_coordinator = GroupCoordinator(self)
         self.transaction_coordinator = TransactionCoordinator(self)
+        self.diskless_coordinator = DisklessCoordinator(self)
+        from broker.diskless.partition import DisklessService
+
+        self.diskless = DisklessService(self)  # diskless partitions: served by every broker
         self.metadata.publishers.append(self.replicas.on_metadata)
         self.metadata.publishers.append(self.group_coordinator.on_metadata)
         await self.lifecycle.register(self.cluster_id, [d.directory_id for d in dirs if d.online])
@@ -149,6 +154,7 @@ class Broker:
              if self.replicas is not None and self.replicas.chunk_fetcher else None),
             ("chunk_reads", self.chunk_reads.close() if getattr(self, "chunk_reads", None) is not None else None),
             ("isr", self.isr.stop() if self.isr is not None else None),
+            ("diskless", self.diskless.close() if getattr(self, "diskless", None) is not None else None),
             ("dir_assigner", self.dir_assigner.stop() if getattr(self, "dir_assigner", None) is not None else None),
             ("lifecycle", self.lifecycle.stop()),
             ("loop_lag", self.loop_lag.stop()),
@@ -162,6 +168,8 @@ class Broker:
             self.group_coordinator.shutdown()
         if getattr(self, "transaction_coordinator", None) is not None:
             self.transaction_coordinator.shutdown()
+        if getattr(self, "diskless_coordinator", None) is not None:
+            self.diskless_coordinator.shutdown()
         for t in list(self._tasks):
             t.cancel()
         if self.replicas is not None:

@@ -59,6 +59,7 @@ class BrokerConfig:
         if not voters:
             raise ConfigError("controller.quorum.voters is required")
         cid = min(voters)
+        _check_diskless(cfg)
         return cls(
             node_id=cfg.node_id,
             listener=listener,
@@ -82,3 +83,21 @@ class BrokerConfig:
             loop_lag_log_interval_ms=cfg.int("loop.lag.log.interval.ms", 30000),
             props=dict(cfg.props),
         )
+
+
+def _check_diskless(cfg: NodeConfig) -> None:
+    """The diskless settings, refused at start with one clear line rather than at first use."""
+    url = cfg.props.get("diskless.storage.url")
+    if url:
+        from urllib.parse import urlparse
+
+        u = urlparse(url)
+        if u.scheme not in ("file", "s3") or (u.scheme == "file" and not u.path.startswith("/")) or (
+                u.scheme == "s3" and not u.netloc):
+            raise ConfigError(f"diskless.storage.url {url!r}: use file:///absolute/dir or s3://bucket/prefix")
+    for name in ("diskless.wal.max.bytes", "diskless.wal.max.ms", "diskless.fetch.cache.bytes",
+                 "diskless.fetch.poll.ms", "diskless.metadata.topic.num.partitions",
+                 "diskless.metadata.topic.replication.factor", "diskless.metadata.topic.min.isr",
+                 "diskless.coordinator.write.timeout.ms"):
+        if name in cfg.props and cfg.int(name, 1) < 1:
+            raise ConfigError(f"{name} must be at least 1")

@@ -17,6 +17,7 @@ import structlog
 from controller.controller import Batch, Controller
 from controller.errors import ApiError, Errors
 from metadata import config_defs
+from metadata.diskless import DISKLESS_ENABLE, is_diskless
 from metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from protocol.generated.metadata_records.config_record import ConfigRecord
 
@@ -98,6 +99,10 @@ class ConfigControl:
                     _check_resource(image, r.resource_type, r.resource_name)
                     current = dict(image.configs.get((r.resource_type, r.resource_name), {}))
                     wanted = self._incremental(r, current) if incremental else self._replace(r, current)
+                    if r.resource_type == TOPIC_RESOURCE and DISKLESS_ENABLE in wanted and is_diskless(
+                            {DISKLESS_ENABLE: wanted[DISKLESS_ENABLE] or "false"}) != is_diskless(current):
+                        raise ApiError(Errors.INVALID_CONFIG,
+                                       f"{DISKLESS_ENABLE} is set when a topic is created and cannot change.")
                     records.extend(_records(r.resource_type, r.resource_name, current, wanted))
                 except ApiError as e:
                     res.error = e

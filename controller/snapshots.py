@@ -84,6 +84,7 @@ def image_records(image: MetadataImage) -> Iterator[Any]:
                 directories=list(p.directories),
                 start_offset=p.start_offset if p.start_offset > 0 else -1,
                 start_timestamp=p.start_timestamp,
+                diskless_coordinator=p.diskless_coordinator,
                 leader_epoch_after_creation=[
                     PartitionRecord.PartitionEpochAfterCreation(i, e) for i, e in p.epochs_after_creation
                 ],

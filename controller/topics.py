@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import uuid
+import zlib
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from controller.partition_counts import check_count_change, expand_records, shri
 from controller.placement import PlacementError, current_load, usable_brokers
 from controller.replication import default_directory
 from metadata import config_defs
+from metadata.diskless import DISKLESS_METADATA_TOPIC, is_diskless
 from metadata.image import BROKER_RESOURCE, METADATA_TOPIC, METADATA_TOPIC_ID, MetadataImage
 from protocol.generated.metadata_records.config_record import ConfigRecord
 from protocol.generated.metadata_records.partition_record import PartitionRecord
@@ -217,8 +219,20 @@ class _CreateContext:
                 f"One request may create at most {MAX_PARTITIONS_PER_REQUEST} partitions; this one asks for more.",
             )
 
-    def _partition_records(self, topic_id: uuid.UUID, first: int, assignments: Iterable[list[int]]) -> list[Any]:
+    def _diskless_coordinators(self) -> int:
+        """How many diskless coordinators new diskless partitions are spread over: the partitions
+        of __diskless_metadata, or diskless.metadata.topic.num.partitions before it exists."""
+        t = self.image.topic(DISKLESS_METADATA_TOPIC)
+        if t is not None and t.partitions:
+            return len(t.partitions)
+        return max(1, int(self.ctl.config.static.get("diskless.metadata.topic.num.partitions", "4")))
+
+    def _partition_records(self, topic_id: uuid.UUID, first: int, assignments: Iterable[list[int]],
+                           diskless: bool = False) -> list[Any]:
         out = []
+        # A diskless partition is mapped to a coordinator once, at creation (a stable spread).
+        spread = zlib.crc32(topic_id.bytes) if diskless else 0
+        n_coordinators = self._diskless_coordinators() if diskless else 1
         for i, replicas in enumerate(assignments, first):
             isr = [r for r in replicas if r in self.usable_ids]
             out.append(
@@ -232,6 +246,7 @@ class _CreateContext:
                     partition_epoch=0,
                     directories=[default_directory(self.image, r) for r in replicas],
                     start_offset=-1,
+                    diskless_coordinator=(spread + i) % n_coordinators if diskless else -1,
                 )
             )
         return out
@@ -323,7 +338,8 @@ class _CreateContext:
         self.records.extend(
             ConfigRecord(resource_type=2, resource_name=t.name, name=k, value=v) for k, v in configs.items()
         )
-        self.records.extend(self._partition_records(topic_id, 0, assignments))
+        diskless = is_diskless(configs)
+        self.records.extend(self._partition_records(topic_id, 0, assignments, diskless))
         self.partitions_created += len(assignments)
         self.collisions[_collision_key(t.name)] = t.name
         return TopicResult(
@@ -383,7 +399,8 @@ class _CreateContext:
                 self.replica_load.update(replicas)
         else:
             assignments = self._place(add, rf)
-        created = self._partition_records(tid, current, assignments)
+        diskless = 0 in topic.partitions and topic.partitions[0].diskless_coordinator >= 0
+        created = self._partition_records(tid, current, assignments, diskless)
         self.records.extend(expand_records(topic, created))
         self.partitions_created += add
         return TopicResult(t.name, None, tid, t.count, rf)

@@ -98,6 +98,7 @@ _TOPIC_DEFS = [
     _d("compression.lz4.level", "INT", "9", _between(1, 17), "compression.lz4.level"),
     _d("compression.zstd.level", "INT", "3", _between(-131072, 22), "compression.zstd.level"),
     _d("delete.retention.ms", "LONG", "86400000", _at_least(0), "log.cleaner.delete.retention.ms"),
+    _d("diskless.enable", "BOOLEAN", "false"),  # Strata/Inkless: set at creation, immutable
     _d("file.delete.delay.ms", "LONG", "60000", _at_least(0), "log.segment.delete.delay.ms"),
     _d("flush.messages", "LONG", str(INT64_MAX), _at_least(1), "log.flush.interval.messages"),
     _d("flush.ms", "LONG", str(INT64_MAX), _at_least(0), "log.flush.interval.ms"),

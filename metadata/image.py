@@ -62,6 +62,7 @@ class PartitionInfo:
     directories: tuple[UUID, ...] = ()
     start_offset: int = 0
     start_timestamp: int = -1
+    diskless_coordinator: int = -1  # the __diskless_metadata partition of a diskless partition
     # KIP-253: (partition, leader epoch) pairs; before_deletion non-empty = marked for deletion
     epochs_after_creation: tuple[tuple[int, int], ...] = ()
     epochs_before_deletion: tuple[tuple[int, int], ...] = ()
@@ -243,6 +244,7 @@ class MetadataDelta:
             directories=tuple(r.directories),
             start_offset=max(r.start_offset, 0),
             start_timestamp=r.start_timestamp,
+            diskless_coordinator=r.diskless_coordinator,
             epochs_after_creation=_epochs(r.leader_epoch_after_creation),
             epochs_before_deletion=_epochs(r.leader_epoch_before_deletion),
         )

@@ -379,7 +379,9 @@ class Cluster:
             host_of=lambda name: self.host,
             bind_host_of=lambda name: self.host,
             dir_of=lambda name: self.base_dir / name,
-            broker_overrides=self.broker_overrides,
+            # the brokers of one cluster share the diskless object store, as they would a bucket
+            broker_overrides={"diskless.storage.url": f"file://{self.base_dir / 'diskless-objects'}",
+                              **self.broker_overrides},
             controller_overrides=self.controller_overrides,
             per_broker_overrides=self.per_broker_overrides,
         )

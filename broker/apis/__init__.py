@@ -56,6 +56,7 @@ def load_all() -> dict[int, ApiEntry]:
         client_quotas,
         cluster,
         configs,
+        diskless,
         fetch,
         groups,
         leader_epoch,

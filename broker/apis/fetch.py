@@ -1,4 +1,4 @@
-"""Fetch: file bytes back to consumers (up to the high watermark, or the last stable offset for
+"""Fetch, through the one partition interface (broker/partitions/): file bytes back to consumers (up to the high watermark, or the last stable offset for
 read_committed ones, which also get the aborted transactions overlapping what they receive) and
 followers (up to the log end), with long polling (max_wait_ms / min_bytes) and incremental fetch
 sessions. Every answer carries the last stable offset; a long poll wakes when the high watermark
@@ -11,10 +11,10 @@ import asyncio
 from collections import OrderedDict
 
 from broker.apis import RequestContext, api
-from broker.apis.leadership import leader_or_error
+from broker.apis.leadership import serving_partition
 from broker.fetch_sessions import FetchSessionError, SessionPartition
+from broker.partitions.interface import FetchPosition
 from broker.replication.chunk_reads import ChunkAnswers
-from broker.storage.errors import StorageError
 from protocol.errors import Errors
 from protocol.generated.fetch import FetchResponse
 
@@ -58,7 +58,7 @@ async def fetch(ctx: RequestContext, req) -> FetchResponse:
     chunk = await b.chunk_reads.serve_fetch(ctx, parts, req, replica_id, by_id, _budget(req))
     while True:
         image = b.metadata.image
-        topics, total, wait_on, errors, sent = _read(b, image, parts, req, replica_id, by_id, full, chunk)
+        topics, total, wait_on, errors, sent = await _read(b, image, parts, req, replica_id, by_id, full, chunk)
         if total >= req.min_bytes or errors or chunk.answer_now or loop.time() >= deadline or not wait_on:
             break
         fut = loop.create_future()
@@ -79,7 +79,7 @@ def _budget(req) -> int:
     return req.max_bytes if req.max_bytes > 0 else 2**31 - 1
 
 
-def _read(b, image, parts: OrderedDict, req, replica_id: int, by_id: bool, full: bool, chunk: ChunkAnswers):
+async def _read(b, image, parts: OrderedDict, req, replica_id: int, by_id: bool, full: bool, chunk: ChunkAnswers):
     is_follower = replica_id >= 0
     remaining = _budget(req) - chunk.bytes
     total = chunk.bytes
@@ -98,50 +98,26 @@ def _read(b, image, parts: OrderedDict, req, replica_id: int, by_id: bool, full:
             pd.error_code = Errors.UNKNOWN_TOPIC_ID if by_id else Errors.UNKNOWN_TOPIC_OR_PARTITION
         else:
             # as Kafka: only the leader serves the active chunk, to followers as to consumers
-            p, pd.error_code = leader_or_error(b, info.name, idx, current_leader_epoch=sp.current_leader_epoch)
+            p, pd.error_code = serving_partition(b, info.name, idx, current_leader_epoch=sp.current_leader_epoch)
         if p is not None:
-            lg = p.log
-            diverging = None
-            if is_follower and sp.last_fetched_epoch >= 0:
-                # KIP-595 / KIP-320: does the follower's log agree with ours up to fetch_offset?
-                epoch, end = lg.leader_epoch_cache.end_offset_for(sp.last_fetched_epoch, lg.log_end_offset)
-                if end < sp.fetch_offset or epoch < sp.last_fetched_epoch:
-                    diverging = R.EpochEndOffset(epoch=epoch, end_offset=end)
-            if is_follower and diverging is None:
-                p.update_follower(replica_id, sp.fetch_offset)
-            hw = p.high_watermark
-            lso = lg.last_stable_offset
-            read_committed = not is_follower and req.isolation_level == READ_COMMITTED
-            limit = None if is_follower else (lso if read_committed else hw)
-            pd.high_watermark = hw
-            pd.last_stable_offset = lso
-            # As Kafka: a list (maybe empty) for read_committed consumers, null for the others.
-            pd.aborted_transactions = [] if read_committed else None
-            pd.log_start_offset = lg.log_start_offset
-            if diverging is not None:
-                pd.diverging_epoch = diverging
+            ans = await p.read(FetchPosition(
+                fetch_offset=sp.fetch_offset, max_bytes=min(sp.max_bytes, remaining), replica_id=replica_id,
+                last_fetched_epoch=sp.last_fetched_epoch,
+                read_committed=not is_follower and req.isolation_level == READ_COMMITTED, min_one_batch=total == 0))
+            pd.error_code = ans.error_code
+            pd.high_watermark, pd.last_stable_offset = ans.high_watermark, ans.last_stable_offset
+            pd.log_start_offset = ans.log_start_offset
+            pd.aborted_transactions = None if ans.aborted_transactions is None else [
+                R.AbortedTransaction(producer_id=pid, first_offset=first) for pid, first in ans.aborted_transactions]
+            if ans.diverging is not None:
+                pd.diverging_epoch = R.EpochEndOffset(epoch=ans.diverging[0], end_offset=ans.diverging[1])
                 errors = True  # answer at once: the follower must truncate before fetching on
-            elif sp.fetch_offset > lg.log_end_offset or sp.fetch_offset < lg.log_start_offset:
-                pd.error_code = Errors.OFFSET_OUT_OF_RANGE
-            elif limit is not None and sp.fetch_offset >= limit:
+            elif ans.size:
+                pd.records = ans.records
+                total += ans.size
+                remaining -= ans.size
+            elif ans.wait:
                 wait_on.append(p)
-            else:
-                try:
-                    fi = lg.read(sp.fetch_offset, min(sp.max_bytes, remaining), max_offset=limit, min_one_batch=total == 0)
-                except StorageError as e:
-                    pd.error_code = e.error_code
-                else:
-                    if fi.total_bytes:
-                        pd.records = fi.records
-                        total += fi.total_bytes
-                        remaining -= fi.total_bytes
-                        if read_committed:
-                            pd.aborted_transactions = [
-                                R.AbortedTransaction(producer_id=pid, first_offset=first)
-                                for pid, first in lg.aborted_transactions(sp.fetch_offset, fi.end_offset)
-                            ]
-                    else:
-                        wait_on.append(p)
         if pd.error_code:
             errors = True
         changed = (

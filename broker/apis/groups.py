@@ -34,6 +34,9 @@ from protocol.generated.sync_group import SyncGroupResponse
 from protocol.generated.txn_offset_commit import TxnOffsetCommitResponse
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
+# Strata's key type for diskless coordinators (the key is the __diskless_metadata partition
+# number); Kafka uses 0-2, so 100 keeps clear of what it may add.
+DISKLESS_KEY = 100
 NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 
@@ -61,6 +64,11 @@ def _find(ctx: RequestContext, key: str, key_type: int) -> tuple[int, int, str, 
         c = transaction_coordinator(ctx)
         topic_name = TRANSACTION_STATE_TOPIC
         if not key:
+            return Errors.INVALID_REQUEST, -1, "", -1
+    elif key_type == DISKLESS_KEY:
+        c = ctx.broker.diskless_coordinator
+        topic_name = c.topic
+        if not key.isdigit():
             return Errors.INVALID_REQUEST, -1, "", -1
     else:
         return Errors.INVALID_REQUEST, -1, "", -1

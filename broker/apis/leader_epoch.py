@@ -5,7 +5,7 @@ where their log and the leader's diverge."""
 from __future__ import annotations
 
 from broker.apis import RequestContext, api
-from broker.apis.leadership import DEBUG_REPLICA, leader_or_error
+from broker.apis.leadership import DEBUG_REPLICA, serving_partition
 from protocol.generated.offset_for_leader_epoch import OffsetForLeaderEpochResponse
 
 R = OffsetForLeaderEpochResponse
@@ -22,11 +22,10 @@ async def offset_for_leader_epoch(ctx: RequestContext, req) -> OffsetForLeaderEp
         for op in t.partitions:
             e = R.EpochEndOffset(partition=op.partition, leader_epoch=-1, end_offset=-1)
             tr.partitions.append(e)
-            p, e.error_code = leader_or_error(b, t.topic, op.partition, allow_follower=req.replica_id == DEBUG_REPLICA,
-                                              current_leader_epoch=op.current_leader_epoch)
+            p, e.error_code = serving_partition(b, t.topic, op.partition, allow_follower=req.replica_id == DEBUG_REPLICA,
+                                                current_leader_epoch=op.current_leader_epoch)
             if p is None:
                 continue
-            e.leader_epoch, e.end_offset = p.log.leader_epoch_cache.end_offset_for(op.leader_epoch, p.log.log_end_offset)
-            if req.replica_id == CONSUMER and e.end_offset > p.high_watermark:
-                e.end_offset = p.high_watermark  # consumers never see past the high watermark
+            e.error_code, e.leader_epoch, e.end_offset = await p.epoch_end_offset(
+                op.leader_epoch, req.replica_id == CONSUMER)
     return R(topics=topics)

@@ -3,6 +3,8 @@ leader, and does the client's leader epoch match ours? One place, so every API a
 
 from __future__ import annotations
 
+from broker.partitions.interface import ServedPartition
+from broker.partitions.local import LocalPartition
 from broker.replication.partition import Partition
 from protocol.errors import Errors
 
@@ -28,3 +30,15 @@ def leader_or_error(
         code = Errors.FENCED_LEADER_EPOCH if current_leader_epoch < p.leader_epoch else Errors.UNKNOWN_LEADER_EPOCH
         return None, code
     return p, 0
+
+
+def serving_partition(
+    b, topic: str, index: int, *, current_leader_epoch: int = -1, allow_follower: bool = False
+) -> tuple[ServedPartition | None, int]:
+    """leader_or_error behind the one partition interface: a diskless partition is served by every
+    broker; a local one by its leader (or a follower, when allowed)."""
+    diskless = b.diskless.partition(topic, index) if getattr(b, "diskless", None) is not None else None
+    if diskless is not None:
+        return diskless, 0
+    p, code = leader_or_error(b, topic, index, current_leader_epoch=current_leader_epoch, allow_follower=allow_follower)
+    return (LocalPartition(b, p) if p is not None else None), code

@@ -15,7 +15,7 @@ from protocol.generated.create_topics import CreateTopicsRequest
 from protocol.generated.metadata import MetadataResponse
 
 log = structlog.get_logger(__name__)
-INTERNAL_TOPICS = {"__consumer_offsets", "__transaction_state"}
+INTERNAL_TOPICS = {"__consumer_offsets", "__transaction_state", "__diskless_metadata"}
 LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 R = MetadataResponse
 
@@ -97,6 +97,7 @@ async def metadata(ctx: RequestContext, req) -> MetadataResponse:
                 topics.append(R.MetadataResponseTopic(error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION, name=t.name))
     if to_create:
         b.spawn(_auto_create(b, to_create))
+    b.diskless.assign_leaders(topics, ctx.client_id)
     return R(brokers=brokers, cluster_id=b.cluster_id, controller_id=b.config.node_id, topics=topics)
 
 

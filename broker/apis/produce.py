@@ -1,9 +1,11 @@
-"""Produce: validate and append batches as bytes on the leader, then answer per acks.
+"""Produce: each partition's batches go to the one partition interface (a local chunk replica
+appends them as bytes on the leader; a diskless partition buffers them into this broker's WAL
+file), then the answer waits for what acks asks.
 
 Appends happen before the first await, so pipelined requests on one connection append in the
-order they were sent. acks=-1 waits (bounded by the request timeout) for the high watermark
-to pass the batch, i.e. for every in-sync replica to hold it. Compacted topics refuse records
-without a key (INVALID_RECORD), as Kafka: compaction could never keep or drop them by key.
+order they were sent. acks=-1 on a local partition waits (bounded by the request timeout) for the
+high watermark to pass the batch; on a diskless one every acks value means "committed".
+KIP-253's undeleted partition count is checked here, for both kinds.
 """
 
 from __future__ import annotations
@@ -11,11 +13,8 @@ from __future__ import annotations
 import asyncio
 
 from broker.apis import RequestContext, api
-from broker.apis.leadership import leader_or_error
+from broker.apis.leadership import serving_partition
 from broker.replication.partition import now_ms
-from broker.storage.batch_validation import first_record_without_key
-from broker.storage.cleaner import cleanup_policies
-from broker.storage.errors import ResourceExhaustedError, StorageError
 from metadata import TopicInfo
 from protocol.errors import Errors
 from protocol.generated.produce import ProduceResponse
@@ -45,81 +44,36 @@ def partition_count_problem(topic: TopicInfo, index: int, producer_count: int) -
 @api(0, 3, 12)
 async def produce(ctx: RequestContext, req) -> ProduceResponse | None:
     b = ctx.broker
-    rm = b.replicas
     acks = req.acks
     now = now_ms()
-    waits: list[tuple[R.PartitionProduceResponse, object, int]] = []
+    waits = []
     responses = []
     for t in req.topic_data:
         tr = R.TopicProduceResponse(name=t.name)
         responses.append(tr)
-        topic = rm.image.topic(t.name)
+        topic = b.replicas.image.topic(t.name)
         for pd in t.partition_data:
             pr = R.PartitionProduceResponse(index=pd.index, base_offset=-1)
             tr.partition_responses.append(pr)
             if acks not in (-1, 0, 1):
                 pr.error_code = Errors.INVALID_REQUIRED_ACKS
                 continue
-            p, pr.error_code = leader_or_error(b, t.name, pd.index)
+            p, pr.error_code = serving_partition(b, t.name, pd.index)
             if p is None:
                 continue
             if topic is not None and (problem := partition_count_problem(topic, pd.index, t.undeleted_partition_count)):
                 pr.error_code, pr.error_message = problem
                 continue
-            if p.sealed:
-                pr.error_code = Errors.NOT_LEADER_OR_FOLLOWER
-                pr.error_message = "a new chunk is being created for this partition"
-                continue
-            if pd.records is None or len(pd.records) == 0:
-                pr.error_code = Errors.CORRUPT_MESSAGE
-                pr.error_message = "produce request holds no records"
-                continue
-            if acks == -1:
-                min_isr = int(rm.topic_config(t.name)["min.insync.replicas"])
-                if len(p.isr) < min_isr:
-                    pr.error_code = Errors.NOT_ENOUGH_REPLICAS
-                    pr.error_message = f"ISR has {len(p.isr)} replicas, min.insync.replicas is {min_isr}"
-                    continue
-            if "compact" in cleanup_policies(rm.topic_config(t.name)):
-                bad = first_record_without_key(pd.records)
-                if bad is not None:
-                    pr.error_code = Errors.INVALID_RECORD
-                    pr.error_message = (
-                        f"Compacted topic cannot accept message without key in topic partition {t.name}-{pd.index}."
-                    )
-                    pr.record_errors = [
-                        R.BatchIndexAndErrorMessage(batch_index=bad, batch_index_error_message=pr.error_message)
-                    ]
-                    continue
-            try:
-                info = p.log.append_as_leader(pd.records, p.leader_epoch, now)
-            except StorageError as e:
-                pr.error_code = e.error_code
-                pr.error_message = str(e)
-                pr.record_errors = [
-                    R.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m) for i, m in e.record_errors
-                ]
-                if not isinstance(e, ResourceExhaustedError):  # that one has its own rate-limited line
-                    b.log_produce_error(t.name, pd.index, e)
-                continue
-            pr.base_offset = info.first_offset
-            pr.log_append_time_ms = info.log_append_time
-            pr.log_start_offset = p.log.log_start_offset
-            p.notify_data()
-            p.maybe_advance_high_watermark()
-            if acks == -1:
-                waits.append((pr, p, info.last_offset + 1))
+            waits.append((pr, p.append(pd.records, acks, req.timeout_ms, now)))
     if acks == 0:
         return None
-    # already replicated (a single in-sync replica): answer now, without a task per wait
-    waits = [w for w in waits if w[1].log.high_watermark < w[2]]
-    if waits:
-        timeout = max(req.timeout_ms, 0) / 1000
-        done = await asyncio.gather(*(p.wait_for_high_watermark(end, timeout) for _, p, end in waits))
-        for (pr, p, _), ok in zip(waits, done):
-            if not ok:
-                # a replica no longer served here (reassigned away, its dir failed) lost leadership:
-                # NOT_LEADER_OR_FOLLOWER tells an idempotent producer the batch was not persisted
-                still = p.is_leader and rm.get(p.topic, p.index) is p
-                pr.error_code = Errors.REQUEST_TIMED_OUT if still else Errors.NOT_LEADER_OR_FOLLOWER
+    for pr, answer in zip([pr for pr, _ in waits], await asyncio.gather(*(w for _, w in waits))):
+        pr.error_code, pr.error_message = answer.error_code, answer.error_message
+        if answer.error_code == 0 or answer.base_offset >= 0:
+            pr.base_offset = answer.base_offset
+            pr.log_append_time_ms = answer.log_append_time
+            pr.log_start_offset = answer.log_start_offset
+        if answer.record_errors:
+            pr.record_errors = [R.BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
+                                for i, m in answer.record_errors]
     return R(responses=responses)

@@ -254,6 +254,8 @@ class ReplicaManager:
     def _apply_partition(self, t: TopicInfo, idx: int) -> None:
         """Bring this broker's replicas of one partition (active and inactive chunks) in line."""
         name, info = t.name, t.partitions[idx]
+        if info.diskless_coordinator >= 0:
+            return  # diskless: no broker stores it, its data is in the object store
         chunks = t.chunks.get(idx, ())
         in_active = self.node_id in info.replicas
         # A chunk cut while a transaction was open at its very first offset holds nothing

@@ -68,6 +68,7 @@ class PartitionRecord(Message):
         "last_known_elr",
         "start_offset",
         "start_timestamp",
+        "diskless_coordinator",
         "leader_epoch_after_creation",
         "leader_epoch_before_deletion",
         "unknown_tags",
@@ -88,6 +89,7 @@ class PartitionRecord(Message):
         "last_known_elr",
         "start_offset",
         "start_timestamp",
+        "diskless_coordinator",
         "leader_epoch_after_creation",
         "leader_epoch_before_deletion",
     )
@@ -147,6 +149,7 @@ class PartitionRecord(Message):
         last_known_elr=None,
         start_offset=-1,
         start_timestamp=-1,
+        diskless_coordinator=-1,
         leader_epoch_after_creation=_UNSET,
         leader_epoch_before_deletion=_UNSET,
         unknown_tags=None,
@@ -166,6 +169,7 @@ class PartitionRecord(Message):
         self.last_known_elr = last_known_elr
         self.start_offset = start_offset
         self.start_timestamp = start_timestamp
+        self.diskless_coordinator = diskless_coordinator
         self.leader_epoch_after_creation = [] if leader_epoch_after_creation is _UNSET else leader_epoch_after_creation
         self.leader_epoch_before_deletion = (
             [] if leader_epoch_before_deletion is _UNSET else leader_epoch_before_deletion
@@ -288,6 +292,7 @@ def _d_PartitionRecord_PartitionRecord_v0(buf, pos):
         None,
         -1,
         -1,
+        -1,
         [],
         [],
         unknown,
@@ -316,6 +321,11 @@ def _e_PartitionRecord_PartitionRecord_v0(o, parts):
     if o.start_timestamp != -1:
         raise ProtocolError(
             "StartTimestamp is not in this version and is not ignorable", field="PartitionRecord.StartTimestamp"
+        )
+    if o.diskless_coordinator != -1:
+        raise ProtocolError(
+            "DisklessCoordinator is not in this version and is not ignorable",
+            field="PartitionRecord.DisklessCoordinator",
         )
     if o.leader_epoch_after_creation:
         raise ProtocolError(
@@ -498,6 +508,7 @@ def _d_PartitionRecord_PartitionRecord_v1(buf, pos):
         None,
         -1,
         -1,
+        -1,
         [],
         [],
         unknown,
@@ -522,6 +533,11 @@ def _e_PartitionRecord_PartitionRecord_v1(o, parts):
     if o.start_timestamp != -1:
         raise ProtocolError(
             "StartTimestamp is not in this version and is not ignorable", field="PartitionRecord.StartTimestamp"
+        )
+    if o.diskless_coordinator != -1:
+        raise ProtocolError(
+            "DisklessCoordinator is not in this version and is not ignorable",
+            field="PartitionRecord.DisklessCoordinator",
         )
     if o.leader_epoch_after_creation:
         raise ProtocolError(
@@ -747,6 +763,7 @@ def _d_PartitionRecord_PartitionRecord_v2(buf, pos):
         v_last_known_elr,
         -1,
         -1,
+        -1,
         [],
         [],
         unknown,
@@ -762,6 +779,11 @@ def _e_PartitionRecord_PartitionRecord_v2(o, parts):
     if o.start_timestamp != -1:
         raise ProtocolError(
             "StartTimestamp is not in this version and is not ignorable", field="PartitionRecord.StartTimestamp"
+        )
+    if o.diskless_coordinator != -1:
+        raise ProtocolError(
+            "DisklessCoordinator is not in this version and is not ignorable",
+            field="PartitionRecord.DisklessCoordinator",
         )
     if o.leader_epoch_after_creation:
         raise ProtocolError(
@@ -942,6 +964,7 @@ def _d_PartitionRecord_PartitionRecord_v3(buf, pos):
         v_last_known_elr = None
         v_start_offset = -1
         v_start_timestamp = -1
+        v_diskless_coordinator = -1
         if buf[pos] == 0:
             pos += 1
         else:
@@ -1002,6 +1025,12 @@ def _d_PartitionRecord_PartitionRecord_v3(buf, pos):
                     pos += 8
                     if pos != end:
                         raise ProtocolError("tagged field size does not match its value")
+                elif tag == 1100:
+                    f = "DisklessCoordinator"
+                    v_diskless_coordinator = _st_i.unpack_from(buf, pos)[0]
+                    pos += 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
                 else:
                     if unknown is None:
                         unknown = {}
@@ -1029,6 +1058,7 @@ def _d_PartitionRecord_PartitionRecord_v3(buf, pos):
         v_last_known_elr,
         v_start_offset,
         v_start_timestamp,
+        v_diskless_coordinator,
         [],
         [],
         unknown,
@@ -1134,6 +1164,15 @@ def _e_PartitionRecord_PartitionRecord_v3(o, parts):
         if tg is None:
             tg = []
         tg.append((4, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.diskless_coordinator != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_i.pack(o.diskless_coordinator))
+        if tg is None:
+            tg = []
+        tg.append((1100, b"".join(parts)))
         parts = outer
         w = parts.append
     if tg is None and not o.unknown_tags:
@@ -1292,6 +1331,7 @@ def _d_PartitionRecord_PartitionRecord_v4(buf, pos):
         v_last_known_elr = None
         v_start_offset = -1
         v_start_timestamp = -1
+        v_diskless_coordinator = -1
         v_leader_epoch_after_creation = []
         v_leader_epoch_before_deletion = []
         if buf[pos] == 0:
@@ -1352,6 +1392,12 @@ def _d_PartitionRecord_PartitionRecord_v4(buf, pos):
                     f = "StartTimestamp"
                     v_start_timestamp = _st_q.unpack_from(buf, pos)[0]
                     pos += 8
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 1100:
+                    f = "DisklessCoordinator"
+                    v_diskless_coordinator = _st_i.unpack_from(buf, pos)[0]
+                    pos += 4
                     if pos != end:
                         raise ProtocolError("tagged field size does not match its value")
                 elif tag == 5:
@@ -1421,6 +1467,7 @@ def _d_PartitionRecord_PartitionRecord_v4(buf, pos):
         v_last_known_elr,
         v_start_offset,
         v_start_timestamp,
+        v_diskless_coordinator,
         v_leader_epoch_after_creation,
         v_leader_epoch_before_deletion,
         unknown,
@@ -1555,6 +1602,15 @@ def _e_PartitionRecord_PartitionRecord_v4(o, parts):
         if tg is None:
             tg = []
         tg.append((6, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.diskless_coordinator != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_i.pack(o.diskless_coordinator))
+        if tg is None:
+            tg = []
+        tg.append((1100, b"".join(parts)))
         parts = outer
         w = parts.append
     if tg is None and not o.unknown_tags:

@@ -1,0 +1,169 @@
+"""The diskless coordinator's seven APIs (KIP-1164, keys seed + 1000: 1093-1098, 1100).
+
+Only brokers may call them (the seed asks for CLUSTER_ACTION; until ACLs exist the rule is: the
+client id is `diskless-<node id>` of a registered, unfenced broker and the connection comes from
+that broker's host); anyone else gets CLUSTER_AUTHORIZATION_FAILED on every item.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.apis import RequestContext, api
+from protocol.errors import Errors, error_message
+from protocol.generated.diskless_commit_file import DisklessCommitFileResponse
+from protocol.generated.diskless_create_partitions import DisklessCreatePartitionsResponse
+from protocol.generated.diskless_delete_records import DisklessDeleteRecordsResponse
+from protocol.generated.diskless_delete_topics import DisklessDeleteTopicsResponse
+from protocol.generated.diskless_describe_files import DisklessDescribeFilesResponse
+from protocol.generated.diskless_find_batches import DisklessFindBatchesResponse
+from protocol.generated.diskless_list_offsets import DisklessListOffsetsResponse
+
+CLIENT_ID_PREFIX = "diskless-"
+REFUSED = "diskless coordinator APIs are for brokers only"
+
+
+def calling_broker(ctx: RequestContext) -> int | None:
+    """The id of the broker making this request, or None when the caller is not a broker."""
+    cid = ctx.client_id or ""
+    if not cid.startswith(CLIENT_ID_PREFIX) or not cid[len(CLIENT_ID_PREFIX):].isdigit():
+        return None
+    node = int(cid[len(CLIENT_ID_PREFIX):])
+    info = ctx.broker.metadata.image.brokers.get(node)
+    if info is None or info.fenced:
+        return None
+    peer_host = (ctx.connection.peer if ctx.connection is not None else "").rsplit(":", 1)[0]
+    hosts = {e.host for e in info.endpoints}
+    if peer_host not in hosts and not ({"localhost", "127.0.0.1"} & hosts and peer_host == "127.0.0.1"):
+        return None
+    return node
+
+
+def _coordinator(ctx: RequestContext) -> Any:
+    return ctx.broker.diskless_coordinator
+
+
+def _message(code: int, default: str | None = None) -> str | None:
+    if code == 0:
+        return None
+    if code == Errors.CLUSTER_AUTHORIZATION_FAILED:
+        return REFUSED
+    return default or error_message(code)
+
+
+@api(1095, 0, 0)
+async def commit_file(ctx: RequestContext, req: Any) -> DisklessCommitFileResponse:
+    R = DisklessCommitFileResponse
+    uploader = calling_broker(ctx)
+    if uploader is None:
+        return R(batches=[R.DisklessCommitBatchResult(
+            error_code=Errors.CLUSTER_AUTHORIZATION_FAILED, error_message=REFUSED, assigned_base_offset=-1,
+            log_append_time=-1, log_start_offset=-1) for _ in req.batches])
+    results = await _coordinator(ctx).commit_file(req, uploader)
+    return R(batches=[R.DisklessCommitBatchResult(
+        error_code=r.error_code, error_message=r.error_message, assigned_base_offset=r.base_offset,
+        log_append_time=r.log_append_time, log_start_offset=r.log_start_offset, is_duplicate=r.duplicate)
+        for r in results])
+
+
+@api(1093, 0, 0)
+async def create_partitions(ctx: RequestContext, req: Any) -> DisklessCreatePartitionsResponse:
+    R = DisklessCreatePartitionsResponse
+    c = _coordinator(ctx)
+    code = Errors.CLUSTER_AUTHORIZATION_FAILED if calling_broker(ctx) is None else 0
+    if code == 0:
+        # every coordinator here takes the partitions the metadata maps to it
+        for index in c.led_partitions() or [-1]:
+            err = await c.create_partitions(index, req.topics) if index >= 0 else Errors.NOT_COORDINATOR
+            code = code or err
+    return R(topics=[R.DisklessCreatablePartitionsResult(topic_id=t.topic_id, error_code=code,
+                                                         error_message=_message(code)) for t in req.topics])
+
+
+@api(1094, 0, 0)
+async def delete_topics(ctx: RequestContext, req: Any) -> DisklessDeleteTopicsResponse:
+    R = DisklessDeleteTopicsResponse
+    c = _coordinator(ctx)
+    code = Errors.CLUSTER_AUTHORIZATION_FAILED if calling_broker(ctx) is None else 0
+    if code == 0:
+        ids = [t.topic_id for t in req.topics]
+        for index in c.led_partitions() or [-1]:
+            err = await c.delete_topics(index, ids) if index >= 0 else Errors.NOT_COORDINATOR
+            code = code or err
+    return R(responses=[R.DisklessDeletableTopicResult(topic_id=t.topic_id, error_code=code,
+                                                       error_message=_message(code)) for t in req.topics])
+
+
+@api(1096, 0, 0)
+async def delete_records(ctx: RequestContext, req: Any) -> DisklessDeleteRecordsResponse:
+    R = DisklessDeleteRecordsResponse
+    refused = calling_broker(ctx) is None
+    out = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            code, low = ((Errors.CLUSTER_AUTHORIZATION_FAILED, -1) if refused
+                         else await _coordinator(ctx).delete_records(t.topic_id, p.partition_index, p.offset))
+            parts.append(R.DisklessDeleteRecordsPartitionResult(partition_index=p.partition_index, low_watermark=low,
+                                                               error_code=code, error_message=_message(code)))
+        out.append(R.DisklessDeleteRecordsTopicResult(topic_id=t.topic_id, partitions=parts))
+    return R(topics=out)
+
+
+@api(1097, 0, 0)
+async def list_offsets(ctx: RequestContext, req: Any) -> DisklessListOffsetsResponse:
+    R = DisklessListOffsetsResponse
+    refused = calling_broker(ctx) is None
+    out = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            code, ts, offset = ((Errors.CLUSTER_AUTHORIZATION_FAILED, -1, -1) if refused
+                                else await _coordinator(ctx).list_offsets(t.topic_id, p.partition_index, p.timestamp))
+            parts.append(R.DisklessListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=code,
+                                                               error_message=_message(code), timestamp=ts,
+                                                               offset=offset))
+        out.append(R.DisklessListOffsetsTopicResponse(topic_id=t.topic_id, partitions=parts))
+    return R(topics=out)
+
+
+@api(1098, 0, 0)
+async def find_batches(ctx: RequestContext, req: Any) -> DisklessFindBatchesResponse:
+    R = DisklessFindBatchesResponse
+    refused = calling_broker(ctx) is None
+    out = []
+    budget = max(req.fetch_max_bytes, 1)
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            if refused:
+                code, lso, hw, rows = Errors.CLUSTER_AUTHORIZATION_FAILED, -1, -1, []
+            else:
+                code, lso, hw, rows = await _coordinator(ctx).find_batches(
+                    t.topic_id, p.partition_index, p.offset, min(max(p.max_partition_fetch_bytes, 1), budget),
+                    req.max_batches_per_partition)
+            budget = max(1, budget - sum(r.byte_size for r in rows))
+            parts.append(R.DisklessFindBatchesPartitionResponse(
+                partition_index=p.partition_index, error_code=code, log_start_offset=lso, high_watermark=hw,
+                batches=[R.DisklessFindBatchesBatchInfo(
+                    batch_id=r.batch_id, object_key=r.object_key, magic=r.magic, byte_offset=r.byte_offset,
+                    byte_size=r.byte_size, base_offset=r.base_offset, last_offset=r.last_offset,
+                    log_append_timestamp=r.log_append_timestamp, batch_max_timestamp=r.max_timestamp,
+                    timestamp_type=r.timestamp_type) for r in rows]))
+        out.append(R.DisklessFindBatchesTopicResponse(topic_id=t.topic_id, partitions=parts))
+    return R(topics=out)
+
+
+@api(1100, 0, 0)
+async def describe_files(ctx: RequestContext, req: Any) -> DisklessDescribeFilesResponse:
+    R = DisklessDescribeFilesResponse
+    refused = calling_broker(ctx) is None
+    out = []
+    for f in req.files:
+        if refused:
+            out.append(R.DisklessDescribeFileResult(object_key=f.object_key, error_code=Errors.CLUSTER_AUTHORIZATION_FAILED,
+                                                    error_message=REFUSED))
+        else:
+            live = await _coordinator(ctx).describe_file(f.object_key)
+            out.append(R.DisklessDescribeFileResult(object_key=f.object_key, has_live_batches=live))
+    return R(files=out)

@@ -1,0 +1,316 @@
+"""The diskless coordinator (KIP-1164's topic-based implementation).
+
+The leader of partition N of `__diskless_metadata` is diskless coordinator N. Its state is the
+partition's records materialized into SQLite (materializer.py) plus, while it leads, a speculative
+view (view.py) of that state and the records appended but not yet replicated. A mutating
+operation follows the seed's seven steps: NOT_COORDINATOR unless this broker leads the partition
+and has it loaded; check against the view (which then holds the operation's records as pending,
+so the next operation does not wait: pipelining); append the records in one batch before any
+await; wait for the high watermark (acks=all); apply to SQLite; answer. A failed append or
+replication leaves the view ahead of the log, so the partition is reloaded from the log.
+
+Loading (when this broker becomes the leader): wait until the high watermark covers the whole
+local log (every record a new leader holds is committed or the leadership goes), catch SQLite up
+(a missing or stale file is rebuilt from the log), then build the view from it.
+
+The coordinator also keeps its partitions in line with the cluster metadata: a diskless partition
+mapped to it (PartitionRecord's DisklessCoordinator) that it does not know is created
+(DisklessPartitionCreatedRecord), a topic it knows that the metadata no longer has is deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import structlog
+
+from broker.coordinator import wall_clock_ms
+from broker.coordinator.diskless.materializer import Materializer
+from broker.coordinator.diskless.state import BatchRow, DisklessState
+from broker.coordinator.diskless.view import BatchResult, CoordinatorView
+from broker.coordinator.internal_topic import create_internal_topic
+from broker.coordinator.partitioned import CoordinatorPartition, PartitionedCoordinator, state_write_error
+from metadata.diskless import DISKLESS_METADATA_TOPIC
+from metadata.records import encode_record
+from protocol.errors import Errors
+from protocol.generated.diskless_create_partitions import DisklessCreatePartitionsRequest as CP
+
+log = structlog.get_logger(__name__)
+
+RECONCILE_INTERVAL_MS = 200
+LIST_EARLIEST, LIST_LATEST, LIST_MAX_TIMESTAMP = -2, -1, -3
+
+
+class _CoordinatorPartition(CoordinatorPartition):
+    def __init__(self, index: int, epoch: int) -> None:
+        super().__init__(index, epoch)
+        self.view: CoordinatorView | None = None
+        self.last_append: asyncio.Future | None = None  # resolves when the newest append replicated
+
+
+class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
+    topic = DISKLESS_METADATA_TOPIC
+    event = "diskless"
+    reload_on_new_epoch = True
+
+    def __init__(self, broker: Any) -> None:
+        props = broker.config.props
+        self.replication_factor = int(props.get("diskless.metadata.topic.replication.factor", "3"))
+        self.min_isr = int(props.get("diskless.metadata.topic.min.isr", "2"))
+        super().__init__(broker, int(props.get("diskless.metadata.topic.num.partitions", "4")), 5 * 1024 * 1024,
+                         int(props.get("diskless.coordinator.write.timeout.ms", "10000")))
+        root = Path(broker.config.log_dirs[0]) / "diskless-coordinator"
+        self.states = Materializer(broker.replicas, root, self._load_buffer_size)
+        self.states.start()
+        self._every(RECONCILE_INTERVAL_MS, self._reconcile, "diskless_reconcile_failed")
+        self._watch_leadership()
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self.states.close()
+
+    # ------------------------------------------------------------------ partitions
+    def _new_partition(self, index: int, epoch: int) -> _CoordinatorPartition:
+        return _CoordinatorPartition(index, epoch)
+
+    def _forget(self, ps: _CoordinatorPartition) -> None:
+        ps.view = None
+
+    async def _load(self, ps: _CoordinatorPartition, p: Any) -> None:  # type: ignore[override]
+        from broker.coordinator import metadata_caught_up
+
+        await metadata_caught_up(self.broker)
+        started = time.monotonic()
+        while self._owns(ps) and p.high_watermark < p.log.log_end_offset:
+            await p.wait_for_high_watermark(p.log.log_end_offset, 1.0)
+        if not self._owns(ps):
+            return
+        local = await self.states.catch_up(ps.index)
+        if local is None or not self._owns(ps):
+            return
+        view = await self.states.run(ps.index, CoordinatorView.from_state)
+        if not self._owns(ps):
+            return
+        ps.view = view
+        ps.loading = False
+        log.info("diskless_partition_loaded", partition=ps.index, epoch=ps.epoch, applied_offset=local.applied,
+                 partitions=len(view.partitions), ms=round((time.monotonic() - started) * 1000))
+
+    def _reload(self, ps: _CoordinatorPartition) -> None:
+        """The view went ahead of the log (an append failed): rebuild it from the log."""
+        if not self._owns(ps) or ps.loading:
+            return
+        p = self.broker.replicas.get(self.topic, ps.index)
+        if p is None or not p.is_leader:
+            return
+        ps.loading = True
+        ps.view = None
+        ps.load_task = self._spawn(self._load(ps, p))
+
+    async def _create_topic(self) -> None:
+        # The controller maps partitions before the topic exists (with its own setting of
+        # diskless.metadata.topic.num.partitions): enough partitions for every mapping made.
+        image = self.broker.metadata.image
+        mapped = [info.diskless_coordinator for t in image.topics.values() for info in t.partitions.values()]
+        partitions = max([self._default_partitions, *(i + 1 for i in mapped)])
+        await create_internal_topic(
+            self.broker, self.topic, partitions, self.replication_factor,
+            {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}, min_isr=self.min_isr)
+
+    def coordinator_of(self, topic_id: UUID, partition: int) -> int:
+        """The __diskless_metadata partition of a diskless partition, or -1."""
+        image = self.broker.metadata.image
+        t = image.topics.get(topic_id)
+        info = t.partitions.get(partition) if t is not None else None
+        return -1 if info is None else info.diskless_coordinator
+
+    def partition_for(self, key: str) -> int:
+        """FindCoordinator's key for a diskless coordinator is its partition number."""
+        return int(key)
+
+    def led_partitions(self) -> list[int]:
+        return sorted(self._partitions)
+
+    def status(self, index: int) -> tuple[int, _CoordinatorPartition | None]:
+        if not self.active:
+            return Errors.COORDINATOR_NOT_AVAILABLE, None
+        ps = self._partitions.get(index)
+        if ps is None:
+            return Errors.NOT_COORDINATOR, None
+        if ps.loading or ps.view is None:
+            return Errors.COORDINATOR_LOAD_IN_PROGRESS, None
+        return 0, ps
+
+    # ------------------------------------------------------------------ the seven steps
+    async def _write(self, ps: _CoordinatorPartition, records: list[Any]) -> int:
+        """Append `records` (one batch, now), wait for replication, apply to SQLite. 0 or the error."""
+        if not records:
+            return await self._wait_previous(ps)
+        err, _, done = self._append(ps, [(None, encode_record(r)) for r in records])
+        if err:
+            self._reload(ps)
+            return state_write_error(err)
+        ps.last_append = done
+        code = await done
+        if code:
+            self._reload(ps)
+            return state_write_error(code)
+        await self.states.catch_up(ps.index)
+        return 0
+
+    async def _wait_previous(self, ps: _CoordinatorPartition) -> int:
+        """An operation that wrote nothing still answers only after the records it was checked
+        against (the pending ones) are committed."""
+        if ps.last_append is not None and not ps.last_append.done():
+            code = await ps.last_append
+            if code:
+                return state_write_error(code)
+        await self.states.catch_up(ps.index)
+        return 0
+
+    async def commit_file(self, req: Any, uploader: int) -> list[BatchResult]:
+        """DisklessCommitFile: the batches grouped by coordinator; each coordinator this broker
+        leads checks and appends its share; the rest answer NOT_COORDINATOR."""
+        by_coordinator: dict[int, list[int]] = {}
+        results: list[BatchResult | None] = [None] * len(req.batches)
+        for i, b in enumerate(req.batches):
+            by_coordinator.setdefault(self.coordinator_of(b.topic_id, b.partition_index), []).append(i)
+        waits = []
+        now = wall_clock_ms()
+        for index, positions in by_coordinator.items():
+            if index < 0:
+                for i in positions:
+                    results[i] = BatchResult(Errors.UNKNOWN_TOPIC_OR_PARTITION, "not a diskless partition")
+                continue
+            err, ps = self.status(index)
+            if err:
+                for i in positions:
+                    results[i] = BatchResult(err, f"diskless coordinator {index} is not here")
+                continue
+            assert ps is not None and ps.view is not None
+            sub = type(req)(object_key=req.object_key, object_format=req.object_format, file_size=req.file_size,
+                            owner_ids=req.owner_ids, batches=[req.batches[i] for i in positions])
+            share, record = ps.view.commit_file(sub, uploader, now)  # steps 3-4 before any await
+            waits.append((ps, positions, share, self._write(ps, [record] if record is not None else [])))
+        for ps, positions, share, write in waits:
+            code = await write
+            for i, r in zip(positions, share):
+                results[i] = r if code == 0 or r.error_code else BatchResult(code, "the commit did not replicate")
+            log.debug("diskless_commit", partition=ps.index, key=req.object_key, batches=len(positions), error=code)
+        return [r if r is not None else BatchResult(Errors.UNKNOWN_SERVER_ERROR) for r in results]
+
+    async def create_partitions(self, index: int, topics: list[Any]) -> int:
+        err, ps = self.status(index)
+        if err:
+            return err
+        assert ps is not None and ps.view is not None
+        records = ps.view.create_partitions(topics, lambda tid, i: self.coordinator_of(tid, i) == index)
+        if records:
+            log.info("diskless_partitions_created", coordinator=index, partitions=len(records))
+        return await self._write(ps, records)
+
+    async def delete_topics(self, index: int, topic_ids: list[UUID]) -> int:
+        err, ps = self.status(index)
+        if err:
+            return err
+        assert ps is not None and ps.view is not None
+        records = [r for r in (ps.view.delete_topic(t) for t in topic_ids) if r is not None]
+        return await self._write(ps, records)
+
+    async def delete_records(self, topic_id: UUID, partition: int, offset: int) -> tuple[int, int]:
+        err, ps = self.status(self.coordinator_of(topic_id, partition))
+        if err:
+            return err, -1
+        assert ps is not None and ps.view is not None
+        err, low, record = ps.view.delete_records(topic_id, partition, offset)
+        if err:
+            return err, -1
+        code = await self._write(ps, [record] if record is not None else [])
+        return code, low if code == 0 else -1
+
+    async def list_offsets(self, topic_id: UUID, partition: int, timestamp: int) -> tuple[int, int, int]:
+        """(error, timestamp, offset), consistent with every operation before it."""
+        err, ps = self.status(self.coordinator_of(topic_id, partition))
+        if err:
+            return err, -1, -1
+        assert ps is not None and ps.view is not None
+        code = await self._wait_previous(ps)
+        if code:
+            return code, -1, -1
+        pv = ps.view.partitions.get((topic_id, partition))
+        if pv is None:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
+        if timestamp == LIST_EARLIEST:
+            return 0, -1, pv.log_start_offset
+        if timestamp == LIST_LATEST:
+            return 0, -1, pv.high_watermark
+        if timestamp == LIST_MAX_TIMESTAMP:
+            found = await self.states.run(ps.index, DisklessState.max_timestamp, topic_id, partition)
+        elif timestamp < 0:
+            return Errors.INVALID_REQUEST, -1, -1
+        else:
+            found = await self.states.run(ps.index, DisklessState.offset_for_timestamp, topic_id, partition, timestamp)
+        if found is None:
+            return 0, -1, -1
+        offset, ts = found
+        return 0, ts, max(offset, pv.log_start_offset)
+
+    async def find_batches(self, topic_id: UUID, partition: int, offset: int, max_bytes: int,
+                           max_batches: int) -> tuple[int, int, int, list[BatchRow]]:
+        """(error, log start, high watermark, batches) from this broker's materialized state:
+        any replica answers (a follower's may be a little behind, which a reader tolerates)."""
+        index = self.coordinator_of(topic_id, partition)
+        if index < 0:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, []
+        if self.broker.replicas.get(self.topic, index) is None:
+            return Errors.NOT_COORDINATOR, -1, -1, []
+
+        def read(state: DisklessState) -> tuple[int, int, int, list[BatchRow]]:
+            parts = state.partitions().get((topic_id, partition))
+            if parts is None:
+                return Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, []
+            _, lso, hw = parts
+            if offset < lso or offset > hw:
+                return Errors.OFFSET_OUT_OF_RANGE, lso, hw, []
+            return 0, lso, hw, state.find_batches(topic_id, partition, offset, max_bytes, max_batches)
+
+        result = await self.states.run(index, read)
+        return result if result is not None else (Errors.NOT_COORDINATOR, -1, -1, [])
+
+    async def describe_file(self, object_key: str) -> bool:
+        """True when any coordinator this broker leads has live batches in the file."""
+        for index in list(self._partitions):
+            if await self.states.run(index, DisklessState.file_has_batches, object_key):
+                return True
+        return False
+
+    # ------------------------------------------------------------------ metadata reconciliation
+    def _reconcile(self) -> None:
+        """Create the diskless partitions the metadata maps to a coordinator this broker leads
+        and that it does not know; delete the topics the metadata no longer has."""
+        image = self.broker.metadata.image
+        if image.topic(self.topic) is None:
+            live = [b.id for b in image.live_brokers()]
+            if live and min(live) == self.broker.config.node_id and any(
+                    info.diskless_coordinator >= 0 for t in image.topics.values() for info in t.partitions.values()):
+                self.ensure_topic()  # the first diskless topic: its coordinators' log
+            return
+        for index, ps in list(self._partitions.items()):
+            if ps.loading or ps.view is None:
+                continue
+            missing: dict[UUID, tuple[str, int]] = {}
+            for t in image.topics.values():
+                for part, info in t.partitions.items():
+                    if info.diskless_coordinator == index and (t.id, part) not in ps.view.partitions:
+                        missing[t.id] = (t.name, max(part + 1, missing.get(t.id, ("", 0))[1]))
+            if missing:
+                self._spawn(self.create_partitions(index, [
+                    CP.DisklessCreatablePartitions(topic_id=tid, name=name, num_partitions=n)
+                    for tid, (name, n) in missing.items()]))
+            gone = list({tid for tid, _ in ps.view.partitions if tid not in image.topics})
+            if gone:
+                self._spawn(self.delete_topics(index, gone))

@@ -1,0 +1,253 @@
+"""The diskless coordinator's materialized state: one SQLite database (WAL mode) per partition of
+`__diskless_metadata`, built by applying that partition's records in offset order. The applied
+offset is stored in the same transaction as the changes it covers, so after a crash the database
+is exactly "the log up to applied_offset" and the coordinator replays the rest.
+
+The database is a cache, never the source of truth: a missing or unreadable file is rebuilt from
+the log. Every method here is blocking (sqlite3): callers run them in an executor.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from protocol.generated.metadata_records.diskless_file_committed_record import DisklessFileCommittedRecord
+from protocol.generated.metadata_records.diskless_partition_created_record import DisklessPartitionCreatedRecord
+from protocol.generated.metadata_records.diskless_records_deleted_record import DisklessRecordsDeletedRecord
+from protocol.generated.metadata_records.diskless_topic_deleted_record import DisklessTopicDeletedRecord
+
+PRODUCER_BATCHES_KEPT = 5  # as a local log's producer state (Kafka's NUM_BATCHES_TO_RETAIN)
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS partitions (
+    topic_id BLOB NOT NULL, partition INTEGER NOT NULL, topic_name TEXT NOT NULL,
+    log_start_offset INTEGER NOT NULL, high_watermark INTEGER NOT NULL,
+    PRIMARY KEY (topic_id, partition));
+CREATE TABLE IF NOT EXISTS files (
+    file_id INTEGER PRIMARY KEY, object_key TEXT NOT NULL UNIQUE, format INTEGER NOT NULL,
+    size INTEGER NOT NULL, uploader INTEGER NOT NULL, owners TEXT NOT NULL,
+    committed_offset INTEGER NOT NULL, deleted INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS batches (
+    batch_id INTEGER PRIMARY KEY, topic_id BLOB NOT NULL, partition INTEGER NOT NULL,
+    file_id INTEGER NOT NULL REFERENCES files(file_id), magic INTEGER NOT NULL,
+    byte_offset INTEGER NOT NULL, byte_size INTEGER NOT NULL,
+    base_offset INTEGER NOT NULL, last_offset INTEGER NOT NULL,
+    log_append_timestamp INTEGER NOT NULL, max_timestamp INTEGER NOT NULL, timestamp_type INTEGER NOT NULL,
+    producer_id INTEGER NOT NULL, producer_epoch INTEGER NOT NULL,
+    base_sequence INTEGER NOT NULL, last_sequence INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS batches_by_offset ON batches (topic_id, partition, last_offset);
+CREATE INDEX IF NOT EXISTS batches_by_file ON batches (file_id);
+CREATE TABLE IF NOT EXISTS producers (
+    topic_id BLOB NOT NULL, partition INTEGER NOT NULL, producer_id INTEGER NOT NULL,
+    seq INTEGER NOT NULL, producer_epoch INTEGER NOT NULL, base_sequence INTEGER NOT NULL,
+    last_sequence INTEGER NOT NULL, base_offset INTEGER NOT NULL, last_offset INTEGER NOT NULL,
+    max_timestamp INTEGER NOT NULL,
+    PRIMARY KEY (topic_id, partition, producer_id, seq));
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRow:
+    batch_id: int
+    object_key: str
+    magic: int
+    byte_offset: int
+    byte_size: int
+    base_offset: int
+    last_offset: int
+    log_append_timestamp: int
+    max_timestamp: int
+    timestamp_type: int
+
+
+@dataclass(slots=True)
+class ProducerBatch:
+    producer_epoch: int
+    base_sequence: int
+    last_sequence: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+
+
+class DisklessState:
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        # Opened in the loop thread, used from executor threads one call at a time.
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        # NORMAL: a power cut may lose the last transactions, never corrupt; the log has them.
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        version = self._meta("schema_version")
+        if version is None:
+            self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+        elif version != SCHEMA_VERSION:
+            raise sqlite3.DatabaseError(f"{self.path}: schema version {version}, expected {SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _meta(self, name: str) -> int | None:
+        row = self._db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
+        return None if row is None else row[0]
+
+    def applied_offset(self) -> int:
+        """The offset of the next record to apply (0: nothing applied)."""
+        return self._meta("applied_offset") or 0
+
+    # ------------------------------------------------------------------ applying records
+    def apply(self, records: list[tuple[int, Any]], next_offset: int | None = None) -> None:
+        """Apply (log offset, record) pairs in one transaction and store, with them, the offset
+        after the last one (or `next_offset` when given: the log's records below it are all
+        applied, some were not diskless records). Records below the applied offset are skipped
+        (a replay)."""
+        start = self.applied_offset()
+        todo = [(o, r) for o, r in records if o >= start]
+        end = todo[-1][0] + 1 if todo else start
+        if next_offset is not None:
+            end = max(end, next_offset)
+        if end <= start:
+            return
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for offset, record in todo:
+                self._apply_one(offset, record)
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('applied_offset', ?)", (end,))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def _apply_one(self, offset: int, record: Any) -> None:
+        db = self._db
+        if isinstance(record, DisklessPartitionCreatedRecord):
+            db.execute("INSERT OR IGNORE INTO partitions VALUES (?, ?, ?, 0, 0)",
+                       (record.topic_id.bytes, record.partition_index, record.name))
+        elif isinstance(record, DisklessFileCommittedRecord):
+            self._apply_file(offset, record)
+        elif isinstance(record, DisklessRecordsDeletedRecord):
+            tid = record.topic_id.bytes
+            db.execute("UPDATE partitions SET log_start_offset = MAX(log_start_offset, ?) "
+                       "WHERE topic_id = ? AND partition = ?", (record.new_log_start_offset, tid, record.partition_index))
+            db.execute("DELETE FROM batches WHERE topic_id = ? AND partition = ? AND last_offset < ?",
+                       (tid, record.partition_index, record.new_log_start_offset))
+            self._mark_empty_files_deleted()
+        elif isinstance(record, DisklessTopicDeletedRecord):
+            tid = record.topic_id.bytes
+            for table in ("partitions", "batches", "producers"):
+                db.execute(f"DELETE FROM {table} WHERE topic_id = ?", (tid,))
+            self._mark_empty_files_deleted()
+
+    def _mark_empty_files_deleted(self) -> None:
+        # The file's owners delete it later (the seed's handover; the next issue's cleaner).
+        self._db.execute("UPDATE files SET deleted = 1 WHERE deleted = 0 AND "
+                         "NOT EXISTS (SELECT 1 FROM batches b WHERE b.file_id = files.file_id)")
+
+    def _apply_file(self, offset: int, r: DisklessFileCommittedRecord) -> None:
+        db = self._db
+        cur = db.execute(
+            "INSERT INTO files (object_key, format, size, uploader, owners, committed_offset) VALUES (?, ?, ?, ?, ?, ?)",
+            (r.object_key, r.object_format, r.file_size, r.uploader_broker_id,
+             ",".join(str(o) for o in r.owner_ids), offset))
+        file_id = cur.lastrowid
+        for t in r.topics:
+            tid = t.topic_id.bytes
+            for p in t.partitions:
+                for b in p.batches:
+                    db.execute(
+                        "INSERT INTO batches (topic_id, partition, file_id, magic, byte_offset, byte_size, base_offset,"
+                        " last_offset, log_append_timestamp, max_timestamp, timestamp_type, producer_id,"
+                        " producer_epoch, base_sequence, last_sequence) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        (tid, p.partition_index, file_id, b.magic, b.byte_offset, b.byte_size,
+                         b.assigned_base_offset, b.assigned_last_offset, b.log_append_timestamp,
+                         b.batch_max_timestamp, b.timestamp_type, b.producer_id, b.producer_epoch,
+                         b.base_sequence, b.last_sequence))
+                    if b.producer_id >= 0:
+                        self._remember_producer_batch(tid, p.partition_index, b)
+                last = p.batches[-1].assigned_last_offset if p.batches else -1
+                db.execute("UPDATE partitions SET high_watermark = MAX(high_watermark, ?) "
+                           "WHERE topic_id = ? AND partition = ?", (last + 1, tid, p.partition_index))
+
+    def _remember_producer_batch(self, tid: bytes, partition: int, b: Any) -> None:
+        db = self._db
+        row = db.execute("SELECT MAX(seq) FROM producers WHERE topic_id = ? AND partition = ? AND producer_id = ?",
+                         (tid, partition, b.producer_id)).fetchone()
+        seq = (row[0] if row[0] is not None else -1) + 1
+        db.execute("INSERT INTO producers VALUES (?,?,?,?,?,?,?,?,?,?)",
+                   (tid, partition, b.producer_id, seq, b.producer_epoch, b.base_sequence, b.last_sequence,
+                    b.assigned_base_offset, b.assigned_last_offset, b.batch_max_timestamp))
+        db.execute("DELETE FROM producers WHERE topic_id = ? AND partition = ? AND producer_id = ? AND seq <= ?",
+                   (tid, partition, b.producer_id, seq - PRODUCER_BATCHES_KEPT))
+
+    # ------------------------------------------------------------------ reads
+    def partitions(self) -> dict[tuple[UUID, int], tuple[str, int, int]]:
+        """(topic id, partition) -> (topic name, log start offset, high watermark)."""
+        return {(UUID(bytes=t), p): (n, lso, hw) for t, p, n, lso, hw in
+                self._db.execute("SELECT topic_id, partition, topic_name, log_start_offset, high_watermark "
+                                 "FROM partitions")}
+
+    def producers(self) -> dict[tuple[UUID, int, int], list[ProducerBatch]]:
+        """(topic id, partition, producer id) -> its last batches, oldest first."""
+        out: dict[tuple[UUID, int, int], list[ProducerBatch]] = {}
+        for row in self._db.execute("SELECT topic_id, partition, producer_id, producer_epoch, base_sequence,"
+                                    " last_sequence, base_offset, last_offset, max_timestamp FROM producers"
+                                    " ORDER BY topic_id, partition, producer_id, seq"):
+            out.setdefault((UUID(bytes=row[0]), row[1], row[2]), []).append(ProducerBatch(*row[3:]))
+        return out
+
+    def find_batches(self, topic_id: UUID, partition: int, offset: int, max_bytes: int,
+                     max_batches: int) -> list[BatchRow]:
+        """Batches holding `offset` and after, in offset order, up to `max_bytes` (at least one
+        batch) and `max_batches`."""
+        rows = self._db.execute(
+            "SELECT b.batch_id, f.object_key, b.magic, b.byte_offset, b.byte_size, b.base_offset, b.last_offset,"
+            " b.log_append_timestamp, b.max_timestamp, b.timestamp_type FROM batches b JOIN files f USING (file_id)"
+            " WHERE b.topic_id = ? AND b.partition = ? AND b.last_offset >= ? ORDER BY b.last_offset LIMIT ?",
+            (topic_id.bytes, partition, offset, max(1, max_batches)))
+        out: list[BatchRow] = []
+        size = 0
+        for row in rows:
+            if out and size + row[4] > max_bytes:
+                break
+            out.append(BatchRow(*row))
+            size += row[4]
+        return out
+
+    def offset_for_timestamp(self, topic_id: UUID, partition: int, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first batch whose max timestamp is >= `timestamp` (the
+        batch's base offset, as Kafka answers for a batch-granular index), or None."""
+        row = self._db.execute(
+            "SELECT base_offset, CASE timestamp_type WHEN 1 THEN log_append_timestamp ELSE max_timestamp END AS ts"
+            " FROM batches WHERE topic_id = ? AND partition = ? AND ts >= ? ORDER BY base_offset LIMIT 1",
+            (topic_id.bytes, partition, timestamp)).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def max_timestamp(self, topic_id: UUID, partition: int) -> tuple[int, int] | None:
+        row = self._db.execute(
+            "SELECT base_offset, CASE timestamp_type WHEN 1 THEN log_append_timestamp ELSE max_timestamp END AS ts"
+            " FROM batches WHERE topic_id = ? AND partition = ? ORDER BY ts DESC, base_offset LIMIT 1",
+            (topic_id.bytes, partition)).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def file_has_batches(self, object_key: str) -> bool | None:
+        """True/False for a known file, None for one this coordinator never saw."""
+        row = self._db.execute("SELECT file_id FROM files WHERE object_key = ?", (object_key,)).fetchone()
+        if row is None:
+            return None
+        return self._db.execute("SELECT 1 FROM batches WHERE file_id = ? LIMIT 1", (row[0],)).fetchone() is not None
+
+    def dump(self) -> dict[str, list[tuple]]:
+        """Every table's rows in a stable order (replicas compare these)."""
+        out = {}
+        for table, order in (("meta", "name"), ("partitions", "topic_id, partition"), ("files", "file_id"),
+                             ("batches", "batch_id"), ("producers", "topic_id, partition, producer_id, seq")):
+            out[table] = list(self._db.execute(f"SELECT * FROM {table} ORDER BY {order}"))
+        return out

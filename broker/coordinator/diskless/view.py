@@ -1,0 +1,198 @@
+"""The leader's speculative view of one diskless coordinator: the committed SQLite state plus every
+record appended but not yet replicated (the seed's step 3). Checks run against it and the records
+an operation produces are applied to it at once, so the next operation does not wait for the
+previous one's replication (pipelining). It holds what the checks need (partitions, their offsets,
+the last batches of each producer); batches and files stay in SQLite.
+
+Producer rules are a local log's (broker/storage/producer_state.py): a repeat of one of the last 5
+batches is a duplicate answered with the original offset; an older epoch is
+INVALID_PRODUCER_EPOCH; a newer epoch must start at sequence 0 and the same epoch must continue the
+sequence, else OUT_OF_ORDER_SEQUENCE_NUMBER; an unknown producer is accepted at any sequence.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from broker.coordinator.diskless.state import PRODUCER_BATCHES_KEPT, DisklessState, ProducerBatch
+from protocol.errors import Errors
+from protocol.generated.metadata_records.diskless_file_committed_record import DisklessFileCommittedRecord
+from protocol.generated.metadata_records.diskless_partition_created_record import DisklessPartitionCreatedRecord
+from protocol.generated.metadata_records.diskless_records_deleted_record import DisklessRecordsDeletedRecord
+from protocol.generated.metadata_records.diskless_topic_deleted_record import DisklessTopicDeletedRecord
+
+INT32_MAX = 2**31 - 1
+LOG_APPEND_TIME = 1
+
+
+@dataclass(slots=True)
+class PartitionView:
+    name: str
+    log_start_offset: int
+    high_watermark: int
+    producers: dict[int, deque[ProducerBatch]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class BatchResult:
+    error_code: int = 0
+    error_message: str | None = None
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    duplicate: bool = False
+
+
+def _next_seq(seq: int) -> int:
+    return 0 if seq == INT32_MAX else seq + 1
+
+
+class CoordinatorView:
+    def __init__(self) -> None:
+        self.partitions: dict[tuple[UUID, int], PartitionView] = {}
+
+    @classmethod
+    def from_state(cls, state: DisklessState) -> CoordinatorView:
+        """Built from SQLite (blocking: run in an executor)."""
+        view = cls()
+        for key, (name, lso, hw) in state.partitions().items():
+            view.partitions[key] = PartitionView(name, lso, hw)
+        for (tid, part, pid), batches in state.producers().items():
+            pv = view.partitions.get((tid, part))
+            if pv is not None:
+                pv.producers[pid] = deque(batches, maxlen=PRODUCER_BATCHES_KEPT)
+        return view
+
+    # ------------------------------------------------------------------ applying records
+    def apply(self, record: Any) -> None:
+        if isinstance(record, DisklessPartitionCreatedRecord):
+            self.partitions.setdefault((record.topic_id, record.partition_index),
+                                       PartitionView(record.name, 0, 0))
+        elif isinstance(record, DisklessFileCommittedRecord):
+            for t in record.topics:
+                for p in t.partitions:
+                    pv = self.partitions.get((t.topic_id, p.partition_index))
+                    if pv is None:
+                        continue
+                    for b in p.batches:
+                        pv.high_watermark = max(pv.high_watermark, b.assigned_last_offset + 1)
+                        if b.producer_id >= 0:
+                            pv.producers.setdefault(b.producer_id, deque(maxlen=PRODUCER_BATCHES_KEPT)).append(
+                                ProducerBatch(b.producer_epoch, b.base_sequence, b.last_sequence,
+                                              b.assigned_base_offset, b.assigned_last_offset, b.batch_max_timestamp))
+        elif isinstance(record, DisklessRecordsDeletedRecord):
+            pv = self.partitions.get((record.topic_id, record.partition_index))
+            if pv is not None:
+                pv.log_start_offset = max(pv.log_start_offset, record.new_log_start_offset)
+        elif isinstance(record, DisklessTopicDeletedRecord):
+            for key in [k for k in self.partitions if k[0] == record.topic_id]:
+                del self.partitions[key]
+
+    # ------------------------------------------------------------------ operations
+    def create_partitions(self, topics: list[Any],
+                          owns: Callable[[UUID, int], bool] = lambda tid, i: True) -> list[DisklessPartitionCreatedRecord]:
+        """Records for the partitions of `topics` (TopicId, Name, NumPartitions) that this
+        coordinator `owns` and does not know yet."""
+        records = []
+        for t in topics:
+            for i in range(t.num_partitions):
+                if (t.topic_id, i) not in self.partitions and owns(t.topic_id, i):
+                    records.append(DisklessPartitionCreatedRecord(topic_id=t.topic_id, name=t.name, partition_index=i))
+        for r in records:
+            self.apply(r)
+        return records
+
+    def _check_producer(self, pv: PartitionView, b: Any) -> BatchResult | None:
+        """None: append the batch. Otherwise the answer without appending (error or duplicate)."""
+        batches = pv.producers.get(b.producer_id)
+        if not batches:
+            return None
+        last = batches[-1]
+        if b.producer_epoch < last.producer_epoch:
+            return BatchResult(Errors.INVALID_PRODUCER_EPOCH,
+                               f"producer {b.producer_id} epoch {b.producer_epoch} is older than {last.producer_epoch}")
+        if b.producer_epoch == last.producer_epoch:
+            for cached in batches:
+                if (cached.producer_epoch, cached.base_sequence, cached.last_sequence) == (
+                        b.producer_epoch, b.base_sequence, b.last_sequence):
+                    return BatchResult(0, None, cached.base_offset, -1, pv.log_start_offset, duplicate=True)
+            if b.base_sequence != _next_seq(last.last_sequence):
+                return BatchResult(Errors.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                   f"producer {b.producer_id}: sequence {b.base_sequence}, expected "
+                                   f"{_next_seq(last.last_sequence)}")
+        elif b.base_sequence != 0:
+            return BatchResult(Errors.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                               f"producer {b.producer_id}: a new epoch {b.producer_epoch} must start at sequence 0")
+        return None
+
+    def commit_file(self, req: Any, uploader: int, now_ms: int) -> tuple[list[BatchResult], DisklessFileCommittedRecord | None]:
+        """Check and assign offsets to the batches of a DisklessCommitFile request. Returns one
+        result per batch (request order) and the record to append (None: nothing accepted)."""
+        R = DisklessFileCommittedRecord
+        results: list[BatchResult] = []
+        topics: dict[UUID, dict[int, list[Any]]] = {}
+        for b in req.batches:
+            pv = self.partitions.get((b.topic_id, b.partition_index))
+            count = b.last_offset - b.base_offset + 1
+            if pv is None:
+                results.append(BatchResult(Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                                           f"partition {b.topic_id}-{b.partition_index} is not on this coordinator"))
+                continue
+            if count < 1 or b.size <= 0 or b.byte_offset < 0 or b.byte_offset + b.size > req.file_size:
+                results.append(BatchResult(Errors.CORRUPT_MESSAGE, "batch offsets or byte range are invalid"))
+                continue
+            if b.producer_id >= 0:
+                answer = self._check_producer(pv, b)
+                if answer is not None:
+                    results.append(answer)
+                    continue
+            base = pv.high_watermark
+            append_time = now_ms if b.timestamp_type == LOG_APPEND_TIME else -1
+            committed = R.DisklessCommittedBatch(
+                magic=b.magic, byte_offset=b.byte_offset, byte_size=b.size, assigned_base_offset=base,
+                assigned_last_offset=base + count - 1, log_append_timestamp=now_ms,
+                batch_max_timestamp=b.batch_max_timestamp, timestamp_type=b.timestamp_type,
+                producer_id=b.producer_id, producer_epoch=b.producer_epoch, base_sequence=b.base_sequence,
+                last_sequence=b.last_sequence)
+            topics.setdefault(b.topic_id, {}).setdefault(b.partition_index, []).append(committed)
+            # the view moves now (pending), so the next batch of the same partition follows this one
+            pv.high_watermark = base + count
+            if b.producer_id >= 0:
+                pv.producers.setdefault(b.producer_id, deque(maxlen=PRODUCER_BATCHES_KEPT)).append(
+                    ProducerBatch(b.producer_epoch, b.base_sequence, b.last_sequence, base, base + count - 1,
+                                  b.batch_max_timestamp))
+            results.append(BatchResult(0, None, base, append_time, pv.log_start_offset))
+        if not topics:
+            return results, None
+        record = R(object_key=req.object_key, object_format=req.object_format, file_size=req.file_size,
+                   uploader_broker_id=uploader, owner_ids=list(req.owner_ids),
+                   topics=[R.DisklessCommittedTopic(topic_id=tid, partitions=[
+                       R.DisklessCommittedPartition(partition_index=pi, batches=bs) for pi, bs in parts.items()])
+                       for tid, parts in topics.items()])
+        return results, record
+
+    def delete_records(self, topic_id: UUID, partition: int, offset: int) -> tuple[int, int, Any]:
+        """(error, new low watermark, record or None). offset -1 means the high watermark."""
+        pv = self.partitions.get((topic_id, partition))
+        if pv is None:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, None
+        if offset == -1:
+            offset = pv.high_watermark
+        if offset < 0 or offset > pv.high_watermark:
+            return Errors.OFFSET_OUT_OF_RANGE, -1, None
+        if offset <= pv.log_start_offset:
+            return 0, pv.log_start_offset, None
+        record = DisklessRecordsDeletedRecord(topic_id=topic_id, partition_index=partition, new_log_start_offset=offset)
+        self.apply(record)
+        return 0, offset, record
+
+    def delete_topic(self, topic_id: UUID) -> DisklessTopicDeletedRecord | None:
+        if not any(k[0] == topic_id for k in self.partitions):
+            return None
+        record = DisklessTopicDeletedRecord(topic_id=topic_id)
+        self.apply(record)
+        return record

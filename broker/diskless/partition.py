@@ -1,0 +1,197 @@
+"""Diskless partitions behind the one partition interface, and the broker's diskless service that
+holds what they share (object store, WAL writer, block cache, coordinator client, long-poll
+waiters) and picks each client's "leader" for Metadata.
+
+Any broker serves any diskless partition. Produce: batches are validated (header, CRC, size),
+stamped with LogAppendTime when the topic asks for it, and buffered into this broker's WAL file;
+the answer waits for the commit (acks 0/1/all all mean committed). Transactional batches are
+refused with INVALID_TXN_STATE (not supported yet, as in Inkless). Fetch: DisklessFindBatches,
+ranged reads through the block cache, base offsets patched in. Long polls re-ask every
+`diskless.fetch.poll.ms` (100 ms) and wake at once when this broker commits to the partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from broker.coordinator.diskless.view import BatchResult
+from broker.diskless.coordinator_client import CoordinatorClient
+from broker.diskless.object_store import ObjectStoreError, open_object_store
+from broker.diskless.reader import cache_from_config, read_batches
+from broker.diskless.wal import DEFAULT_MAX_BYTES, DEFAULT_MAX_MS, WalWriter
+from broker.partitions.interface import AppendAnswer, FetchPosition, OffsetAnswer, ReadAnswer, answered
+from broker.replication.peers import PeerClients
+from broker.storage.batch_validation import validate_client_batches
+from broker.storage.errors import StorageError
+from metadata.image import PartitionInfo, TopicInfo
+from protocol.errors import Errors
+from protocol.records.batch import set_log_append_time
+
+log = structlog.get_logger(__name__)
+
+LATEST = -1
+TXN_REFUSED = "transactions are not supported on diskless topics yet (as in Inkless): use a classic topic"
+RACK_TAG = "diskless_az="  # Inkless' convention: a client names its zone in client.id
+
+
+class DisklessPartition:
+    def __init__(self, service: DisklessService, topic: TopicInfo, info: PartitionInfo) -> None:
+        self.s = service
+        self.topic = topic
+        self.info = info
+        self.key = (topic.id, info.partition)
+
+    # ------------------------------------------------------------------ produce
+    def append(self, records: Any, acks: int, timeout_ms: int, now_ms: int) -> Awaitable[AppendAnswer]:
+        if records is None or len(records) == 0:
+            return answered(AppendAnswer(Errors.CORRUPT_MESSAGE, "produce request holds no records"))
+        cfg = self.s.replicas.topic_config(self.topic.name)
+        try:
+            batches = validate_client_batches(records, int(cfg["max.message.bytes"]), allow_control=False)
+        except StorageError as e:
+            log.warning("produce_rejected", topic=self.topic.name, partition=self.info.partition, error=str(e))
+            return answered(AppendAnswer(e.error_code, str(e)))
+        if any(h.is_transactional for _, h in batches):
+            return answered(AppendAnswer(Errors.INVALID_TXN_STATE, TXN_REFUSED))
+        data: Any = records
+        ts_type = 0
+        if cfg.get("message.timestamp.type") == "LogAppendTime":
+            data, ts_type = bytearray(records), 1
+            for pos, h in batches:
+                set_log_append_time(data, pos, h, now_ms)
+        fut = self.s.wal.append(self.topic.id, self.info.partition, bytes(data), [h for _, h in batches],
+                                ts_type, now_ms)
+        return self._answer(fut)
+
+    async def _answer(self, fut: asyncio.Future) -> AppendAnswer:
+        r: BatchResult = await fut
+        return AppendAnswer(r.error_code, r.error_message, r.base_offset, r.log_append_time, r.log_start_offset)
+
+    # ------------------------------------------------------------------ fetch
+    async def read(self, pos: FetchPosition) -> ReadAnswer:
+        tid, idx = self.key
+        err, lso, hw, rows = await self.s.client.find_batches(tid, idx, pos.fetch_offset, max(pos.max_bytes, 1))
+        ans = ReadAnswer(high_watermark=hw, last_stable_offset=hw, log_start_offset=lso,
+                         aborted_transactions=[] if pos.read_committed else None)
+        if err == Errors.OFFSET_OUT_OF_RANGE and pos.fetch_offset > hw >= 0:
+            # this broker's copy of the coordinator's state may trail the leader by a moment
+            code, _, latest = await self.s.client.list_offsets(tid, idx, LATEST)
+            if code == 0 and pos.fetch_offset <= latest:
+                ans.wait = True
+                return ans
+        if err:
+            ans.error_code = err
+            return ans
+        if not rows:
+            ans.wait = True
+            return ans
+        if not pos.min_one_batch and rows[0].byte_size > pos.max_bytes:
+            return ans  # the budget is spent; the next fetch gets it
+        try:
+            ans.records = await read_batches(self.s.cache, rows)
+        except ObjectStoreError as e:
+            log.warning("diskless_read_failed", topic=self.topic.name, partition=idx, error=str(e))
+            ans.error_code = Errors.KAFKA_STORAGE_ERROR
+            return ans
+        ans.size = len(ans.records)
+        return ans
+
+    def add_data_waiter(self, fut: asyncio.Future) -> None:
+        self.s.add_waiter(self.key, fut)
+
+    async def epoch_end_offset(self, leader_epoch: int, consumer: bool) -> tuple[int, int, int]:
+        """A diskless partition has one leader epoch (no leader stores it): its end is the high
+        watermark."""
+        err, _, end = await self.s.client.list_offsets(self.topic.id, self.info.partition, LATEST)
+        return (err, -1, -1) if err else (0, self.info.leader_epoch, end)
+
+    # ------------------------------------------------------------------ list offsets
+    async def offset_for(self, timestamp: int, read_committed: bool) -> OffsetAnswer:
+        err, ts, offset = await self.s.client.list_offsets(self.topic.id, self.info.partition, timestamp)
+        ans = OffsetAnswer(err, offset if not err else -1, ts if not err else -1)
+        if ans.offset >= 0:
+            ans.leader_epoch = self.info.leader_epoch
+        return ans
+
+
+class DisklessService:
+    def __init__(self, broker: Any) -> None:
+        cfg = broker.config
+        props = cfg.props
+        self.node_id = cfg.node_id
+        self.metadata = broker.metadata
+        self.replicas = broker.replicas
+        url = props.get("diskless.storage.url") or f"file://{Path(cfg.log_dirs[0]).absolute() / 'diskless-objects'}"
+        self.location = open_object_store(url, endpoint=props.get("diskless.storage.s3.endpoint"),
+                                          region=props.get("diskless.storage.s3.region"))
+        self.peers = PeerClients(broker, "diskless")  # client id diskless-<node id>: the coordinator APIs' rule
+        self.client = CoordinatorClient(self.node_id, broker.metadata, self.peers, broker.diskless_coordinator,
+                                        broker.replicas)
+        self.wal = WalWriter(self.location, self.client,
+                             max_bytes=int(props.get("diskless.wal.max.bytes", DEFAULT_MAX_BYTES)),
+                             max_ms=int(props.get("diskless.wal.max.ms", DEFAULT_MAX_MS)),
+                             on_commit=self._committed)
+        self.cache = cache_from_config(self.location.store, props)
+        self.poll_s = int(props.get("diskless.fetch.poll.ms", "100")) / 1000
+        self._waiters: dict[tuple[Any, int], list[asyncio.Future]] = {}
+        self._loop = asyncio.get_running_loop()
+
+    def partition(self, topic: str, index: int) -> DisklessPartition | None:
+        """The diskless partition `topic`-`index`, or None when it is not one."""
+        t = self.metadata.image.topic(topic)
+        info = t.partitions.get(index) if t is not None else None
+        if info is None or info.diskless_coordinator < 0:
+            return None
+        return DisklessPartition(self, t, info)
+
+    def add_waiter(self, key: tuple[Any, int], fut: asyncio.Future) -> None:
+        self._waiters.setdefault(key, []).append(fut)
+        self._loop.call_later(self.poll_s, lambda: fut.done() or fut.set_result(None))
+
+    def _committed(self, topic_id: Any, partition: int) -> None:
+        for fut in self._waiters.pop((topic_id, partition), []):
+            if not fut.done():
+                fut.set_result(None)
+
+    # ------------------------------------------------------------------ metadata
+    def assign_leaders(self, topics: list[Any], client_id: str | None) -> None:
+        """Name one live broker as the leader (and only replica) of every diskless partition in a
+        Metadata answer: one in the client's rack when its client.id carries `diskless_az=<rack>`
+        (Inkless' convention) and a broker has that broker.rack, else one spread by a stable hash
+        of the client id, so unmodified clients spread over the brokers and each talks to one."""
+        image = self.metadata.image
+        live = sorted(b.id for b in image.brokers.values() if not b.fenced)
+        if not live:
+            return
+        cid = client_id or ""
+        pool = live
+        if RACK_TAG in cid:
+            rack = cid.split(RACK_TAG, 1)[1].split(",")[0].split(";")[0]
+            in_rack = [i for i in live if image.brokers[i].rack == rack]
+            pool = in_rack or live
+        leader = pool[zlib.crc32(cid.encode()) % len(pool)]
+        for t in topics:
+            info = image.topics.get(t.topic_id) if t.topic_id is not None else None
+            if info is None:
+                continue
+            for entry in t.partitions:
+                pinfo = info.partitions.get(entry.partition_index)
+                if pinfo is None or pinfo.diskless_coordinator < 0:
+                    continue
+                entry.error_code = 0
+                entry.leader_id = leader
+                entry.replica_nodes = [leader]
+                entry.isr_nodes = [leader]
+                entry.offline_replicas = []
+
+    async def close(self) -> None:
+        await self.wal.close()
+        await self.peers.close()
+        await self.location.store.close()
+

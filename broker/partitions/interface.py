@@ -1,0 +1,79 @@
+"""The one partition interface Produce, Fetch and ListOffsets call (ARCHITECTURE.md, after Tansu's
+storage trait). A local chunk replica (local.py) and a diskless partition (broker/diskless/
+partition.py) implement it; the handlers never ask which kind they hold.
+
+append() does its synchronous part (validation, offset assignment or buffering) before it returns,
+so pipelined requests on one connection keep their order; what it returns is awaited for the
+answer (replication for acks=all, the WAL commit for diskless).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(slots=True)
+class AppendAnswer:
+    error_code: int = 0
+    error_message: str | None = None
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    record_errors: list[tuple[int, str]] = field(default_factory=list)  # (batch index, message)
+
+
+@dataclass(slots=True)
+class FetchPosition:
+    """What a fetcher asks of one partition."""
+
+    fetch_offset: int
+    max_bytes: int
+    replica_id: int  # >= 0: a follower broker
+    last_fetched_epoch: int
+    read_committed: bool
+    min_one_batch: bool
+
+
+@dataclass(slots=True)
+class ReadAnswer:
+    error_code: int = 0
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: Any = b""
+    size: int = 0
+    aborted_transactions: list[tuple[int, int]] | None = None  # (producer id, first offset); None: not asked
+    diverging: tuple[int, int] | None = None  # (epoch, end offset): the follower must truncate
+    wait: bool = False  # nothing to read yet: a long poll waits on this partition
+
+
+@dataclass(slots=True)
+class OffsetAnswer:
+    error_code: int = 0
+    offset: int = -1
+    timestamp: int = -1
+    leader_epoch: int = -1
+
+
+class ServedPartition(Protocol):
+    def append(self, records: Any, acks: int, timeout_ms: int, now_ms: int) -> Awaitable[AppendAnswer]: ...
+
+    async def read(self, pos: FetchPosition) -> ReadAnswer: ...
+
+    async def offset_for(self, timestamp: int, read_committed: bool) -> OffsetAnswer: ...
+
+    def add_data_waiter(self, fut: asyncio.Future) -> None: ...
+
+    async def epoch_end_offset(self, leader_epoch: int, consumer: bool) -> tuple[int, int, int]:
+        """(error, epoch, end offset) for OffsetForLeaderEpoch; a consumer never sees past the
+        high watermark."""
+
+
+def answered(answer: AppendAnswer) -> Awaitable[AppendAnswer]:
+    """An append decided synchronously (refused, or acks that need no waiting)."""
+    fut = asyncio.get_running_loop().create_future()
+    fut.set_result(answer)
+    return fut

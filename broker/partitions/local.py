@@ -1,0 +1,163 @@
+"""A local chunk replica behind the partition interface: the active chunk's leader (or, for
+followers' fetches and debugging readers, a replica) appends, reads file bytes and answers offsets;
+the inactive chunks are consulted through ChunkReads for earliest / by-time / max-time offsets."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Any
+
+from broker.partitions.interface import AppendAnswer, FetchPosition, OffsetAnswer, ReadAnswer, answered
+from broker.storage.batch_validation import first_record_without_key
+from broker.storage.cleaner import cleanup_policies
+from broker.storage.errors import ResourceExhaustedError, StorageError
+from protocol.errors import Errors
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+
+
+class LocalPartition:
+    def __init__(self, broker: Any, partition: Any) -> None:
+        self.b = broker
+        self.p = partition
+
+    # ------------------------------------------------------------------ produce
+    def append(self, records: Any, acks: int, timeout_ms: int, now_ms: int) -> Awaitable[AppendAnswer]:
+        """Validate and append now (before any await); the result waits for the high watermark
+        when acks=all. Compacted topics refuse records without a key (INVALID_RECORD), as Kafka."""
+        b, p = self.b, self.p
+        rm = b.replicas
+        name = p.topic
+        if p.sealed:
+            return answered(AppendAnswer(Errors.NOT_LEADER_OR_FOLLOWER, "a new chunk is being created for this partition"))
+        if records is None or len(records) == 0:
+            return answered(AppendAnswer(Errors.CORRUPT_MESSAGE, "produce request holds no records"))
+        if acks == -1:
+            min_isr = int(rm.topic_config(name)["min.insync.replicas"])
+            if len(p.isr) < min_isr:
+                return answered(AppendAnswer(Errors.NOT_ENOUGH_REPLICAS,
+                                             f"ISR has {len(p.isr)} replicas, min.insync.replicas is {min_isr}"))
+        if "compact" in cleanup_policies(rm.topic_config(name)):
+            bad = first_record_without_key(records)
+            if bad is not None:
+                msg = f"Compacted topic cannot accept message without key in topic partition {name}-{p.index}."
+                return answered(AppendAnswer(Errors.INVALID_RECORD, msg, record_errors=[(bad, msg)]))
+        try:
+            info = p.log.append_as_leader(records, p.leader_epoch, now_ms)
+        except StorageError as e:
+            if not isinstance(e, ResourceExhaustedError):  # that one has its own rate-limited line
+                b.log_produce_error(name, p.index, e)
+            return answered(AppendAnswer(e.error_code, str(e), record_errors=list(e.record_errors)))
+        answer = AppendAnswer(0, None, info.first_offset, info.log_append_time, p.log.log_start_offset)
+        p.notify_data()
+        p.maybe_advance_high_watermark()
+        # already replicated (a single in-sync replica): answer now, without a task per wait
+        if acks != -1 or p.log.high_watermark >= info.last_offset + 1:
+            return answered(answer)
+        return self._replicated(answer, info.last_offset + 1, max(timeout_ms, 0) / 1000)
+
+    async def _replicated(self, answer: AppendAnswer, end: int, timeout: float) -> AppendAnswer:
+        p = self.p
+        if not await p.wait_for_high_watermark(end, timeout):
+            # a replica no longer served here (reassigned away, its dir failed) lost leadership:
+            # NOT_LEADER_OR_FOLLOWER tells an idempotent producer the batch was not persisted
+            still = p.is_leader and self.b.replicas.get(p.topic, p.index) is p
+            answer.error_code = Errors.REQUEST_TIMED_OUT if still else Errors.NOT_LEADER_OR_FOLLOWER
+        return answer
+
+    # ------------------------------------------------------------------ fetch
+    async def read(self, pos: FetchPosition) -> ReadAnswer:
+        return self.read_now(pos)
+
+    def read_now(self, pos: FetchPosition) -> ReadAnswer:
+        """File bytes from fetch_offset: to the high watermark (the last stable offset for
+        read_committed consumers, with the aborted transactions overlapping them), to the log end
+        for followers, whose fetch also moves their state here (KIP-595 divergence first)."""
+        p = self.p
+        lg = p.log
+        is_follower = pos.replica_id >= 0
+        diverging = None
+        if is_follower and pos.last_fetched_epoch >= 0:
+            # KIP-595 / KIP-320: does the follower's log agree with ours up to fetch_offset?
+            epoch, end = lg.leader_epoch_cache.end_offset_for(pos.last_fetched_epoch, lg.log_end_offset)
+            if end < pos.fetch_offset or epoch < pos.last_fetched_epoch:
+                diverging = (epoch, end)
+        if is_follower and diverging is None:
+            p.update_follower(pos.replica_id, pos.fetch_offset)
+        hw = p.high_watermark
+        lso = lg.last_stable_offset
+        read_committed = not is_follower and pos.read_committed
+        limit = None if is_follower else (lso if read_committed else hw)
+        # As Kafka: a list (maybe empty) for read_committed consumers, null for the others.
+        ans = ReadAnswer(high_watermark=hw, last_stable_offset=lso, log_start_offset=lg.log_start_offset,
+                         aborted_transactions=[] if read_committed else None)
+        if diverging is not None:
+            ans.diverging = diverging
+        elif pos.fetch_offset > lg.log_end_offset or pos.fetch_offset < lg.log_start_offset:
+            ans.error_code = Errors.OFFSET_OUT_OF_RANGE
+        elif limit is not None and pos.fetch_offset >= limit:
+            ans.wait = True
+        else:
+            try:
+                fi = lg.read(pos.fetch_offset, pos.max_bytes, max_offset=limit, min_one_batch=pos.min_one_batch)
+            except StorageError as e:
+                ans.error_code = e.error_code
+            else:
+                if fi.total_bytes:
+                    ans.records, ans.size = fi.records, fi.total_bytes
+                    if read_committed:
+                        ans.aborted_transactions = list(lg.aborted_transactions(pos.fetch_offset, fi.end_offset))
+                else:
+                    ans.wait = True
+        return ans
+
+    def add_data_waiter(self, fut: asyncio.Future) -> None:
+        self.p.add_data_waiter(fut)
+
+    async def epoch_end_offset(self, leader_epoch: int, consumer: bool) -> tuple[int, int, int]:
+        lg = self.p.log
+        epoch, end = lg.leader_epoch_cache.end_offset_for(leader_epoch, lg.log_end_offset)
+        if consumer and end > self.p.high_watermark:
+            end = self.p.high_watermark  # consumers never see past the high watermark
+        return 0, epoch, end
+
+    # ------------------------------------------------------------------ list offsets
+    async def offset_for(self, timestamp: int, read_committed: bool) -> OffsetAnswer:
+        """Earliest, latest (HW; the LSO for read_committed), max timestamp, or the first offset at
+        or after a time (below what the isolation level may read); the inactive chunks first."""
+        b, p = self.b, self.p
+        lg = p.log
+        ts = timestamp
+        name, idx = p.topic, p.index
+        readable = lg.last_stable_offset if read_committed else p.high_watermark
+        chunked = bool(b.chunk_reads.chunked(name, idx))
+        ans = OffsetAnswer()
+        if ts == EARLIEST and chunked:
+            found = await b.chunk_reads.earliest(name, idx)
+            ans.offset = lg.log_start_offset if found is None else found
+        elif ts in (EARLIEST, EARLIEST_LOCAL):
+            ans.offset = lg.log_start_offset
+        elif ts == LATEST:
+            ans.offset = readable
+        elif ts == LATEST_TIERED:
+            ans.offset = -1
+        elif ts == MAX_TIMESTAMP:
+            ans.timestamp, ans.offset = lg.max_timestamp()
+            found = await b.chunk_reads.max_timestamp(name, idx) if chunked else None
+            if found is not None and found[1] >= ans.timestamp:  # a tie goes to the older record
+                ans.offset, ans.timestamp = found
+        elif ts < 0:
+            ans.error_code = Errors.INVALID_REQUEST
+            return ans
+        else:
+            found = None
+            if chunked:  # the inactive chunks come first (each skipped if all its records are older)
+                found = await b.chunk_reads.offset_for_timestamp(name, idx, ts)
+            if found is None:
+                found = lg.offset_for_timestamp(ts)
+            if found is not None and found[0] < readable:
+                ans.offset, ans.timestamp = found
+        if ans.offset >= 0:
+            ans.leader_epoch = p.leader_epoch
+        return ans

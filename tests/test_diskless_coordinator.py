@@ -1,0 +1,171 @@
+"""The diskless coordinator on a real cluster: a diskless topic's partitions are mapped to
+__diskless_metadata partitions and created there; DisklessCommitFile assigns contiguous offsets
+and answers a retried idempotent batch with its original offset; ListOffsets / FindBatches see the
+commits (FindBatches also from a follower's SQLite); non-brokers are refused; a coordinator's
+SQLite file deleted while its broker is down is rebuilt identical to the other replicas'."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from node.client import NodeClient
+from protocol.errors import Errors
+from protocol.generated.create_topics import CreateTopicsRequest
+from protocol.generated.diskless_commit_file import DisklessCommitFileRequest as C
+from protocol.generated.diskless_find_batches import DisklessFindBatchesRequest as FB
+from protocol.generated.diskless_list_offsets import DisklessListOffsetsRequest as LO
+from protocol.generated.find_coordinator import FindCoordinatorRequest
+from protocol.generated.metadata import MetadataRequest
+
+HOST = "127.0.0.1"
+DISKLESS_KEY = 100
+OVERRIDES = {"diskless.metadata.topic.num.partitions": "2", "diskless.metadata.topic.replication.factor": "3"}
+
+
+async def _retry(fn: Any, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result = await fn()
+            if result is not None:
+                return result
+        except (AssertionError, OSError):
+            if time.monotonic() > deadline:
+                raise
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.2)
+
+
+async def _setup(cluster: Any) -> tuple[uuid.UUID, dict[int, int], dict[int, int]]:
+    """Create a 4-partition diskless topic; (topic id, partition -> coordinator, coordinator -> leader)."""
+    async with NodeClient(HOST, cluster.broker_port(1)) as c:
+        R = CreateTopicsRequest
+        resp = await c.request(R(topics=[R.CreatableTopic(
+            name="dl", num_partitions=4, replication_factor=1,
+            configs=[R.CreatableTopicConfig(name="diskless.enable", value="true")])], timeout_ms=30000))
+        assert resp.topics[0].error_code == 0, resp.topics[0].error_message
+
+        async def mapped() -> Any:
+            md = await c.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="dl")]), 12)
+            t = md.topics[0]
+            return t.topic_id if t.error_code == 0 else None
+
+        tid = await _retry(mapped)
+
+        async def leaders() -> dict[int, int] | None:
+            out = {}
+            for index in (0, 1):
+                r = await c.request(FindCoordinatorRequest(key_type=DISKLESS_KEY, coordinator_keys=[str(index)]), 4)
+                co = r.coordinators[0]
+                if co.error_code:
+                    return None
+                out[index] = co.node_id
+            return out
+
+        coordinators = await _retry(leaders)
+    # the mapping is partition metadata: read it from a broker's image via the controller's records
+    return tid, coordinators
+
+
+def _commit(tid: uuid.UUID, key: str, batches: list[tuple[int, int, int, int]]) -> C:
+    """batches: (partition, records, producer id, base sequence)."""
+    out, pos = [], 0
+    for part, n, pid, seq in batches:
+        out.append(C.DisklessCommitBatch(
+            magic=2, request_id=0, topic_id=tid, partition_index=part, byte_offset=pos, size=100,
+            base_offset=0, last_offset=n - 1, batch_max_timestamp=1_700_000_000_000, timestamp_type=0,
+            producer_id=pid, producer_epoch=0 if pid >= 0 else -1, base_sequence=seq,
+            last_sequence=seq + n - 1 if seq >= 0 else -1))
+        pos += 100
+    return C(object_key=key, object_format=1, file_size=pos, owner_ids=[0], batches=out)
+
+
+def _dump(path: Path) -> dict[str, list] | None:
+    """Every table of a coordinator's SQLite file, or None while it is being (re)created."""
+    if not path.exists():
+        return None
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return {t: list(db.execute(f"SELECT * FROM {t} ORDER BY 1, 2")) for t in
+                ("meta", "partitions", "files", "batches", "producers")}
+    except sqlite3.OperationalError:
+        return None
+    finally:
+        db.close()
+
+
+def test_coordinator(cluster_factory: Any) -> None:
+    cluster = cluster_factory(brokers=3, broker_overrides=OVERRIDES)
+
+    async def run() -> None:
+        tid, coordinators = await _setup(cluster)
+        leader = coordinators[0]
+        async with NodeClient(HOST, cluster.broker_port(leader), client_id=f"diskless-{leader}") as c:
+            # which of the 4 partitions coordinator 0 owns: the ones it does not refuse
+            async def commit_all() -> Any:
+                r = await c.request(_commit(tid, "wal/probe", [(p, 1, -1, -1) for p in range(4)]))
+                codes = [b.error_code for b in r.batches]
+                if any(code in (Errors.COORDINATOR_LOAD_IN_PROGRESS, Errors.UNKNOWN_TOPIC_OR_PARTITION)
+                       for code in codes):
+                    return None
+                return codes
+
+            codes = await _retry(commit_all)
+            mine = [p for p, code in enumerate(codes) if code == 0]
+            assert mine and all(code in (0, Errors.NOT_COORDINATOR) for code in codes), codes
+            p = mine[0]
+            r = await c.request(_commit(tid, "wal/a", [(p, 5, -1, -1), (p, 3, 42, 0), (p, 2, 42, 3)]))
+            assert [(b.error_code, b.assigned_base_offset) for b in r.batches] == [(0, 1), (0, 6), (0, 9)]
+            # the producer retries its first batch in a new file: the original offset, nothing appended
+            r = await c.request(_commit(tid, "wal/b", [(p, 3, 42, 0), (p, 1, 42, 9)]))
+            assert [(b.error_code, b.assigned_base_offset, b.is_duplicate) for b in r.batches] == [
+                (0, 6, True), (Errors.OUT_OF_ORDER_SEQUENCE_NUMBER, -1, False)]
+            lo = await c.request(LO(topics=[LO.DisklessListOffsetsTopic(
+                topic_id=tid, partitions=[LO.DisklessListOffsetsPartition(partition_index=p, timestamp=-1)])]))
+            assert lo.topics[0].partitions[0].offset == 11
+        # FindBatches from every replica of the coordinator's partition (followers read their SQLite)
+        for b in (1, 2, 3):
+            async with NodeClient(HOST, cluster.broker_port(b), client_id=f"diskless-{b}") as c:
+                async def found() -> Any:
+                    r = await c.request(FB(fetch_max_bytes=1 << 20, max_batches_per_partition=10, topics=[
+                        FB.DisklessFindBatchesTopic(topic_id=tid, partitions=[
+                            FB.DisklessFindBatchesPartition(partition_index=p, offset=5,
+                                                            max_partition_fetch_bytes=1 << 20)])]))
+                    part = r.topics[0].partitions[0]
+                    if part.error_code or part.high_watermark < 11:
+                        return None
+                    return [(x.object_key, x.base_offset, x.last_offset, x.byte_offset) for x in part.batches]
+
+                assert await _retry(found) == [("wal/a", 1, 5, 0), ("wal/a", 6, 8, 100), ("wal/a", 9, 10, 200)]
+        # not a broker: refused
+        async with NodeClient(HOST, cluster.broker_port(leader), client_id="mallory") as c:
+            r = await c.request(_commit(tid, "wal/x", [(p, 1, -1, -1)]))
+            assert r.batches[0].error_code == Errors.CLUSTER_AUTHORIZATION_FAILED
+        async with NodeClient(HOST, cluster.broker_port(leader), client_id="diskless-77") as c:
+            r = await c.request(_commit(tid, "wal/x", [(p, 1, -1, -1)]))
+            assert r.batches[0].error_code == Errors.CLUSTER_AUTHORIZATION_FAILED
+        return leader
+
+    leader = asyncio.run(run())
+    # the SQLite file of coordinator 0 on a follower, deleted while that broker is down, is rebuilt
+    follower = next(b for b in (1, 2, 3) if b != leader)
+    files = {b: cluster.node_dir(b) / "logs-0" / "diskless-coordinator" / "0.sqlite" for b in (1, 2, 3)}
+    cluster.terminate(follower)
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(files[follower]) + suffix).unlink(missing_ok=True)
+    cluster.start_node(follower)
+
+    async def rebuilt() -> None:
+        async def equal() -> Any:
+            dumps = [_dump(files[b]) for b in (1, 2, 3)]
+            return True if dumps[0] is not None and dumps[0] == dumps[1] == dumps[2] and dumps[0]["batches"] else None
+
+        await _retry(equal)
+
+    asyncio.run(rebuilt())

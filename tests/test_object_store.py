@@ -1,0 +1,112 @@
+"""Both object stores against the one interface: the local directory store and S3 (a real
+SeaweedFS server on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from broker.diskless.object_store import (
+    LocalObjectStore,
+    ObjectNotFound,
+    ObjectStore,
+    ObjectStoreError,
+    S3ObjectStore,
+    new_object_key,
+    open_object_store,
+)
+from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedS3, s3_server  # noqa: F401
+
+
+@pytest.fixture(params=["local", "s3"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectStore]:
+    if request.param == "local":
+        yield LocalObjectStore(tmp_path / "objects")
+    else:
+        server: SeaweedS3 = request.getfixturevalue("s3_server")
+        yield S3ObjectStore(server.bucket, endpoint=server.endpoint, region="us-east-1",
+                            access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY)
+
+
+def test_interface(store: ObjectStore) -> None:
+    async def run() -> None:
+        key = new_object_key("wal")
+        assert key.startswith("wal/") and len(key) == 4 + 36
+        data = bytes(range(256)) * 40
+        await store.put(key, data)
+        assert await store.get(key) == data
+        assert await store.get_range(key, 10, 300) == data[10:300]
+        assert await store.get_range(key, len(data) - 5, len(data) + 100) == data[-5:]
+        # conditional create: the first wins, the second sees the object and leaves it alone
+        other = new_object_key("wal")
+        assert await store.create(other, b"first") is True
+        assert await store.create(other, b"second") is False
+        assert await store.get(other) == b"first"
+        await store.put("elsewhere/x", b"!")
+        listed = await store.list("wal/")
+        assert [o.key for o in listed] == sorted([key, other])
+        assert {o.key: o.size for o in listed} == {key: len(data), other: 5}
+        assert all(o.last_modified_ms > 1_600_000_000_000 for o in listed)
+        await store.delete(key)
+        await store.delete(key)  # a missing key: no error (S3's rule)
+        with pytest.raises(ObjectNotFound):
+            await store.get(key)
+        assert [o.key for o in await store.list("wal/")] == [other]
+        await store.close()
+
+    asyncio.run(run())
+
+
+def test_store_down_is_a_store_error(tmp_path: Path) -> None:
+    """An unreachable S3 endpoint is an ObjectStoreError (producers get a retriable error)."""
+    from tools.cluster import free_ports
+
+    (port,) = free_ports(1)
+    s3 = S3ObjectStore("b", endpoint=f"http://127.0.0.1:{port}", region="us-east-1",
+                       access_key_id="a", secret_access_key="b")
+
+    async def run() -> None:
+        with pytest.raises(ObjectStoreError):
+            await asyncio.wait_for(s3.put("wal/x", b"data"), 60)
+
+    asyncio.run(run())
+
+
+def test_urls(tmp_path: Path) -> None:
+    loc = open_object_store(f"file://{tmp_path}/d")
+    assert isinstance(loc.store, LocalObjectStore) and loc.prefix == "wal"
+    loc = open_object_store("s3://bucket/some/prefix", endpoint="http://127.0.0.1:1", region="r")
+    assert isinstance(loc.store, S3ObjectStore) and loc.prefix == "some/prefix"
+    for bad in ("file://relative", "s3:///nobucket", "gs://x/y"):
+        with pytest.raises(ValueError):
+            open_object_store(bad)
+    with pytest.raises(ObjectStoreError):
+        asyncio.run(LocalObjectStore(tmp_path).put("../escape", b""))
+
+
+def test_block_cache_reads_and_evicts(tmp_path: Path) -> None:
+    """Ranged reads through the block cache: any range equals the object's bytes, blocks are
+    shared between reads, a block cached short is completed when a later read needs more, and
+    the cache stays within its capacity."""
+    from broker.diskless.reader import BlockCache
+
+    store = LocalObjectStore(tmp_path / "objects")
+    data = bytes(i % 251 for i in range(10_000))
+
+    async def run() -> None:
+        await store.put("wal/a", data)
+        cache = BlockCache(store, capacity=4096, block_size=1024)
+        assert await cache.read("wal/a", 10, 500) == data[10:500]  # block 0 cached short (500 bytes)
+        assert await cache.read("wal/a", 400, 900) == data[400:900]  # needs more of block 0: re-read
+        assert await cache.read("wal/a", 100, 800) == data[100:800]
+        assert cache.hits >= 1
+        assert await cache.read("wal/a", 1000, 9000) == data[1000:9000]
+        assert cache._size <= 4096
+        assert await cache.read("wal/a", 9990, 10_000) == data[9990:]
+        reads = await asyncio.gather(*(cache.read("wal/a", 2048 + i, 3000) for i in range(5)))
+        assert reads == [data[2048 + i:3000] for i in range(5)]
+
+    asyncio.run(run())
