@@ -85,6 +85,7 @@ class Broker:
 
         self.group_coordinator = GroupCoordinator(self)
         self.transaction_coordinator = TransactionCoordinator(self)
+        self.metadata.preparers.append(self.replicas.prepare)
         self.metadata.publishers.append(self.replicas.on_metadata)
         self.metadata.publishers.append(self.group_coordinator.on_metadata)
         await self.lifecycle.register(self.cluster_id, [d.directory_id for d in dirs if d.online])

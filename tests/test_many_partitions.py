@@ -80,9 +80,6 @@ def test_twenty_thousand_partitions_under_ulimit_4096(cluster_factory):
         brokers=1,
         nofile={1: NOFILE},
         broker_overrides={"log.retention.check.interval.ms": 2000},
-        # Opening 20,000 replicas runs on the broker's event loop (in one metadata delta at
-        # restart) and blocks its heartbeats for longer than the 9 s default session.
-        controller_overrides={"broker.session.timeout.ms": 600_000},
         timeout=120,
     )
     pid = c.pid(1)
