@@ -121,7 +121,12 @@ class MetadataLoader:
                 continue
             part = resp.responses[0].partitions[0]
             if part.error_code == OFFSET_OUT_OF_RANGE and part.snapshot_id is not None:
-                next_offset = await self._load_snapshot(part.snapshot_id.end_offset, part.snapshot_id.epoch)
+                try:
+                    next_offset = await self._load_snapshot(part.snapshot_id.end_offset, part.snapshot_id.epoch)
+                except ClientError as e:
+                    # e.g. the controller replaced that snapshot meanwhile: fetch again for the new one
+                    log.warning("metadata_snapshot_fetch_failed", error=str(e))
+                    await asyncio.sleep(0.2)
                 continue
             if part.error_code:
                 log.warning("metadata_fetch_error", error_code=part.error_code)
