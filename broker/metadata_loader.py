@@ -5,7 +5,8 @@ ReplicaManager first), and let callers wait until the image reaches an offset.
 Before a delta is published its preparers run (awaited, one delta at a time, so a later delta
 never overtakes an earlier one): the ReplicaManager opens the new replicas' logs there in a
 thread pool, so a delta of thousands of replicas never holds the event loop (heartbeats,
-requests) for the seconds that opening them takes."""
+requests) for the seconds that opening them takes; and it applies the delta in slices that
+yield to the loop (leadership changes of thousands of partitions take seconds too)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from protocol.records import decode_batches
 
 log = structlog.get_logger(__name__)
 
-Publisher = Callable[[MetadataDelta, MetadataImage], None]
+# a publisher may be a coroutine function: it is awaited before the next publisher and delta
+Publisher = Callable[[MetadataDelta, MetadataImage], Awaitable[None] | None]
 Preparer = Callable[[MetadataDelta, MetadataImage], Awaitable[None]]
 OFFSET_OUT_OF_RANGE = 1
 
@@ -219,7 +221,9 @@ class MetadataLoader:
         self.image = image
         for pub in self.publishers:
             try:
-                pub(delta, image)
+                applied = pub(delta, image)
+                if applied is not None:
+                    await applied
             except Exception:
                 log.exception("metadata_publish_failed", offset=image.offset)
         still = []

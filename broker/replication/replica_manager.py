@@ -298,8 +298,13 @@ class ReplicaManager:
                 except Exception:
                     _close_quietly(lg)
 
-    def on_metadata(self, delta: MetadataDelta, image: MetadataImage) -> None:
+    async def on_metadata(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        """Apply a delta, partition by partition, yielding to the event loop every few ms: one
+        of thousands of partitions (a restart, a fence or unfence of this broker) would
+        otherwise hold heartbeats and requests for seconds. Each partition is applied whole
+        between yields; the loader publishes the next delta only once this one is done."""
         self.image = image
+        pace = _Pacer()
         self._topic_configs.clear()
         # One partition's storage error (its dir failing under it) never stops the rest of the
         # delta: the partitions of every other dir are still applied.
@@ -309,12 +314,14 @@ class ReplicaManager:
                     self._remove_all(topic.name, idx)
                 except Exception:
                     log.exception("replica_remove_failed", topic=topic.name, partition=idx)
+                await pace()
         for name, p in delta.deleted_partitions.values():
             # a partition marked for deletion (KIP-253) was deleted once empty: every chunk goes
             try:
                 self._remove_all(name, p.partition)
             except Exception:
                 log.exception("replica_remove_failed", topic=name, partition=p.partition)
+            await pace()
         for tid, idx in delta.changed_partitions:
             t = image.topics.get(tid)
             if t is not None and idx in t.partitions:
@@ -323,6 +330,7 @@ class ReplicaManager:
                 except Exception as exc:
                     log.error("replica_apply_failed", topic=t.name, partition=idx, error=str(exc),
                               error_type=type(exc).__name__)
+                await pace()
         for rtype, name in delta.changed_configs:
             if rtype == TOPIC_RESOURCE:
                 cfg = self.log_config(name)
@@ -796,6 +804,20 @@ def _open_replica_log(d: LogDir, key: Key, cfg: LogConfig, topic_id: UUID) -> Lo
         lg.delete()
         lg = d.open_log(topic, partition, start, cfg, topic_id=topic_id)
     return lg
+
+
+class _Pacer:
+    """Awaited after each step of a long run of loop work: yields to the loop every SLICE seconds."""
+
+    SLICE = 0.02
+
+    def __init__(self) -> None:
+        self._until = time.monotonic() + self.SLICE
+
+    async def __call__(self) -> None:
+        if time.monotonic() >= self._until:
+            await asyncio.sleep(0)
+            self._until = time.monotonic() + self.SLICE
 
 
 def _close_logged(lg: Log) -> None:
