@@ -765,9 +765,8 @@ class ReplicaManager:
         self.partitions.clear()
         self.chunks.clear()
         self._preopened.clear()
-        # Each close flushes and fsyncs its files (several fsyncs a log): in many threads, since
-        # fsync releases the GIL and the disk takes them in parallel, so that 20,000 logs close
-        # within a launcher's 30 s grace rather than one after another.
+        # Each close flushes and fsyncs its files (about five fsyncs a log): in threads, since
+        # fsync releases the GIL, for disks that take fsyncs in parallel.
         started = time.monotonic()
         with ThreadPoolExecutor(max(16, self._open_threads * 16), thread_name_prefix="log-close") as pool:
             list(pool.map(_close_logged, logs))
