@@ -90,6 +90,7 @@ class Broker:
         from broker.diskless.partition import DisklessService
 
         self.diskless = DisklessService(self)  # diskless partitions: served by every broker
+        self.metadata.preparers.append(self.replicas.prepare)
         self.metadata.publishers.append(self.replicas.on_metadata)
         self.metadata.publishers.append(self.group_coordinator.on_metadata)
         await self.lifecycle.register(self.cluster_id, [d.directory_id for d in dirs if d.online])

@@ -1,11 +1,17 @@
 """Follows the controller's metadata log, as a KRaft broker does: Fetch on __cluster_metadata,
 replay records into a MetadataDelta, publish each new MetadataImage to the listeners (the
-ReplicaManager first), and let callers wait until the image reaches an offset."""
+ReplicaManager first), and let callers wait until the image reaches an offset.
+
+Before a delta is published its preparers run (awaited, one delta at a time, so a later delta
+never overtakes an earlier one): the ReplicaManager opens the new replicas' logs there in a
+thread pool, so a delta of thousands of replicas never holds the event loop (heartbeats,
+requests) for the seconds that opening them takes; and it applies the delta in slices that
+yield to the loop (leadership changes of thousands of partitions take seconds too)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import structlog
 
@@ -19,7 +25,9 @@ from protocol.records import decode_batches
 
 log = structlog.get_logger(__name__)
 
-Publisher = Callable[[MetadataDelta, MetadataImage], None]
+# a publisher may be a coroutine function: it is awaited before the next publisher and delta
+Publisher = Callable[[MetadataDelta, MetadataImage], Awaitable[None] | None]
+Preparer = Callable[[MetadataDelta, MetadataImage], Awaitable[None]]
 OFFSET_OUT_OF_RANGE = 1
 
 
@@ -30,6 +38,7 @@ class MetadataLoader:
         self.image = MetadataImage.EMPTY
         self.high_watermark = -1  # the controller's log end, as last reported
         self.publishers: list[Publisher] = []
+        self.preparers: list[Preparer] = []
         self._waiters: list[tuple[int, asyncio.Future]] = []
         self._task: asyncio.Task | None = None
         self._stopping = False
@@ -114,7 +123,12 @@ class MetadataLoader:
                 continue
             part = resp.responses[0].partitions[0]
             if part.error_code == OFFSET_OUT_OF_RANGE and part.snapshot_id is not None:
-                next_offset = await self._load_snapshot(part.snapshot_id.end_offset, part.snapshot_id.epoch)
+                try:
+                    next_offset = await self._load_snapshot(part.snapshot_id.end_offset, part.snapshot_id.epoch)
+                except ClientError as e:
+                    # e.g. the controller replaced that snapshot meanwhile: fetch again for the new one
+                    log.warning("metadata_snapshot_fetch_failed", error=str(e))
+                    await asyncio.sleep(0.2)
                 continue
             if part.error_code:
                 log.warning("metadata_fetch_error", error_code=part.error_code)
@@ -122,12 +136,12 @@ class MetadataLoader:
                 continue
             self.high_watermark = part.high_watermark
             if part.records:
-                next_offset = self._replay_batches(part.records, MetadataDelta(self.image))
+                next_offset = await self._replay_batches(part.records, MetadataDelta(self.image))
             if next_offset >= self.high_watermark:
                 self.caught_up.set()
             self._round_done(this_round)
 
-    def _replay_batches(self, records, delta: MetadataDelta, replaces: MetadataImage | None = None,
+    async def _replay_batches(self, records, delta: MetadataDelta, replaces: MetadataImage | None = None,
                         end_offset: int | None = None) -> int:
         """Replay every record, publish the new image; returns the next offset to fetch."""
         next_offset = delta.offset + 1
@@ -157,7 +171,7 @@ class MetadataLoader:
             })
         if delta.offset != self.image.offset or next_offset > self.image.offset + 1 or replaces is not None:
             delta.offset = max(delta.offset, next_offset - 1)
-            self._publish(delta)
+            await self._publish(delta)
         return next_offset
 
     async def _load_snapshot(self, end_offset: int, epoch: int) -> int:
@@ -193,16 +207,23 @@ class MetadataLoader:
                 break
         delta = MetadataDelta(MetadataImage.EMPTY)
         delta.offset = -1
-        self._replay_batches(bytes(data), delta, replaces=self.image, end_offset=end_offset)
+        await self._replay_batches(bytes(data), delta, replaces=self.image, end_offset=end_offset)
         log.info("metadata_snapshot_loaded", end_offset=end_offset, records_bytes=len(data))
         return end_offset
 
-    def _publish(self, delta: MetadataDelta) -> None:
+    async def _publish(self, delta: MetadataDelta) -> None:
         image = delta.apply()
+        for prepare in self.preparers:
+            try:
+                await prepare(delta, image)
+            except Exception:
+                log.exception("metadata_prepare_failed", offset=image.offset)
         self.image = image
         for pub in self.publishers:
             try:
-                pub(delta, image)
+                applied = pub(delta, image)
+                if applied is not None:
+                    await applied
             except Exception:
                 log.exception("metadata_publish_failed", offset=image.offset)
         still = []

@@ -190,6 +190,10 @@ class Partition:
 
     # ---- long poll
     def add_data_waiter(self, fut: asyncio.Future) -> None:
+        # A long poll that timed out leaves its (done) future behind: drop those, or an idle
+        # partition in a consumer's session keeps one per Fetch forever.
+        if self._data_waiters and self._data_waiters[0].done():
+            self._data_waiters = [f for f in self._data_waiters if not f.done()]
         self._data_waiters.append(fut)
 
     def notify_data(self) -> None:

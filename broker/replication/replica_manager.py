@@ -22,6 +22,7 @@ import asyncio
 import os
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from uuid import UUID
 
 import structlog
@@ -88,6 +89,12 @@ class ReplicaManager:
             int(config.props.get("num.replica.move.threads", "0")) or len(log_dirs),
         )
         self._to_delete: list = []
+        # logs of replicas a coming delta gives us, opened in threads before it is published
+        # (Kafka's num.recovery.threads.per.data.dir, per online dir)
+        self._preopened: dict[Key, tuple[LogDir, Log, bool]] = {}
+        threads = int(config.props.get("num.recovery.threads.per.data.dir", "1")) * max(1, len(log_dirs))
+        self._open_threads = max(1, threads)
+        self._open_pool = ThreadPoolExecutor(self._open_threads, thread_name_prefix="log-open")
         self._recover_moves(log_dirs)
         for d in log_dirs:
             if not d.online:
@@ -216,8 +223,88 @@ class ReplicaManager:
         return sorted((cr for (t, i, _), cr in self.chunks.items() if t == topic and i == index), key=lambda c: c.start)
 
     # ---- metadata publisher
-    def on_metadata(self, delta: MetadataDelta, image: MetadataImage) -> None:
+    async def prepare(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        """Before `delta` is published: open the logs of the active-chunk replicas it gives us (new
+        replicas, or all of them at startup) in the open pool, so that opening thousands (2-3 ms
+        each) leaves the event loop free for heartbeats and requests. on_metadata then takes
+        each opened log instead of opening it. Only plain cases are opened early; anything
+        needing a decision (a replica we already serve, a chunk replica, a wanted move, an
+        assigned dir that is offline, a topic deleted in the same delta) is left to on_metadata."""
+        todo = self._to_preopen(delta, image)
+        if not todo:
+            return
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        slices = [todo[i:i + 64] for i in range(0, len(todo), 64)]
+        await asyncio.gather(*(loop.run_in_executor(self._open_pool, self._preopen_slice, s) for s in slices))
+        log.info("replicas_preopened", replicas=len(todo), opened=sum(1 for k, *_ in todo if k in self._preopened),
+                 seconds=round(time.monotonic() - started, 2), offset=image.offset)
+
+    def _to_preopen(self, delta: MetadataDelta, image: MetadataImage) -> list[tuple[Key, LogDir, LogConfig, UUID]]:
+        gone = {t.name for t in delta.deleted_topics.values()} | {name for name, _ in delta.deleted_partitions.values()}
+        with_chunks = {k[:2] for k in self.chunks}
+        online = [d for d in self.log_dirs if d.online]
+        if not online:
+            return []
+        by_id = {d.known_id: d for d in self.log_dirs if d.known_id is not None}
+        counts = {id(d): 0 for d in self.log_dirs}  # replicas per dir, as _choose_dir weighs them
+        for d in self._on_disk.values():
+            counts[id(d)] = counts.get(id(d), 0) + 1
+        configs: dict[str, LogConfig] = {}
+        todo = []
+        for tid, idx in delta.changed_partitions:
+            t = image.topics.get(tid)
+            info = t.partitions.get(idx) if t is not None else None
+            if info is None or self.node_id not in info.replicas or t.name in gone:
+                continue
+            key = (t.name, idx, info.start_offset)
+            if (t.name, idx) in self.partitions or (t.name, idx) in with_chunks or key in self.offline \
+                    or key in self.wanted_dirs or key in self._preopened:
+                continue
+            d = self._on_disk.get(key)
+            if d is None:
+                assigned = self._assigned_dir(info.replicas, info.directories)
+                d = by_id.get(assigned) if assigned != ZERO_UUID else self._choose_dir(counts)
+                if d is None or not d.online:
+                    continue
+                counts[id(d)] = counts.get(id(d), 0) + 1  # a burst spreads as one by one would
+            cfg = configs.get(t.name)
+            if cfg is None:
+                cfg = configs[t.name] = LogConfig.from_properties({name: v for name, v, _ in effective_topic_configs(
+                    image.topic_config(t.name), image.configs.get((BROKER_RESOURCE, ""), {}), self.config.props)})
+            todo.append((key, d, cfg, info.topic_id))
+        return todo
+
+    def _preopen_slice(self, items: list[tuple[Key, LogDir, LogConfig, UUID]]) -> None:
+        """In the open pool. A log that fails to open is left to on_metadata, which handles the
+        error (offline dir, storage error) as it always has."""
+        for key, d, cfg, topic_id in items:
+            existed = key in self._on_disk
+            try:
+                lg = _open_replica_log(d, key, cfg, topic_id)
+            except Exception:
+                continue
+            self._preopened[key] = (d, lg, existed)
+
+    def _drop_preopened(self) -> None:
+        """Logs opened for a delta that did not use them (rare: a dir failed meanwhile)."""
+        while self._preopened:
+            key, (d, lg, existed) = self._preopened.popitem()
+            if existed or not d.online:
+                _close_quietly(lg)
+            else:
+                try:
+                    lg.delete()  # created for nothing: no stray dir left behind
+                except Exception:
+                    _close_quietly(lg)
+
+    async def on_metadata(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        """Apply a delta, partition by partition, yielding to the event loop every few ms: one
+        of thousands of partitions (a restart, a fence or unfence of this broker) would
+        otherwise hold heartbeats and requests for seconds. Each partition is applied whole
+        between yields; the loader publishes the next delta only once this one is done."""
         self.image = image
+        pace = _Pacer()
         self._topic_configs.clear()
         # One partition's storage error (its dir failing under it) never stops the rest of the
         # delta: the partitions of every other dir are still applied.
@@ -227,12 +314,14 @@ class ReplicaManager:
                     self._remove_all(topic.name, idx)
                 except Exception:
                     log.exception("replica_remove_failed", topic=topic.name, partition=idx)
+                await pace()
         for name, p in delta.deleted_partitions.values():
             # a partition marked for deletion (KIP-253) was deleted once empty: every chunk goes
             try:
                 self._remove_all(name, p.partition)
             except Exception:
                 log.exception("replica_remove_failed", topic=name, partition=p.partition)
+            await pace()
         for tid, idx in delta.changed_partitions:
             t = image.topics.get(tid)
             if t is not None and idx in t.partitions:
@@ -241,6 +330,7 @@ class ReplicaManager:
                 except Exception as exc:
                     log.error("replica_apply_failed", topic=t.name, partition=idx, error=str(exc),
                               error_type=type(exc).__name__)
+                await pace()
         for rtype, name in delta.changed_configs:
             if rtype == TOPIC_RESOURCE:
                 cfg = self.log_config(name)
@@ -250,6 +340,7 @@ class ReplicaManager:
                 for (topic, _, _), cr in self.chunks.items():
                     if topic == name:
                         cr.log.update_config(cfg)
+        self._drop_preopened()
 
     def _apply_partition(self, t: TopicInfo, idx: int) -> None:
         """Bring this broker's replicas of one partition (active and inactive chunks) in line."""
@@ -352,13 +443,7 @@ class ReplicaManager:
         if d is None:
             return None
         try:
-            cfg = self.log_config(topic)
-            lg = d.open_log(topic, c.partition, c.start_offset, cfg, topic_id=c.topic_id)
-            if lg.topic_id is not None and lg.topic_id != c.topic_id:
-                log.info("replica_topic_id_mismatch", topic=topic, partition=c.partition, chunk_start=c.start_offset,
-                         action="recreate")
-                lg.delete()
-                lg = d.open_log(topic, c.partition, c.start_offset, cfg, topic_id=c.topic_id)
+            lg = _open_replica_log(d, key, self.log_config(topic), c.topic_id)
         except Exception as exc:
             if not d.online:
                 self.offline[key] = d
@@ -415,19 +500,22 @@ class ReplicaManager:
     def _open(self, topic: str, info: PartitionInfo) -> Partition | None:
         start = info.start_offset
         key = (topic, info.partition, start)
-        d = self._dir_for(key, info.replicas, info.directories)
-        if d is None:
-            return None
-        try:
-            lg = d.open_log(topic, info.partition, start, self.log_config(topic), topic_id=info.topic_id)
-            if lg.topic_id is not None and lg.topic_id != info.topic_id:
-                log.info("replica_topic_id_mismatch", topic=topic, partition=info.partition, action="recreate")
-                lg.delete()
-                lg = d.open_log(topic, info.partition, start, self.log_config(topic), topic_id=info.topic_id)
-        except StorageError:
-            if not d.online:
-                self.offline[key] = d
-            raise
+        pre = self._preopened.pop(key, None)
+        if pre is not None and (not pre[0].online or key in self.offline):
+            _close_quietly(pre[1])
+            pre = None
+        if pre is not None:
+            d, lg, _ = pre
+        else:
+            d = self._dir_for(key, info.replicas, info.directories)
+            if d is None:
+                return None
+            try:
+                lg = _open_replica_log(d, key, self.log_config(topic), info.topic_id)
+            except StorageError:
+                if not d.online:
+                    self.offline[key] = d
+                raise
         self._on_disk[(topic, info.partition, start)] = d
         lg.producer_id_expiration_ms = int(self.config.props.get("producer.id.expiration.ms", "86400000"))
         p = Partition(topic, info.partition, info.topic_id, lg, self.node_id)
@@ -444,14 +532,15 @@ class ReplicaManager:
         )
         return p
 
-    def _choose_dir(self) -> LogDir:
+    def _choose_dir(self, counts: dict[int, int] | None = None) -> LogDir:
         """Where a new replica goes (the seed's problem 3, better than round-robin): the online dir
         with the most usable bytes once the bytes already assigned to it but not yet written
         there (moves into it still copying) are counted; on a tie (dirs sharing a filesystem),
         the one holding the fewest replicas."""
-        counts = {id(d): 0 for d in self.log_dirs}
-        for d in self._on_disk.values():
-            counts[id(d)] = counts.get(id(d), 0) + 1
+        if counts is None:  # replicas per dir (a caller placing many keeps its own tally)
+            counts = {id(d): 0 for d in self.log_dirs}
+            for d in self._on_disk.values():
+                counts[id(d)] = counts.get(id(d), 0) + 1
         incoming = {id(d): 0 for d in self.log_dirs}
         for m in self.mover.moves.values():
             incoming[id(m.dest)] = incoming.get(id(m.dest), 0) + max(0, m.total_bytes - m.copied_bytes)
@@ -471,7 +560,7 @@ class ReplicaManager:
             return usable_of_fs[dev] - incoming[id(d)]
 
         rooms = {id(d): room(d) for d in online}
-        return max(online, key=lambda d: (rooms[id(d)], -counts[id(d)]))
+        return max(online, key=lambda d: (rooms[id(d)], -counts.get(id(d), 0)))
 
     def _assigned_dir(self, replicas: tuple[int, ...], directories: tuple[UUID, ...]) -> UUID:
         """The dir the metadata gives our replica (zero: unassigned)."""
@@ -668,20 +757,22 @@ class ReplicaManager:
         for task in (self._retention_task, self._checkpoint_task, self._cleaner_task):
             if task is not None:
                 task.cancel()
+        self._open_pool.shutdown(wait=True, cancel_futures=True)
         for p in list(self.partitions.values()):
-            try:
-                p.fail_waiters()
-                p.log.close()
-            except Exception:
-                log.exception("log_close_failed", topic=p.topic, partition=p.index)
-        self.partitions.clear()
+            p.fail_waiters()
         for cr in list(self.chunks.values()):
             cr.closed = True
-            try:
-                cr.log.close()
-            except Exception:
-                log.exception("log_close_failed", topic=cr.topic, partition=cr.index, chunk_start=cr.start)
+        logs = [p.log for p in self.partitions.values()] + [cr.log for cr in self.chunks.values()]
+        logs += [lg for _, lg, _ in self._preopened.values()]
+        self.partitions.clear()
         self.chunks.clear()
+        self._preopened.clear()
+        # Each close flushes and fsyncs its files (about five fsyncs a log): in threads, since
+        # fsync releases the GIL, for disks that take fsyncs in parallel.
+        started = time.monotonic()
+        with ThreadPoolExecutor(max(16, self._open_threads * 16), thread_name_prefix="log-close") as pool:
+            list(pool.map(_close_logged, logs))
+        log.info("logs_closed", logs=len(logs), seconds=round(time.monotonic() - started, 2))
 
     def topic_id_of(self, topic: str) -> UUID | None:
         return self.image.topic_ids.get(topic)
@@ -704,6 +795,38 @@ def _retention_pass(work: list[tuple[Partition, bool]], now: int) -> tuple[list[
         except Exception:
             log.exception("retention_failed", topic=p.topic, partition=p.index)
     return skipped, last_error
+
+
+def _open_replica_log(d: LogDir, key: Key, cfg: LogConfig, topic_id: UUID) -> Log:
+    """Open (or create) a replica's log; a leftover of an older topic of the same name is replaced."""
+    topic, partition, start = key
+    lg = d.open_log(topic, partition, start, cfg, topic_id=topic_id)
+    if lg.topic_id is not None and lg.topic_id != topic_id:
+        log.info("replica_topic_id_mismatch", topic=topic, partition=partition, chunk_start=start, action="recreate")
+        lg.delete()
+        lg = d.open_log(topic, partition, start, cfg, topic_id=topic_id)
+    return lg
+
+
+class _Pacer:
+    """Awaited after each step of a long run of loop work: yields to the loop every SLICE seconds."""
+
+    SLICE = 0.02
+
+    def __init__(self) -> None:
+        self._until = time.monotonic() + self.SLICE
+
+    async def __call__(self) -> None:
+        if time.monotonic() >= self._until:
+            await asyncio.sleep(0)
+            self._until = time.monotonic() + self.SLICE
+
+
+def _close_logged(lg: Log) -> None:
+    try:
+        lg.close()
+    except Exception:
+        log.exception("log_close_failed", dir=str(lg.dir))
 
 
 def _close_quietly(lg: Log) -> None:
