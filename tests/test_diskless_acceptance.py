@@ -1,4 +1,4 @@
-"""Issue 12 acceptance: aiokafka, kafka-python and confluent-kafka produce keyed messages to a
+"""Issue 12 acceptance: aiokafka, kafka-python and confluent-kafka produce 100,000 keyed messages each to a
 6-partition diskless topic through all 3 brokers (each client bootstrapping from a different
 broker, each named leader by its client id) and read them back through every broker: every
 message once, per-partition order as acknowledged; on the local store and on SeaweedFS (S3).
@@ -254,6 +254,12 @@ async def _bad_input(c: Cluster, objects: Path) -> None:
             LR.ListOffsetsPartition(partition_index=0, timestamp=-1), ])]), 7)
         assert lo.topics[0].partitions[0].offset == 2
         assert any(f.is_file() for f in objects.rglob("*"))
+        # pipelined produce requests on one connection do not wait for each other's file (the
+        # connection's turn is released once appended): they share files, answered in order
+        files = {f for f in objects.rglob("*") if f.is_file()}
+        rs = await asyncio.gather(*(cl.request(req(good), 9) for _ in range(5)))
+        assert [r.responses[0].partition_responses[0].base_offset for r in rs] == [2, 3, 4, 5, 6]
+        assert len({f for f in objects.rglob("*") if f.is_file()} - files) < 5
     assert os.path.isdir(objects)
 
 
