@@ -20,6 +20,12 @@ is sent; KIP-219 mutes it further while a client is throttled):
 - A connection's responses go back in request order, and its requests start in arrival order
   (each runs until its first await before the next starts), so a handler that appends before
   awaiting keeps the client's order of writes.
+- **Released requests.** A handler whose writes are ordered already and whose answer only waits
+  (a diskless Produce waiting for its shared WAL file) may call `release()`: it stops counting
+  against `max_in_flight`, so the connection's next request starts, while the answers still go
+  back in order. At most `MAX_RELEASED` per connection (the clients' 5 in-flight requests):
+  without it, each of librdkafka's pipelined produce requests waits a whole WAL interval behind
+  the one before.
 - **Memory** (`queued.max.request.bytes`): bytes of requests being read, queued or handled are
   counted against one budget per server. A frame whose 4-byte size has been read reserves its full
   size; when the budget is spent, the connection stops reading until memory is released (as
@@ -62,6 +68,7 @@ INT_MAX = 2**31 - 1
 # control-plane request that arrived meanwhile). Small: each may be a 1 MB produce.
 NORMAL_STARTS_PER_TICK = 4
 ACCEPTS_PER_WAKEUP = 64  # bounded, so a connection storm cannot hold the loop
+MAX_RELEASED = 5  # released requests per connection (max.in.flight.requests.per.connection)
 ACCEPT_RETRY_S = 0.1  # pause after an accept failed for lack of descriptors or memory
 _conn_ids = itertools.count(1)
 
@@ -129,6 +136,7 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.queue: collections.deque[tuple[bytes, bool, int]] = collections.deque()  # (frame, control, size)
         self.pending: collections.deque[tuple[asyncio.Task, int]] = collections.deque()  # (task, size)
+        self.released: set[asyncio.Task] = set()  # pending tasks that no longer count as in flight
         self.closed = False
         self.registered = False
         self.reading = True
@@ -156,6 +164,21 @@ class Connection(asyncio.Protocol):
         self.muted_until = until
         self._update_reading()
         loop.call_at(until, self._unmute)
+
+    def release(self) -> None:
+        """Called by the running handler: its writes are ordered, its answer only waits; the
+        connection may start its next request (the answers still go back in order)."""
+        task = asyncio.current_task()
+        if (self.closed or task is None or task in self.released or len(self.released) >= MAX_RELEASED
+                or not any(t is task for t, _ in self.pending)):
+            return
+        self.released.add(task)
+        self._maybe_ready()
+        self._update_reading()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.pending) - len(self.released)
 
     @property
     def muted(self) -> bool:
@@ -207,6 +230,7 @@ class Connection(asyncio.Protocol):
         for t, _ in self.pending:
             t.cancel()
         self.pending.clear()
+        self.released.clear()
         self.queue.clear()
         if self.registered:
             self.registered = False
@@ -216,7 +240,7 @@ class Connection(asyncio.Protocol):
     def can_start(self) -> bool:
         return (
             bool(self.queue)
-            and len(self.pending) < self.server.limits.max_in_flight
+            and self.in_flight < self.server.limits.max_in_flight
             and not self.closed
             and not self.muted
             and not self.write_paused
@@ -241,8 +265,8 @@ class Connection(asyncio.Protocol):
         want = (
             not self.muted
             and not self.waiting_for_memory
-            and len(self.queue) + len(self.pending) <= bound
-            and not (self.queue and len(self.pending) >= bound)
+            and len(self.queue) + self.in_flight <= bound
+            and not (self.queue and self.in_flight >= bound)
         )
         if want != self.reading:
             self.reading = want
@@ -296,6 +320,7 @@ class Connection(asyncio.Protocol):
         released = False
         while self.pending and self.pending[0][0].done():
             task, _ = self.pending.popleft()
+            self.released.discard(task)
             released = True
             if self.closed or task.cancelled():
                 continue

@@ -1,4 +1,4 @@
-"""Issue 12 acceptance: aiokafka, kafka-python and confluent-kafka produce keyed messages to a
+"""Issue 12 acceptance: aiokafka, kafka-python and confluent-kafka produce 100,000 keyed messages each to a
 6-partition diskless topic through all 3 brokers (each client bootstrapping from a different
 broker, each named leader by its client id) and read them back through every broker: every
 message once, per-partition order as acknowledged; on the local store and on SeaweedFS (S3).
@@ -19,7 +19,9 @@ import pytest
 from tests.s3_server import SeaweedS3, s3_server  # noqa: F401
 from tools.cluster import Cluster
 
-N = 4000  # per client: the spec's 100,000 takes minutes here; the path is the same
+N = 100_000  # per client, as the issue asks
+LINGER_MS = 50  # the clients batch: a WAL file (50 ms here) takes few large requests
+BATCH_BYTES = 1024 * 1024
 PARTITIONS = 6
 TOPIC = "dl"
 RACKS = {1: "r1", 2: "r2", 3: "r3"}
@@ -76,8 +78,8 @@ def _confluent(bootstrap: str, client_id: str) -> dict[int, list[tuple[int, byte
         assert err is None, err
         acked[msg.partition()].append((msg.offset(), msg.value()))
 
-    p = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5, "acks": "all",
-                  "enable.idempotence": True})
+    p = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": LINGER_MS, "acks": "all",
+                  "enable.idempotence": True, "batch.size": BATCH_BYTES})
     for k, v in _messages("confluent"):
         while True:
             try:
@@ -92,8 +94,8 @@ def _confluent(bootstrap: str, client_id: str) -> dict[int, list[tuple[int, byte
 def _kafka_python(bootstrap: str, client_id: str) -> dict[int, list[tuple[int, bytes]]]:
     from kafka import KafkaProducer
 
-    p = KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, linger_ms=5, acks="all",
-                      enable_idempotence=False, max_in_flight_requests_per_connection=1)
+    p = KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, linger_ms=LINGER_MS, acks="all",
+                      enable_idempotence=False, max_in_flight_requests_per_connection=1, batch_size=BATCH_BYTES)
     futs = [(v, p.send(TOPIC, value=v, key=k)) for k, v in _messages("kafka-python")]
     p.flush(120)
     acked: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
@@ -108,8 +110,8 @@ def _aiokafka(bootstrap: str, client_id: str) -> dict[int, list[tuple[int, bytes
     from aiokafka import AIOKafkaProducer
 
     async def run() -> dict[int, list[tuple[int, bytes]]]:
-        p = AIOKafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, linger_ms=5, acks="all",
-                             enable_idempotence=True)
+        p = AIOKafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, linger_ms=LINGER_MS, acks="all",
+                             enable_idempotence=True, max_batch_size=BATCH_BYTES)
         await p.start()
         try:
             futs = [(v, await p.send(TOPIC, value=v, key=k)) for k, v in _messages("aiokafka")]
@@ -128,7 +130,7 @@ def _read_all(bootstrap: str, client_id: str, expected: int) -> dict[int, list[t
     from kafka import KafkaConsumer, TopicPartition
 
     c = KafkaConsumer(bootstrap_servers=bootstrap, client_id=client_id, enable_auto_commit=False,
-                      auto_offset_reset="earliest", fetch_max_wait_ms=200)
+                      auto_offset_reset="earliest", fetch_max_wait_ms=200, max_partition_fetch_bytes=BATCH_BYTES * 4)
     c.assign([TopicPartition(TOPIC, i) for i in range(PARTITIONS)])
     c.seek_to_beginning()
     got: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
@@ -252,6 +254,12 @@ async def _bad_input(c: Cluster, objects: Path) -> None:
             LR.ListOffsetsPartition(partition_index=0, timestamp=-1), ])]), 7)
         assert lo.topics[0].partitions[0].offset == 2
         assert any(f.is_file() for f in objects.rglob("*"))
+        # pipelined produce requests on one connection do not wait for each other's file (the
+        # connection's turn is released once appended): they share files, answered in order
+        files = {f for f in objects.rglob("*") if f.is_file()}
+        rs = await asyncio.gather(*(cl.request(req(good), 9) for _ in range(5)))
+        assert [r.responses[0].partition_responses[0].base_offset for r in rs] == [2, 3, 4, 5, 6]
+        assert len({f for f in objects.rglob("*") if f.is_file()} - files) < 5
     assert os.path.isdir(objects)
 
 

@@ -143,6 +143,12 @@ def test_coordinator(cluster_factory: Any) -> None:
                     return [(x.object_key, x.base_offset, x.last_offset, x.byte_offset) for x in part.batches]
 
                 assert await _retry(found) == [("wal/a", 1, 5, 0), ("wal/a", 6, 8, 100), ("wal/a", 9, 10, 200)]
+        # pipelined commits on one connection (each frees the connection's turn once appended) are
+        # checked and appended in arrival order: an idempotent producer's batches stay contiguous
+        async with NodeClient(HOST, cluster.broker_port(leader), client_id=f"diskless-{leader}") as c:
+            rs = await asyncio.gather(*(c.request(_commit(tid, f"wal/p{i}", [(p, 2, 43, 2 * i)])) for i in range(8)))
+            assert [(r.batches[0].error_code, r.batches[0].assigned_base_offset) for r in rs] == [
+                (0, 11 + 2 * i) for i in range(8)]
         # not a broker: refused
         async with NodeClient(HOST, cluster.broker_port(leader), client_id="mallory") as c:
             r = await c.request(_commit(tid, "wal/x", [(p, 1, -1, -1)]))

@@ -59,7 +59,10 @@ async def commit_file(ctx: RequestContext, req: Any) -> DisklessCommitFileRespon
         return R(batches=[R.DisklessCommitBatchResult(
             error_code=Errors.CLUSTER_AUTHORIZATION_FAILED, error_message=REFUSED, assigned_base_offset=-1,
             log_append_time=-1, log_start_offset=-1) for _ in req.batches])
-    results = await _coordinator(ctx).commit_file(req, uploader)
+    answer = _coordinator(ctx).commit_file(req, uploader)  # checked and appended now, in arrival order
+    if ctx.connection is not None:
+        ctx.connection.release()  # the next commit pipelines behind this one (the seed's step 3)
+    results = await answer
     return R(batches=[R.DisklessCommitBatchResult(
         error_code=r.error_code, error_message=r.error_message, assigned_base_offset=r.base_offset,
         log_append_time=r.log_append_time, log_start_offset=r.log_start_offset, is_duplicate=r.duplicate)

@@ -48,6 +48,7 @@ async def produce(ctx: RequestContext, req) -> ProduceResponse | None:
     now = now_ms()
     waits = []
     responses = []
+    pipelined = True
     for t in req.topic_data:
         tr = R.TopicProduceResponse(name=t.name)
         responses.append(tr)
@@ -65,8 +66,11 @@ async def produce(ctx: RequestContext, req) -> ProduceResponse | None:
                 pr.error_code, pr.error_message = problem
                 continue
             waits.append((pr, p.append(pd.records, acks, req.timeout_ms, now)))
+            pipelined = pipelined and p.pipelines_appends
     if acks == 0:
         return None
+    if waits and pipelined and ctx.connection is not None:
+        ctx.connection.release()  # appended in order; the next request need not wait for our answer
     for pr, answer in zip([pr for pr, _ in waits], await asyncio.gather(*(w for _, w in waits))):
         pr.error_code, pr.error_message = answer.error_code, answer.error_message
         if answer.error_code == 0 or answer.base_offset >= 0:

@@ -41,6 +41,8 @@ RACK_TAG = "diskless_az="  # Inkless' convention: a client names its zone in cli
 
 
 class DisklessPartition:
+    pipelines_appends = True  # answers wait for the shared WAL file (interface.py)
+
     def __init__(self, service: DisklessService, topic: TopicInfo, info: PartitionInfo) -> None:
         self.s = service
         self.topic = topic

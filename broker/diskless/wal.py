@@ -15,6 +15,7 @@ file no coordinator took is deleted. Nothing is acknowledged that is not stored 
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -117,10 +118,12 @@ class WalWriter:
     async def _flush(self, data: bytes, pending: list[_Pending], previous: asyncio.Future | None,
                      committed: asyncio.Future) -> None:
         key = new_object_key(self.prefix)
+        started = time.monotonic()
         try:
             try:
                 async with self._uploads:
                     created = await self.store.create(key, data)
+                uploaded = time.monotonic()
                 if not created:
                     raise ObjectStoreError(f"object {key} already exists")
             except ObjectStoreError as e:
@@ -129,7 +132,8 @@ class WalWriter:
                 return
             if previous is not None:
                 await asyncio.shield(previous)
-            await self._commit(key, data, pending)
+            await self._commit(key, data, pending, {"upload_ms": round((uploaded - started) * 1000, 1),
+                                                    "wait_ms": round((time.monotonic() - uploaded) * 1000, 1)})
         except Exception as e:  # a bug must not leave producers waiting forever
             log.exception("diskless_flush_failed", key=key)
             self._answer(pending, BatchResult(Errors.UNKNOWN_SERVER_ERROR, str(e)))
@@ -137,7 +141,8 @@ class WalWriter:
             if not committed.done():
                 committed.set_result(None)
 
-    async def _commit(self, key: str, data: bytes, pending: list[_Pending]) -> None:
+    async def _commit(self, key: str, data: bytes, pending: list[_Pending], timings: dict[str, float]) -> None:
+        started = time.monotonic()
         batches, owners = [], []
         for p in pending:
             pos = p.position
@@ -182,7 +187,8 @@ class WalWriter:
                 await self.store.delete(key)  # no coordinator holds a batch of it
             except ObjectStoreError as e:
                 log.warning("diskless_orphan_left", key=key, error=str(e))
-        log.debug("diskless_file_committed", key=key, bytes=len(data), batches=len(batches), failed=len(failed))
+        log.debug("diskless_file_committed", key=key, bytes=len(data), batches=len(batches), failed=len(failed),
+                  commit_ms=round((time.monotonic() - started) * 1000, 1), **timings)
 
     async def close(self) -> None:
         self._closed = True

@@ -59,6 +59,11 @@ class OffsetAnswer:
 
 
 class ServedPartition(Protocol):
+    # True when an append's answer waits for a shared file (diskless: the WAL file closing every
+    # diskless.wal.max.ms) rather than for this request's own replication: Produce then frees
+    # its connection's turn once it has appended, so a client's pipelined requests share a file
+    pipelines_appends: bool
+
     def append(self, records: Any, acks: int, timeout_ms: int, now_ms: int) -> Awaitable[AppendAnswer]: ...
 
     async def read(self, pos: FetchPosition) -> ReadAnswer: ...

@@ -18,6 +18,8 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4,
 
 
 class LocalPartition:
+    pipelines_appends = False  # Kafka's muting: acks=all holds the connection
+
     def __init__(self, broker: Any, partition: Any) -> None:
         self.b = broker
         self.p = partition

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -43,6 +44,10 @@ log = structlog.get_logger(__name__)
 
 RECONCILE_INTERVAL_MS = 200
 LIST_EARLIEST, LIST_LATEST, LIST_MAX_TIMESTAMP = -2, -1, -3
+
+
+async def _answered(code: int) -> int:
+    return code
 
 
 class _CoordinatorPartition(CoordinatorPartition):
@@ -148,13 +153,21 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
     # ------------------------------------------------------------------ the seven steps
     async def _write(self, ps: _CoordinatorPartition, records: list[Any]) -> int:
         """Append `records` (one batch, now), wait for replication, apply to SQLite. 0 or the error."""
+        return await self._write_now(ps, records)
+
+    def _write_now(self, ps: _CoordinatorPartition, records: list[Any]) -> Awaitable[int]:
+        """Append `records` now, before the caller's next await, so the log holds them in the
+        order the view checked them; the awaitable waits for replication and the SQLite apply."""
         if not records:
-            return await self._wait_previous(ps)
+            return self._wait_previous(ps)
         err, _, done = self._append(ps, [(None, encode_record(r)) for r in records])
         if err:
             self._reload(ps)
-            return state_write_error(err)
+            return _answered(state_write_error(err))
         ps.last_append = done
+        return self._replicated(ps, done)
+
+    async def _replicated(self, ps: _CoordinatorPartition, done: asyncio.Future) -> int:
         code = await done
         if code:
             self._reload(ps)
@@ -172,9 +185,11 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
         await self.states.catch_up(ps.index)
         return 0
 
-    async def commit_file(self, req: Any, uploader: int) -> list[BatchResult]:
+    def commit_file(self, req: Any, uploader: int) -> Awaitable[list[BatchResult]]:
         """DisklessCommitFile: the batches grouped by coordinator; each coordinator this broker
-        leads checks and appends its share; the rest answer NOT_COORDINATOR."""
+        leads checks and appends its share now (steps 3-4, before the caller's next await: the
+        next commit may be checked and appended while this one replicates); the rest answer
+        NOT_COORDINATOR. The awaitable gives one result per batch."""
         by_coordinator: dict[int, list[int]] = {}
         results: list[BatchResult | None] = [None] * len(req.batches)
         for i, b in enumerate(req.batches):
@@ -194,8 +209,11 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
             assert ps is not None and ps.view is not None
             sub = type(req)(object_key=req.object_key, object_format=req.object_format, file_size=req.file_size,
                             owner_ids=req.owner_ids, batches=[req.batches[i] for i in positions])
-            share, record = ps.view.commit_file(sub, uploader, now)  # steps 3-4 before any await
-            waits.append((ps, positions, share, self._write(ps, [record] if record is not None else [])))
+            share, record = ps.view.commit_file(sub, uploader, now)
+            waits.append((ps, positions, share, self._write_now(ps, [record] if record is not None else [])))
+        return self._commit_answers(req, waits, results)
+
+    async def _commit_answers(self, req: Any, waits: list[Any], results: list[BatchResult | None]) -> list[BatchResult]:
         for ps, positions, share, write in waits:
             code = await write
             for i, r in zip(positions, share):
