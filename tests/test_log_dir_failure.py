@@ -17,10 +17,11 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.disk_faults import ext4_loop, tmpfs, unavailable
+from tests.test_failover_acceptance import wait_for
 from tools.cluster import Cluster
 
 FAST = {"broker.heartbeat.interval.ms": "300", "replica.lag.time.max.ms": "4000", "broker.session.timeout.ms": "3000"}
@@ -33,19 +34,6 @@ def _needs_mounts():
     if reason:
         print(f"skipping: {reason}")
         pytest.skip(reason)
-
-
-def wait_for(pred, timeout: float, what: str):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            v = pred()
-        except KafkaException:
-            v = None
-        if v:
-            return v
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def leader_isr(a: AdminClient, topic: str, partition: int = 0) -> tuple[int, list[int]]:
