@@ -7,9 +7,7 @@ a client bug and closes that connection, logged once. Malformed bytes do the sam
 
 from __future__ import annotations
 
-import asyncio
 import struct
-import weakref
 from typing import TYPE_CHECKING
 
 import structlog
@@ -103,17 +101,9 @@ def is_from_broker(req: Request) -> bool:
     return False
 
 
-def _open(gate: asyncio.Future) -> None:
-    if not gate.done():
-        gate.set_result(None)
-
-
 class RequestDispatcher:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        # connections over a quota -> what their next requests wait for
-        self._throttled: weakref.WeakKeyDictionary[Connection, tuple[asyncio.Future, float]] = (
-            weakref.WeakKeyDictionary())
         load_all()
 
     async def __call__(self, frame: bytes, conn: Connection) -> list | None:
@@ -133,12 +123,6 @@ class RequestDispatcher:
                 body = ApiVersionsResponse(error_code=UNSUPPORTED_VERSION, api_keys=advertised_versions())
                 return encode_response(API_VERSIONS, 0, e.correlation_id, body)
             raise ProtocolError(str(e), error_code=UNSUPPORTED_VERSION) from None
-        held = self._throttled.get(conn)
-        while held is not None and not held[0].done():
-            # Kafka reads one request per connection at a time, so a muted connection holds back
-            # the requests after the throttled one; ours were read already and wait here, in order.
-            await asyncio.shield(held[0])
-            held = self._throttled.get(conn)
         ctx = RequestContext(self.broker, req.api_key, req.api_version, req.correlation_id, req.header.client_id, conn)
         quotas = self.broker.quotas
         exempt = is_from_broker(req)
@@ -172,16 +156,4 @@ class RequestDispatcher:
         that long, so a client that does not wait is held back anyway."""
         if seconds > 0:
             conn.mute_for(seconds)
-            self._hold(conn, seconds)
         return seconds
-
-    def _hold(self, conn: Connection, seconds: float) -> None:
-        """Requests of `conn` already read wait `seconds` before they are handled."""
-        loop = asyncio.get_running_loop()
-        until = loop.time() + seconds
-        held = self._throttled.get(conn)
-        if held is not None and not held[0].done() and held[1] >= until:
-            return
-        gate = loop.create_future()  # an earlier gate still opens on time; its waiters then wait here
-        self._throttled[conn] = (gate, until)
-        loop.call_later(seconds, _open, gate)
