@@ -11,6 +11,7 @@
 
     .venv/bin/python bench/diskless.py            # about a minute on 2 cores
     .venv/bin/python bench/diskless.py --quick    # smoke check
+    .venv/bin/python bench/diskless.py --commits-only --repeat 3   # part 1 only, 3 rounds (load varies)
 """
 
 from __future__ import annotations
@@ -148,15 +149,20 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--paced", type=int, default=300, help="messages of the paced latency run (100/s)")
     ap.add_argument("--quick", action="store_true", help="200 commits, 5,000 messages")
+    ap.add_argument("--commits-only", action="store_true", help="part 1 only (no S3, no produce)")
+    ap.add_argument("--repeat", type=int, default=1, help="rounds of part 1 (the machine's load varies)")
     args = ap.parse_args()
     if args.quick:
         args.commits, args.messages, args.paced = 200, 5000, 100
     with tempfile.TemporaryDirectory(prefix="bench-diskless-") as tmp:
-        say("starting SeaweedFS")
-        s3 = SeaweedS3(Path(tmp) / "s3").start()
-        os.environ.update(s3.env())
-        overrides = {"diskless.storage.url": f"s3://{s3.bucket}/wal", "diskless.storage.s3.endpoint": s3.endpoint,
-                     "diskless.storage.s3.region": "us-east-1", "diskless.metadata.topic.num.partitions": "3"}
+        s3 = None
+        overrides = {"diskless.metadata.topic.num.partitions": "3"}
+        if not args.commits_only:
+            say("starting SeaweedFS")
+            s3 = SeaweedS3(Path(tmp) / "s3").start()
+            os.environ.update(s3.env())
+            overrides.update({"diskless.storage.url": f"s3://{s3.bucket}/wal",
+                              "diskless.storage.s3.endpoint": s3.endpoint, "diskless.storage.s3.region": "us-east-1"})
         c = Cluster(Path(tmp) / "cluster", brokers=3, broker_overrides=overrides, verbose=False,
                     controller_overrides={"diskless.metadata.topic.num.partitions": "3"},
                     per_broker_overrides={b: {"broker.rack": f"r{b}"} for b in (1, 2, 3)})
@@ -164,14 +170,19 @@ def main() -> None:
             say("starting the cluster")
             c.start()
             create_topics(c.bootstrap, 3)
-            say("DisklessCommitFile")
-            lat, rate = asyncio.run(commit_bench(c, args.commits))
-            rows = [("DisklessCommitFile, 1 at a time", pct(lat, 0.5), pct(lat, 0.99), len(lat) / (sum(lat) / 1000)),
-                    ("DisklessCommitFile, 32 in flight", None, None, rate)]
             print(f"\n{'coordinator 0 (RF 3, min ISR 2)':<36}{'p50 ms':>10}{'p99 ms':>10}{'commits/s':>12}")
-            for name, p50, p99, r in rows:
-                print(f"{name:<36}{(f'{p50:.2f}' if p50 is not None else '-'):>10}"
-                      f"{(f'{p99:.2f}' if p99 is not None else '-'):>10}{r:>12,.0f}")
+            for round_ in range(args.repeat):
+                say(f"DisklessCommitFile, round {round_ + 1}")
+                lat, rate = asyncio.run(commit_bench(c, args.commits))
+                rows = [("DisklessCommitFile, 1 at a time", pct(lat, 0.5), pct(lat, 0.99), len(lat) / (sum(lat) / 1000)),
+                        ("DisklessCommitFile, 32 in flight", None, None, rate)]
+                for name, p50, p99, r in rows:
+                    print(f"{name:<36}{(f'{p50:.2f}' if p50 is not None else '-'):>10}"
+                          f"{(f'{p99:.2f}' if p99 is not None else '-'):>10}{r:>12,.0f}", flush=True)
+            if args.commits_only:
+                print(f"\n{args.commits:,} commits of 10 batches per round; nproc {os.cpu_count()}, "
+                      f"load {os.getloadavg()[0]:.1f}")
+                return
             print(f"\n{'produce, acks=all, ' + str(args.size) + ' B values':<36}{'p50 ms':>10}{'p99 ms':>10}{'MB/s':>12}")
             boot = f"127.0.0.1:{c.broker_port(1)}"
             for name, topic in (("diskless on SeaweedFS (S3)", TOPIC), ("classic RF 3 on local disk", CLASSIC)):
@@ -186,7 +197,8 @@ def main() -> None:
                   f"nproc {os.cpu_count()}, load {os.getloadavg()[0]:.1f}; diskless.wal.max.ms 250 bounds its latency")
         finally:
             c.stop()
-            s3.stop()
+            if s3 is not None:
+                s3.stop()
 
 
 if __name__ == "__main__":

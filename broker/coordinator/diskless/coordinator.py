@@ -84,6 +84,7 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
 
     def _forget(self, ps: _CoordinatorPartition) -> None:
         ps.view = None
+        self.states.drop_staged(ps.index)
 
     async def _load(self, ps: _CoordinatorPartition, p: Any) -> None:  # type: ignore[override]
         from broker.coordinator import metadata_caught_up
@@ -114,6 +115,7 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
             return
         ps.loading = True
         ps.view = None
+        self.states.drop_staged(ps.index)
         ps.load_task = self._spawn(self._load(ps, p))
 
     async def _create_topic(self) -> None:
@@ -160,16 +162,18 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
         order the view checked them; the awaitable waits for replication and the SQLite apply."""
         if not records:
             return self._wait_previous(ps)
-        err, _, done = self._append(ps, [(None, encode_record(r)) for r in records])
+        err, first, done = self._append(ps, [(None, encode_record(r)) for r in records])
         if err:
             self._reload(ps)
             return _answered(state_write_error(err))
+        self.states.stage(ps.index, first, records)
         ps.last_append = done
         return self._replicated(ps, done)
 
     async def _replicated(self, ps: _CoordinatorPartition, done: asyncio.Future) -> int:
         code = await done
         if code:
+            self.states.drop_staged(ps.index)
             self._reload(ps)
             return state_write_error(code)
         await self.states.catch_up(ps.index)

@@ -4,6 +4,12 @@ applied offset in the same transaction. The leader applies right after its recor
 seed's step 6); a follower catches up in the background so it can answer DisklessFindBatches and
 take over with a warm database.
 
+SQLite work runs on one thread of its own (a commit's apply never queues behind other blocking
+work in the default executor), WAL checkpoints on another (their fsyncs stay off the commit
+path). The leader hands over the records it appends (stage()), so its apply after replication
+takes them from memory instead of reading and decoding the log again; whatever the staged
+records do not cover exactly is read from the log.
+
 A database that cannot be opened, or whose applied offset is outside the log (the log was
 truncated below it, or it is from another incarnation of the topic), is deleted and rebuilt from
 the log start.
@@ -13,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +35,7 @@ from protocol.records import decode_batches
 log = structlog.get_logger(__name__)
 
 CATCH_UP_INTERVAL_S = 0.05
+CHECKPOINT_INTERVAL_S = 1.0
 APPLY_CHUNK_RECORDS = 2000  # records per SQLite transaction while catching up
 
 
@@ -84,11 +92,27 @@ def _catch_up(state: DisklessState, lg: Any, upto: int, buffer: int) -> int:
     return state.applied_offset()
 
 
+def _apply_staged(state: DisklessState, records: list[tuple[int, Any]], upto: int) -> int:
+    state.apply(records, upto)
+    return state.applied_offset()
+
+
 class _Local:
     def __init__(self, state: DisklessState) -> None:
         self.state = state
         self.lock = asyncio.Lock()
         self.applied = state.applied_offset()
+        self.staged: list[tuple[int, Any]] = []  # (offset, record) the leader appended, not yet applied
+
+    def take_staged(self, upto: int) -> list[tuple[int, Any]] | None:
+        """The staged records exactly covering [applied, upto), or None (the log has others:
+        read it). Staged records below `upto` are dropped either way."""
+        below = [e for e in self.staged if e[0] < upto]
+        self.staged = [e for e in self.staged if e[0] >= upto]
+        todo = [e for e in below if e[0] >= self.applied]
+        if len(todo) == upto - self.applied and all(o == self.applied + i for i, (o, _) in enumerate(todo)):
+            return todo
+        return None
 
 
 class Materializer:
@@ -100,13 +124,20 @@ class Materializer:
         self._opening: dict[int, asyncio.Lock] = {}
         self._loop = asyncio.get_running_loop()
         self._task: asyncio.Task | None = None
+        # one connection per database, used from this one thread; checkpoints beside it
+        self._sqlite = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diskless-sqlite")
+        self._checkpoints = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diskless-checkpoint")
 
     def start(self) -> None:
         self._task = self._loop.create_task(self._run())
 
     async def _run(self) -> None:
+        next_checkpoint = self._loop.time() + CHECKPOINT_INTERVAL_S
         while True:
             await asyncio.sleep(CATCH_UP_INTERVAL_S)
+            if self._loop.time() >= next_checkpoint:
+                next_checkpoint = self._loop.time() + CHECKPOINT_INTERVAL_S
+                await self._checkpoint_all()
             for (topic, index), p in list(self.replicas.partitions.items()):
                 if topic != DISKLESS_METADATA_TOPIC:
                     continue
@@ -118,10 +149,31 @@ class Materializer:
             for index in [i for i in self._local if (DISKLESS_METADATA_TOPIC, i) not in self.replicas.partitions]:
                 self._close(index)  # the replica left this broker
 
+    async def _checkpoint_all(self) -> None:
+        for index, local in list(self._local.items()):
+            try:
+                await self._loop.run_in_executor(self._checkpoints, local.state.checkpoint)
+            except sqlite3.Error as e:
+                log.warning("diskless_state_checkpoint_failed", partition=index, error=str(e))
+
     def _close(self, index: int) -> None:
         local = self._local.pop(index, None)
         if local is not None:
-            local.state.close()
+            # each connection is closed on its own thread, after the work queued there
+            closed = self._checkpoints.submit(local.state.close_checkpointer)
+            self._sqlite.submit(lambda: (closed.result(), local.state.close()))
+
+    def stage(self, index: int, first_offset: int, records: list[Any]) -> None:
+        """The leader appended `records` at `first_offset` on: apply them from memory later."""
+        local = self._local.get(index)
+        if local is not None:
+            local.staged.extend((first_offset + i, r) for i, r in enumerate(records))
+
+    def drop_staged(self, index: int) -> None:
+        """An append failed: what was staged may never be in the log."""
+        local = self._local.get(index)
+        if local is not None:
+            local.staged = []
 
     async def state(self, index: int) -> _Local | None:
         """The materialized state of a local replica (opened or rebuilt on first use)."""
@@ -135,7 +187,7 @@ class Materializer:
             local = self._local.get(index)
             if local is None:
                 state = await self._loop.run_in_executor(
-                    None, _open, state_path(self.root, index), str(p.topic_id), p.log.log_start_offset,
+                    self._sqlite, _open, state_path(self.root, index), str(p.topic_id), p.log.log_start_offset,
                     p.log.log_end_offset)
                 local = self._local[index] = _Local(state)
         return local
@@ -150,8 +202,12 @@ class Materializer:
         async with local.lock:
             hw = p.high_watermark
             if local.applied < hw:
-                local.applied = await self._loop.run_in_executor(
-                    None, _catch_up, local.state, p.log, hw, self.buffer_size)
+                staged = local.take_staged(hw)
+                if staged is not None:
+                    local.applied = await self._loop.run_in_executor(self._sqlite, _apply_staged, local.state, staged, hw)
+                else:
+                    local.applied = await self._loop.run_in_executor(
+                        self._sqlite, _catch_up, local.state, p.log, hw, self.buffer_size)
         return local
 
     async def run(self, index: int, fn: Any, *args: Any) -> Any:
@@ -160,10 +216,12 @@ class Materializer:
         if local is None:
             return None
         async with local.lock:
-            return await self._loop.run_in_executor(None, fn, local.state, *args)
+            return await self._loop.run_in_executor(self._sqlite, fn, local.state, *args)
 
     def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
         for index in list(self._local):
             self._close(index)
+        self._checkpoints.shutdown(wait=False)
+        self._sqlite.shutdown(wait=False)

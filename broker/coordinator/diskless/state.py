@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from protocol.generated.metadata_records.diskless_file_committed_record import DisklessFileCommittedRecord
@@ -66,6 +66,22 @@ class BatchRow:
     timestamp_type: int
 
 
+class BatchLookup(NamedTuple):
+    """One partition of a DisklessFindBatches: its batches from `offset` on, up to `max_bytes`."""
+
+    topic_id: UUID
+    partition: int
+    offset: int
+    max_bytes: int
+
+
+class FoundBatches(NamedTuple):
+    error_code: int
+    log_start_offset: int
+    high_watermark: int
+    batches: list[BatchRow]
+
+
 @dataclass(slots=True)
 class ProducerBatch:
     producer_epoch: int
@@ -84,6 +100,9 @@ class DisklessState:
         self._db.execute("PRAGMA journal_mode=WAL")
         # NORMAL: a power cut may lose the last transactions, never corrupt; the log has them.
         self._db.execute("PRAGMA synchronous=NORMAL")
+        # No checkpoint (and its fsyncs) inside an apply: checkpoint() runs them beside it.
+        self._db.execute("PRAGMA wal_autocheckpoint=0")
+        self._checkpointer: sqlite3.Connection | None = None
         self._db.executescript(_SCHEMA)
         version = self._meta("schema_version")
         if version is None:
@@ -93,6 +112,20 @@ class DisklessState:
 
     def close(self) -> None:
         self._db.close()
+        self.close_checkpointer()
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database (PASSIVE: never waits for, nor blocks, an apply or a
+        read) on a second connection, so the fsyncs this takes stay off the commit path. Called
+        from one thread, never concurrently with close_checkpointer()."""
+        if self._checkpointer is None:
+            self._checkpointer = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    def close_checkpointer(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.close()
+            self._checkpointer = None
 
     def _meta(self, name: str) -> int | None:
         row = self._db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
