@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -21,6 +22,7 @@ from broker.replication.chunk_reads import ChunkReads
 from broker.replication.dir_assigner import DirAssigner
 from broker.replication.fetcher import ReplicaFetcherManager
 from broker.replication.isr import IsrManager
+from broker.replication.peers import PeerClients
 from broker.replication.replica_manager import ReplicaManager
 from broker.replication.throttle import Throttle
 from broker.server import RequestDispatcher, is_control_plane
@@ -83,13 +85,18 @@ class Broker:
         from broker.coordinator.diskless.coordinator import DisklessCoordinator
         from broker.coordinator.group import GroupCoordinator
         from broker.coordinator.transaction import TransactionCoordinator
+        from broker.diskless.config import DisklessConfig
+        from broker.diskless.partition import DisklessService
 
         self.group_coordinator = GroupCoordinator(self)
         self.transaction_coordinator = TransactionCoordinator(self)
-        self.diskless_coordinator = DisklessCoordinator(self)
-        from broker.diskless.partition import DisklessService
-
-        self.diskless = DisklessService(self)  # diskless partitions: served by every broker
+        diskless = DisklessConfig.from_props(self.config.props, self.config.log_dirs[0])
+        self.diskless_coordinator = DisklessCoordinator(
+            self.config.node_id, self.replicas, self.metadata, self.forward, Path(self.config.log_dirs[0]), diskless)
+        # diskless partitions: served by every broker
+        self.diskless = DisklessService(
+            self.config.node_id, self.metadata, self.replicas, self.diskless_coordinator, PeerClients(self, "diskless"),
+            diskless)
         self.metadata.preparers.append(self.replicas.prepare)
         self.metadata.publishers.append(self.replicas.on_metadata)
         self.metadata.publishers.append(self.group_coordinator.on_metadata)

@@ -7,9 +7,11 @@ that broker's host); anyone else gets CLUSTER_AUTHORIZATION_FAILED on every item
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from broker.apis import RequestContext, api
+from broker.coordinator.diskless.state import BatchLookup, FoundBatches
 from protocol.errors import Errors, error_message
 from protocol.generated.diskless_commit_file import DisklessCommitFileResponse
 from protocol.generated.diskless_create_partitions import DisklessCreatePartitionsResponse
@@ -37,6 +39,10 @@ def calling_broker(ctx: RequestContext) -> int | None:
     if peer_host not in hosts and not ({"localhost", "127.0.0.1"} & hosts and peer_host == "127.0.0.1"):
         return None
     return node
+
+
+async def _refused_offsets() -> tuple[int, int, int]:
+    return Errors.CLUSTER_AUTHORIZATION_FAILED, -1, -1
 
 
 def _coordinator(ctx: RequestContext) -> Any:
@@ -117,12 +123,15 @@ async def delete_records(ctx: RequestContext, req: Any) -> DisklessDeleteRecords
 async def list_offsets(ctx: RequestContext, req: Any) -> DisklessListOffsetsResponse:
     R = DisklessListOffsetsResponse
     refused = calling_broker(ctx) is None
+    c = _coordinator(ctx)
+    found = iter(await asyncio.gather(*(
+        _refused_offsets() if refused else c.list_offsets(t.topic_id, p.partition_index, p.timestamp)
+        for t in req.topics for p in t.partitions)))
     out = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            code, ts, offset = ((Errors.CLUSTER_AUTHORIZATION_FAILED, -1, -1) if refused
-                                else await _coordinator(ctx).list_offsets(t.topic_id, p.partition_index, p.timestamp))
+            code, ts, offset = next(found)
             parts.append(R.DisklessListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=code,
                                                                error_message=_message(code), timestamp=ts,
                                                                offset=offset))
@@ -133,26 +142,32 @@ async def list_offsets(ctx: RequestContext, req: Any) -> DisklessListOffsetsResp
 @api(1098, 0, 0)
 async def find_batches(ctx: RequestContext, req: Any) -> DisklessFindBatchesResponse:
     R = DisklessFindBatchesResponse
-    refused = calling_broker(ctx) is None
-    out = []
+    lookups = [BatchLookup(t.topic_id, p.partition_index, p.offset, max(p.max_partition_fetch_bytes, 1))
+               for t in req.topics for p in t.partitions]
+    if calling_broker(ctx) is None:
+        found = [FoundBatches(Errors.CLUSTER_AUTHORIZATION_FAILED, -1, -1, []) for _ in lookups]
+    else:
+        found = await _coordinator(ctx).find_batches(lookups, req.max_batches_per_partition)
     budget = max(req.fetch_max_bytes, 1)
+    answers = iter(found)
+    out = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            if refused:
-                code, lso, hw, rows = Errors.CLUSTER_AUTHORIZATION_FAILED, -1, -1, []
-            else:
-                code, lso, hw, rows = await _coordinator(ctx).find_batches(
-                    t.topic_id, p.partition_index, p.offset, min(max(p.max_partition_fetch_bytes, 1), budget),
-                    req.max_batches_per_partition)
-            budget = max(1, budget - sum(r.byte_size for r in rows))
+            code, lso, hw, rows = next(answers)
+            kept = []
+            for r in rows:  # the request's budget, in request order (the first batch always)
+                if kept and r.byte_size > budget:
+                    break
+                kept.append(r)
+                budget = max(0, budget - r.byte_size)
             parts.append(R.DisklessFindBatchesPartitionResponse(
                 partition_index=p.partition_index, error_code=code, log_start_offset=lso, high_watermark=hw,
                 batches=[R.DisklessFindBatchesBatchInfo(
                     batch_id=r.batch_id, object_key=r.object_key, magic=r.magic, byte_offset=r.byte_offset,
                     byte_size=r.byte_size, base_offset=r.base_offset, last_offset=r.last_offset,
                     log_append_timestamp=r.log_append_timestamp, batch_max_timestamp=r.max_timestamp,
-                    timestamp_type=r.timestamp_type) for r in rows]))
+                    timestamp_type=r.timestamp_type) for r in kept]))
         out.append(R.DisklessFindBatchesTopicResponse(topic_id=t.topic_id, partitions=parts))
     return R(topics=out)
 

@@ -87,9 +87,16 @@ async def _read(b, image, parts: OrderedDict, req, replica_id: int, by_id: bool,
     wait_on = []
     by_topic: OrderedDict = OrderedDict()
     sent = []
+    read_committed = not is_follower and req.isolation_level == READ_COMMITTED
+
+    def position(sp, max_bytes: int) -> FetchPosition:
+        return FetchPosition(fetch_offset=sp.fetch_offset, max_bytes=max_bytes, replica_id=replica_id,
+                             last_fetched_epoch=sp.last_fetched_epoch, read_committed=read_committed,
+                             min_one_batch=total == 0)
+
+    resolved = []
     for (tkey, idx), sp in parts.items():
         info = image.topics.get(tkey) if by_id else image.topic(tkey)
-        name = info.name if info is not None else (None if by_id else tkey)
         pd = R.PartitionData(partition_index=idx, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1, records=b"")
         if (tkey, idx) in chunk.pds:
             p, pd = None, chunk.pds[(tkey, idx)]
@@ -99,11 +106,13 @@ async def _read(b, image, parts: OrderedDict, req, replica_id: int, by_id: bool,
         else:
             # as Kafka: only the leader serves the active chunk, to followers as to consumers
             p, pd.error_code = serving_partition(b, info.name, idx, current_leader_epoch=sp.current_leader_epoch)
+            if p is not None:
+                p.prepare_read(position(sp, min(sp.max_bytes, remaining)))  # all ask at once, then read in order
+        resolved.append((tkey, sp, info, pd, p))
+    for tkey, sp, info, pd, p in resolved:
+        name = info.name if info is not None else (None if by_id else tkey)
         if p is not None:
-            ans = await p.read(FetchPosition(
-                fetch_offset=sp.fetch_offset, max_bytes=min(sp.max_bytes, remaining), replica_id=replica_id,
-                last_fetched_epoch=sp.last_fetched_epoch,
-                read_committed=not is_follower and req.isolation_level == READ_COMMITTED, min_one_batch=total == 0))
+            ans = await p.read(position(sp, min(sp.max_bytes, remaining)))
             pd.error_code = ans.error_code
             pd.high_watermark, pd.last_stable_offset = ans.high_watermark, ans.last_stable_offset
             pd.log_start_offset = ans.log_start_offset

@@ -8,6 +8,8 @@ replica_id is its own broker id, which a broker answers from the chunk replicas 
 
 from __future__ import annotations
 
+import asyncio
+
 from broker.apis import RequestContext, api
 from broker.apis.leadership import DEBUG_REPLICA, serving_partition
 from protocol.errors import Errors
@@ -21,6 +23,7 @@ READ_COMMITTED = 1
 async def list_offsets(ctx: RequestContext, req) -> ListOffsetsResponse:
     b = ctx.broker
     topics = []
+    asks = []
     for t in req.topics:
         tr = R.ListOffsetsTopicResponse(name=t.name)
         topics.append(tr)
@@ -37,16 +40,17 @@ async def list_offsets(ctx: RequestContext, req) -> ListOffsetsResponse:
             p, pr.error_code = serving_partition(b, t.name, lp.partition_index,
                                                  allow_follower=req.replica_id == DEBUG_REPLICA,
                                                  current_leader_epoch=lp.current_leader_epoch)
-            if p is None:
-                continue
-            # What the asker may read: v0/v1 have no isolation level (read_uncommitted).
-            ans = await p.offset_for(lp.timestamp, req.isolation_level == READ_COMMITTED)
-            pr.error_code = ans.error_code
-            if ans.error_code:
-                continue
-            pr.offset, pr.timestamp = ans.offset, ans.timestamp
-            if pr.offset >= 0:
-                pr.leader_epoch = ans.leader_epoch
-            if ctx.api_version == 0:
-                pr.old_style_offsets = [pr.offset] if pr.offset >= 0 else []
+            if p is not None:
+                # What the asker may read: v0/v1 have no isolation level (read_uncommitted).
+                asks.append((pr, p.offset_for(lp.timestamp, req.isolation_level == READ_COMMITTED)))
+    # the partitions ask at once (diskless ones: one DisklessListOffsets per coordinator broker)
+    for (pr, _), ans in zip(asks, await asyncio.gather(*(ask for _, ask in asks))):
+        pr.error_code = ans.error_code
+        if ans.error_code:
+            continue
+        pr.offset, pr.timestamp = ans.offset, ans.timestamp
+        if pr.offset >= 0:
+            pr.leader_epoch = ans.leader_epoch
+        if ctx.api_version == 0:
+            pr.old_style_offsets = [pr.offset] if pr.offset >= 0 else []
     return R(topics=topics)

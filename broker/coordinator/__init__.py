@@ -13,12 +13,12 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-async def metadata_caught_up(broker: Any) -> None:
+async def metadata_caught_up(metadata: Any) -> None:
     """Return once the broker's metadata has caught up with the controller. A restarted broker
     first replays its own, stale, metadata log and briefly believes it still leads what it led
     before it went down: a coordinator loading then would act (send markers, write state) for
     partitions that moved. A load waits for this; if leadership does not survive the catch-up
     the load is cancelled meanwhile."""
-    caught_up = getattr(broker.metadata, "caught_up", None)
+    caught_up = getattr(metadata, "caught_up", None)
     if caught_up is not None and not caught_up.is_set():
         await caught_up.wait()

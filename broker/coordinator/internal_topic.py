@@ -4,6 +4,7 @@ the live brokers (as Kafka does for a cluster smaller than the configured factor
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -15,13 +16,13 @@ log = structlog.get_logger(__name__)
 
 
 async def create_internal_topic(
-    broker: Any, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
+    metadata: Any, forward: Callable[[Any], Awaitable[Any]], name: str, partitions: int, replication_factor: int, configs: dict[str, str],
     *, min_isr: int | None = None,
 ) -> None:
     """Create `name` unless it exists. `min_isr`, when given, is capped at the replication factor
-    used and set as min.insync.replicas. Failures are logged: the next request that needs the
+    used and set as min.insync.replicas. `forward` sends the request to the controller. Failures are logged: the next request that needs the
     topic tries again."""
-    image = broker.metadata.image
+    image = metadata.image
     if image.topic(name) is not None:
         return
     live = len(image.live_brokers()) or 1
@@ -38,7 +39,7 @@ async def create_internal_topic(
         timeout_ms=30000,
     )
     try:
-        resp = await broker.forward(req)
+        resp = await forward(req)
     except Exception as e:
         log.warning("internal_topic_create_failed", topic=name, error=repr(e))
         return

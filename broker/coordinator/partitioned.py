@@ -74,8 +74,12 @@ class PartitionedCoordinator(Generic[P]):
     # (another broker may have led it meanwhile); its group coordinator keeps what it has.
     reload_on_new_epoch: ClassVar[bool] = False
 
-    def __init__(self, broker: Any, default_partitions: int, load_buffer_size: int, write_timeout_ms: int) -> None:
-        self.broker = broker
+    def __init__(self, replicas: Any, metadata: Any, default_partitions: int, load_buffer_size: int,
+                 write_timeout_ms: int) -> None:
+        """`replicas`: the ReplicaManager (leadership listeners, the state partitions);
+        `metadata`: the broker's metadata loader (image, caught_up)."""
+        self.replicas = replicas
+        self.metadata = metadata
         self.active = True
         self._partitions: dict[int, P] = {}
         self._tasks: set[asyncio.Task] = set()
@@ -88,8 +92,8 @@ class PartitionedCoordinator(Generic[P]):
     def _watch_leadership(self) -> None:
         """Register with the replica manager and load what this broker already leads (the
         subclass calls this last in its __init__)."""
-        self.broker.replicas.leadership_listeners.append(self.on_leadership)
-        for (topic, _), p in list(self.broker.replicas.partitions.items()):
+        self.replicas.leadership_listeners.append(self.on_leadership)
+        for (topic, _), p in list(self.replicas.partitions.items()):
             if topic == self.topic and p.is_leader:
                 self.on_leadership(p, True)
 
@@ -122,7 +126,7 @@ class PartitionedCoordinator(Generic[P]):
         for t in list(self._tasks):
             t.cancel()
         try:
-            self.broker.replicas.leadership_listeners.remove(self.on_leadership)
+            self.replicas.leadership_listeners.remove(self.on_leadership)
         except ValueError:
             pass
 
@@ -156,7 +160,7 @@ class PartitionedCoordinator(Generic[P]):
 
     # ------------------------------------------------------------------ partitions
     def num_partitions(self) -> int:
-        t = self.broker.metadata.image.topic(self.topic)
+        t = self.metadata.image.topic(self.topic)
         if t is not None and t.partitions:
             return len(t.partitions)
         return self._default_partitions
@@ -188,7 +192,7 @@ class PartitionedCoordinator(Generic[P]):
         return self.active and self._partitions.get(ps.index) is ps
 
     async def _load(self, ps: P, p: Any) -> None:
-        await metadata_caught_up(self.broker)  # not on a restarted broker's stale view of leadership
+        await metadata_caught_up(self.metadata)  # not on a restarted broker's stale view of leadership
         if not self._owns(ps):
             return
         started = time.monotonic()
@@ -240,11 +244,11 @@ class PartitionedCoordinator(Generic[P]):
             done.set_result(code)
             return code, -1, done
 
-        p = self.broker.replicas.get(self.topic, ps.index)
+        p = self.replicas.get(self.topic, ps.index)
         if not self._owns(ps) or ps.loading or p is None or not p.is_leader or p.leader_epoch != ps.epoch:
             return failed(Errors.NOT_LEADER_OR_FOLLOWER)
         try:
-            min_isr = int(self.broker.replicas.topic_config(self.topic).get("min.insync.replicas", "1"))
+            min_isr = int(self.replicas.topic_config(self.topic).get("min.insync.replicas", "1"))
         except (ValueError, KeyError):
             min_isr = 1
         if len(p.isr) < min_isr:

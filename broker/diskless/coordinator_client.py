@@ -1,21 +1,30 @@
-"""How a broker talks to the diskless coordinators: one request per coordinator broker (batches of
-several coordinators on one broker travel together), in parallel; a coordinator on this broker is
-called directly, without the network (the seed's last optimization). The leader of partition N of
-`__diskless_metadata` is coordinator N, read from this broker's metadata image.
+"""How a broker talks to the diskless coordinators: one request per coordinator broker, in
+parallel; a coordinator on this broker is called directly, without the network (the seed's last
+optimization). The leader of partition N of `__diskless_metadata` is coordinator N, read from this
+broker's metadata image.
+
+DisklessCommitFile: a WAL file's batches split by coordinator broker (several coordinators on one
+broker travel together). DisklessFindBatches and DisklessListOffsets: the lookups made in one turn
+of the event loop (every diskless partition of a Fetch, which asks for them all before reading
+any: ServedPartition.prepare_read; every partition of a ListOffsets) are gathered per target
+broker and sent as one request each. FindBatches goes to a local replica of the coordinator's
+partition when there is one (its SQLite may trail the leader by a moment), else to the leader;
+ListOffsets always to the leader.
 
 Errors come back as Kafka error codes per item; a peer that cannot be reached answers every item
-of its request with REQUEST_TIMED_OUT (the caller's producer or consumer retries).
+of its request with an error (the caller's producer or consumer retries).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 import structlog
 
-from broker.coordinator.diskless.state import BatchRow
+from broker.coordinator.diskless.state import BatchLookup, BatchRow, FoundBatches
 from broker.coordinator.diskless.view import BatchResult
 from metadata.diskless import DISKLESS_METADATA_TOPIC
 from node.client import ClientError
@@ -26,6 +35,55 @@ from protocol.generated.diskless_list_offsets import DisklessListOffsetsRequest 
 
 log = structlog.get_logger(__name__)
 REQUEST_TIMEOUT_S = 30.0
+MAX_BATCHES_PER_PARTITION = 500
+MAX_FETCH_BYTES = 2**31 - 1
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+class RequestBatcher(Generic[Item, Result]):
+    """Items asked for in one turn of the event loop, gathered per target broker: `send(target,
+    items)` answers them all (one request), the targets in parallel. `failed(item)` is an item's
+    answer when its request did not complete."""
+
+    def __init__(self, send: Callable[[int, list[Item]], Awaitable[list[Result]]],
+                 failed: Callable[[Item], Result]) -> None:
+        self._send = send
+        self._failed = failed
+        self._pending: dict[int, list[tuple[Item, asyncio.Future]]] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._loop = asyncio.get_running_loop()
+
+    def add(self, target: int, item: Item) -> asyncio.Future:
+        fut = self._loop.create_future()
+        if not self._pending:
+            self._loop.call_soon(self._flush)
+        self._pending.setdefault(target, []).append((item, fut))
+        return fut
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, {}
+        for target, entries in pending.items():
+            task = self._loop.create_task(self._run(target, entries))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, target: int, entries: list[tuple[Item, asyncio.Future]]) -> None:
+        try:
+            results = await self._send(target, [item for item, _ in entries])
+            if len(results) == len(entries):
+                for (_, fut), r in zip(entries, results):
+                    if not fut.done():
+                        fut.set_result(r)
+        finally:
+            for item, fut in entries:
+                if not fut.done():
+                    fut.set_result(self._failed(item))
+
+    def close(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
 
 
 class CoordinatorClient:
@@ -37,6 +95,14 @@ class CoordinatorClient:
         self.peers = peers
         self.local = local
         self.replicas = replicas
+        self._finds: RequestBatcher[BatchLookup, FoundBatches] = RequestBatcher(
+            self._find_at, lambda _: FoundBatches(Errors.NOT_LEADER_OR_FOLLOWER, -1, -1, []))
+        self._offsets: RequestBatcher[tuple[UUID, int, int], tuple[int, int, int]] = RequestBatcher(
+            self._list_offsets_at, lambda _: (Errors.NOT_LEADER_OR_FOLLOWER, -1, -1))
+
+    def close(self) -> None:
+        self._finds.close()
+        self._offsets.close()
 
     def coordinator_of(self, topic_id: UUID, partition: int) -> int:
         return self.local.coordinator_of(topic_id, partition)
@@ -93,44 +159,82 @@ class CoordinatorClient:
         return [r if r is not None else BatchResult(Errors.UNKNOWN_SERVER_ERROR) for r in results]
 
     # ------------------------------------------------------------------ reads
-    async def find_batches(self, topic_id: UUID, partition: int, offset: int,
-                           max_bytes: int, max_batches: int = 500) -> tuple[int, int, int, list[BatchRow]]:
-        """(error, log start, high watermark, batches). A local replica of the coordinator's
-        partition answers from its SQLite (it may trail the leader by a moment); else the leader."""
+    def find_batches(self, topic_id: UUID, partition: int, offset: int, max_bytes: int) -> Awaitable[FoundBatches]:
+        """The batches of a diskless partition from `offset` on (up to `max_bytes`, at least one),
+        its log start and high watermark; sent with the other lookups of this turn of the loop."""
         index = self.coordinator_of(topic_id, partition)
         if index < 0:
-            return Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, []
+            return _now(FoundBatches(Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, []))
         if self.replicas.get(DISKLESS_METADATA_TOPIC, index) is not None:
-            return await self.local.find_batches(topic_id, partition, offset, max_bytes, max_batches)
-        leader = self.leader_of(index)
-        if leader < 0:
-            return Errors.NOT_LEADER_OR_FOLLOWER, -1, -1, []
-        body = FB(fetch_max_bytes=max_bytes, max_batches_per_partition=max_batches, topics=[
-            FB.DisklessFindBatchesTopic(topic_id=topic_id, partitions=[FB.DisklessFindBatchesPartition(
-                partition_index=partition, offset=offset, max_partition_fetch_bytes=max_bytes)])])
-        try:
-            resp = await self._send(leader, body)
-        except (ClientError, OSError):
-            return Errors.NOT_LEADER_OR_FOLLOWER, -1, -1, []
-        p = resp.topics[0].partitions[0]
-        rows = [BatchRow(b.batch_id, b.object_key, b.magic, b.byte_offset, b.byte_size, b.base_offset,
-                         b.last_offset, b.log_append_timestamp, b.batch_max_timestamp, b.timestamp_type)
-                for b in p.batches]
-        return p.error_code, p.log_start_offset, p.high_watermark, rows
+            target = self.node_id
+        else:
+            target = self.leader_of(index)
+            if target < 0:
+                return _now(FoundBatches(Errors.NOT_LEADER_OR_FOLLOWER, -1, -1, []))
+        return self._finds.add(target, BatchLookup(topic_id, partition, offset, max_bytes))
 
-    async def list_offsets(self, topic_id: UUID, partition: int, timestamp: int) -> tuple[int, int, int]:
-        """(error, timestamp, offset) from the coordinator's leader (strictly consistent)."""
+    async def _find_at(self, broker_id: int, lookups: list[BatchLookup]) -> list[FoundBatches]:
+        if broker_id == self.node_id:
+            return await self.local.find_batches(lookups, MAX_BATCHES_PER_PARTITION)
+        by_topic: dict[UUID, list[int]] = {}
+        for i, lk in enumerate(lookups):
+            by_topic.setdefault(lk.topic_id, []).append(i)
+        order = [i for positions in by_topic.values() for i in positions]
+        body = FB(fetch_max_bytes=min(sum(lk.max_bytes for lk in lookups), MAX_FETCH_BYTES),
+                  max_batches_per_partition=MAX_BATCHES_PER_PARTITION, topics=[
+                      FB.DisklessFindBatchesTopic(topic_id=tid, partitions=[FB.DisklessFindBatchesPartition(
+                          partition_index=lookups[i].partition, offset=lookups[i].offset,
+                          max_partition_fetch_bytes=lookups[i].max_bytes) for i in positions])
+                      for tid, positions in by_topic.items()])
+        try:
+            resp = await self._send(broker_id, body)
+        except (ClientError, OSError) as e:
+            log.debug("diskless_find_batches_failed", coordinator_broker=broker_id, error=str(e))
+            return [FoundBatches(Errors.NOT_LEADER_OR_FOLLOWER, -1, -1, []) for _ in lookups]
+        answers = [p for t in resp.topics for p in t.partitions]
+        if len(answers) != len(lookups):
+            return [FoundBatches(Errors.UNKNOWN_SERVER_ERROR, -1, -1, []) for _ in lookups]
+        found: list[FoundBatches] = [FoundBatches(Errors.UNKNOWN_SERVER_ERROR, -1, -1, [])] * len(lookups)
+        for i, p in zip(order, answers):
+            found[i] = FoundBatches(p.error_code, p.log_start_offset, p.high_watermark, [
+                BatchRow(b.batch_id, b.object_key, b.magic, b.byte_offset, b.byte_size, b.base_offset,
+                         b.last_offset, b.log_append_timestamp, b.batch_max_timestamp, b.timestamp_type)
+                for b in p.batches])
+        return found
+
+    def list_offsets(self, topic_id: UUID, partition: int, timestamp: int) -> Awaitable[tuple[int, int, int]]:
+        """(error, timestamp, offset) from the coordinator's leader (strictly consistent); sent
+        with the other lookups of this turn of the loop."""
         index = self.coordinator_of(topic_id, partition)
         leader = self.leader_of(index) if index >= 0 else -1
         if leader < 0:
-            return Errors.NOT_LEADER_OR_FOLLOWER, -1, -1
-        if leader == self.node_id:
-            return await self.local.list_offsets(topic_id, partition, timestamp)
-        body = LO(topics=[LO.DisklessListOffsetsTopic(topic_id=topic_id, partitions=[
-            LO.DisklessListOffsetsPartition(partition_index=partition, timestamp=timestamp)])])
+            return _now((Errors.NOT_LEADER_OR_FOLLOWER, -1, -1))
+        return self._offsets.add(leader, (topic_id, partition, timestamp))
+
+    async def _list_offsets_at(self, broker_id: int, asks: list[tuple[UUID, int, int]]) -> list[tuple[int, int, int]]:
+        if broker_id == self.node_id:
+            return list(await asyncio.gather(*(self.local.list_offsets(*ask) for ask in asks)))
+        by_topic: dict[UUID, list[int]] = {}
+        for i, (tid, _, _) in enumerate(asks):
+            by_topic.setdefault(tid, []).append(i)
+        order = [i for positions in by_topic.values() for i in positions]
+        body = LO(topics=[LO.DisklessListOffsetsTopic(topic_id=tid, partitions=[
+            LO.DisklessListOffsetsPartition(partition_index=asks[i][1], timestamp=asks[i][2]) for i in positions])
+            for tid, positions in by_topic.items()])
         try:
-            resp = await self._send(leader, body)
+            resp = await self._send(broker_id, body)
         except (ClientError, OSError):
-            return Errors.NOT_LEADER_OR_FOLLOWER, -1, -1
-        p = resp.topics[0].partitions[0]
-        return p.error_code, p.timestamp, p.offset
+            return [(Errors.NOT_LEADER_OR_FOLLOWER, -1, -1) for _ in asks]
+        answers = [p for t in resp.topics for p in t.partitions]
+        if len(answers) != len(asks):
+            return [(Errors.UNKNOWN_SERVER_ERROR, -1, -1) for _ in asks]
+        out: list[tuple[int, int, int]] = [(Errors.UNKNOWN_SERVER_ERROR, -1, -1)] * len(asks)
+        for i, p in zip(order, answers):
+            out[i] = (p.error_code, p.timestamp, p.offset)
+        return out
+
+
+def _now(value: Any) -> asyncio.Future:
+    fut = asyncio.get_running_loop().create_future()
+    fut.set_result(value)
+    return fut

@@ -15,16 +15,17 @@ from __future__ import annotations
 import asyncio
 import zlib
 from collections.abc import Awaitable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from broker.coordinator.diskless.state import FoundBatches
 from broker.coordinator.diskless.view import BatchResult
+from broker.diskless.config import DisklessConfig
 from broker.diskless.coordinator_client import CoordinatorClient
 from broker.diskless.object_store import ObjectStoreError, open_object_store
-from broker.diskless.reader import cache_from_config, read_batches
-from broker.diskless.wal import DEFAULT_MAX_BYTES, DEFAULT_MAX_MS, WalWriter
+from broker.diskless.reader import BlockCache, read_batches
+from broker.diskless.wal import WalWriter
 from broker.partitions.interface import AppendAnswer, FetchPosition, OffsetAnswer, ReadAnswer, answered
 from broker.replication.peers import PeerClients
 from broker.storage.batch_validation import validate_client_batches
@@ -32,6 +33,9 @@ from broker.storage.errors import StorageError
 from metadata.image import PartitionInfo, TopicInfo
 from protocol.errors import Errors
 from protocol.records.batch import set_log_append_time
+
+if TYPE_CHECKING:
+    from broker.coordinator.diskless.coordinator import DisklessCoordinator
 
 log = structlog.get_logger(__name__)
 
@@ -48,6 +52,7 @@ class DisklessPartition:
         self.topic = topic
         self.info = info
         self.key = (topic.id, info.partition)
+        self._lookup: tuple[int, Awaitable[FoundBatches]] | None = None  # (offset, answer) of prepare_read
 
     # ------------------------------------------------------------------ produce
     def append(self, records: Any, acks: int, timeout_ms: int, now_ms: int) -> Awaitable[AppendAnswer]:
@@ -76,9 +81,27 @@ class DisklessPartition:
         return AppendAnswer(r.error_code, r.error_message, r.base_offset, r.log_append_time, r.log_start_offset)
 
     # ------------------------------------------------------------------ fetch
+    def prepare_read(self, pos: FetchPosition) -> None:
+        """Ask for the batches now: the lookups of every diskless partition of a Fetch go out
+        together, one DisklessFindBatches per coordinator broker."""
+        tid, idx = self.key
+        self._lookup = (pos.fetch_offset, self.s.client.find_batches(tid, idx, pos.fetch_offset, max(pos.max_bytes, 1)))
+
     async def read(self, pos: FetchPosition) -> ReadAnswer:
         tid, idx = self.key
-        err, lso, hw, rows = await self.s.client.find_batches(tid, idx, pos.fetch_offset, max(pos.max_bytes, 1))
+        lookup, self._lookup = self._lookup, None
+        if lookup is None or lookup[0] != pos.fetch_offset:
+            self.prepare_read(pos)
+            lookup, self._lookup = self._lookup, None
+        assert lookup is not None
+        err, lso, hw, found = await lookup[1]
+        rows = []
+        size = 0
+        for r in found:  # asked before the Fetch's budget was known: keep what fits now
+            if rows and size + r.byte_size > pos.max_bytes:
+                break
+            rows.append(r)
+            size += r.byte_size
         ans = ReadAnswer(high_watermark=hw, last_stable_offset=hw, log_start_offset=lso,
                          aborted_transactions=[] if pos.read_committed else None)
         if err == Errors.OFFSET_OUT_OF_RANGE and pos.fetch_offset > hw >= 0:
@@ -123,24 +146,22 @@ class DisklessPartition:
 
 
 class DisklessService:
-    def __init__(self, broker: Any) -> None:
-        cfg = broker.config
-        props = cfg.props
-        self.node_id = cfg.node_id
-        self.metadata = broker.metadata
-        self.replicas = broker.replicas
-        url = props.get("diskless.storage.url") or f"file://{Path(cfg.log_dirs[0]).absolute() / 'diskless-objects'}"
-        self.location = open_object_store(url, endpoint=props.get("diskless.storage.s3.endpoint"),
-                                          region=props.get("diskless.storage.s3.region"))
-        self.peers = PeerClients(broker, "diskless")  # client id diskless-<node id>: the coordinator APIs' rule
-        self.client = CoordinatorClient(self.node_id, broker.metadata, self.peers, broker.diskless_coordinator,
-                                        broker.replicas)
-        self.wal = WalWriter(self.location, self.client,
-                             max_bytes=int(props.get("diskless.wal.max.bytes", DEFAULT_MAX_BYTES)),
-                             max_ms=int(props.get("diskless.wal.max.ms", DEFAULT_MAX_MS)),
+    def __init__(self, node_id: int, metadata: Any, replicas: Any, coordinator: DisklessCoordinator,
+                 peers: PeerClients, config: DisklessConfig) -> None:
+        """`metadata`: the broker's metadata loader (.image); `replicas`: the ReplicaManager (topic
+        configs, which coordinator partitions are here); `coordinator`: this broker's own diskless
+        coordinator (called without the network); `peers`: PeerClients with purpose "diskless"
+        (client id diskless-<node id>: the coordinator APIs' rule)."""
+        self.node_id = node_id
+        self.metadata = metadata
+        self.replicas = replicas
+        self.location = open_object_store(config.storage_url, endpoint=config.s3_endpoint, region=config.s3_region)
+        self.peers = peers
+        self.client = CoordinatorClient(node_id, metadata, peers, coordinator, replicas)
+        self.wal = WalWriter(self.location, self.client, max_bytes=config.wal_max_bytes, max_ms=config.wal_max_ms,
                              on_commit=self._committed)
-        self.cache = cache_from_config(self.location.store, props)
-        self.poll_s = int(props.get("diskless.fetch.poll.ms", "100")) / 1000
+        self.cache = BlockCache(self.location.store, config.fetch_cache_bytes)
+        self.poll_s = config.fetch_poll_ms / 1000
         self._waiters: dict[tuple[Any, int], list[asyncio.Future]] = {}
         self._loop = asyncio.get_running_loop()
 
@@ -194,6 +215,7 @@ class DisklessService:
 
     async def close(self) -> None:
         await self.wal.close()
+        self.client.close()
         await self.peers.close()
         await self.location.store.close()
 

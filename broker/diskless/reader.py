@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from typing import Any
 
 from broker.coordinator.diskless.state import BatchRow
 from broker.diskless.object_store import ObjectStore
@@ -117,6 +116,3 @@ async def read_batches(cache: BlockCache, rows: list[BatchRow]) -> bytes:
             set_base_offset(out, base + r.byte_offset - lo, r.base_offset)
     return bytes(out)
 
-
-def cache_from_config(store: ObjectStore, props: Any) -> BlockCache:
-    return BlockCache(store, int(props.get("diskless.fetch.cache.bytes", DEFAULT_CACHE_BYTES)))

@@ -66,6 +66,11 @@ class ServedPartition(Protocol):
 
     def append(self, records: Any, acks: int, timeout_ms: int, now_ms: int) -> Awaitable[AppendAnswer]: ...
 
+    def prepare_read(self, pos: FetchPosition) -> None:
+        """Start, without waiting, what read(pos) will need from elsewhere, so a request's
+        partitions ask together (a diskless partition's batch lookup: one request per coordinator
+        broker for the whole Fetch); read() then waits for it. A local replica has nothing to start."""
+
     async def read(self, pos: FetchPosition) -> ReadAnswer: ...
 
     async def offset_for(self, timestamp: int, read_committed: bool) -> OffsetAnswer: ...

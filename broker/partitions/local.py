@@ -69,6 +69,9 @@ class LocalPartition:
         return answer
 
     # ------------------------------------------------------------------ fetch
+    def prepare_read(self, pos: FetchPosition) -> None:
+        pass  # everything read() needs is on this broker
+
     async def read(self, pos: FetchPosition) -> ReadAnswer:
         return self.read_now(pos)
 

@@ -22,19 +22,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import structlog
 
-from broker.coordinator import wall_clock_ms
+from broker.coordinator import metadata_caught_up, wall_clock_ms
 from broker.coordinator.diskless.materializer import Materializer
-from broker.coordinator.diskless.state import BatchRow, DisklessState
+from broker.coordinator.diskless.state import BatchLookup, DisklessState, FoundBatches
 from broker.coordinator.diskless.view import BatchResult, CoordinatorView
 from broker.coordinator.internal_topic import create_internal_topic
 from broker.coordinator.partitioned import CoordinatorPartition, PartitionedCoordinator, state_write_error
+from broker.diskless.config import DisklessConfig
 from metadata.diskless import DISKLESS_METADATA_TOPIC
 from metadata.records import encode_record
 from protocol.errors import Errors
@@ -62,14 +63,17 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
     event = "diskless"
     reload_on_new_epoch = True
 
-    def __init__(self, broker: Any) -> None:
-        props = broker.config.props
-        self.replication_factor = int(props.get("diskless.metadata.topic.replication.factor", "3"))
-        self.min_isr = int(props.get("diskless.metadata.topic.min.isr", "2"))
-        super().__init__(broker, int(props.get("diskless.metadata.topic.num.partitions", "4")), 5 * 1024 * 1024,
-                         int(props.get("diskless.coordinator.write.timeout.ms", "10000")))
-        root = Path(broker.config.log_dirs[0]) / "diskless-coordinator"
-        self.states = Materializer(broker.replicas, root, self._load_buffer_size)
+    def __init__(self, node_id: int, replicas: Any, metadata: Any, forward: Callable[[Any], Awaitable[Any]],
+                 log_dir: Path, config: DisklessConfig) -> None:
+        """`replicas`: the ReplicaManager; `metadata`: the broker's metadata loader; `forward`
+        sends an admin request to the controller (creating __diskless_metadata); the SQLite files
+        live under `log_dir`."""
+        self.node_id = node_id
+        self.config = config
+        self.forward = forward
+        super().__init__(replicas, metadata, config.metadata_topic_num_partitions, config.coordinator_load_buffer_size,
+                         config.coordinator_write_timeout_ms)
+        self.states = Materializer(replicas, Path(log_dir) / "diskless-coordinator", self._load_buffer_size)
         self.states.start()
         self._every(RECONCILE_INTERVAL_MS, self._reconcile, "diskless_reconcile_failed")
         self._watch_leadership()
@@ -87,9 +91,7 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
         self.states.drop_staged(ps.index)
 
     async def _load(self, ps: _CoordinatorPartition, p: Any) -> None:  # type: ignore[override]
-        from broker.coordinator import metadata_caught_up
-
-        await metadata_caught_up(self.broker)
+        await metadata_caught_up(self.metadata)
         started = time.monotonic()
         while self._owns(ps) and p.high_watermark < p.log.log_end_offset:
             await p.wait_for_high_watermark(p.log.log_end_offset, 1.0)
@@ -110,7 +112,7 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
         """The view went ahead of the log (an append failed): rebuild it from the log."""
         if not self._owns(ps) or ps.loading:
             return
-        p = self.broker.replicas.get(self.topic, ps.index)
+        p = self.replicas.get(self.topic, ps.index)
         if p is None or not p.is_leader:
             return
         ps.loading = True
@@ -121,16 +123,17 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
     async def _create_topic(self) -> None:
         # The controller maps partitions before the topic exists (with its own setting of
         # diskless.metadata.topic.num.partitions): enough partitions for every mapping made.
-        image = self.broker.metadata.image
+        image = self.metadata.image
         mapped = [info.diskless_coordinator for t in image.topics.values() for info in t.partitions.values()]
         partitions = max([self._default_partitions, *(i + 1 for i in mapped)])
         await create_internal_topic(
-            self.broker, self.topic, partitions, self.replication_factor,
-            {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}, min_isr=self.min_isr)
+            self.metadata, self.forward, self.topic, partitions, self.config.metadata_topic_replication_factor,
+            {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"},
+            min_isr=self.config.metadata_topic_min_isr)
 
     def coordinator_of(self, topic_id: UUID, partition: int) -> int:
         """The __diskless_metadata partition of a diskless partition, or -1."""
-        image = self.broker.metadata.image
+        image = self.metadata.image
         t = image.topics.get(topic_id)
         info = t.partitions.get(partition) if t is not None else None
         return -1 if info is None else info.diskless_coordinator
@@ -281,27 +284,43 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
         offset, ts = found
         return 0, ts, max(offset, pv.log_start_offset)
 
-    async def find_batches(self, topic_id: UUID, partition: int, offset: int, max_bytes: int,
-                           max_batches: int) -> tuple[int, int, int, list[BatchRow]]:
-        """(error, log start, high watermark, batches) from this broker's materialized state:
-        any replica answers (a follower's may be a little behind, which a reader tolerates)."""
-        index = self.coordinator_of(topic_id, partition)
-        if index < 0:
-            return Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, []
-        if self.broker.replicas.get(self.topic, index) is None:
-            return Errors.NOT_COORDINATOR, -1, -1, []
+    async def find_batches(self, lookups: list[BatchLookup], max_batches: int) -> list[FoundBatches]:
+        """DisklessFindBatches for several partitions: one read of this broker's materialized
+        state per coordinator partition, results in `lookups` order. Any replica answers (a
+        follower's state may be a little behind, which a reader tolerates)."""
+        found: list[FoundBatches | None] = [None] * len(lookups)
+        by_index: dict[int, list[int]] = {}
+        for i, lk in enumerate(lookups):
+            index = self.coordinator_of(lk.topic_id, lk.partition)
+            if index < 0:
+                found[i] = FoundBatches(Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, [])
+            elif self.replicas.get(self.topic, index) is None:
+                found[i] = FoundBatches(Errors.NOT_COORDINATOR, -1, -1, [])
+            else:
+                by_index.setdefault(index, []).append(i)
 
-        def read(state: DisklessState) -> tuple[int, int, int, list[BatchRow]]:
-            parts = state.partitions().get((topic_id, partition))
-            if parts is None:
-                return Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, []
-            _, lso, hw = parts
-            if offset < lso or offset > hw:
-                return Errors.OFFSET_OUT_OF_RANGE, lso, hw, []
-            return 0, lso, hw, state.find_batches(topic_id, partition, offset, max_bytes, max_batches)
+        def read(state: DisklessState, positions: list[int]) -> list[FoundBatches]:
+            known = state.partitions()
+            out = []
+            for i in positions:
+                lk = lookups[i]
+                parts = known.get((lk.topic_id, lk.partition))
+                if parts is None:
+                    out.append(FoundBatches(Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, []))
+                    continue
+                _, lso, hw = parts
+                if lk.offset < lso or lk.offset > hw:
+                    out.append(FoundBatches(Errors.OFFSET_OUT_OF_RANGE, lso, hw, []))
+                else:
+                    out.append(FoundBatches(0, lso, hw, state.find_batches(
+                        lk.topic_id, lk.partition, lk.offset, lk.max_bytes, max_batches)))
+            return out
 
-        result = await self.states.run(index, read)
-        return result if result is not None else (Errors.NOT_COORDINATOR, -1, -1, [])
+        for index, positions in by_index.items():
+            answers = await self.states.run(index, read, positions)
+            for i, a in zip(positions, answers or [FoundBatches(Errors.NOT_COORDINATOR, -1, -1, [])] * len(positions)):
+                found[i] = a
+        return [f if f is not None else FoundBatches(Errors.UNKNOWN_SERVER_ERROR, -1, -1, []) for f in found]
 
     async def describe_file(self, object_key: str) -> bool:
         """True when any coordinator this broker leads has live batches in the file."""
@@ -314,10 +333,10 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
     def _reconcile(self) -> None:
         """Create the diskless partitions the metadata maps to a coordinator this broker leads
         and that it does not know; delete the topics the metadata no longer has."""
-        image = self.broker.metadata.image
+        image = self.metadata.image
         if image.topic(self.topic) is None:
             live = [b.id for b in image.live_brokers()]
-            if live and min(live) == self.broker.config.node_id and any(
+            if live and min(live) == self.node_id and any(
                     info.diskless_coordinator >= 0 for t in image.topics.values() for info in t.partitions.values()):
                 self.ensure_topic()  # the first diskless topic: its coordinators' log
             return

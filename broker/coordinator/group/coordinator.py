@@ -164,7 +164,8 @@ class GroupCoordinator(PartitionedCoordinator[_PartitionState]):
         listener), forward(body) and spawn(coro). The coordinator registers itself as a
         leadership listener of the replica manager and loads the partitions it already leads."""
         self.config = config or GroupCoordinatorConfig.from_props(broker.config.props)
-        super().__init__(broker, self.config.offsets_topic_num_partitions, self.config.load_buffer_size,
+        self.broker = broker
+        super().__init__(broker.replicas, broker.metadata, self.config.offsets_topic_num_partitions, self.config.load_buffer_size,
                          self.config.offset_commit_timeout_ms)
         self.node_id = broker.config.node_id
         self._every(self.config.offsets_retention_check_interval_ms, self.expire_offsets, "offsets_expiry_failed")
@@ -1216,7 +1217,7 @@ class GroupCoordinator(PartitionedCoordinator[_PartitionState]):
     async def _create_topic(self) -> None:
         cfg = self.config
         await create_internal_topic(
-            self.broker, OFFSETS_TOPIC, cfg.offsets_topic_num_partitions, cfg.offsets_topic_replication_factor,
+            self.broker.metadata, self.broker.forward, OFFSETS_TOPIC, cfg.offsets_topic_num_partitions, cfg.offsets_topic_replication_factor,
             {"segment.bytes": str(cfg.offsets_topic_segment_bytes)},
         )
 

@@ -96,7 +96,8 @@ class TransactionCoordinator(PartitionedCoordinator[_StatePartition]):
         """`broker` gives: replicas (ReplicaManager), metadata.image, config, forward(body) and the
         producer id manager. Registers as a leadership listener and loads what it already leads."""
         self.config = config or TransactionCoordinatorConfig.from_props(broker.config.props)
-        super().__init__(broker, self.config.state_log_num_partitions, self.config.state_log_load_buffer_size,
+        self.broker = broker
+        super().__init__(broker.replicas, broker.metadata, self.config.state_log_num_partitions, self.config.state_log_load_buffer_size,
                          self.config.write_timeout_ms)
         self.markers = TxnMarkerSender(broker)
         self._every(self.config.abort_timed_out_interval_ms, self.abort_timed_out_transactions,
@@ -431,7 +432,7 @@ class TransactionCoordinator(PartitionedCoordinator[_StatePartition]):
     async def _create_topic(self) -> None:
         cfg = self.config
         await create_internal_topic(
-            self.broker, TRANSACTION_STATE_TOPIC, cfg.state_log_num_partitions, cfg.state_log_replication_factor,
+            self.broker.metadata, self.broker.forward, TRANSACTION_STATE_TOPIC, cfg.state_log_num_partitions, cfg.state_log_replication_factor,
             {"segment.bytes": str(cfg.state_log_segment_bytes), "unclean.leader.election.enable": "false"},
             min_isr=cfg.state_log_min_isr,
         )

@@ -1,0 +1,48 @@
+"""The broker's diskless settings: where WAL files go, when they roll, how reads are cached, and
+the coordinators' topic (`__diskless_metadata`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker.diskless.reader import DEFAULT_CACHE_BYTES
+from broker.diskless.wal import DEFAULT_MAX_BYTES, DEFAULT_MAX_MS
+
+
+@dataclass(frozen=True)
+class DisklessConfig:
+    storage_url: str  # file:///abs/dir or s3://bucket/prefix
+    s3_endpoint: str | None = None
+    s3_region: str | None = None
+    wal_max_bytes: int = DEFAULT_MAX_BYTES
+    wal_max_ms: int = DEFAULT_MAX_MS
+    fetch_cache_bytes: int = DEFAULT_CACHE_BYTES
+    fetch_poll_ms: int = 100
+    metadata_topic_num_partitions: int = 4
+    metadata_topic_replication_factor: int = 3
+    metadata_topic_min_isr: int = 2
+    coordinator_write_timeout_ms: int = 10000
+    coordinator_load_buffer_size: int = 5 * 1024 * 1024
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, str], first_log_dir: str | Path) -> DisklessConfig:
+        """Unset diskless.storage.url: the embedded store, a directory under the first log dir."""
+        d = cls(storage_url="")
+        return cls(
+            storage_url=props.get("diskless.storage.url") or f"file://{Path(first_log_dir).absolute() / 'diskless-objects'}",
+            s3_endpoint=props.get("diskless.storage.s3.endpoint"),
+            s3_region=props.get("diskless.storage.s3.region"),
+            wal_max_bytes=int(props.get("diskless.wal.max.bytes", d.wal_max_bytes)),
+            wal_max_ms=int(props.get("diskless.wal.max.ms", d.wal_max_ms)),
+            fetch_cache_bytes=int(props.get("diskless.fetch.cache.bytes", d.fetch_cache_bytes)),
+            fetch_poll_ms=int(props.get("diskless.fetch.poll.ms", d.fetch_poll_ms)),
+            metadata_topic_num_partitions=int(props.get("diskless.metadata.topic.num.partitions",
+                                                        d.metadata_topic_num_partitions)),
+            metadata_topic_replication_factor=int(props.get("diskless.metadata.topic.replication.factor",
+                                                            d.metadata_topic_replication_factor)),
+            metadata_topic_min_isr=int(props.get("diskless.metadata.topic.min.isr", d.metadata_topic_min_isr)),
+            coordinator_write_timeout_ms=int(props.get("diskless.coordinator.write.timeout.ms",
+                                                       d.coordinator_write_timeout_ms)),
+        )
