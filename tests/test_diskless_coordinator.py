@@ -143,6 +143,24 @@ def test_coordinator(cluster_factory: Any) -> None:
                     return [(x.object_key, x.base_offset, x.last_offset, x.byte_offset) for x in part.batches]
 
                 assert await _retry(found) == [("wal/a", 1, 5, 0), ("wal/a", 6, 8, 100), ("wal/a", 9, 10, 200)]
+                # one request for partitions of both coordinators (a Fetch's lookups, batched): answers
+                # in request order, the budget spent in that order (each partition still gets one batch)
+                order = [3, 2, 1, 0]
+                r = await c.request(FB(fetch_max_bytes=150, max_batches_per_partition=10, topics=[
+                    FB.DisklessFindBatchesTopic(topic_id=tid, partitions=[
+                        FB.DisklessFindBatchesPartition(partition_index=i, offset=1 if i == p else 0,
+                                                        max_partition_fetch_bytes=1 << 20) for i in order])]))
+                parts = r.topics[0].partitions
+                assert [x.partition_index for x in parts] == order
+                assert all(x.error_code == 0 for x in parts), [x.error_code for x in parts]
+                assert [x.base_offset for x in parts[order.index(p)].batches] == [1]
+                lo = await c.request(LO(topics=[LO.DisklessListOffsetsTopic(topic_id=tid, partitions=[
+                    LO.DisklessListOffsetsPartition(partition_index=i, timestamp=-1) for i in order])]))
+                answered = [(x.partition_index, x.error_code) for x in lo.topics[0].partitions]
+                assert answered == [(i, 0 if coordinators[0 if i in mine else 1] == b else Errors.NOT_COORDINATOR)
+                                    for i in order]
+                if b == leader:
+                    assert lo.topics[0].partitions[order.index(p)].offset == 11
         # pipelined commits on one connection (each frees the connection's turn once appended) are
         # checked and appended in arrival order: an idempotent producer's batches stay contiguous
         async with NodeClient(HOST, cluster.broker_port(leader), client_id=f"diskless-{leader}") as c:

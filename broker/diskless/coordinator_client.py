@@ -76,6 +76,8 @@ class RequestBatcher(Generic[Item, Result]):
                 for (_, fut), r in zip(entries, results):
                     if not fut.done():
                         fut.set_result(r)
+        except Exception as e:  # every item answers with the failure below; the broker goes on
+            log.warning("diskless_request_failed", target_broker=target, items=len(entries), error=repr(e))
         finally:
             for item, fut in entries:
                 if not fut.done():
