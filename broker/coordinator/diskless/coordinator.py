@@ -6,8 +6,10 @@ view (view.py) of that state and the records appended but not yet replicated. A 
 operation follows the seed's seven steps: NOT_COORDINATOR unless this broker leads the partition
 and has it loaded; check against the view (which then holds the operation's records as pending,
 so the next operation does not wait: pipelining); append the records in one batch before any
-await; wait for the high watermark (acks=all); apply to SQLite; answer. A failed append or
-replication leaves the view ahead of the log, so the partition is reloaded from the log.
+await; wait for the high watermark (acks=all); apply to SQLite (queued on the SQLite thread,
+where every later read of the state runs after it: the answer does not wait for the write);
+answer. A failed append or replication leaves the view ahead of the log, so the partition is
+reloaded from the log.
 
 Loading (when this broker becomes the leader): wait until the high watermark covers the whole
 local log (every record a new leader holds is committed or the leadership goes), catch SQLite up
@@ -179,7 +181,7 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
             self.states.drop_staged(ps.index)
             self._reload(ps)
             return state_write_error(code)
-        await self.states.catch_up(ps.index)
+        self.states.apply_soon(ps.index)  # every later read of the state runs after it
         return 0
 
     async def _wait_previous(self, ps: _CoordinatorPartition) -> int:
@@ -189,7 +191,7 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
             code = await ps.last_append
             if code:
                 return state_write_error(code)
-        await self.states.catch_up(ps.index)
+        self.states.apply_soon(ps.index)
         return 0
 
     def commit_file(self, req: Any, uploader: int) -> Awaitable[list[BatchResult]]:

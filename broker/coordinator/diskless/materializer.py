@@ -1,12 +1,13 @@
 """Every local replica of `__diskless_metadata` (leader or follower) materialized into its SQLite
 file: records below the high watermark are applied in offset order, in an executor, with the
-applied offset in the same transaction. The leader applies right after its records replicate (the
-seed's step 6); a follower catches up in the background so it can answer DisklessFindBatches and
-take over with a warm database.
+applied offset in the same transaction. The leader queues the apply right after its records
+replicate (the seed's step 6) and answers without waiting for it; a follower catches up in the
+background so it can answer DisklessFindBatches and take over with a warm database.
 
-SQLite work runs on one thread of its own (a commit's apply never queues behind other blocking
-work in the default executor), WAL checkpoints on another (their fsyncs stay off the commit
-path). The leader hands over the records it appends (stage()), so its apply after replication
+SQLite work runs on one thread of its own, in the order queued, so a read queued after an apply
+sees it (which is what the seed's "apply, then answer" guarantees) without the loop waiting for
+the apply; and it never queues behind other blocking work in the default executor. WAL
+checkpoints run on another thread and connection (their fsyncs stay off the commit path). The leader hands over the records it appends (stage()), so its apply after replication
 takes them from memory instead of reading and decoding the log again; whatever the staged
 records do not cover exactly is read from the log.
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -92,16 +93,21 @@ def _catch_up(state: DisklessState, lg: Any, upto: int, buffer: int) -> int:
     return state.applied_offset()
 
 
-def _apply_staged(state: DisklessState, records: list[tuple[int, Any]], upto: int) -> int:
-    state.apply(records, upto)
-    return state.applied_offset()
+def _apply(state: DisklessState, lg: Any, staged: list[tuple[int, Any]] | None, upto: int, buffer: int) -> int:
+    """Apply up to `upto` (blocking): the staged records when they continue the database exactly
+    (an earlier apply may have failed), else from the log. Returns the new applied offset."""
+    if staged and staged[0][0] == state.applied_offset():
+        state.apply(staged, upto)
+        return state.applied_offset()
+    return _catch_up(state, lg, upto, buffer)
 
 
 class _Local:
     def __init__(self, state: DisklessState) -> None:
         self.state = state
-        self.lock = asyncio.Lock()
+        # the offset up to which applies are queued on the SQLite thread (they run in order)
         self.applied = state.applied_offset()
+        self.last_job = 0  # the newest queued apply: its answer is the database's applied offset
         self.staged: list[tuple[int, Any]] = []  # (offset, record) the leader appended, not yet applied
 
     def take_staged(self, upto: int) -> list[tuple[int, Any]] | None:
@@ -124,7 +130,8 @@ class Materializer:
         self._opening: dict[int, asyncio.Lock] = {}
         self._loop = asyncio.get_running_loop()
         self._task: asyncio.Task | None = None
-        # one connection per database, used from this one thread; checkpoints beside it
+        # One thread runs every SQLite call, in the order queued: a read queued after an apply
+        # sees it, so nothing waits on the loop for an apply to finish. Checkpoints beside it.
         self._sqlite = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diskless-sqlite")
         self._checkpoints = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diskless-checkpoint")
 
@@ -192,31 +199,51 @@ class Materializer:
                 local = self._local[index] = _Local(state)
         return local
 
-    async def catch_up(self, index: int) -> _Local | None:
-        """Apply everything below this replica's high watermark; the state, or None when the
-        replica is not here."""
-        local = await self.state(index)
+    def apply_soon(self, index: int) -> Future | None:
+        """Queue the apply of everything below this replica's high watermark on the SQLite thread
+        and return at once (the seed's step 6 for the leader: every later read of this state
+        runs after it). The future, or None when nothing was queued."""
+        local = self._local.get(index)
         p = self.replicas.get(DISKLESS_METADATA_TOPIC, index)
-        if local is None or p is None:
-            return local
-        async with local.lock:
-            hw = p.high_watermark
-            if local.applied < hw:
-                staged = local.take_staged(hw)
-                if staged is not None:
-                    local.applied = await self._loop.run_in_executor(self._sqlite, _apply_staged, local.state, staged, hw)
-                else:
-                    local.applied = await self._loop.run_in_executor(
-                        self._sqlite, _catch_up, local.state, p.log, hw, self.buffer_size)
-        return local
+        if local is None or p is None or local.applied >= p.high_watermark:
+            return None
+        hw = p.high_watermark
+        staged = local.take_staged(hw)
+        before = local.applied
+        local.applied = hw
+        local.last_job += 1
+        job = local.last_job
+        fut = self._sqlite.submit(_apply, local.state, p.log, staged, hw, self.buffer_size)
 
-    async def run(self, index: int, fn: Any, *args: Any) -> Any:
-        """Run a read `fn(state, *args)` in the executor, between catch-ups."""
+        def done(f: Future) -> None:  # on the loop
+            try:
+                got = f.result()
+            except Exception as e:  # the log still has the records: a later catch-up applies them
+                log.warning("diskless_state_apply_failed", partition=index, error=repr(e))
+                got = before  # queued again by the next catch-up (from the log)
+            if job == local.last_job:  # the newest apply tells where the database stands
+                local.applied = got
+
+        fut.add_done_callback(lambda f: self._loop.call_soon_threadsafe(done, f))
+        return fut
+
+    async def catch_up(self, index: int) -> _Local | None:
+        """Apply everything below this replica's high watermark and wait for it; the state, or
+        None when the replica is not here."""
         local = await self.state(index)
         if local is None:
             return None
-        async with local.lock:
-            return await self._loop.run_in_executor(self._sqlite, fn, local.state, *args)
+        fut = self.apply_soon(index)
+        if fut is not None:
+            await asyncio.wrap_future(fut)
+        return local
+
+    async def run(self, index: int, fn: Any, *args: Any) -> Any:
+        """Run a read `fn(state, *args)` on the SQLite thread, after every apply queued before it."""
+        local = await self.state(index)
+        if local is None:
+            return None
+        return await self._loop.run_in_executor(self._sqlite, fn, local.state, *args)
 
     def close(self) -> None:
         if self._task is not None:
