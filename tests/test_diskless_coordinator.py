@@ -130,6 +130,7 @@ def test_coordinator(cluster_factory: Any) -> None:
                 topic_id=tid, partitions=[LO.DisklessListOffsetsPartition(partition_index=p, timestamp=-1)])]))
             assert lo.topics[0].partitions[0].offset == 11
         # FindBatches from every replica of the coordinator's partition (followers read their SQLite)
+        order = [3, 2, 1, 0]
         for b in (1, 2, 3):
             async with NodeClient(HOST, cluster.broker_port(b), client_id=f"diskless-{b}") as c:
                 async def found() -> Any:
@@ -145,14 +146,17 @@ def test_coordinator(cluster_factory: Any) -> None:
                 assert await _retry(found) == [("wal/a", 1, 5, 0), ("wal/a", 6, 8, 100), ("wal/a", 9, 10, 200)]
                 # one request for partitions of both coordinators (a Fetch's lookups, batched): answers
                 # in request order, the budget spent in that order (each partition still gets one batch)
-                order = [3, 2, 1, 0]
-                r = await c.request(FB(fetch_max_bytes=150, max_batches_per_partition=10, topics=[
-                    FB.DisklessFindBatchesTopic(topic_id=tid, partitions=[
-                        FB.DisklessFindBatchesPartition(partition_index=i, offset=1 if i == p else 0,
-                                                        max_partition_fetch_bytes=1 << 20) for i in order])]))
-                parts = r.topics[0].partitions
+                async def all_found() -> Any:
+                    r = await c.request(FB(fetch_max_bytes=150, max_batches_per_partition=10, topics=[
+                        FB.DisklessFindBatchesTopic(topic_id=tid, partitions=[
+                            FB.DisklessFindBatchesPartition(partition_index=i, offset=1 if i == p else 0,
+                                                            max_partition_fetch_bytes=1 << 20) for i in order])]))
+                    parts = r.topics[0].partitions
+                    # the other coordinator's partitions reach this replica's SQLite in their own time
+                    return parts if all(x.error_code == 0 for x in parts) else None
+
+                parts = await _retry(all_found)
                 assert [x.partition_index for x in parts] == order
-                assert all(x.error_code == 0 for x in parts), [x.error_code for x in parts]
                 assert [x.base_offset for x in parts[order.index(p)].batches] == [1]
                 lo = await c.request(LO(topics=[LO.DisklessListOffsetsTopic(topic_id=tid, partitions=[
                     LO.DisklessListOffsetsPartition(partition_index=i, timestamp=-1) for i in order])]))

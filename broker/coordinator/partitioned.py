@@ -83,6 +83,8 @@ class PartitionedCoordinator(Generic[P]):
         self.active = True
         self._partitions: dict[int, P] = {}
         self._tasks: set[asyncio.Task] = set()
+        # a write's `done` -> (its high watermark future, its timeout)
+        self._pending_writes: dict[asyncio.Future, tuple[asyncio.Future, asyncio.TimerHandle]] = {}
         self._create_task: asyncio.Task | None = None
         self._loop = asyncio.get_running_loop()
         self._default_partitions = default_partitions
@@ -125,6 +127,12 @@ class PartitionedCoordinator(Generic[P]):
         self._partitions.clear()
         for t in list(self._tasks):
             t.cancel()
+        for done, (replicated, timer) in list(self._pending_writes.items()):
+            replicated.cancel()
+            timer.cancel()
+            if not done.done():
+                done.set_result(Errors.NOT_COORDINATOR)
+        self._pending_writes.clear()
         try:
             self.replicas.leadership_listeners.remove(self.on_leadership)
         except ValueError:
@@ -267,11 +275,16 @@ class PartitionedCoordinator(Generic[P]):
         p.notify_data()
         p.maybe_advance_high_watermark()
 
-        async def replicated() -> None:
-            ok = await p.wait_for_high_watermark(info.last_offset + 1, self._write_timeout_s)
+        # Callbacks, not a task per write: `done` resolves in the loop turn the HW passes the batch.
+        replicated = p.high_watermark_future(info.last_offset + 1)
+
+        def settle(ok: bool) -> None:
+            timer.cancel()
+            self._pending_writes.pop(done, None)
             if not done.done():
                 done.set_result(0 if ok else Errors.REQUEST_TIMED_OUT if p.is_leader else Errors.NOT_LEADER_OR_FOLLOWER)
 
-        task = self._spawn(replicated())
-        task.add_done_callback(lambda t: done.done() or done.set_result(Errors.NOT_COORDINATOR))
+        timer = self._loop.call_later(self._write_timeout_s, lambda: (replicated.cancel(), settle(False)))
+        replicated.add_done_callback(lambda f: None if f.cancelled() else settle(f.result()))
+        self._pending_writes[done] = (replicated, timer)
         return 0, info.first_offset, done

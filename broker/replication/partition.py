@@ -157,12 +157,21 @@ class Partition:
         ):
             self.on_follower_caught_up(self, replica_id)  # ISR expansion
 
+    def high_watermark_future(self, offset: int) -> asyncio.Future:
+        """Resolves to True once the HW passes `offset` (exclusive end), to False when the
+        leadership moves first. A caller that stops waiting cancels it."""
+        fut = asyncio.get_running_loop().create_future()
+        if self.log.high_watermark >= offset:
+            fut.set_result(True)
+        else:
+            self._hw_waiters.append((offset, fut))
+        return fut
+
     async def wait_for_high_watermark(self, offset: int, timeout: float) -> bool:
         """acks=all: wait until the HW passes `offset` (exclusive end)."""
         if self.log.high_watermark >= offset:
             return True
-        fut = asyncio.get_running_loop().create_future()
-        self._hw_waiters.append((offset, fut))
+        fut = self.high_watermark_future(offset)
         try:
             return await asyncio.wait_for(fut, timeout)
         except TimeoutError:
