@@ -95,6 +95,7 @@ async def _read(b, image, parts: OrderedDict, req, replica_id: int, by_id: bool,
                              min_one_batch=total == 0)
 
     resolved = []
+    waits = False  # whether a read below may wait (then the partitions after it are looked up again)
     for (tkey, idx), sp in parts.items():
         info = image.topics.get(tkey) if by_id else image.topic(tkey)
         pd = R.PartitionData(partition_index=idx, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1, records=b"")
@@ -106,11 +107,13 @@ async def _read(b, image, parts: OrderedDict, req, replica_id: int, by_id: bool,
         else:
             # as Kafka: only the leader serves the active chunk, to followers as to consumers
             p, pd.error_code = serving_partition(b, info.name, idx, current_leader_epoch=sp.current_leader_epoch)
-            if p is not None:
-                p.prepare_read(position(sp, min(sp.max_bytes, remaining)))  # all ask at once, then read in order
-        resolved.append((tkey, sp, info, pd, p))
-    for tkey, sp, info, pd, p in resolved:
+            if p is not None:  # all ask at once, then read in order
+                waits = p.prepare_read(position(sp, min(sp.max_bytes, remaining))) or waits
+        resolved.append((tkey, idx, sp, info, pd, p))
+    for tkey, idx, sp, info, pd, p in resolved:
         name = info.name if info is not None else (None if by_id else tkey)
+        if p is not None and waits:  # an earlier read may have waited: is this one still served here?
+            p, pd.error_code = serving_partition(b, info.name, idx, current_leader_epoch=sp.current_leader_epoch)
         if p is not None:
             ans = await p.read(position(sp, min(sp.max_bytes, remaining)))
             pd.error_code = ans.error_code

@@ -41,6 +41,7 @@ log = structlog.get_logger(__name__)
 
 LATEST = -1
 TXN_REFUSED = "transactions are not supported on diskless topics yet (as in Inkless): use a classic topic"
+MAX_PREPARED = 8  # lookups a partition keeps for reads to come (one per concurrent Fetch offset)
 RACK_TAG = "diskless_az="  # Inkless' convention: a client names its zone in client.id
 
 
@@ -52,7 +53,7 @@ class DisklessPartition:
         self.topic = topic
         self.info = info
         self.key = (topic.id, info.partition)
-        self._lookup: tuple[int, Awaitable[FoundBatches]] | None = None  # (offset, answer) of prepare_read
+        self._lookups: dict[int, Awaitable[FoundBatches]] = {}  # fetch offset -> prepare_read's answer
 
     # ------------------------------------------------------------------ produce
     def append(self, records: Any, acks: int, timeout_ms: int, now_ms: int) -> Awaitable[AppendAnswer]:
@@ -81,20 +82,22 @@ class DisklessPartition:
         return AppendAnswer(r.error_code, r.error_message, r.base_offset, r.log_append_time, r.log_start_offset)
 
     # ------------------------------------------------------------------ fetch
-    def prepare_read(self, pos: FetchPosition) -> None:
+    def prepare_read(self, pos: FetchPosition) -> bool:
         """Ask for the batches now: the lookups of every diskless partition of a Fetch go out
         together, one DisklessFindBatches per coordinator broker."""
+        if len(self._lookups) >= MAX_PREPARED:
+            self._lookups.clear()  # prepared by requests that never read them
+        self._lookups[pos.fetch_offset] = self._find(pos)
+        return True
+
+    def _find(self, pos: FetchPosition) -> Awaitable[FoundBatches]:
         tid, idx = self.key
-        self._lookup = (pos.fetch_offset, self.s.client.find_batches(tid, idx, pos.fetch_offset, max(pos.max_bytes, 1)))
+        return self.s.client.find_batches(tid, idx, pos.fetch_offset, max(pos.max_bytes, 1))
 
     async def read(self, pos: FetchPosition) -> ReadAnswer:
         tid, idx = self.key
-        lookup, self._lookup = self._lookup, None
-        if lookup is None or lookup[0] != pos.fetch_offset:
-            self.prepare_read(pos)
-            lookup, self._lookup = self._lookup, None
-        assert lookup is not None
-        err, lso, hw, found = await lookup[1]
+        lookup = self._lookups.pop(pos.fetch_offset, None) or self._find(pos)
+        err, lso, hw, found = await lookup
         rows = []
         size = 0
         for r in found:  # asked before the Fetch's budget was known: keep what fits now
@@ -163,15 +166,22 @@ class DisklessService:
         self.cache = BlockCache(self.location.store, config.fetch_cache_bytes)
         self.poll_s = config.fetch_poll_ms / 1000
         self._waiters: dict[tuple[Any, int], list[asyncio.Future]] = {}
+        self._partitions: dict[tuple[str, int], DisklessPartition] = {}
         self._loop = asyncio.get_running_loop()
 
     def partition(self, topic: str, index: int) -> DisklessPartition | None:
-        """The diskless partition `topic`-`index`, or None when it is not one."""
+        """The diskless partition `topic`-`index`, or None when it is not one. The same object
+        while the metadata of the partition stays the same (what prepare_read started stays
+        with it until read)."""
         t = self.metadata.image.topic(topic)
         info = t.partitions.get(index) if t is not None else None
         if info is None or info.diskless_coordinator < 0:
+            self._partitions.pop((topic, index), None)
             return None
-        return DisklessPartition(self, t, info)
+        p = self._partitions.get((topic, index))
+        if p is None or p.topic is not t or p.info is not info:
+            p = self._partitions[(topic, index)] = DisklessPartition(self, t, info)
+        return p
 
     def add_waiter(self, key: tuple[Any, int], fut: asyncio.Future) -> None:
         self._waiters.setdefault(key, []).append(fut)

@@ -66,10 +66,11 @@ class ServedPartition(Protocol):
 
     def append(self, records: Any, acks: int, timeout_ms: int, now_ms: int) -> Awaitable[AppendAnswer]: ...
 
-    def prepare_read(self, pos: FetchPosition) -> None:
+    def prepare_read(self, pos: FetchPosition) -> bool:
         """Start, without waiting, what read(pos) will need from elsewhere, so a request's
         partitions ask together (a diskless partition's batch lookup: one request per coordinator
-        broker for the whole Fetch); read() then waits for it. A local replica has nothing to start."""
+        broker for the whole Fetch); read() then waits for it. True when read() may wait (a
+        local replica has nothing to start and reads at once: False)."""
 
     async def read(self, pos: FetchPosition) -> ReadAnswer: ...
 

@@ -69,8 +69,8 @@ class LocalPartition:
         return answer
 
     # ------------------------------------------------------------------ fetch
-    def prepare_read(self, pos: FetchPosition) -> None:
-        pass  # everything read() needs is on this broker
+    def prepare_read(self, pos: FetchPosition) -> bool:
+        return False  # everything read() needs is here: it reads without waiting
 
     async def read(self, pos: FetchPosition) -> ReadAnswer:
         return self.read_now(pos)
