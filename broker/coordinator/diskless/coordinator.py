@@ -6,7 +6,7 @@ view (view.py) of that state and the records appended but not yet replicated. A 
 operation follows the seed's seven steps: NOT_COORDINATOR unless this broker leads the partition
 and has it loaded; check against the view (which then holds the operation's records as pending,
 so the next operation does not wait: pipelining); append the records in one batch before any
-await; wait for the high watermark (acks=all); apply to SQLite (queued on the SQLite thread,
+await; wait for the high watermark (acks=all); apply to SQLite (queued on the database's thread,
 where every later read of the state runs after it: the answer does not wait for the write);
 answer. A failed append or replication leaves the view ahead of the log, so the partition is
 reloaded from the log.

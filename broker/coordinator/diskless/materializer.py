@@ -4,9 +4,10 @@ applied offset in the same transaction. The leader queues the apply right after 
 replicate (the seed's step 6) and answers without waiting for it; a follower catches up in the
 background so it can answer DisklessFindBatches and take over with a warm database.
 
-SQLite work runs on one thread of its own, in the order queued, so a read queued after an apply
-sees it (which is what the seed's "apply, then answer" guarantees) without the loop waiting for
-the apply; and it never queues behind other blocking work in the default executor. WAL
+Each database's SQLite work runs on a thread of its own, in the order queued, so a read queued
+after an apply sees it (which is what the seed's "apply, then answer" guarantees) without the
+loop waiting for the apply; and it never queues behind other blocking work in the default
+executor, nor behind another database's rebuild. WAL
 checkpoints run on another thread and connection (their fsyncs stay off the commit path). The leader hands over the records it appends (stage()), so its apply after replication
 takes them from memory instead of reading and decoding the log again; whatever the staged
 records do not cover exactly is read from the log.
@@ -44,8 +45,9 @@ def state_path(root: Path, index: int) -> Path:
     return root / f"{index}.sqlite"
 
 
-def _open(path: Path, topic_id: str, log_start: int, log_end: int) -> DisklessState:
-    """Open the database, or a fresh one when it is unusable for this log (blocking)."""
+def _open(path: Path, topic_id: str, log_start: int, log_end: int) -> tuple[DisklessState, int]:
+    """Open the database, or a fresh one when it is unusable for this log (blocking); with its
+    applied offset."""
     path.parent.mkdir(parents=True, exist_ok=True)
     marker = path.with_suffix(".topic")
     try:
@@ -57,13 +59,13 @@ def _open(path: Path, topic_id: str, log_start: int, log_end: int) -> DisklessSt
             state.close()
             raise sqlite3.DatabaseError(f"applied offset {applied} outside the log [{log_start}, {log_end}]")
         marker.write_text(topic_id)
-        return state
+        return state, applied
     except sqlite3.DatabaseError as e:
         log.warning("diskless_state_rebuild", path=str(path), reason=str(e))
         for suffix in ("", "-wal", "-shm"):
             Path(str(path) + suffix).unlink(missing_ok=True)
         marker.write_text(topic_id)
-        return DisklessState(path)
+        return DisklessState(path), 0
 
 
 def _catch_up(state: DisklessState, lg: Any, upto: int, buffer: int) -> int:
@@ -103,10 +105,11 @@ def _apply(state: DisklessState, lg: Any, staged: list[tuple[int, Any]] | None, 
 
 
 class _Local:
-    def __init__(self, state: DisklessState) -> None:
+    def __init__(self, state: DisklessState, applied: int, thread: ThreadPoolExecutor) -> None:
         self.state = state
-        # the offset up to which applies are queued on the SQLite thread (they run in order)
-        self.applied = state.applied_offset()
+        self.thread = thread  # every call on this database, in the order queued
+        # the offset up to which applies are queued on the database's thread (they run in order)
+        self.applied = applied
         self.last_job = 0  # the newest queued apply: its answer is the database's applied offset
         self.staged: list[tuple[int, Any]] = []  # (offset, record) the leader appended, not yet applied
 
@@ -130,9 +133,9 @@ class Materializer:
         self._opening: dict[int, asyncio.Lock] = {}
         self._loop = asyncio.get_running_loop()
         self._task: asyncio.Task | None = None
-        # One thread runs every SQLite call, in the order queued: a read queued after an apply
-        # sees it, so nothing waits on the loop for an apply to finish. Checkpoints beside it.
-        self._sqlite = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diskless-sqlite")
+        # A thread per database runs its SQLite calls in the order queued (_Local.thread): a read
+        # queued after an apply sees it, so nothing waits on the loop for an apply to finish, and
+        # a long rebuild of one database holds up no other. Checkpoints run beside them.
         self._checkpoints = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diskless-checkpoint")
 
     def start(self) -> None:
@@ -168,7 +171,8 @@ class Materializer:
         if local is not None:
             # each connection is closed on its own thread, after the work queued there
             closed = self._checkpoints.submit(local.state.close_checkpointer)
-            self._sqlite.submit(lambda: (closed.result(), local.state.close()))
+            local.thread.submit(lambda: (closed.result(), local.state.close()))
+            local.thread.shutdown(wait=False)
 
     def stage(self, index: int, first_offset: int, records: list[Any]) -> None:
         """The leader appended `records` at `first_offset` on: apply them from memory later."""
@@ -193,14 +197,15 @@ class Materializer:
         async with self._opening.setdefault(index, asyncio.Lock()):
             local = self._local.get(index)
             if local is None:
-                state = await self._loop.run_in_executor(
-                    self._sqlite, _open, state_path(self.root, index), str(p.topic_id), p.log.log_start_offset,
+                thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"diskless-sqlite-{index}")
+                state, applied = await self._loop.run_in_executor(
+                    thread, _open, state_path(self.root, index), str(p.topic_id), p.log.log_start_offset,
                     p.log.log_end_offset)
-                local = self._local[index] = _Local(state)
+                local = self._local[index] = _Local(state, applied, thread)
         return local
 
     def apply_soon(self, index: int) -> Future | None:
-        """Queue the apply of everything below this replica's high watermark on the SQLite thread
+        """Queue the apply of everything below this replica's high watermark on the database's thread
         and return at once (the seed's step 6 for the leader: every later read of this state
         runs after it). The future, or None when nothing was queued."""
         local = self._local.get(index)
@@ -213,7 +218,7 @@ class Materializer:
         local.applied = hw
         local.last_job += 1
         job = local.last_job
-        fut = self._sqlite.submit(_apply, local.state, p.log, staged, hw, self.buffer_size)
+        fut = local.thread.submit(_apply, local.state, p.log, staged, hw, self.buffer_size)
 
         def done(f: Future) -> None:  # on the loop
             try:
@@ -239,11 +244,11 @@ class Materializer:
         return local
 
     async def run(self, index: int, fn: Any, *args: Any) -> Any:
-        """Run a read `fn(state, *args)` on the SQLite thread, after every apply queued before it."""
+        """Run a read `fn(state, *args)` on the database's thread, after every apply queued before it."""
         local = await self.state(index)
         if local is None:
             return None
-        return await self._loop.run_in_executor(self._sqlite, fn, local.state, *args)
+        return await self._loop.run_in_executor(local.thread, fn, local.state, *args)
 
     def close(self) -> None:
         if self._task is not None:
@@ -251,4 +256,3 @@ class Materializer:
         for index in list(self._local):
             self._close(index)
         self._checkpoints.shutdown(wait=False)
-        self._sqlite.shutdown(wait=False)
