@@ -162,6 +162,7 @@ class ReplicaFetcher:
             if dest is lane and (lane is self.tail or key not in other.in_flight):
                 self._lane_of[key] = lane
                 del self._handover[key]
+                log.info("replica_fetch_lane", topic=key[0], partition=key[1], leader=self.leader_id, lane=lane.name)
         mine = [k for k, ln in self._lane_of.items() if ln is lane]
         if lane is self.tail and any(k in other.in_flight for k in mine):
             other.cycle_done.clear()
