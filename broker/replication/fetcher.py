@@ -1,5 +1,5 @@
-"""Follower replication: one fetcher task per source broker, fetching every partition this
-broker follows from that leader in one Fetch request.
+"""Follower replication: one fetcher per source broker, fetching the partitions this broker
+follows from that leader in two lanes (caught up, behind), one Fetch request each at a time.
 
 Each partition's fetch carries its log end offset and the epoch of its last batch; the leader
 answers a divergence with DivergingEpoch (KIP-595's scheme, as Kafka's fetchers use), and we
@@ -90,10 +90,6 @@ class ReplicaFetcher:
         self._lane_of.pop(key, None)
         self._handover.pop(key, None)
         self._quiet_since.pop(key, None)
-
-    def lane_of(self, p: Partition) -> str | None:
-        lane = self._lane_of.get((p.topic, p.index))
-        return None if lane is None else lane.name
 
     async def stop(self) -> None:
         self._stopping = True
