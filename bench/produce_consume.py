@@ -196,10 +196,13 @@ def wait_ready(bootstrap: str, alive: Callable[[], bool], log: Path, timeout: fl
 
 
 # ---------------------------------------------------------------- topics
-def create_topic(system: System, partitions: int) -> str:
+def create_topic(system: System, partitions: int, assignment: list[list[int]] | None = None) -> str:
+    """A fresh topic; `assignment` pins each partition's replicas (the first is its leader)."""
     topic = f"bench-{uuid.uuid4().hex[:10]}"
     admin = AdminClient({"bootstrap.servers": system.bootstrap, "log_level": 4})
-    fut = admin.create_topics([NewTopic(topic, partitions, system.replication)], operation_timeout=30)[topic]
+    new = (NewTopic(topic, partitions, replica_assignment=assignment) if assignment
+           else NewTopic(topic, partitions, system.replication))
+    fut = admin.create_topics([new], operation_timeout=30)[topic]
     fut.result(60)
     # Metadata of every broker must know the leaders before the clients start timing.
     deadline = time.monotonic() + 30

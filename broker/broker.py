@@ -28,6 +28,7 @@ from broker.replication.throttle import Throttle
 from broker.server import RequestDispatcher, is_control_plane
 from broker.storage.errors import StorageError
 from broker.storage.log_dir import LogDir
+from metadata.image import Endpoint
 from node.loop_lag import LoopLagGauge
 from node.server import FramedServer
 from protocol.generated.describe_cluster import DescribeClusterRequest
@@ -77,7 +78,8 @@ class Broker:
         self.dir_assigner = DirAssigner(self.channel, self.config.node_id, lambda: self.lifecycle.broker_epoch)
         self.replicas = ReplicaManager(self.config, dirs, self.dir_assigner)
         throttle = Throttle(self)  # one rate for all of this broker's throttled replicas
-        self.replicas.fetchers = ReplicaFetcherManager(self, throttle)
+        self.replicas.fetchers = ReplicaFetcherManager(self.config, self._broker_endpoint, lambda: self.lifecycle.broker_epoch,
+                                                       throttle)
         self.replicas.chunk_fetcher = ChunkFetcher(self, throttle)
         self.chunk_reads = ChunkReads(self)
         self.replicas.isr = self.isr = IsrManager(self)
@@ -141,6 +143,11 @@ class Broker:
         if not read_only and not getattr(body, "validate_only", False) and _changed_something(resp):
             await self.metadata.sync()
         return resp
+
+    def _broker_endpoint(self, broker_id: int) -> Endpoint | None:
+        """Where another broker serves our listener's traffic, as the metadata image says."""
+        info = self.metadata.image.brokers.get(broker_id)
+        return info.endpoint(self.config.listener.listener) if info is not None else None
 
     def spawn(self, coro: Coroutine) -> None:
         task = asyncio.get_running_loop().create_task(coro)

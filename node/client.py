@@ -10,6 +10,7 @@ import asyncio
 import itertools
 from typing import Any
 
+from node.waits import wait_within
 from protocol.errors import ProtocolError
 from protocol.framing import DEFAULT_MAX_FRAME, FrameReader, frame
 from protocol.generated import REQUESTS, RESPONSES
@@ -85,7 +86,7 @@ class NodeClient:
         self._pending[cid] = (fut, key, v)
         try:
             await self._writer.drain()
-            return await asyncio.wait_for(fut, timeout or self.timeout)
+            return await wait_within(fut, timeout or self.timeout, TimeoutError())
         except TimeoutError:
             raise ClientError(f"{RESPONSES[key].NAME} to {self.host}:{self.port} timed out") from None
         except ConnectionError as e:

@@ -137,6 +137,7 @@ class Connection(asyncio.Protocol):
         self.queue: collections.deque[tuple[bytes, bool, int]] = collections.deque()  # (frame, control, size)
         self.pending: collections.deque[tuple[asyncio.Task, int]] = collections.deque()  # (task, size)
         self.released: set[asyncio.Task] = set()  # pending tasks that no longer count as in flight
+        self.answers: dict[asyncio.Task, list | None] = {}  # pending tasks' answers not yet written
         self.closed = False
         self.registered = False
         self.reading = True
@@ -231,6 +232,7 @@ class Connection(asyncio.Protocol):
             t.cancel()
         self.pending.clear()
         self.released.clear()
+        self.answers.clear()
         self.queue.clear()
         if self.registered:
             self.registered = False
@@ -248,9 +250,18 @@ class Connection(asyncio.Protocol):
 
     def start_next(self) -> None:
         f, _, size = self.queue.popleft()
-        task = asyncio.get_running_loop().create_task(self.handler(f, self))
+        task = asyncio.get_running_loop().create_task(self._serve(f))
         self.pending.append((task, size))
-        task.add_done_callback(self._flush)
+        task.add_done_callback(self._flush)  # a failed or cancelled request
+
+    async def _serve(self, f: bytes) -> None:
+        # The answer goes out from the request's own task, not from a done callback a loop
+        # step later (a step that, on a busy loop, waits behind other connections' I/O).
+        parts = await self.handler(f, self)
+        task = asyncio.current_task()
+        if not self.closed and any(t is task for t, _ in self.pending):
+            self.answers[task] = parts
+            self._flush()
 
     def _maybe_ready(self) -> None:
         if not self.in_ready and self.can_start():
@@ -316,20 +327,26 @@ class Connection(asyncio.Protocol):
         self._account()
         self._update_reading()
 
-    def _flush(self, _task: asyncio.Task) -> None:
+    def _flush(self, _task: asyncio.Task | None = None) -> None:
         released = False
-        while self.pending and self.pending[0][0].done():
-            task, _ = self.pending.popleft()
+        while self.pending:
+            task = self.pending[0][0]
+            answered = task in self.answers
+            if not answered and not task.done():
+                break
+            self.pending.popleft()
             self.released.discard(task)
             released = True
-            if self.closed or task.cancelled():
+            if answered:
+                parts = self.answers.pop(task)
+            elif self.closed or task.cancelled():
                 continue
-            exc = task.exception()
-            if exc is not None:
+            elif (exc := task.exception()) is not None:
                 self.abort("request_failed", exc)
                 return
-            parts = task.result()
-            if parts is not None and self.transport is not None:
+            else:
+                continue  # answered and written already
+            if parts is not None and self.transport is not None and not self.closed:
                 self.transport.writelines(frame(parts))
                 self.last_active = asyncio.get_running_loop().time()
         if released and not self.closed:

@@ -116,6 +116,33 @@ def test_followers_hold_identical_logs(cluster):
     assert sorted(o for o, _ in acked) == list(range(5000))
 
 
+def test_a_partition_behind_moves_to_the_catch_up_lane_and_back(cluster):
+    """Megabyte fetches move a partition to the follower's catch-up lane (its own connection),
+    and a second of quiet moves it back to the tail lane; the replicas stay identical through
+    the moves, and a quiet partition's acks=all writes meanwhile are acknowledged."""
+    create(cluster, "big", **{"min.insync.replicas": "3"})
+    create(cluster, "quiet", **{"min.insync.replicas": "3"})
+    acked = produce(cluster, "big", [bytes([i % 256]) * 10_000 for i in range(500)])  # 5 MB
+    assert len(acked) == 500
+    assert len(produce(cluster, "quiet", [b"q%d" % i for i in range(20)])) == 20
+    leader = partition_state(AdminClient({"bootstrap.servers": cluster.bootstrap}), "big")[0]
+    followers = [b for b in (1, 2, 3) if b != leader]
+
+    def lanes(b: int, topic: str) -> list[str]:
+        text = cluster.log_path(b).read_text()
+        return [ln.split("lane='")[1].split("'")[0] for ln in text.splitlines()
+                if "replica_fetch_lane" in ln and f"topic='{topic}'" in ln]
+
+    for b in followers:
+        wait_for(lambda b=b: lanes(b, "big")[-1:] == ["tail"] and "catch-up" in lanes(b, "big"),
+                 what=f"broker {b} to move big-0 to the catch-up lane and back")
+        assert "catch-up" not in lanes(b, "quiet")
+    view = disk_records(cluster, leader, "big")
+    assert len(view) == 500
+    for b in followers:
+        assert wait_for(lambda b=b: disk_records(cluster, b, "big") == view, what=f"broker {b} to match the leader")
+
+
 def test_leader_kill_elects_from_isr_and_restarted_broker_rejoins(cluster):
     a = create(cluster, "ha", **{"min.insync.replicas": "2"})
     first = produce(cluster, "ha", [b"a%d" % i for i in range(2000)])

@@ -15,6 +15,7 @@ from broker.apis.leadership import serving_partition
 from broker.fetch_sessions import FetchSessionError, SessionPartition
 from broker.partitions.interface import FetchPosition
 from broker.replication.chunk_reads import ChunkAnswers
+from node.waits import wait_within
 from protocol.errors import Errors
 from protocol.generated.fetch import FetchResponse
 
@@ -64,10 +65,7 @@ async def fetch(ctx: RequestContext, req) -> FetchResponse:
         fut = loop.create_future()
         for p in wait_on:
             p.add_data_waiter(fut)
-        try:
-            await asyncio.wait_for(fut, deadline - loop.time())
-        except TimeoutError:
-            pass
+        await wait_within(fut, deadline - loop.time(), False)
     for sp, pd in sent:  # what the client now knows, for the next incremental response
         sp.last_high_watermark, sp.last_log_start, sp.last_stable_offset = (
             pd.high_watermark, pd.log_start_offset, pd.last_stable_offset)

@@ -71,7 +71,9 @@ async def produce(ctx: RequestContext, req) -> ProduceResponse | None:
         return None
     if waits and pipelined and ctx.connection is not None:
         ctx.connection.release()  # appended in order; the next request need not wait for our answer
-    for pr, answer in zip([pr for pr, _ in waits], await asyncio.gather(*(w for _, w in waits))):
+    # one partition (the usual acks=all case) is awaited directly: gather would add two loop steps
+    answers = [await waits[0][1]] if len(waits) == 1 else await asyncio.gather(*(w for _, w in waits))
+    for pr, answer in zip([pr for pr, _ in waits], answers):
         pr.error_code, pr.error_message = answer.error_code, answer.error_message
         if answer.error_code == 0 or answer.base_offset >= 0:
             pr.base_offset = answer.base_offset

@@ -1,5 +1,5 @@
-"""Follower replication: one fetcher task per source broker, fetching every partition this
-broker follows from that leader in one Fetch request.
+"""Follower replication: one fetcher per source broker, fetching the partitions this broker
+follows from that leader in two lanes (caught up, behind), one Fetch request each at a time.
 
 Each partition's fetch carries its log end offset and the epoch of its last batch; the leader
 answers a divergence with DivergingEpoch (KIP-595's scheme, as Kafka's fetchers use), and we
@@ -11,78 +11,124 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import structlog
 
+from broker.config import BrokerConfig
 from broker.replication.partition import Partition
 from broker.replication.throttle import Throttle
 from broker.storage.errors import StorageError
+from metadata.image import Endpoint
 from node.client import ClientError, NodeClient
 from node.shutdown import stop_task
 from protocol.errors import Errors
 from protocol.generated.fetch import FetchRequest
 
-if TYPE_CHECKING:
-    from broker.broker import Broker
-
 log = structlog.get_logger(__name__)
 BACKOFF_S = 0.2
+CATCH_UP_WAIT_MS = 20  # the catch-up lane's max wait
+QUIET_S = 1.0  # a catch-up partition that brought little for this long goes back to the tail lane
+Key = tuple[str, int]
+
+
+class _Lane:
+    """One fetch loop of a ReplicaFetcher, on its own connection to the leader."""
+
+    def __init__(self, name: str, max_wait_ms: int) -> None:
+        self.name = name
+        self.max_wait_ms = max_wait_ms
+        self.client: NodeClient | None = None
+        self.in_flight: set[Key] = set()  # partitions of the request under way
+        self.wake = asyncio.Event()  # the lane has partitions again
+        self.cycle_done = asyncio.Event()  # set whenever a request of this lane is answered
+        self.task: asyncio.Task | None = None
 
 
 class ReplicaFetcher:
-    """Fetches, for the partitions whose leader is `leader_id`, what this follower lacks."""
+    """Fetches, for the partitions whose leader is `leader_id`, what this follower lacks.
 
-    def __init__(self, broker: Broker, leader_id: int, throttle: Throttle) -> None:
-        self.broker = broker
+    Two lanes, each one Fetch at a time on its own connection (as Kafka's fetcher threads each
+    have theirs): the *tail* lane long-polls the partitions that are caught up, the *catch-up*
+    lane fetches those that are behind (a fetch filled a quarter of its max bytes). A partition
+    is fetched by one lane at a time. Without them, a caught-up partition's fetch rides with
+    megabytes of another partition's backlog, and an acks=all write to it waits for whole bulk
+    cycles (read, transfer and append of every partition in the response) before its follower
+    even asks for it. A partition goes back to the tail lane once its catch-up fetches have brought
+    less than 1/32 of its max bytes for a second."""
+
+    def __init__(self, leader_id: int, config: BrokerConfig, leader_endpoint: Callable[[int], Endpoint | None],
+                 broker_epoch: Callable[[], int], throttle: Throttle) -> None:
         self.leader_id = leader_id
+        self.config = config
+        self.leader_endpoint = leader_endpoint
+        self.broker_epoch = broker_epoch
         self.throttle = throttle
-        self.partitions: dict[tuple[str, int], Partition] = {}
-        self._wake = asyncio.Event()
-        self._client: NodeClient | None = None
+        self.partitions: dict[Key, Partition] = {}
+        wait = config.replica_fetch_wait_max_ms
+        self.tail = _Lane("tail", wait)
+        # short: a partition handed to this lane waits at most this long for its next fetch
+        self.catch_up = _Lane("catch-up", min(wait, CATCH_UP_WAIT_MS))
+        self._lane_of: dict[Key, _Lane] = {}
+        self._handover: dict[Key, _Lane] = {}  # partitions to move, and to which lane
+        self._quiet_since: dict[Key, float] = {}  # catch-up partitions bringing little, since when
         self._stopping = False
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        loop = asyncio.get_running_loop()
+        for lane in (self.tail, self.catch_up):
+            lane.task = loop.create_task(self._run(lane))
 
     def add(self, p: Partition) -> None:
-        self.partitions[(p.topic, p.index)] = p
-        self._wake.set()
+        key = (p.topic, p.index)
+        self.partitions[key] = p
+        self._lane_of[key] = self.tail
+        self._handover.pop(key, None)
+        self.tail.wake.set()
 
     def remove(self, p: Partition) -> None:
-        self.partitions.pop((p.topic, p.index), None)
+        key = (p.topic, p.index)
+        self.partitions.pop(key, None)
+        self._lane_of.pop(key, None)
+        self._handover.pop(key, None)
+        self._quiet_since.pop(key, None)
 
     async def stop(self) -> None:
         self._stopping = True
-        self._wake.set()
-        await stop_task(self._task)
-        if self._client is not None:
-            await self._client.close()
+        for lane in (self.tail, self.catch_up):
+            lane.wake.set()
+            if lane.task is not None:
+                await stop_task(lane.task)
+            if lane.client is not None:
+                await lane.client.close()
 
-    async def _connect(self) -> NodeClient | None:
-        if self._client is not None and self._client.connected:
-            return self._client
-        info = self.broker.metadata.image.brokers.get(self.leader_id)
-        ep = info.endpoint(self.broker.config.listener.listener) if info else None
+    async def _connect(self, lane: _Lane) -> NodeClient | None:
+        if lane.client is not None and lane.client.connected:
+            return lane.client
+        ep = self.leader_endpoint(self.leader_id)
         if ep is None:
             return None
+        suffix = "" if lane is self.tail else f"-{lane.name}"
         try:
-            self._client = await NodeClient(ep.host, ep.port, client_id=f"replica-fetcher-{self.broker.config.node_id}",
-                                            timeout=30).connect()
-            return self._client
+            lane.client = await NodeClient(ep.host, ep.port, client_id=f"replica-fetcher-{self.config.node_id}{suffix}",
+                                           timeout=30).connect()
+            return lane.client
         except ClientError as e:
-            log.debug("fetcher_connect_failed", leader=self.leader_id, error=str(e))
+            log.debug("fetcher_connect_failed", leader=self.leader_id, lane=lane.name, error=str(e))
             return None
 
-    def _request(self, version: int, parts: list[Partition]) -> FetchRequest:
-        cfg = self.broker.config
+    def _max_bytes(self, p: Partition) -> int:
+        max_bytes = self.config.replica_fetch_max_bytes
+        if self.throttle.applies(p.topic, p.index):
+            max_bytes = self.throttle.fetch_size(max_bytes)
+        return max_bytes
+
+    def _request(self, version: int, parts: list[Partition], max_wait_ms: int) -> FetchRequest:
+        cfg = self.config
         topics: dict[str, FetchRequest.FetchTopic] = {}
         for p in parts:
             t = topics.get(p.topic)
             if t is None:
                 t = topics[p.topic] = FetchRequest.FetchTopic(topic=p.topic, topic_id=p.topic_id)
             lg = p.log
-            max_bytes = cfg.replica_fetch_max_bytes
-            if self.throttle.applies(p.topic, p.index):
-                max_bytes = self.throttle.fetch_size(max_bytes)
             t.partitions.append(
                 FetchRequest.FetchPartition(
                     partition=p.index,
@@ -90,45 +136,67 @@ class ReplicaFetcher:
                     fetch_offset=lg.log_end_offset,
                     last_fetched_epoch=lg.leader_epoch_cache.latest_epoch(),
                     log_start_offset=lg.log_start_offset,
-                    partition_max_bytes=max_bytes,
+                    partition_max_bytes=self._max_bytes(p),
                 )
             )
         req = FetchRequest(
-            max_wait_ms=cfg.replica_fetch_wait_max_ms, min_bytes=1, max_bytes=max(cfg.replica_fetch_max_bytes, 1 << 20) * 10,
+            max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max(cfg.replica_fetch_max_bytes, 1 << 20) * 10,
             isolation_level=0, session_id=0, session_epoch=-1, topics=list(topics.values()),
         )
         if version >= 15:
-            req.replica_state = FetchRequest.ReplicaState(replica_id=cfg.node_id, replica_epoch=self.broker.lifecycle.broker_epoch)
+            req.replica_state = FetchRequest.ReplicaState(replica_id=cfg.node_id, replica_epoch=self.broker_epoch())
         else:
             req.replica_id = cfg.node_id
         return req
 
-    async def _run(self) -> None:
+    async def _parts_for(self, lane: _Lane) -> list[Partition]:
+        """The partitions `lane` fetches next: its own, and those handed to it that the other
+        lane no longer fetches (the tail lane waits out the catch-up lane's request for them;
+        the catch-up lane skips a partition in the tail lane's long poll, and takes it later)."""
+        other = self.catch_up if lane is self.tail else self.tail
+        for key, dest in list(self._handover.items()):
+            if dest is lane and (lane is self.tail or key not in other.in_flight):
+                self._lane_of[key] = lane
+                del self._handover[key]
+                log.info("replica_fetch_lane", topic=key[0], partition=key[1], leader=self.leader_id, lane=lane.name)
+        mine = [k for k, ln in self._lane_of.items() if ln is lane]
+        if lane is self.tail and any(k in other.in_flight for k in mine):
+            other.cycle_done.clear()
+            await other.cycle_done.wait()  # a catch-up request: answered within its short wait
+        # a partition the tail lane hands over waits for the catch-up lane's next request (a
+        # short wait); one the catch-up lane hands over is fetched by it until the tail takes it
+        return [self.partitions[k] for k in mine if k in self.partitions and k not in other.in_flight
+                and not (lane is self.tail and self._handover.get(k) is other)]
+
+    async def _run(self, lane: _Lane) -> None:
         while not self._stopping:
-            if not self.partitions:
-                self._wake.clear()
-                await self._wake.wait()
+            parts = await self._parts_for(lane)
+            if not parts:
+                lane.wake.clear()
+                await lane.wake.wait()
                 continue
-            parts = list(self.partitions.values())
             pause = self.throttle.pause()
             if pause:
                 parts = [p for p in parts if not self.throttle.applies(p.topic, p.index)]
                 if not parts:
                     await asyncio.sleep(pause)
                     continue
-            client = await self._connect()
+            client = await self._connect(lane)
             if client is None:
                 await asyncio.sleep(BACKOFF_S)
                 continue
+            lane.in_flight = {(p.topic, p.index) for p in parts}
             try:
                 version = client.version_for(FetchRequest.API_KEY)
-                resp = await client.request(self._request(version, parts), version, timeout=30)
+                resp = await client.request(self._request(version, parts, lane.max_wait_ms), version, timeout=30)
             except ClientError as e:
-                log.debug("follower_fetch_failed", leader=self.leader_id, error=str(e))
+                log.debug("follower_fetch_failed", leader=self.leader_id, lane=lane.name, error=str(e))
+                self._cycle_done(lane)
                 await client.close()
                 await asyncio.sleep(BACKOFF_S)
                 continue
             if resp.error_code:
+                self._cycle_done(lane)
                 await asyncio.sleep(BACKOFF_S)
                 continue
             backoff = False
@@ -141,8 +209,34 @@ class ReplicaFetcher:
                         continue  # no longer ours to follow from this leader, or moving dirs: fetched again
                     if not self._handle(p, pd):
                         backoff = True
+                    self._sort(lane, p, len(pd.records) if pd.records else 0)
+            self._cycle_done(lane)
             if backoff:
                 await asyncio.sleep(BACKOFF_S)
+
+    def _cycle_done(self, lane: _Lane) -> None:
+        lane.in_flight = set()
+        lane.cycle_done.set()
+        if any(dest is not lane for dest in self._handover.values()):
+            (self.catch_up if lane is self.tail else self.tail).wake.set()
+
+    def _sort(self, lane: _Lane, p: Partition, fetched: int) -> None:
+        """Which lane fetches `p` next, from what its fetch in `lane` brought."""
+        key = (p.topic, p.index)
+        max_bytes = self._max_bytes(p)
+        if lane is self.tail:
+            want = self.catch_up if fetched >= max_bytes // 4 else self.tail
+        elif fetched >= max_bytes // 32:
+            self._quiet_since.pop(key, None)
+            want = self.catch_up
+        else:  # back to the tail lane once it has brought little for a while, not at one pause
+            now = time.monotonic()
+            want = self.tail if now - self._quiet_since.setdefault(key, now) >= QUIET_S else self.catch_up
+        if want is lane:
+            self._handover.pop(key, None)
+        elif self._lane_of.get(key) is lane:
+            self._handover[key] = want
+            self._quiet_since.pop(key, None)
 
     def _handle(self, p: Partition, pd) -> bool:
         """Apply one partition's fetch result; False asks for a backoff."""
@@ -199,8 +293,11 @@ class ReplicaFetcher:
 class ReplicaFetcherManager:
     """Which fetcher follows which partition: one per leader broker."""
 
-    def __init__(self, broker: Broker, throttle: Throttle) -> None:
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, leader_endpoint: Callable[[int], Endpoint | None],
+                 broker_epoch: Callable[[], int], throttle: Throttle) -> None:
+        self.config = config
+        self.leader_endpoint = leader_endpoint
+        self.broker_epoch = broker_epoch
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.throttle = throttle
         self._following: dict[tuple[str, int], int] = {}
@@ -213,7 +310,8 @@ class ReplicaFetcherManager:
         self.unfollow(p)
         f = self.fetchers.get(leader_id)
         if f is None:
-            f = self.fetchers[leader_id] = ReplicaFetcher(self.broker, leader_id, self.throttle)
+            f = self.fetchers[leader_id] = ReplicaFetcher(leader_id, self.config, self.leader_endpoint,
+                                                          self.broker_epoch, self.throttle)
         f.add(p)
         self._following[key] = leader_id
 

@@ -12,6 +12,7 @@ import structlog
 
 from broker.storage.log import Log
 from metadata import PartitionInfo
+from node.waits import wait_within
 
 log = structlog.get_logger(__name__)
 
@@ -172,10 +173,7 @@ class Partition:
         if self.log.high_watermark >= offset:
             return True
         fut = self.high_watermark_future(offset)
-        try:
-            return await asyncio.wait_for(fut, timeout)
-        except TimeoutError:
-            return False
+        return await wait_within(fut, timeout, False)
 
     def _release_hw_waiters(self, hw: int) -> None:
         if not self._hw_waiters:
