@@ -75,7 +75,7 @@ class Scenario:
         self.trace: dict[bytes, list[tuple]] = defaultdict(list)  # (seq, partition, offset, member) for failures
         self.committed: dict[tuple[str, int], int] = {}
         self.slow = asyncio.Event()  # set around each alter: the group falls behind
-        self.marked: set[int] = set()  # marked partitions drain slowly: kept ones would overtake them
+        self.marked: set[int] = set()  # partitions a shrink marks: their members stop while it runs
         self.stop_producing = asyncio.Event()
         self.stop_consuming = asyncio.Event()
         self.started_ms = int(time.time() * 1000)
@@ -101,8 +101,9 @@ class Scenario:
 
     async def consume(self, name: str, restart_after: asyncio.Event | None = None) -> None:
         async def member() -> OrderedConsumer:
-            # small fetches, and a pause per batch around each alter: when partitions are added or
-            # marked, old records are still waiting, so the gates have work to do
+            # small fetches, and pauses around each alter: when partitions are added or marked, old
+            # records are still waiting, so the gates have work to do (without either gate the
+            # scenario fails, in both variants)
             m = OrderedConsumer(TOPIC, bootstrap_servers=self.c.bootstrap, group_id="ordered", client_id=name,
                                 max_partition_fetch_bytes=2048)
             await m.start()
@@ -125,8 +126,11 @@ class Scenario:
                     await m.commit()
                     for tp in got:
                         self.committed[tp] = m.position(tp)
-                    if any(tp[1] in self.marked for tp in got):
-                        await asyncio.sleep(0.8)
+                    if self.slow.is_set() and any(tp[1] in self.marked for tp in got):
+                        # a member of a partition the shrink marks stops until the alter is in:
+                        # the kept partitions get the marked ones' keys while these still wait
+                        while self.slow.is_set():
+                            await asyncio.sleep(0.05)
                     elif self.slow.is_set():
                         await asyncio.sleep(0.3)
         finally:
@@ -176,9 +180,9 @@ async def ordered_scenario(c: Cluster, kill: bool) -> None:
             await wait_for(lambda n=total: progressed(n), what="traffic")
             s.slow.set()
             s.marked = set(range(count, before))  # a shrink's marked partitions: slower still
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(1.0)
             await asyncio.to_thread(alter, c, count, kill)
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(1.0)
             s.slow.clear()
 
             async def altered(n=count) -> bool:  # every broker answers from its own image: ask until in
