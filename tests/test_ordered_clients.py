@@ -131,7 +131,7 @@ class Scenario:
                     if self.slow.is_set() and any(tp[1] in self.marked for tp in got):
                         # a member of a partition the shrink marks stops until the alter is in:
                         # the kept partitions get the marked ones' keys while these still wait
-                        while self.slow.is_set():
+                        while self.slow.is_set() and not self.stop_consuming.is_set():
                             await asyncio.sleep(0.05)
                     elif self.slow.is_set():
                         await asyncio.sleep(0.3)
