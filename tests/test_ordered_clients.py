@@ -74,7 +74,7 @@ class Scenario:
         self.c = c
         self.sent: dict[bytes, int] = defaultdict(int)  # key -> sequences acknowledged
         self.delivered: dict[bytes, list[int]] = defaultdict(list)
-        self.trace: dict[bytes, list[tuple]] = defaultdict(list)  # (seq, partition, offset, member) for failures
+        self.trace: dict[bytes, list[tuple]] = defaultdict(list)  # (seq, partition, offset, leader epoch, member)
         self.committed: dict[tuple[str, int], int] = {}
         self.slow = asyncio.Event()  # set around each alter: the group falls behind
         self.marked: set[int] = set()  # partitions a shrink marks: their members stop while it runs
@@ -123,7 +123,7 @@ class Scenario:
                     for r in records:
                         self.delivered[r.key].append(int(r.value))
                         self.unstamped += not self.started_ms <= r.timestamp <= time.time() * 1000
-                        self.trace[r.key].append((int(r.value), r.partition, r.offset, name))
+                        self.trace[r.key].append((int(r.value), r.partition, r.offset, r.leader_epoch, name))
                 if got:
                     await m.commit()
                     for tp in got:
@@ -322,3 +322,45 @@ def test_assignment_deals_marked_partitions_apart() -> None:
     plan = assign(["b", "a", "c"], [("t", i) for i in range(4)], [("t", 4), ("t", 5)])
     assert plan == {"a": [("t", 0), ("t", 3)], "b": [("t", 1), ("t", 4)], "c": [("t", 2), ("t", 5)]}
     assert decode_assignment(encode_assignment({"t": [1, 4]})) == [("t", 1), ("t", 4)]
+
+
+async def recreated_partition(c: Cluster) -> None:
+    """What a member knew of a partition deleted once drained is dropped when a growth re-creates
+    its index: the group's position of the old one (e.g. 582) would pass a new one holding
+    fewer records (560) for drained, and its gate would open early."""
+    from protocol.generated.heartbeat import HeartbeatRequest as H
+
+    subprocess.run([SCRIPT, "--bootstrap-server", c.bootstrap, "--create", "--topic", TOPIC, "--partitions", "2",
+                    "--replication-factor", "1"], check=True, capture_output=True, timeout=60)
+    m = OrderedConsumer(TOPIC, bootstrap_servers=c.bootstrap, group_id="re", metadata_max_age_ms=100)
+    await m.start()
+    cc = ClusterClient(c.bootstrap, "test")
+    try:
+        old = (TOPIC, 1)
+        m._group_pos[old] = 582  # as a heartbeat answers it for a member waiting on partition 1
+        await m._threshold(TOPIC, 1, 0)
+        for count, n in ((1, 1), (2, 2)):  # 1 is marked, empty, so deleted; then re-created
+            await asyncio.to_thread(alter, c, count, False)
+
+            async def settled(n=n) -> bool:
+                return (await layout(cc)) == (list(range(n)), [])
+
+            await wait_for(settled, timeout=30, what=f"partitions 0-{n - 1}")
+        await m._refresh()
+        assert old not in m._group_pos and not any(k[:2] == old for k in m._thresholds)
+
+        # and the coordinator takes no report of a partition its image lacks (one deleted)
+        req = H(group_id="re", generation_id=m.generation, member_id=m.member_id,
+                positions=[H.HeartbeatPositionTopic(topic=TOPIC, partitions=[H.HeartbeatPosition(partition=7, offset=582)])],
+                interested_partitions=[H.HeartbeatInterestTopic(topic=TOPIC, partitions=[7])])
+        for _ in range(2):  # the second answer would show the first report
+            resp = await m._coord(req, 4)
+        assert [(t.topic, p.partition, p.offset) for t in resp.positions for p in t.partitions] == [(TOPIC, 7, -1)]
+    finally:
+        await cc.close()
+        await m.stop()
+
+
+def test_recreated_partition_starts_without_the_deleted_ones_state(cluster_factory) -> None:
+    c = cluster_factory(brokers=1, controller_overrides=FAST, broker_overrides=BROKER)
+    asyncio.run(recreated_partition(c))
