@@ -121,6 +121,7 @@ class OrderedConsumer:
         self._latest: dict[TopicPartition, tuple[float, int]] = {}
         self._metadata_at = 0.0
         self._layout: tuple[set, set] | None = None
+        self._incarnations: dict[TopicPartition, str] = {}
         self._hb_task: asyncio.Task | None = None
         self._closed = False
 
@@ -363,12 +364,24 @@ class OrderedConsumer:
     async def _refresh(self) -> None:
         await self._cluster.refresh(self.topics)
         self._metadata_at = time.monotonic()
+        # a partition deleted once drained may come back under its index (a later growth): what
+        # we knew of the old one (the group's position, its end, epoch ends) is not the new one's
+        incarnations = {(t, p): self._incarnation((t, p)) for t in self.topics for p in self._cluster.topics[t].partitions}
+        self._forget({tp for tp, known in self._incarnations.items() if incarnations.get(tp) != known})
+        self._incarnations = incarnations
         # a partition that appeared or was marked changes the assignment: the leader's job
         current = {(t, p) for t in self.topics for p in self._cluster.topics[t].partitions}
         marked = {(t, p) for t in self.topics for p in self._cluster.topics[t].marked}
         if self._layout is not None and (current, marked) != self._layout:
             self._need_rejoin = True
         self._layout = (current, marked)
+
+    def _forget(self, gone: set[TopicPartition]) -> None:
+        for state in (self._group_pos, self._latest, self._reported, self._high_watermark, self._delivered_epoch):
+            for tp in gone:
+                state.pop(tp, None)
+        for key in [k for k in self._thresholds if k[:2] in gone]:
+            del self._thresholds[key]
 
     # ---- the group
     async def _find_coordinator(self) -> None:
@@ -532,7 +545,8 @@ class OrderedConsumer:
             if self._need_rejoin or not self.member_id:
                 continue
             assigned = set(self._assigned)
-            report = {tp: self._position[tp] for tp in self._wanted & assigned if self._worth_reporting(tp)}
+            report = {tp: self._position[tp] for tp in self._wanted & assigned
+                      if tp[1] in self._cluster.topics[tp[0]].partitions and self._worth_reporting(tp)}
             positions: dict[str, list] = {}
             for (t, p), off in sorted(report.items()):
                 positions.setdefault(t, []).append(H.HeartbeatPosition(partition=p, offset=off))

@@ -49,6 +49,7 @@ class _Pending:
     value: bytes | None
     future: asyncio.Future
     deadline: float
+    timestamp: int  # CreateTime, ms since the epoch
 
 
 class OrderedProducer:
@@ -97,20 +98,27 @@ class OrderedProducer:
                 pass
         await self._cluster.close()
 
-    async def send(self, topic: str, value: bytes | None, key: bytes) -> asyncio.Future:
-        """Queue a record; the returned future gives its RecordMetadata once written (acks=all)."""
+    async def send(
+        self, topic: str, value: bytes | None, key: bytes, timestamp_ms: int | None = None
+    ) -> asyncio.Future:
+        """Queue a record; the returned future gives its RecordMetadata once written (acks=all).
+        The record's CreateTime is `timestamp_ms`, else now (as every Kafka producer stamps it):
+        the broker's segment.ms rolls and retention.ms count in record time."""
         if key is None:
             raise ValueError("OrderedProducer needs a key: it decides the partition")
         if self._task is None or self._closed:
             raise StrataClientError("the producer is not started")
         fut = asyncio.get_running_loop().create_future()
-        self._queue.append(_Pending(topic, key, value, fut, time.monotonic() + self._delivery_timeout))
+        stamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        self._queue.append(_Pending(topic, key, value, fut, time.monotonic() + self._delivery_timeout, stamp))
         self._idle.clear()
         self._wake.set()
         return fut
 
-    async def send_and_wait(self, topic: str, value: bytes | None, key: bytes) -> RecordMetadata:
-        return await (await self.send(topic, value, key))
+    async def send_and_wait(
+        self, topic: str, value: bytes | None, key: bytes, timestamp_ms: int | None = None
+    ) -> RecordMetadata:
+        return await (await self.send(topic, value, key, timestamp_ms))
 
     async def flush(self) -> None:
         await self._idle.wait()
@@ -201,7 +209,7 @@ class OrderedProducer:
         for tp in tps:
             recs = batches[tp]
             data = encode_batch(
-                [Record(value=r.value, key=r.key) for r in recs],
+                [Record(value=r.value, key=r.key, timestamp=r.timestamp) for r in recs],
                 producer_id=self._pid,
                 producer_epoch=self._epoch,
                 base_sequence=self._seq.get(tp, 0),

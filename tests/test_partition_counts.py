@@ -81,6 +81,18 @@ async def produce(c: Cluster, topic: str, partition: int, n: int, count: int = -
     return resp.responses[0].partition_responses[0]
 
 
+def produced(c: Cluster, topic: str, partition: int, n: int, count: int = -1):
+    """produce() until it is taken: a leader that has just been told of a new partition or
+    chunk answers NOT_LEADER_OR_FOLLOWER until its replica is up (a client retries that too)."""
+
+    def taken():
+        r = run(produce(c, topic, partition, n, count))
+        assert r.error_code == 0, r
+        return r
+
+    return eventually(taken)
+
+
 async def new_chunk(c: Cluster, topic: str, partition: int) -> int:
     """CreateChunks: a new active chunk on one other broker and one of the current replicas."""
     p = next(p for p in (await metadata(c, topic)).partitions if p.partition_index == partition)
@@ -198,11 +210,11 @@ def test_expand_shrink_delete(kcluster: Cluster) -> None:
     # a producer that partitioned over the old count is told to refresh; stock producers go on
     stale = run(produce(c, "t", 1, 1, count=3))
     assert stale.error_code == Errors.INVALID_PARTITION_METADATA and "6" in stale.error_message
-    assert run(produce(c, "t", 4, 3, count=6)).error_code == 0
-    assert run(produce(c, "t", 5, 1)).error_code == 0
+    produced(c, "t", 4, 3, count=6)
+    produced(c, "t", 5, 1)
     # partition 5 gets a second chunk: its deletion must take both
     assert run(new_chunk(c, "t", 5)) == 0
-    assert run(produce(c, "t", 5, 2, count=6)).error_code == 0
+    produced(c, "t", 5, 2, count=6)
 
     # shrink (Kafka refuses it; KIP-253 accepts): 4 and 5 marked, 0-3 bumped
     epochs6 = {p.partition_index: p.leader_epoch for p in run(metadata(c, "t")).partitions}
@@ -267,7 +279,7 @@ def test_expand_shrink_delete(kcluster: Cluster) -> None:
         assert len(run(metadata(c, "t")).partitions) == 6
 
     eventually(regrown)
-    assert run(produce(c, "t", 5, 1, count=6)).base_offset == 0
+    assert produced(c, "t", 5, 1, count=6).base_offset == 0
 
 
 def test_group_keeps_positions_and_forgets_deleted_partitions() -> None:

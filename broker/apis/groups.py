@@ -184,8 +184,12 @@ async def heartbeat(ctx: RequestContext, req) -> HeartbeatResponse:
     if ctx.api_version < 4 or not (req.positions or req.interested_partitions):
         return HeartbeatResponse(error_code=c.heartbeat(req.group_id, req.member_id, instance, req.generation_id))
     # KIP-253 (OrderedConsumer): positions travel in tagged fields
+    # a report of a partition no longer in our image is of one deleted once drained: kept, it
+    # would pass for the position of a partition a later growth re-creates under that index
+    image = ctx.broker.replicas.image
     ex = PositionExchange(
-        reported=[((t.topic, p.partition), p.offset) for t in req.positions for p in t.partitions],
+        reported=[((t.topic, p.partition), p.offset) for t in req.positions for p in t.partitions
+                  if image.partition(t.topic, p.partition) is not None],
         interested={(t.topic, p) for t in req.interested_partitions for p in t.partitions},
     )
     err = c.heartbeat(req.group_id, req.member_id, instance, req.generation_id, ex)

@@ -59,11 +59,17 @@ async def produce(ctx: RequestContext, req) -> ProduceResponse | None:
             if acks not in (-1, 0, 1):
                 pr.error_code = Errors.INVALID_REQUIRED_ACKS
                 continue
-            p, pr.error_code = serving_partition(b, t.name, pd.index)
-            if p is None:
-                continue
             if topic is not None and (problem := partition_count_problem(topic, pd.index, t.undeleted_partition_count)):
                 pr.error_code, pr.error_message = problem
+                continue
+            # KIP-253: the count and the kept partitions' leader epochs change together. The
+            # image is published before its partitions are applied one by one: until this replica
+            # has the image's epoch, records hashed over the new count would carry the old one
+            # (and pass a consumer's upperOffsetThreshold), so a producer that sends a count waits
+            info = topic.partitions.get(pd.index) if topic is not None and t.undeleted_partition_count >= 0 else None
+            p, pr.error_code = serving_partition(b, t.name, pd.index,
+                                                 current_leader_epoch=info.leader_epoch if info is not None else -1)
+            if p is None:
                 continue
             waits.append((pr, p.append(pd.records, acks, req.timeout_ms, now)))
             pipelined = pipelined and p.pipelines_appends
