@@ -767,12 +767,17 @@ class ReplicaManager:
         self.partitions.clear()
         self.chunks.clear()
         self._preopened.clear()
-        # Each close flushes and fsyncs its files (about five fsyncs a log): in threads, since
-        # fsync releases the GIL, for disks that take fsyncs in parallel.
+        # As Kafka: every log closed, then one clean-shutdown marker per dir, so the next start
+        # skips recovery. The closes write without fsync (five a log made 20,000 logs take 25 s)
+        # and each dir's filesystem is synced once before its marker.
         started = time.monotonic()
-        with ThreadPoolExecutor(max(16, self._open_threads * 16), thread_name_prefix="log-close") as pool:
-            list(pool.map(_close_logged, logs))
-        log.info("logs_closed", logs=len(logs), seconds=round(time.monotonic() - started, 2))
+        # threads: the closes' creates and renames wait in the kernel (the filesystem's journal)
+        with ThreadPoolExecutor(max(8, self._open_threads), thread_name_prefix="log-close") as pool:
+            failed = {lg.dir.parent for lg, ok in zip(logs, pool.map(_close_logged, logs)) if not ok}
+        closed = time.monotonic()
+        marked = [d.mark_clean_shutdown() if d.path not in failed else False for d in self.log_dirs]
+        log.info("logs_closed", logs=len(logs), seconds=round(closed - started, 2),
+                 sync_seconds=round(time.monotonic() - closed, 2), dirs_marked_clean=sum(marked))
 
     def topic_id_of(self, topic: str) -> UUID | None:
         return self.image.topic_ids.get(topic)
@@ -822,11 +827,13 @@ class _Pacer:
             self._until = time.monotonic() + self.SLICE
 
 
-def _close_logged(lg: Log) -> None:
+def _close_logged(lg: Log) -> bool:
     try:
-        lg.close()
+        lg.close(sync=False)
     except Exception:
         log.exception("log_close_failed", dir=str(lg.dir))
+        return False
+    return True
 
 
 def _close_quietly(lg: Log) -> None:
