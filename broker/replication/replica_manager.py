@@ -706,7 +706,7 @@ class ReplicaManager:
             await asyncio.sleep(interval)
             logs = [p.log for p in list(self.partitions.values())] + [cr.log for cr in list(self.chunks.values())]
             try:
-                await loop.run_in_executor(None, _checkpoint_all, logs)
+                await loop.run_in_executor(None, _checkpoint_all, logs, self.log_dirs)
             except Exception:
                 log.exception("checkpoint_failed")
 
@@ -844,9 +844,16 @@ def _close_quietly(lg: Log) -> None:
         log.info("log_close_failed_offline_dir", dir=str(lg.dir), error=str(exc))
 
 
-def _checkpoint_all(logs: list) -> None:
+def _checkpoint_all(logs: list, dirs: list[LogDir]) -> None:
+    """Every changed log state written without fsync, then each dir's filesystem synced once
+    (after a round of produces, 20,000 partitions' checkpoints were two fsyncs each)."""
+    written = set()
     for lg in logs:
         try:
-            lg.checkpoint()
+            if lg.checkpoint(sync=False):
+                written.add(lg.dir.parent)
         except Exception:  # a closed or offline log: its state was written when it closed
             pass
+    for d in dirs:
+        if d.path in written and d.online:
+            d.sync()

@@ -318,6 +318,10 @@ class Log:
             self._write_state(sync=not fresh)
         elif not fresh:
             self._durable_state = state
+        if fresh:
+            # lost in a crash, a new log's state file reads as missing, which means the same: no
+            # fsync (thousands of partitions created at once would cost two each in the checkpoint loop)
+            self._durable_state = self._state()
         log.info(
             "log_loaded",
             dir=str(self.dir),
@@ -523,18 +527,22 @@ class Log:
         return [(t.producer_id, t.first_offset) for t in out]
 
     @_io_guarded
-    def checkpoint(self) -> None:
+    def checkpoint(self, *, sync: bool = True) -> bool:
         """Persist log start offset, recovery point and high watermark (call periodically). Skipped
-        when nothing changed since the last durable write (most of 20,000 partitions are idle),
-        and written outside the lock: the fsyncs never stall an append (a checkpoint racing a
-        newer write can only leave older, hence safe, values until the next one)."""
+        when nothing changed since the last write (most of 20,000 partitions are idle), and
+        written outside the lock: the fsyncs never stall an append (a checkpoint racing a newer
+        write can only leave older, hence safe, values until the next one). Without sync the
+        caller syncs the dir's filesystem once for all its logs (the recovery point in the file
+        is always one already synced, so an unsynced file is never ahead of the data). True if
+        a file was written."""
         with self._lock:
             self._check_usable()
             state = self._state()
             if state == self._durable_state:
-                return
-        write_log_state(self.dir / LOG_STATE_CHECKPOINT, state)
+                return False
+        write_log_state(self.dir / LOG_STATE_CHECKPOINT, state, sync=sync)
         self._durable_state = state
+        return True
 
     def _state(self) -> LogState:
         return LogState(self._log_start, self._recovery_point, self._hw)

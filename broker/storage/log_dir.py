@@ -20,6 +20,7 @@ import structlog
 from broker.storage.atomic_file import remove_durably, sync_filesystem, write_atomically
 from broker.storage.config import LogConfig
 from broker.storage.errors import StorageError
+from broker.storage.exhaustion import is_resource_exhaustion, note_resource_exhaustion
 from broker.storage.file_names import CLEAN_SHUTDOWN_MARKER, parse_replica_dir_name, replica_dir_name
 from broker.storage.log import Log
 from broker.storage.meta_properties import (
@@ -130,6 +131,17 @@ class LogDir:
             log.error("log_dir_not_marked_clean", path=str(self.path), error=str(exc))
             return False
         return True
+
+    def sync(self) -> None:
+        """syncfs the dir's filesystem (after writes made without fsync). A failure is a disk
+        error: the dir goes offline, as after a failed fsync; running out of descriptors is not."""
+        try:
+            sync_filesystem(self.path)
+        except OSError as exc:
+            if is_resource_exhaustion(exc):
+                note_resource_exhaustion(str(self.path), "sync", exc)
+            else:
+                self.mark_offline(f"sync failed: {exc}")
 
     def writable(self) -> bool:
         """Whether a file can be written and synced in the dir now (after an I/O error: which dir failed?)."""
