@@ -63,6 +63,7 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
     reload_on_new_epoch = True
 
     def __init__(self, broker: Any) -> None:
+        self._diskless_checked: tuple[object, bool] = (None, False)  # (image, any diskless partition in it)
         props = broker.config.props
         self.replication_factor = int(props.get("diskless.metadata.topic.replication.factor", "3"))
         self.min_isr = int(props.get("diskless.metadata.topic.min.isr", "2"))
@@ -307,14 +308,21 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
         return False
 
     # ------------------------------------------------------------------ metadata reconciliation
+    def _has_diskless(self, image) -> bool:
+        """Whether any partition is diskless; asked every reconcile, so answered once per image
+        (a scan of 20,000 partitions every 200 ms held the event loop)."""
+        if image is not self._diskless_checked[0]:
+            found = any(info.diskless_coordinator >= 0 for t in image.topics.values() for info in t.partitions.values())
+            self._diskless_checked = (image, found)
+        return self._diskless_checked[1]
+
     def _reconcile(self) -> None:
         """Create the diskless partitions the metadata maps to a coordinator this broker leads
         and that it does not know; delete the topics the metadata no longer has."""
         image = self.broker.metadata.image
         if image.topic(self.topic) is None:
             live = [b.id for b in image.live_brokers()]
-            if live and min(live) == self.broker.config.node_id and any(
-                    info.diskless_coordinator >= 0 for t in image.topics.values() for info in t.partitions.values()):
+            if live and min(live) == self.broker.config.node_id and self._has_diskless(image):
                 self.ensure_topic()  # the first diskless topic: its coordinators' log
             return
         for index, ps in list(self._partitions.items()):
