@@ -314,14 +314,15 @@ class Log:
             # recovery after a later crash, and the checkpoint loop moves it on in the background.
             # Rewriting it here would cost two fsyncs a log on every clean restart.
             self._durable_state = state
-        elif state != self._state():
-            self._write_state(sync=not fresh)
-        elif not fresh:
-            self._durable_state = state
-        if fresh:
-            # lost in a crash, a new log's state file reads as missing, which means the same: no
-            # fsync (thousands of partitions created at once would cost two each in the checkpoint loop)
+        elif fresh:
+            # a new log's state is what a missing state file means: nothing to write until it
+            # changes (thousands of partitions are created at once; the checkpoint loop writes
+            # each once it has records)
             self._durable_state = self._state()
+        elif state != self._state():
+            self._write_state()
+        else:
+            self._durable_state = state
         log.info(
             "log_loaded",
             dir=str(self.dir),
