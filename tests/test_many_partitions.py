@@ -34,7 +34,8 @@ NOFILE = 4096
 BUDGET = NOFILE // 2  # log.open.files.max's default: half the (raised) soft limit
 TOPICS = 10
 PER_TOPIC = 2000  # 20,000 partitions
-ROLLING = "t0"  # its partitions also roll (tiny segment.bytes) and retain (retention.bytes=1)
+ROLLING = "t0"
+OFFSETS_TIMEOUT_MS = 300_000  # its partitions also roll (tiny segment.bytes) and retain (retention.bytes=1)
 
 
 def broker_fds(pid: int) -> tuple[int, int]:
@@ -79,7 +80,7 @@ def log_starts(bootstrap: str, partitions: list[tuple[str, int]]) -> dict[tuple[
     """Every partition's log start offset, from one ListOffsets (kafka-python groups them)."""
     consumer = KafkaConsumer(bootstrap_servers=bootstrap)
     try:
-        starts = consumer.beginning_offsets([KafkaTopicPartition(t, i) for t, i in partitions])
+        starts = consumer.beginning_offsets([KafkaTopicPartition(t, i) for t, i in partitions], timeout_ms=OFFSETS_TIMEOUT_MS)
     finally:
         consumer.close()
     return {(tp.topic, tp.partition): offset for tp, offset in starts.items()}
@@ -157,7 +158,9 @@ def test_twenty_thousand_partitions_under_ulimit_4096(cluster_factory):
     # a sample takes a third record and is read through (another round over all 20,000 would
     # add minutes and prove nothing the end offsets and the sample do not)
     consumer = KafkaConsumer(bootstrap_servers=c.bootstrap)
-    ends = consumer.end_offsets([KafkaTopicPartition(t, i) for t, i in everything])
+    # right after the restart: partitions answer NOT_LEADER_OR_FOLLOWER until the broker applied
+    # their leadership (in slices, heartbeating meanwhile); kafka-python retries them
+    ends = consumer.end_offsets([KafkaTopicPartition(t, i) for t, i in everything], timeout_ms=OFFSETS_TIMEOUT_MS)
     consumer.close()
     assert len(ends) == TOPICS * PER_TOPIC and all(end == 2 for end in ends.values())
     sample = everything[::50]
