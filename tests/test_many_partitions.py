@@ -26,7 +26,7 @@ from kafka import TopicPartition as KafkaTopicPartition
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.timeout(1500),  # about 4 minutes here when the machine is idle, 7+ when it is not
+    pytest.mark.timeout(1500),  # about 3 minutes here with the machine loaded by other work
     pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs /proc to count the broker's descriptors"),
 ]
 
