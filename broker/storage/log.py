@@ -283,7 +283,12 @@ class Log:
             )
             self._truncate_fully_locked(self._log_start, now_ms)
             first_recovered = None  # nothing recovered is left
-        if clean or first_recovered is None:
+        if clean and state is not None:
+            # A broker's clean shutdown syncs its dirs once and leaves each state file with the
+            # recovery point it had synced: keeping it (the segments above it are clean, so the
+            # next flush syncs nothing) spares 20,000 state rewrites after a clean restart.
+            self._recovery_point = min(max(state.recovery_point, self._log_start), self._leo)
+        elif clean or first_recovered is None:
             self._recovery_point = self._leo
         else:
             # As Kafka: after a crash the recovery point stays where it was synced (or drops to
@@ -308,13 +313,7 @@ class Log:
                 fsync_dir(self.dir)
         for seg in self._segments[:-1]:
             seg.close_files()  # reopened on demand: old segments hold no descriptors
-        if clean and state is not None and (state.log_start_offset, state.high_watermark) == (self._log_start, self._hw):
-            # A clean shutdown leaves the recovery point it had synced (its closes do not fsync;
-            # the dir is synced once): an older recovery point on disk is safe, it only means more
-            # recovery after a later crash, and the checkpoint loop moves it on in the background.
-            # Rewriting it here would cost two fsyncs a log on every clean restart.
-            self._durable_state = state
-        elif fresh:
+        if fresh:
             # a new log's state is what a missing state file means: nothing to write until it
             # changes (thousands of partitions are created at once; the checkpoint loop writes
             # each once it has records)
