@@ -8,8 +8,9 @@ Each tree runs in its own child process (its own tools.cluster, broker and contr
 broker, topics of --step partitions created one at a time, one record produced to every partition
 (confluent-kafka), then the broker's open descriptors (/proc/<pid>/fd) and RSS; at the end a
 kill -9 and the time until the broker is back and has taken a record on the last partition, then a
-SIGTERM and the time a clean shutdown takes, and how often the controller fenced the broker for a
-silent session (it should never: opening replicas must not stop heartbeats). The
+SIGTERM and the time a clean shutdown takes, the restart after it (no recovery: the log dirs'
+clean-shutdown markers), and how often the controller fenced the broker for a silent session (it
+should never: opening replicas must not stop heartbeats). The
 older tree is extracted with `git archive` into a temp dir (no git state is touched). Its brokers
 run with the machine's descriptor limit (3 descriptors a partition would not fit --nofile).
 The controller runs with its defaults (a 9 s broker session).
@@ -99,6 +100,11 @@ def child(tree: Path, partitions: int, step: int, nofile: int | None) -> None:
         clog = base / "controller.log"
         fenced = clog.read_text().count("why='session_timeout'") if clog.exists() else -1
         print(json.dumps({"stop_s": stop_s, "fenced": fenced}), flush=True)
+        t0 = time.monotonic()
+        c.start_node(1, timeout=900)
+        produce_one_each(c.bootstrap, [(topic, n)])
+        pid = c.pid(1)
+        print(json.dumps({"clean_restart_s": time.monotonic() - t0, "fds": fds(pid), "rss": rss_mb(pid)}), flush=True)
     finally:
         c.stop()
         if not os.environ.get("BENCH_KEEP"):
@@ -149,6 +155,9 @@ def main() -> None:
                 )
             elif "restart_s" in r:
                 print(f"{name:<24} {'restart':>10} {r['fds']:>9} {r['rss']:>8.0f}   kill -9 to serving: {r['restart_s']:.1f} s")
+            elif "clean_restart_s" in r:
+                print(f"{name:<24} {'restart':>10} {r['fds']:>9} {r['rss']:>8.0f}   "
+                      f"clean shutdown to serving: {r['clean_restart_s']:.1f} s")
             elif "stop_s" in r:
                 print(f"{name:<24} {'stop':>10}   SIGTERM to exit: {r['stop_s']:.1f} s; "
                       f"session-timeout fences: {r['fenced']} (the kill -9 makes one)")

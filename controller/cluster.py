@@ -7,8 +7,10 @@ heartbeating for broker.session.timeout.ms is fenced. Fencing, a new incarnation
 one, and controlled shutdown all take the broker out of ISRs and leaderships (replication.py).
 
 Controlled shutdown (want_shut_down) is two steps, as in Kafka: the first heartbeat moves the
-broker's leaderships away and marks it in controlled shutdown; once the broker reports a metadata
-offset that includes those moves, it is fenced and told should_shut_down.
+broker's leaderships away and marks it in controlled shutdown; once the broker and every other
+active broker report a metadata offset that includes those moves (Kafka's lowest active offset),
+it is fenced and told should_shut_down. Leaderships that could not move (no other usable replica,
+a single-broker cluster) do not hold it up.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import structlog
 from controller.controller import Batch, Controller
 from controller.dir_assignment import all_offline, offline_dir_changes
 from controller.errors import ApiError, Errors
-from controller.replication import elect_leaderless, leaderships, remove_broker, usable_ids
+from controller.replication import elect_leaderless, remove_broker, usable_ids
 from metadata.image import BrokerInfo, MetadataImage
 from protocol.generated.metadata_records.broker_registration_change_record import BrokerRegistrationChangeRecord
 from protocol.generated.metadata_records.fence_broker_record import FenceBrokerRecord
@@ -62,6 +64,7 @@ class HeartbeatReply:
 class ClusterControl:
     def __init__(self, controller: Controller) -> None:
         self.ctl = controller
+        self._metadata_offsets: dict[int, int] = {}  # broker id -> offset its last heartbeat reported
 
     # ---- registration
     async def register(self, reg: Registration) -> int:
@@ -133,6 +136,7 @@ class ClusterControl:
                     f"Broker {hb.broker_id} has epoch {b.epoch}; the heartbeat carries {hb.broker_epoch}.",
                 )
             self.ctl.sessions.touch(hb.broker_id)
+            self._metadata_offsets[hb.broker_id] = hb.current_metadata_offset
             caught_up = hb.current_metadata_offset >= b.epoch
             if hb.offline_log_dirs and not b.fenced:
                 if all_offline(image, b.id, hb.offline_log_dirs):
@@ -169,7 +173,9 @@ class ClusterControl:
             log.info("broker_controlled_shutdown", broker=b.id, moves=len(batch.records) - 1)
             return HeartbeatReply(caught_up, False, False)
         needed = self.ctl.shutdown_offsets.get(b.id, -1)
-        if hb.current_metadata_offset >= needed and leaderships(image, b.id) == 0:
+        active = [o.id for o in image.brokers.values() if o.id != b.id and not o.fenced and not o.in_controlled_shutdown]
+        lowest = min([hb.current_metadata_offset] + [self._metadata_offsets.get(i, -1) for i in active])
+        if lowest >= needed:
             batch.add(FenceBrokerRecord(id=b.id, epoch=b.epoch))
             log.info("broker_shut_down", broker=b.id, epoch=b.epoch)
             return HeartbeatReply(caught_up, True, True)

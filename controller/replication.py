@@ -210,7 +210,3 @@ def elect_leaderless(
             if rec is not None:
                 out.append(rec)
     return out
-
-
-def leaderships(image: MetadataImage, broker_id: int) -> int:
-    return sum(1 for t in image.topics.values() for p in t.partitions.values() if p.leader == broker_id)

@@ -136,6 +136,9 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.queue: collections.deque[tuple[bytes, bool, int]] = collections.deque()  # (frame, control, size)
         self.pending: collections.deque[tuple[asyncio.Task, int]] = collections.deque()  # (task, size)
+        # their sizes summed as they change (a client pipelining 20,000 ListOffsets made a sum per frame quadratic)
+        self.queued_bytes = 0
+        self.pending_bytes = 0
         self.released: set[asyncio.Task] = set()  # pending tasks that no longer count as in flight
         self.answers: dict[asyncio.Task, list | None] = {}  # pending tasks' answers not yet written
         self.closed = False
@@ -210,6 +213,7 @@ class Connection(asyncio.Protocol):
             size = len(f) + 4
             control = classify(f) if classify is not None else False
             self.queue.append((f, control, size))
+            self.queued_bytes += size
         if frames:
             self.partial_reserved = 0  # the reserved frame is complete: now counted as queued
         self._account()
@@ -234,6 +238,7 @@ class Connection(asyncio.Protocol):
         self.released.clear()
         self.answers.clear()
         self.queue.clear()
+        self.queued_bytes = self.pending_bytes = 0
         if self.registered:
             self.registered = False
             self.server.forget(self)
@@ -251,7 +256,9 @@ class Connection(asyncio.Protocol):
     def start_next(self) -> None:
         f, _, size = self.queue.popleft()
         task = asyncio.get_running_loop().create_task(self._serve(f))
+        self.queued_bytes -= size
         self.pending.append((task, size))
+        self.pending_bytes += size
         task.add_done_callback(self._flush)  # a failed or cancelled request
 
     async def _serve(self, f: bytes) -> None:
@@ -301,8 +308,8 @@ class Connection(asyncio.Protocol):
 
     def _account(self) -> None:
         """Recount this connection's bytes against the server's budget."""
-        queued = sum(size for _, _, size in self.queue)
-        in_flight = sum(size for _, size in self.pending)
+        queued = self.queued_bytes
+        in_flight = self.pending_bytes
         want = self.reader.incomplete_size
         partial = self.reader.pending
         if want is None:
@@ -334,7 +341,7 @@ class Connection(asyncio.Protocol):
             answered = task in self.answers
             if not answered and not task.done():
                 break
-            self.pending.popleft()
+            self.pending_bytes -= self.pending.popleft()[1]
             self.released.discard(task)
             released = True
             if answered:

@@ -308,7 +308,6 @@ def test_emptied_batches_that_must_stay_are_kept_empty(tmp_path):
     lg.close()
     for p in lg.dir.glob("*.snapshot"):  # producer state rebuilt from the batches alone
         p.unlink()
-    (lg.dir / ".clean-shutdown").unlink()
     lg = open_log(tmp_path / "t-0-0", segment_bytes=1 << 20)
     assert lg.producer_state.producers[5].last_seq == 0 and lg.producer_state.producers[6].last_seq == 2
     lg.close()
@@ -529,7 +528,6 @@ def test_leftover_cleaned_and_swap_files_on_open(tmp_path):
     def crash_with(state: str) -> list:
         work = tmp_path / f"{state[1:]}-0-0"
         shutil.copytree(pristine, work)
-        (work / ".clean-shutdown").unlink()
         for p in cleaned:
             shutil.copy(p, work / (p.name + state))
         reopened = open_log(work, segment_bytes=1 << 20)

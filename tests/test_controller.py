@@ -763,6 +763,9 @@ def test_controlled_shutdown_moves_leadership_then_says_stop(controller):
         end = await log_end(cl)
         behind = await heartbeat(cl, 1, epochs[1], 0, want_shut_down=True)
         assert not behind.should_shut_down  # has not seen its leaderships move yet
+        # nor has the new leader (Kafka's lowest active offset: every active broker must have)
+        assert not (await heartbeat(cl, 1, epochs[1], end - 1, want_shut_down=True)).should_shut_down
+        await heartbeat(cl, 2, epochs[2], end - 1)
         done = await heartbeat(cl, 1, epochs[1], end - 1, want_shut_down=True)
         assert done.should_shut_down and done.is_fenced
         assert image_of(await read_log(cl)).brokers[1].fenced

@@ -40,8 +40,8 @@ def plain_batch(n: int = 2, ts: int = NOW) -> bytes:
     return encode_batch([Record(value=b"x%d" % i, timestamp=ts + i) for i in range(n)])
 
 
-def open_log(path: Path, now_ms: int = NOW, **cfg) -> Log:
-    return Log.open(path / "orders-0-0", LogConfig(**cfg), now_ms=now_ms)
+def open_log(path: Path, now_ms: int = NOW, clean_shutdown: bool = False, **cfg) -> Log:
+    return Log.open(path / "orders-0-0", LogConfig(**cfg), now_ms=now_ms, clean_shutdown=clean_shutdown)
 
 
 def append(log: Log, records: bytes, **kw):
@@ -293,7 +293,7 @@ def test_a_corrupt_snapshot_is_dropped_and_an_older_one_used(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(CorruptSnapshotError):
         decode_snapshot(bytes(data))
-    log = open_log(tmp_path, segment_bytes=500)
+    log = open_log(tmp_path, segment_bytes=500, clean_shutdown=True)
     assert newest not in snapshot_files(log)
     assert state(log) == before
 

@@ -329,12 +329,10 @@ def test_reopen_after_clean_close_keeps_everything(tmp_path):
     log.update_high_watermark(108)
     before = fetched(log.read(100, 1 << 20))
     log.close()
-    assert (log.dir / ".clean-shutdown").exists()
     with pytest.raises(StorageError):
         log.append_as_leader(batch(1), 3, NOW)
 
-    again = Log.open(log.dir, LogConfig(segment_bytes=300))
-    assert not (again.dir / ".clean-shutdown").exists()  # a crash from now on is detected
+    again = Log.open(log.dir, LogConfig(segment_bytes=300), clean_shutdown=True)
     assert again.topic_id == topic_id
     assert (again.log_start_offset, again.log_end_offset, again.high_watermark) == (100, 112, 108)
     assert again.recovery_point == 112
@@ -342,6 +340,48 @@ def test_reopen_after_clean_close_keeps_everything(tmp_path):
     assert again.leader_epoch_cache.entries == [(3, 100)]
     assert again.max_timestamp() == (NOW + 5 + 1, 111)
     assert again.append_as_leader(batch(1), 4, NOW).first_offset == 112
+
+
+def test_clean_shutdown_marker_per_log_dir(tmp_path, capsys):
+    """As Kafka: logs closed without fsyncs, the dir synced once and marked; the next start takes
+    the marker away before opening anything and opens each log once without recovery."""
+    root = tmp_path / "data"
+    d = LogDir(root)
+    d.format_or_check(1, "abc")
+    logs = [d.open_log("t", i, 0, LogConfig()) for i in range(3)]
+    for lg in logs:
+        lg.append_as_leader(batch(2), 0, NOW)
+        lg.update_high_watermark(2)
+        lg.close(sync=False)
+    assert logs[0].recovery_point == 0  # nothing was fsynced: the checkpoint keeps what was
+    assert d.mark_clean_shutdown()
+    assert (root / ".kafka_cleanshutdown").exists()
+
+    d = LogDir(root)
+    d.format_or_check(1, "abc")
+    assert not (root / ".kafka_cleanshutdown").exists()  # a crash from now on is detected
+    capsys.readouterr()
+    again = d.open_log("t", 0, 0, LogConfig())
+    assert "clean_shutdown=True" in capsys.readouterr().out
+    # nothing recovered; the recovery point stays the synced one (the next flush moves it on)
+    assert (again.log_end_offset, again.high_watermark, again.recovery_point) == (2, 2, 0)
+    assert again.append_as_leader(batch(1), 0, NOW).first_offset == 2
+    again.close(sync=False)
+    # t-1 and t-2 were not opened, so are still clean: the dir may be marked again
+    assert d.mark_clean_shutdown()
+
+    # after a crash (no marker), a start that stops before opening every log must not mark the dir
+    (root / ".kafka_cleanshutdown").unlink()
+    d = LogDir(root)
+    d.format_or_check(1, "abc")
+    capsys.readouterr()
+    d.open_log("t", 0, 0, LogConfig()).close(sync=False)
+    assert "clean_shutdown=False" in capsys.readouterr().out
+    assert not d.mark_clean_shutdown()
+    assert not (root / ".kafka_cleanshutdown").exists()
+    for i in (1, 2):
+        d.open_log("t", i, 0, LogConfig()).close(sync=False)
+    assert d.mark_clean_shutdown()
 
 
 def test_crash_with_torn_tail_truncates_to_last_whole_batch(tmp_path):
@@ -390,7 +430,7 @@ def test_crash_drops_segments_after_a_corrupt_one(tmp_path):
         log.append_as_leader(batch(3), 0, NOW)
     assert log.segment_base_offsets == [0, 6, 12]
     simulate_crash(log)
-    (tmp_path / "orders-0-0" / "log-state.checkpoint").unlink()  # nothing known to be flushed: check all
+    (tmp_path / "orders-0-0" / "log-state.checkpoint").unlink(missing_ok=True)  # nothing known flushed: check all
     middle = tmp_path / "orders-0-0" / f"{6:020d}.log"
     os.truncate(middle, one + 20)
 
@@ -408,7 +448,7 @@ def test_junk_after_a_clean_shutdown_is_still_cut(tmp_path):
     seg = segment_files(log)[0]
     with open(seg, "ab") as f:
         f.write(b"\x00" * 30)  # shorter than a batch header: a header walk alone would not notice
-    again = open_log(tmp_path)
+    again = Log.open(log.dir, LogConfig(), now_ms=NOW, clean_shutdown=True)
     assert seg.stat().st_size == len(batch(3)) and again.log_end_offset == 3
     again.append_as_leader(batch(2), 0, NOW)
     assert record_offsets(again) == list(range(5))

@@ -706,7 +706,7 @@ class ReplicaManager:
             await asyncio.sleep(interval)
             logs = [p.log for p in list(self.partitions.values())] + [cr.log for cr in list(self.chunks.values())]
             try:
-                await loop.run_in_executor(None, _checkpoint_all, logs)
+                await loop.run_in_executor(None, _checkpoint_all, logs, self.log_dirs)
             except Exception:
                 log.exception("checkpoint_failed")
 
@@ -767,12 +767,17 @@ class ReplicaManager:
         self.partitions.clear()
         self.chunks.clear()
         self._preopened.clear()
-        # Each close flushes and fsyncs its files (about five fsyncs a log): in threads, since
-        # fsync releases the GIL, for disks that take fsyncs in parallel.
+        # As Kafka: every log closed, then one clean-shutdown marker per dir, so the next start
+        # skips recovery. The closes write without fsync (five a log made 20,000 logs take 25 s)
+        # and each dir's filesystem is synced once before its marker.
         started = time.monotonic()
-        with ThreadPoolExecutor(max(16, self._open_threads * 16), thread_name_prefix="log-close") as pool:
-            list(pool.map(_close_logged, logs))
-        log.info("logs_closed", logs=len(logs), seconds=round(time.monotonic() - started, 2))
+        # threads: the closes' creates and renames wait in the kernel (the filesystem's journal)
+        with ThreadPoolExecutor(max(8, self._open_threads), thread_name_prefix="log-close") as pool:
+            failed = {lg.dir.parent for lg, ok in zip(logs, pool.map(_close_logged, logs)) if not ok}
+        closed = time.monotonic()
+        marked = [d.mark_clean_shutdown() if d.path not in failed else False for d in self.log_dirs]
+        log.info("logs_closed", logs=len(logs), seconds=round(closed - started, 2),
+                 sync_seconds=round(time.monotonic() - closed, 2), dirs_marked_clean=sum(marked))
 
     def topic_id_of(self, topic: str) -> UUID | None:
         return self.image.topic_ids.get(topic)
@@ -822,11 +827,13 @@ class _Pacer:
             self._until = time.monotonic() + self.SLICE
 
 
-def _close_logged(lg: Log) -> None:
+def _close_logged(lg: Log) -> bool:
     try:
-        lg.close()
+        lg.close(sync=False)
     except Exception:
         log.exception("log_close_failed", dir=str(lg.dir))
+        return False
+    return True
 
 
 def _close_quietly(lg: Log) -> None:
@@ -837,9 +844,16 @@ def _close_quietly(lg: Log) -> None:
         log.info("log_close_failed_offline_dir", dir=str(lg.dir), error=str(exc))
 
 
-def _checkpoint_all(logs: list) -> None:
+def _checkpoint_all(logs: list, dirs: list[LogDir]) -> None:
+    """Every changed log state written without fsync, then each dir's filesystem synced once
+    (after a round of produces, 20,000 partitions' checkpoints were two fsyncs each)."""
+    written = set()
     for lg in logs:
         try:
-            lg.checkpoint()
+            if lg.checkpoint(sync=False):
+                written.add(lg.dir.parent)
         except Exception:  # a closed or offline log: its state was written when it closed
             pass
+    for d in dirs:
+        if d.path in written and d.online:
+            d.sync()

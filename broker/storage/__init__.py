@@ -7,6 +7,7 @@ On-disk layout
 
     <log dir>/                              one entry of log.dirs (LogDir)
         meta.properties                     version=1, node.id, cluster.id, directory.id (Kafka's format)
+        .kafka_cleanshutdown                present only between a clean broker shutdown and the next start
         <topic>-<partition>-<chunkStart>/   one chunk replica (Log); parse with rsplit('-', 2)
             00000000000000000000.log        segment: whole RecordBatch v2 batches, as produced/replicated
             00000000000000000000.index      offset index of that segment
@@ -21,7 +22,6 @@ On-disk layout
                                             roll and on clean close)
             cleaner-offset-checkpoint       compacted logs: first dirty offset, earliest pending delete horizon
             *.cleaned / *.swap              a compaction swap in progress (recovered or removed on open)
-            .clean-shutdown                 present only between a clean close and the next open
         <topic>-<partition>-<chunkStart>.move/    a replica being copied in (JBOD move): not served
         <topic>-<partition>-<chunkStart>.delete/  a replica waiting for deletion: not served
 
@@ -55,7 +55,10 @@ Descriptors
   online (exhaustion.py); other OSErrors fail the log and take its dir offline.
 
 Recovery
-  Without `.clean-shutdown`, Log.open checks every batch (header + CRC32C + increasing offsets) from
+  A broker's shutdown closes every log without fsyncs, syncs each log dir's filesystem once
+  (syncfs) and writes the dir's `.kafka_cleanshutdown` (Kafka's marker, one per dir; log_dir.py).
+  The next start removes it before opening anything and opens each log that was there without
+  recovery. Otherwise Log.open checks every batch (header + CRC32C + increasing offsets) from
   the segment holding the recovery point on, cuts a torn or corrupt tail at the last whole batch,
   deletes later segments, rebuilds those segments' indexes and re-derives leader epochs from the
   batches. Indexes of other segments are sanity-checked and rebuilt if missing or damaged.

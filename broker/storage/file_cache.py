@@ -49,7 +49,7 @@ class CachedFile:
     """A file opened on demand through a FileCache. Not itself thread-safe for renames against
     deletes: Log serializes those under its lock; opens and pins may come from any thread."""
 
-    __slots__ = ("path", "flags", "cache", "fd", "pins", "forgotten", "gone")
+    __slots__ = ("path", "flags", "cache", "fd", "pins", "forgotten", "gone", "dirty")
 
     def __init__(self, path: Path, flags: int = os.O_RDWR, cache: FileCache | None = None) -> None:
         self.path = path
@@ -59,6 +59,7 @@ class CachedFile:
         self.pins = 0
         self.forgotten = False  # closed for good: close the descriptor when the last pin goes
         self.gone = False  # deleted: never reopened
+        self.dirty = False  # written since the last sync(); the writer sets it
 
     @contextmanager
     def open(self) -> Iterator[int]:
@@ -67,6 +68,19 @@ class CachedFile:
             yield fd
         finally:
             self.cache.release(self)
+
+    def sync(self) -> None:
+        """fsync the file if it was written since the last sync. A failed sync leaves it dirty, so
+        the next flush tries again rather than move a recovery point past unsynced bytes."""
+        if not self.dirty:
+            return
+        self.dirty = False  # before the sync: a write racing it marks the file again
+        try:
+            with self.open() as fd:
+                os.fsync(fd)
+        except BaseException:
+            self.dirty = True
+            raise
 
     def close(self) -> None:
         """Give the descriptor back (now, or when the last reader unpins it). A later open()

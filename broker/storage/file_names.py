@@ -15,7 +15,8 @@ TMP_SUFFIX = ".tmp"  # a half-written checkpoint; never trusted
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 PARTITION_METADATA = "partition.metadata"
 LOG_STATE_CHECKPOINT = "log-state.checkpoint"
-CLEAN_SHUTDOWN_MARKER = ".clean-shutdown"
+# In a log dir, not a replica dir: every log in it was closed and the dir synced (Kafka's name).
+CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
 
 # Suffixes of replica dirs that are not live replicas (JBOD moves and deletes).
 MOVE_SUFFIX = ".move"

@@ -29,7 +29,6 @@ class IndexFile:
         self.file = CachedFile(path, os.O_RDWR | os.O_CREAT)
         self.base_offset = base_offset
         self.max_index_bytes = max_index_bytes
-        self._dirty = False
         size = path.stat().st_size if path.exists() else 0
         self.entries = size // self.ENTRY.size
         self.torn = size % self.ENTRY.size != 0  # a crash cut an entry: the file needs rebuilding
@@ -70,7 +69,7 @@ class IndexFile:
             os.pwrite(fd, self.ENTRY.pack(*values), self.entries * self.ENTRY.size)
         self.entries += 1
         self._last = values
-        self._dirty = True
+        self.file.dirty = True
 
     def last_at_most(self, field: int, value: int, *, strict: bool = False) -> int:
         """Index of the last entry whose `field` is <= value (< value if strict), -1 if none.
@@ -111,26 +110,21 @@ class IndexFile:
         self.entries = count
         self.torn = False
         self._last = None
-        self._dirty = True
+        self.file.dirty = True
 
     def reset(self) -> None:
         """Empty the index, creating the file if it is missing."""
+        if self.entries == 0 and not self.torn and self.path.exists():
+            return  # already empty: an ftruncate would still cost a journal write (recovery of 20,000 logs)
         with self.file.open() as fd:
             os.ftruncate(fd, 0)
         self.entries = 0
         self.torn = False
         self._last = None
-        self._dirty = True
+        self.file.dirty = True
 
     def flush(self) -> None:
-        if self._dirty:
-            self._dirty = False  # before the sync: a write racing it marks the file again
-            try:
-                with self.file.open() as fd:
-                    os.fsync(fd)
-            except BaseException:
-                self._dirty = True
-                raise
+        self.file.sync()
 
     def close(self) -> None:
         self.file.close()

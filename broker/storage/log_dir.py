@@ -1,4 +1,12 @@
-"""LogDir: one entry of log.dirs. Formatted with meta.properties on first use; holds chunk replica dirs."""
+"""LogDir: one entry of log.dirs. Formatted with meta.properties on first use; holds chunk replica dirs.
+
+Clean shutdown, as Kafka: a broker stopping closes every log of the dir without fsyncs, syncs the
+dir's filesystem once (syncfs) and writes `.kafka_cleanshutdown` in the dir. At the next start
+the marker is read and removed before any log opens (a crash while loading is then a crash again,
+KAFKA-10471); each replica dir that was there opens once without recovery. The marker is written
+only if every replica dir that was there at start was opened (so recovered) or is still clean:
+a start that stopped before opening a crashed log must not make it look clean.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +17,11 @@ from pathlib import Path
 
 import structlog
 
+from broker.storage.atomic_file import remove_durably, sync_filesystem, write_atomically
 from broker.storage.config import LogConfig
 from broker.storage.errors import StorageError
-from broker.storage.file_names import parse_replica_dir_name, replica_dir_name
+from broker.storage.exhaustion import is_resource_exhaustion, note_resource_exhaustion
+from broker.storage.file_names import CLEAN_SHUTDOWN_MARKER, parse_replica_dir_name, replica_dir_name
 from broker.storage.log import Log
 from broker.storage.meta_properties import (
     FILE_NAME,
@@ -33,6 +43,10 @@ class LogDir:
         self.online = True
         self.offline_reason: str | None = None
         self._directory_id: uuid.UUID | None = None
+        # names of the replica dirs found at start: still clean (the marker was there) or still to
+        # recover (it was not); each leaves its set when its log opens
+        self._clean: set[str] = set()
+        self._unrecovered: set[str] = set()
         # told once when the dir goes offline; may be called from any thread (an executor's I/O)
         self.offline_listeners: list[Callable[[LogDir], None]] = []
 
@@ -85,10 +99,49 @@ class LogDir:
             raise StorageError(f"log dir {self.path} is unusable: {exc}") from exc
         self._directory_id = meta.directory_id
         try:
+            self._take_clean_shutdown_marker()
             self._probe_write()
         except OSError as exc:
             self.mark_offline(f"cannot write: {exc}")
             raise StorageError(f"log dir {self.path} cannot be written: {exc}") from exc
+
+    def _take_clean_shutdown_marker(self) -> None:
+        names = {p.name for *_, p in self.list_replicas()}
+        if remove_durably(self.path / CLEAN_SHUTDOWN_MARKER):
+            self._clean = names
+            log.info("log_dir_clean_shutdown", path=str(self.path), replicas=len(names))
+        else:
+            self._unrecovered = names
+
+    def mark_clean_shutdown(self) -> bool:
+        """After every log of the dir was closed (close(sync=False)): sync the filesystem, then
+        write the marker. False (and no marker) if the dir is offline, a replica found at start
+        was never opened to recover, or the sync fails."""
+        if not self.online:
+            return False
+        pending = [n for n in self._unrecovered if (self.path / n).exists()]
+        if pending:
+            log.warning("log_dir_not_marked_clean", path=str(self.path), unrecovered_replicas=len(pending),
+                        first=sorted(pending)[:3])
+            return False
+        try:
+            sync_filesystem(self.path)
+            write_atomically(self.path / CLEAN_SHUTDOWN_MARKER, b"")
+        except OSError as exc:
+            log.error("log_dir_not_marked_clean", path=str(self.path), error=str(exc))
+            return False
+        return True
+
+    def sync(self) -> None:
+        """syncfs the dir's filesystem (after writes made without fsync). A failure is a disk
+        error: the dir goes offline, as after a failed fsync; running out of descriptors is not."""
+        try:
+            sync_filesystem(self.path)
+        except OSError as exc:
+            if is_resource_exhaustion(exc):
+                note_resource_exhaustion(str(self.path), "sync", exc)
+            else:
+                self.mark_offline(f"sync failed: {exc}")
 
     def writable(self) -> bool:
         """Whether a file can be written and synced in the dir now (after an I/O error: which dir failed?)."""
@@ -133,12 +186,18 @@ class LogDir:
     ) -> Log:
         if not self.online:
             raise StorageError(f"log dir {self.path} is offline ({self.offline_reason})")
-        return Log.open(
-            self.replica_dir(topic, partition, chunk_start),
+        path = self.replica_dir(topic, partition, chunk_start)
+        lg = Log.open(
+            path,
             config,
             topic_id=topic_id,
             io_error_handler=self._on_io_error,
+            clean_shutdown=path.name in self._clean,
         )
+        # opened once, clean or recovered: from now on only a clean close makes it clean again
+        self._clean.discard(path.name)
+        self._unrecovered.discard(path.name)
+        return lg
 
     def usage(self) -> tuple[int, int]:
         """(total bytes, bytes usable by this process) of the filesystem holding the dir."""

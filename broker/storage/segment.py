@@ -125,7 +125,6 @@ class LogSegment:
         self.offset_index = OffsetIndex(dir / segment_file_name(base_offset, INDEX_SUFFIX), base_offset, index_bytes)
         self.time_index = TimeIndex(dir / segment_file_name(base_offset, TIME_INDEX_SUFFIX), base_offset, index_bytes)
         self.txn_index = TransactionIndex(dir / segment_file_name(base_offset, TXN_INDEX_SUFFIX))
-        self._dirty = False
         self.size = 0
         self.next_offset = base_offset  # one past the last offset held
         self.max_timestamp = -1
@@ -189,14 +188,7 @@ class LogSegment:
         self.txn_index.close()
 
     def flush(self) -> None:
-        if self._dirty:
-            self._dirty = False  # before the sync: an append racing it marks the segment again
-            try:
-                with self.log_file.open() as fd:
-                    os.fsync(fd)
-            except BaseException:
-                self._dirty = True
-                raise
+        self.log_file.sync()
         self.offset_index.flush()
         self.time_index.flush()
         self.txn_index.flush()
@@ -321,7 +313,7 @@ class LogSegment:
                 except OSError:
                     pass
                 raise
-            self._dirty = True
+            self.log_file.dirty = True
             for rel, last_offset, max_timestamp, size in spans:
                 self._track_batch(start + rel, last_offset, max_timestamp, size, index_interval)
             self.size = start + len(memoryview(data))
@@ -355,7 +347,7 @@ class LogSegment:
         with self.log_file.open() as fd:
             # Whatever a crashed process wrote may still sit in the page cache only: the caller's flush
             # must fsync it before the recovery point moves past it.
-            self._dirty = True
+            self.log_file.dirty = True
             valid_end = 0
             expected = self.base_offset
             try:
@@ -383,7 +375,7 @@ class LogSegment:
             if truncated:
                 os.ftruncate(fd, valid_end)
                 self.size = valid_end
-                self._dirty = True
+                self.log_file.dirty = True
         return truncated
 
     def truncate_to(self, offset: int) -> bool:
@@ -396,7 +388,7 @@ class LogSegment:
         position, header = found
         with self.log_file.open() as fd:
             os.ftruncate(fd, position)
-        self._dirty = True
+        self.log_file.dirty = True
         self.size = position
         new_next = min(offset, header.base_offset)
         self.offset_index.truncate_to_position(position)

@@ -57,7 +57,6 @@ class TransactionIndex:
     def __init__(self, path: Path) -> None:
         self.file = CachedFile(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)  # appends, through the FileCache
         self._entries: list[AbortedTxn] | None = None  # None: not read yet
-        self._dirty = False
 
     @property
     def path(self) -> Path:
@@ -99,7 +98,7 @@ class TransactionIndex:
             written = os.write(fd, data)
         if written != len(data):
             raise OSError(f"short write to {self.path}")
-        self._dirty = True
+        self.file.dirty = True
         entries.append(entry)
 
     def collect(self, fetch_offset: int, upper_offset: int, out: list[AbortedTxn]) -> bool:
@@ -116,24 +115,17 @@ class TransactionIndex:
         del entries[keep:]
         if self.path.exists():
             os.truncate(self.path, keep * ENTRY_SIZE)
-            self._dirty = True
+            self.file.dirty = True
 
     def reset(self) -> None:
         """Forget every entry (recovery rebuilds them)."""
         self.close()
         self.path.unlink(missing_ok=True)
+        self.file.dirty = False  # nothing left to sync (a sync would create the file again)
         self._entries = []
 
     def flush(self) -> None:
-        if self._dirty and self.path.exists():
-            self._dirty = False  # before the sync: an append racing it marks the file again
-            try:
-                with self.file.open() as fd:
-                    os.fsync(fd)
-            except BaseException:
-                self._dirty = True
-                raise
-        self._dirty = False
+        self.file.sync()
 
     def close(self) -> None:
         self.file.close()
@@ -147,6 +139,7 @@ class TransactionIndex:
     def delete(self) -> None:
         self.close()
         self.path.unlink(missing_ok=True)
+        self.file.dirty = False
 
 
 def write_index_file(path: Path, entries: list[AbortedTxn]) -> None:

@@ -71,6 +71,7 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
         sends an admin request to the controller (creating __diskless_metadata); the SQLite files
         live under `log_dir`."""
         self.node_id = node_id
+        self._diskless_checked: tuple[object, bool] = (None, False)  # (image, any diskless partition in it)
         self.config = config
         self.forward = forward
         super().__init__(replicas, metadata, config.metadata_topic_num_partitions, config.coordinator_load_buffer_size,
@@ -332,14 +333,21 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
         return False
 
     # ------------------------------------------------------------------ metadata reconciliation
+    def _has_diskless(self, image) -> bool:
+        """Whether any partition is diskless; asked every reconcile, so answered once per image
+        (a scan of 20,000 partitions every 200 ms held the event loop)."""
+        if image is not self._diskless_checked[0]:
+            found = any(info.diskless_coordinator >= 0 for t in image.topics.values() for info in t.partitions.values())
+            self._diskless_checked = (image, found)
+        return self._diskless_checked[1]
+
     def _reconcile(self) -> None:
         """Create the diskless partitions the metadata maps to a coordinator this broker leads
         and that it does not know; delete the topics the metadata no longer has."""
         image = self.metadata.image
         if image.topic(self.topic) is None:
             live = [b.id for b in image.live_brokers()]
-            if live and min(live) == self.node_id and any(
-                    info.diskless_coordinator >= 0 for t in image.topics.values() for info in t.partitions.values()):
+            if live and min(live) == self.node_id and self._has_diskless(image):
                 self.ensure_topic()  # the first diskless topic: its coordinators' log
             return
         for index, ps in list(self._partitions.items()):
