@@ -27,6 +27,7 @@ from node.client import NodeClient
 from protocol.generated.describe_topic_partitions import DescribeTopicPartitionsRequest
 from protocol.generated.metadata import MetadataRequest
 from tests.conftest import installed_script
+from tests.test_chunks_data import wait_for
 from tools.cluster import Cluster
 
 RATE = 256 * 1024  # producer_byte_rate under test, bytes/s
@@ -225,9 +226,14 @@ def test_a_hanging_transaction_is_listed_and_described(cluster: Cluster, kadmin:
         p.abort_transaction(30)
     desc = kadmin.describe_transactions(["hanging-1"])["hanging-1"]
     assert desc.state.value in ("PrepareAbort", "CompleteAbort")
-    state = kadmin.describe_producers([TopicPartition("txn", 0)])[TopicPartition("txn", 0)]
-    assert [s.current_transaction_start_offset for s in state.active_producers
-            if s.producer_id == desc.producer_id] == [-1]
+
+    def open_start_offsets() -> list[int]:
+        state = kadmin.describe_producers([TopicPartition("txn", 0)])[TopicPartition("txn", 0)]
+        return [s.current_transaction_start_offset for s in state.active_producers
+                if s.producer_id == desc.producer_id]
+
+    # EndTxn answers once PrepareAbort is logged; the marker reaches the partition after (Kafka's order)
+    wait_for(lambda: open_start_offsets() == [-1], what="the abort marker to close the producer's transaction")
 
 
 # ---------------------------------------------------------------- consumer_byte_rate, request_percentage

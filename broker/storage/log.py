@@ -15,6 +15,7 @@ recovery alike); `aborted_transactions()` answers read_committed fetches from th
 from __future__ import annotations
 
 import enum
+import errno
 import functools
 import random
 import shutil
@@ -78,6 +79,11 @@ from protocol.records.codec import decode_batches
 from protocol.records.control import TxnMarker, encode_txn_marker, read_txn_marker
 
 log = structlog.get_logger(__name__)
+
+
+def _ignore_missing(func, path, exc_info) -> None:
+    if not issubclass(exc_info[0], FileNotFoundError):
+        raise exc_info[1]
 
 
 def _wall_clock_ms() -> int:
@@ -1190,12 +1196,16 @@ class Log:
         with self._lock:
             self._closed = True
             self._close_files()
-            try:
-                shutil.rmtree(self.dir)
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                raise self._io_failure("delete", exc) from exc
+            # A background flush that passed its closed check may still rename its state file in
+            # (it writes outside the lock): a file gone meanwhile must not stop rmtree, which gives
+            # up at its first error otherwise, and one that appeared is removed by another pass.
+            for attempt in range(3):
+                try:
+                    shutil.rmtree(self.dir, onerror=_ignore_missing)
+                    break
+                except OSError as exc:
+                    if exc.errno != errno.ENOTEMPTY or attempt == 2:
+                        raise self._io_failure("delete", exc) from exc
         log.info("log_deleted", dir=str(self.dir))
 
     def _close_files(self) -> None:
