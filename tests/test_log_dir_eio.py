@@ -49,7 +49,8 @@ def test_eio_takes_only_its_dir_offline_and_leadership_moves(tmp_path):
             # the two dirs report nearly the same free bytes (one backing filesystem): place explicitly
             for t, d in (("victim", fs.path), ("healthy", plain)):
                 if where(c, 1, t)[0] != str(d):
-                    assert alter(c, 1, str(d), t, [0]) == {0: 0}
+                    # broker 1 may answer UNKNOWN_TOPIC_OR_PARTITION until it has applied the replica
+                    wait_for(lambda t=t, d=d: alter(c, 1, str(d), t, [0]) == {0: 0}, 30, f"broker 1 to take {t}'s move")
                     wait_for(lambda t=t, d=d: where(c, 1, t) == (str(d), False), 30, f"{t} to move to {d}")
             assert (fs.backing / "victim-0-0").is_dir()
             acked, errs = produce(c.bootstrap, "victim", [b"before-%d" % i for i in range(200)], timeout=20)
