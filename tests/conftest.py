@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,30 @@ if str(ROOT) not in sys.path:
 from tools.cluster import Cluster  # noqa: E402
 
 ClusterFactory = Callable[..., Cluster]
+
+
+def wait_for(
+    pred: Callable[[], Any],
+    timeout: float = 30.0,
+    what: str = "condition",
+    interval: float = 0.2,
+    retry_on: tuple[type[BaseException], ...] = (AssertionError, OSError),
+) -> Any:
+    """Poll `pred` until it returns something truthy, and return that. A call raising one of
+    `retry_on` (a broker being killed, a coordinator moving, a file not written yet) counts as
+    "not yet"; the timeout's message names the last such error."""
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while True:
+        try:
+            v = pred()
+        except retry_on as e:
+            v, last = None, e
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last!r})" if last else ""))
+        time.sleep(interval)
 
 
 def installed_script(name: str) -> str:

@@ -26,8 +26,7 @@ from kafka.protocol.admin.client_quotas import (
 from node.client import NodeClient
 from protocol.generated.describe_topic_partitions import DescribeTopicPartitionsRequest
 from protocol.generated.metadata import MetadataRequest
-from tests.conftest import installed_script
-from tests.test_chunks_data import wait_for
+from tests.conftest import installed_script, wait_for
 from tools.cluster import Cluster
 
 RATE = 256 * 1024  # producer_byte_rate under test, bytes/s

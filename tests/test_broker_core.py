@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from node.client import NodeClient
+from tests.conftest import wait_for
 from tools.cluster import CONTROLLER, Cluster
 
 # ------------------------------------------------------------------------------------ helpers
@@ -135,16 +136,6 @@ def check_exactly_once(acked: list[tuple[int, int, bytes]], got: dict[int, list[
 def log_text(c: Cluster, node) -> str:
     return c.log_path(node).read_text(errors="replace")
 
-
-def wait_for(cond, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.2)
 
 
 def replica_dir(c: Cluster, broker: int, topic: str, partition: int, chunk_start: int = 0) -> Path:

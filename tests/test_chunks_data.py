@@ -13,7 +13,7 @@ import asyncio
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from protocol.generated.fetch import FetchRequest
 from protocol.generated.list_offsets import ListOffsetsRequest
 from protocol.generated.metadata import MetadataRequest
 from protocol.records import decode_batches
+from tests.conftest import wait_for
 from tools.cluster import Cluster
 
 HOST = "127.0.0.1"
@@ -67,19 +68,6 @@ def partition_md(c: Cluster, broker: int, topic: str) -> Any:
     assert t.error_code == 0, t
     return t.partitions[0]
 
-
-def wait_for(pred: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            v = pred()
-        except (AssertionError, OSError):
-            v = None
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def produce(c: Cluster, topic: str, values: list[bytes], timestamps: list[int] | None = None, **conf: Any) -> list[int]:

@@ -12,7 +12,12 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.conftest import wait_for as _wait_for
 from tools.cluster import Cluster
+
+
+def wait_for(pred, timeout: float = 30.0, what: str = "condition"):
+    return _wait_for(pred, timeout, what, retry_on=(KafkaException, AssertionError, OSError))
 
 pytestmark = pytest.mark.slow
 N = 200_000
@@ -23,18 +28,6 @@ def state(a: AdminClient, topic: str):
     md = a.list_topics(topic, timeout=3).topics[topic].partitions[0]
     return md.leader, sorted(md.isrs)
 
-
-def wait_for(pred, timeout: float, what: str):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            v = pred()
-        except KafkaException:
-            v = None
-        if v:
-            return v
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_idempotent_producer_survives_leader_kill(tmp_path):

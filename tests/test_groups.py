@@ -27,7 +27,12 @@ from protocol.generated.describe_groups import DescribeGroupsRequest
 from protocol.generated.find_coordinator import FindCoordinatorRequest
 from protocol.generated.heartbeat import HeartbeatRequest
 from protocol.generated.offset_fetch import OffsetFetchRequest
+from tests.conftest import wait_for as _wait_for
 from tools.cluster import Cluster
+
+
+def wait_for(pred, timeout: float = 30.0, what: str = "condition"):
+    return _wait_for(pred, timeout, what, retry_on=(Exception,))
 
 pytestmark = pytest.mark.slow
 
@@ -43,21 +48,6 @@ CLIENT_TIMING = {"heartbeat": 500, "session": 10000, "max_poll": 30000}
 
 
 # ---------------------------------------------------------------------------------- helpers
-def wait_for(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = pred()
-        except Exception as e:  # a broker being killed, a coordinator moving: ask again
-            last = e
-            time.sleep(0.2)
-            continue
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
-
 
 def start_cluster(cluster_factory) -> Cluster:
     return cluster_factory(brokers=3, verbose=False, broker_overrides=BROKER, controller_overrides=CONTROLLER)

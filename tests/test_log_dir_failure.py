@@ -20,8 +20,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.conftest import wait_for
 from tests.disk_faults import ext4_loop, tmpfs, unavailable
-from tests.test_failover_acceptance import wait_for
 from tools.cluster import Cluster
 
 FAST = {"broker.heartbeat.interval.ms": "300", "replica.lag.time.max.ms": "4000", "broker.session.timeout.ms": "3000"}

@@ -24,6 +24,7 @@ from node.client import NodeClient
 from protocol.errors import Errors
 from protocol.generated.alter_replica_log_dirs import AlterReplicaLogDirsRequest
 from protocol.generated.describe_log_dirs import DescribeLogDirsRequest
+from tests.conftest import wait_for
 from tools.cluster import Cluster
 
 FAST = {"broker.heartbeat.interval.ms": "300", "broker.session.timeout.ms": "3000"}
@@ -67,15 +68,6 @@ def where(c: Cluster, broker: int, topic: str, partition: int = 0) -> tuple[str 
                     live = path
     return live, future
 
-
-def wait_for(pred, timeout: float, what: str):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def fill(c: Cluster, topic: str, n: int, size: int = 10_000, partition: int = 0) -> dict[bytes, int]:

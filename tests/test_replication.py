@@ -15,7 +15,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from protocol.records import decode_batches
+from tests.conftest import wait_for as _wait_for
 from tools.cluster import Cluster
+
+
+def wait_for(pred, timeout: float = 30.0, what: str = "condition"):
+    return _wait_for(pred, timeout, what, retry_on=(KafkaException, AssertionError, OSError))
 
 pytestmark = pytest.mark.slow
 FAST = {"replica.lag.time.max.ms": "3000", "broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
@@ -53,18 +58,6 @@ def isr_at(c: Cluster, broker: int, topic: str, p: int = 0) -> list[int]:
 
     return asyncio.run(ask())
 
-
-def wait_for(pred, timeout: float = 30, what: str = "condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            v = pred()
-        except KafkaException:  # a broker we asked is down or stopped: ask again
-            v = None
-        if v:
-            return v
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def disk_records(c: Cluster, broker: int, topic: str, p: int = 0) -> list[tuple[int, bytes]]:
