@@ -78,6 +78,9 @@ class ClusterClient:
         self._clients.clear()
 
     async def connection(self, broker: int | tuple[str, int]) -> NodeClient:
+        if isinstance(broker, int) and broker not in self.brokers:
+            # no leader (-1), or one our metadata does not list: look again
+            raise StrataClientError(f"broker {broker} is not available")
         addr = self.brokers[broker] if isinstance(broker, int) else broker
         c = self._clients.get(addr)
         if c is None or not c.connected:
@@ -185,6 +188,8 @@ class ClusterClient:
         (ask again later). The answer is final once the high watermark has reached it (a tail
         not yet copied to the followers can still be truncated by a leader change)."""
         p = self.partition(topic, partition)
+        if p.leader < 0:
+            return None  # no leader now: nobody can say yet
         OE = OffsetForLeaderEpochRequest
         req = OE(replica_id=DEBUG_REPLICA, topics=[OE.OffsetForLeaderTopic(topic=topic, partitions=[
             OE.OffsetForLeaderPartition(partition=partition, current_leader_epoch=p.leader_epoch,
