@@ -21,7 +21,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from client import OrderedConsumer, OrderedProducer
 from client.cluster import EARLIEST, LATEST, ClusterClient, StrataClientError
+from node.client import NodeClient
 from protocol.errors import Errors
+from protocol.generated.offset_for_leader_epoch import OffsetForLeaderEpochRequest
 from protocol.records import Record
 from tests.tcp_proxy import TcpProxy
 from tests.test_kafka_topics import SCRIPT
@@ -277,7 +279,6 @@ async def stock_scenario(c: Cluster) -> int:
 async def stock_member_refused(c: Cluster) -> tuple[int, str]:
     """A stock consumer's JoinGroup (protocol type consumer, range/roundrobin) to a group of
     OrderedConsumers."""
-    from node.client import NodeClient
     from protocol.generated.join_group import JoinGroupRequest as J
 
     m = OrderedConsumer(TOPIC, bootstrap_servers=c.bootstrap, group_id="mixed")
@@ -462,6 +463,8 @@ async def lagging_leader(c: Cluster, link: TcpProxy) -> None:
         assert await delete_records(c, "s", 1, -1) == 0
         await s.poll(1.0)  # 5 deletion checks; the member sees the mark and checks s-1 for drained
         assert await partitions_seen(c, "s", 1) == ([0, 1], [1]), "s-1 deleted while its leader takes writes"
+        marked_epoch = next(p.leader_epoch for p in (await metadata(c, "s", 1)).partitions if p.partition_index == 1)
+        assert await pre_mark_end(c, "s", 1, marked_epoch) == (Errors.UNKNOWN_LEADER_EPOCH, -1)
         assert await write("s", 1, b"s1", 2) == 0  # acknowledged: it must not be lost, nor overtaken
         assert await write("s", 0, b"s0", 1) == 0
         await s.poll(1.5)
@@ -469,6 +472,8 @@ async def lagging_leader(c: Cluster, link: TcpProxy) -> None:
         link.release()
         await s.poll(until=b"s0")
         assert s.call_of(b"s1") < s.call_of(b"s0"), s.got
+        # broker 2 at the post-mark epoch: its pre-mark epoch ended after s1 (old1 at 0, s1 at 1)
+        assert await pre_mark_end(c, "s", 1, marked_epoch) == (0, 2)
         await s.m.commit()
     finally:
         link.release()
@@ -476,6 +481,16 @@ async def lagging_leader(c: Cluster, link: TcpProxy) -> None:
     # the marked partition is deleted once emptied again
     assert await delete_records(c, "s", 1, -1) == 0
     await wait_for(lambda: _is(partitions_seen(c, "s", 1), ([0], [])), what="s-1 deleted once empty")
+
+
+async def pre_mark_end(c: Cluster, topic: str, partition: int, epoch: int) -> tuple[int, int]:
+    """OffsetForLeaderEpoch of the epoch before `epoch`, asked of broker 2 at `epoch`: (error, end)."""
+    OE = OffsetForLeaderEpochRequest
+    req = OE(replica_id=-2, topics=[OE.OffsetForLeaderTopic(topic=topic, partitions=[
+        OE.OffsetForLeaderPartition(partition=partition, current_leader_epoch=epoch, leader_epoch=epoch - 1)])])
+    async with NodeClient(c.host, c.broker_port(2)) as nc:
+        r = (await nc.request(req)).topics[0].partitions[0]
+    return r.error_code, r.end_offset
 
 
 async def _is(value, expected) -> bool:
