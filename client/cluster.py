@@ -18,6 +18,12 @@ EARLIEST, LATEST = -2, -1
 DEBUG_REPLICA = -2  # OffsetForLeaderEpoch: the leader's own end offset, not capped at the high watermark
 
 
+@dataclass(frozen=True)
+class EpochEnd:
+    offset: int  # the first offset after the epoch
+    final: bool  # the high watermark has reached it: no leader change can truncate it any more
+
+
 class StrataClientError(Exception):
     """A request failed for good (the message says which and why)."""
 
@@ -72,6 +78,9 @@ class ClusterClient:
         self._clients.clear()
 
     async def connection(self, broker: int | tuple[str, int]) -> NodeClient:
+        if isinstance(broker, int) and broker not in self.brokers:
+            # no leader (-1), or one our metadata does not list: look again
+            raise StrataClientError(f"broker {broker} is not available")
         addr = self.brokers[broker] if isinstance(broker, int) else broker
         c = self._clients.get(addr)
         if c is None or not c.connected:
@@ -157,24 +166,41 @@ class ClusterClient:
     # ---- offsets
     async def list_offset(self, topic: str, partition: int, which: int) -> int:
         """Earliest (-2) or latest (-1, the high watermark) offset, asked of the leader."""
-        p = self.partition(topic, partition)
+        return await self._list_offset(self.partition(topic, partition), topic, which, -1)
+
+    async def _list_offset(self, p: PartitionMeta, topic: str, which: int, current_epoch: int) -> int:
         L = ListOffsetsRequest
         req = L(replica_id=-1, isolation_level=0, topics=[
-            L.ListOffsetsTopic(name=topic, partitions=[L.ListOffsetsPartition(partition_index=partition,
-                                                                              timestamp=which)])])
+            L.ListOffsetsTopic(name=topic, partitions=[L.ListOffsetsPartition(
+                partition_index=p.index, current_leader_epoch=current_epoch, timestamp=which)])])
         r = (await self.request(p.leader, req)).topics[0].partitions[0]
         if r.error_code:
-            raise StrataClientError(f"ListOffsets {topic}-{partition}: {error_name(r.error_code)}")
+            raise StrataClientError(f"ListOffsets {topic}-{p.index}: {error_name(r.error_code)}")
         return r.offset
 
-    async def epoch_end(self, topic: str, partition: int, epoch: int) -> int:
+    async def epoch_end(self, topic: str, partition: int, epoch: int) -> EpochEnd | None:
         """Where `epoch` ended in the partition's log (the first offset after it): KIP-253's
-        threshold (the seed's lowerOffsetThreshold / upperOffsetThreshold are this minus one)."""
+        thresholds (the seed's lowerOffsetThreshold / upperOffsetThreshold are this minus one).
+
+        Asked of the leader at the leader epoch our metadata shows (current_leader_epoch), the
+        epoch a count change bumped it to or a later one: a leader that has not applied the change
+        still takes writes in `epoch`, so it answers UNKNOWN_LEADER_EPOCH and this returns None
+        (ask again later). The answer is final once the high watermark has reached it (a tail
+        not yet copied to the followers can still be truncated by a leader change)."""
         p = self.partition(topic, partition)
+        if p.leader < 0:
+            return None  # no leader now: nobody can say yet
         OE = OffsetForLeaderEpochRequest
         req = OE(replica_id=DEBUG_REPLICA, topics=[OE.OffsetForLeaderTopic(topic=topic, partitions=[
-            OE.OffsetForLeaderPartition(partition=partition, current_leader_epoch=-1, leader_epoch=epoch)])])
+            OE.OffsetForLeaderPartition(partition=partition, current_leader_epoch=p.leader_epoch,
+                                        leader_epoch=epoch)])])
         r = (await self.request(p.leader, req)).topics[0].partitions[0]
+        if r.error_code == Errors.UNKNOWN_LEADER_EPOCH:
+            return None
         if r.error_code:
             raise StrataClientError(f"OffsetForLeaderEpoch {topic}-{partition}: {error_name(r.error_code)}")
-        return r.end_offset
+        try:
+            hw = await self._list_offset(p, topic, LATEST, p.leader_epoch)
+        except StrataClientError:
+            return EpochEnd(r.end_offset, False)  # e.g. a leader change meanwhile: not final
+        return EpochEnd(r.end_offset, hw >= r.end_offset)

@@ -9,7 +9,10 @@ partition count changes (KIP-253 sections 5-7).
   a partition created by a growth, started from its beginning, is consumed only once the group
   has delivered every prior partition up to where its pre-growth leader epoch ended
   (lowerOffsetThreshold); a kept partition's records after its pre-shrink leader epoch
-  (past upperOffsetThreshold) wait until the group has delivered each marked partition to its end.
+  (past upperOffsetThreshold) wait until the group has delivered each marked partition to the
+  end of its last writable epoch (the shrink bumps marked partitions' epochs too).
+  Every epoch end is asked of the leader at the epoch our metadata shows: a leader that has not
+  applied the change still takes writes in the old epoch, so its answer would come too early.
 
 Records returned by getmany() count as delivered. Positions are committed by commit(), before a
 rebalance gives the partitions away and on stop(), so another member goes on exactly there.
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from client.cluster import EARLIEST, LATEST, ClusterClient, StrataClientError, TopicMeta
+from client.cluster import EARLIEST, ClusterClient, StrataClientError, TopicMeta
 from client.group import PROTOCOL_NAME, PROTOCOL_TYPE, assign, decode_assignment, encode_assignment, encode_subscription
 from node.client import ClientError
 from protocol.errors import Errors, error_name
@@ -56,6 +59,12 @@ class ConsumerRecord:
     value: bytes | None
     timestamp: int
     leader_epoch: int = -1  # of the batch: newer than our metadata means the count may have changed
+
+
+@dataclass(frozen=True)
+class _ControlBatch:
+    offset: int  # its last offset
+    leader_epoch: int
 
 
 class PartitionKeyRebalanceListener:
@@ -118,7 +127,8 @@ class OrderedConsumer:
         self._high_watermark: dict[TopicPartition, int] = {}  # from the last Fetch answer
         self._delivered_epoch: dict[TopicPartition, int] = {}  # largest leader epoch delivered
         self._thresholds: dict[tuple[str, int, int], int] = {}
-        self._latest: dict[TopicPartition, tuple[float, int]] = {}
+        self._marked_ends: dict[TopicPartition, int] = {}  # a marked partition's final end
+        self._marked_asked: dict[TopicPartition, float] = {}  # when its end was last asked
         self._metadata_at = 0.0
         self._layout: tuple[set, set] | None = None
         self._incarnations: dict[TopicPartition, str] = {}
@@ -240,6 +250,8 @@ class OrderedConsumer:
             if prior not in meta.partitions:
                 continue  # deleted: only once empty, i.e. drained
             threshold = await self._threshold(tp[0], prior, epoch)
+            if threshold is None:
+                return False  # the prior partition's leader has not applied the growth yet
             if threshold > 0 and self._group_position((tp[0], prior)) < threshold:
                 if await self._cluster.list_offset(tp[0], prior, EARLIEST) < threshold:
                     return False
@@ -252,29 +264,44 @@ class OrderedConsumer:
             epoch = meta.partitions[idx].before_deletion.get(tp[1])
             if epoch is None:
                 continue
-            marked = (tp[0], idx)
-            if self._group_position(marked) >= await self._latest_offset(marked):
-                continue  # drained: nothing of it can come after our records any more
-            limit = min(limit, await self._threshold(tp[0], tp[1], epoch))
+            if await self._drained(meta, idx):
+                continue  # nothing of it can come after our records any more
+            threshold = await self._threshold(tp[0], tp[1], epoch)
+            # unknown while our leader has not applied the shrink: deliver nothing yet
+            limit = min(limit, self._position[tp] if threshold is None else threshold)
         return limit
+
+    async def _drained(self, meta: TopicMeta, idx: int) -> bool:
+        """The group has delivered the marked partition to the end of its last writable epoch
+        (the one before the mark bumped it), and that end is final."""
+        marked = (meta.name, idx)
+        end = self._marked_ends.get(marked)
+        if end is None and time.monotonic() - self._marked_asked.get(marked, 0.0) > 0.25:
+            self._marked_asked[marked] = time.monotonic()
+            # the epoch before ours ends where ours starts: at or after the mark (no data records
+            # since, whatever leader changes followed), asked of a leader that has the mark
+            answer = await self._cluster.epoch_end(meta.name, idx, meta.partitions[idx].leader_epoch - 1)
+            if answer is not None and answer.final:
+                end = self._marked_ends[marked] = answer.offset
+        return end is not None and self._group_position(marked) >= end
 
     def _group_position(self, tp: TopicPartition) -> int:
         if tp in self._position and tp in self._assigned:
             return self._position[tp]
         return self._group_pos.get(tp, -1)
 
-    async def _threshold(self, topic: str, partition: int, epoch: int) -> int:
+    async def _threshold(self, topic: str, partition: int, epoch: int) -> int | None:
+        """Where `epoch` ended in the partition; None while its leader has not applied the
+        change that ended it. Kept once final; until then asked again each time."""
         key = (topic, partition, epoch)
-        if key not in self._thresholds:
-            self._thresholds[key] = await self._cluster.epoch_end(topic, partition, epoch)
-        return self._thresholds[key]
-
-    async def _latest_offset(self, tp: TopicPartition) -> int:
-        at, value = self._latest.get(tp, (0.0, -1))
-        if time.monotonic() - at > 0.5:
-            value = await self._cluster.list_offset(tp[0], tp[1], LATEST)
-            self._latest[tp] = (time.monotonic(), value)
-        return value
+        if key in self._thresholds:
+            return self._thresholds[key]
+        answer = await self._cluster.epoch_end(topic, partition, epoch)
+        if answer is None:
+            return None
+        if answer.final:
+            self._thresholds[key] = answer.offset
+        return answer.offset
 
     def _interests(self) -> set[TopicPartition]:
         """Partitions whose group position our gates wait on."""
@@ -310,18 +337,22 @@ class OrderedConsumer:
             for tp, records in res.items():
                 known = self._cluster.topics[tp[0]].partitions[tp[1]].leader_epoch
                 kept = []
+                position = self._position[tp]
                 for r in records:
                     if r.leader_epoch > known:
                         # written after a change our metadata does not show yet (a shrink's epoch
                         # bump): look again before delivering it
                         self._metadata_at = 0.0
                         break
-                    if self._position[tp] <= r.offset < limits[tp]:
+                    if not position <= r.offset < limits[tp]:
+                        continue
+                    if isinstance(r, ConsumerRecord):
                         kept.append(r)
+                    position = r.offset + 1
                 if kept:
                     out[tp] = kept
-                    self._position[tp] = kept[-1].offset + 1
                     self._delivered_epoch[tp] = max(self._delivered_epoch.get(tp, -1), kept[-1].leader_epoch)
+                self._position[tp] = position
         return out
 
     async def _fetch_from(self, leader: int, tps: list[TopicPartition], max_wait_ms: int) -> dict:
@@ -353,9 +384,12 @@ class OrderedConsumer:
                 self._high_watermark[tp] = pd.high_watermark
                 recs = []
                 for batch in decode_batches(pd.records or b""):
-                    if batch.header.is_control:
-                        continue
                     epoch = batch.header.partition_leader_epoch
+                    if batch.header.is_control:
+                        # a transaction marker: nothing to deliver, but the position passes it
+                        # (a marked partition ending with one is drained only past it)
+                        recs.append(_ControlBatch(batch.header.last_offset, epoch))
+                        continue
                     recs.extend(ConsumerRecord(tp[0], tp[1], r.offset, r.key, r.value, r.timestamp, epoch)
                                 for r in batch.records)
                 out[tp] = recs
@@ -377,7 +411,8 @@ class OrderedConsumer:
         self._layout = (current, marked)
 
     def _forget(self, gone: set[TopicPartition]) -> None:
-        for state in (self._group_pos, self._latest, self._reported, self._high_watermark, self._delivered_epoch):
+        for state in (self._group_pos, self._marked_ends, self._marked_asked, self._reported, self._high_watermark,
+                      self._delivered_epoch):
             for tp in gone:
                 state.pop(tp, None)
         for key in [k for k in self._thresholds if k[:2] in gone]:

@@ -8,13 +8,21 @@ atomicity the seed gets from one LeaderAndIsr request):
   naming its current leader) and each new PartitionRecord carries LeaderEpochAfterCreation =
   every existing partition with its epoch before the bump; UndeletedPartitionCountRecord(N);
 - shrinking to N: partitions >= N get LeaderEpochBeforeDeletion = every kept partition with its
-  epoch before the bump (they are now marked for deletion), the kept ones are bumped;
-  UndeletedPartitionCountRecord(N).
+  epoch before the bump (they are now marked for deletion), and every partition is bumped, the
+  marked ones too; UndeletedPartitionCountRecord(N).
+
+Bumping the marked partitions gives their last writable epoch an end: a leader takes Produce by
+its image, so a leader that has not applied the shrink still takes writes to a partition the
+shrink marked, and one at the post-mark epoch has the mark in its image and refuses them. Whoever
+needs a marked partition's final end (a consumer's "drained", the deletion check below) asks its
+leader with current_leader_epoch = the post-mark epoch: a leader behind answers
+UNKNOWN_LEADER_EPOCH and is asked again later.
 
 A marked partition is deleted (RemovePartitionRecord, every chunk of it) once it is empty: the
-`PartitionDeleter` asks its leader every `partition.deletion.check.interval.ms` for its earliest
-and latest offsets (ListOffsets) and removes it when they are equal. Everything it needs is in
-the image, so a controller killed at any point resumes where the log says it stands.
+`PartitionDeleter` asks its leader every `partition.deletion.check.interval.ms`, at the epoch the
+image shows, for its earliest offset (ListOffsets) and its log end (OffsetForLeaderEpoch, so a
+tail the followers have not copied yet counts) and removes it when they are equal. Everything it
+needs is in the image, so a controller killed at any point resumes where the log says it stands.
 
 While partitions are still being deleted the count cannot change again (INVALID_PARTITIONS): a
 further shrink would chain deletion maps and an expansion would reuse the marked indexes.
@@ -36,11 +44,13 @@ from protocol.generated.metadata_records.partition_change_record import Partitio
 from protocol.generated.metadata_records.partition_record import PartitionRecord
 from protocol.generated.metadata_records.remove_partition_record import RemovePartitionRecord
 from protocol.generated.metadata_records.undeleted_partition_count_record import UndeletedPartitionCountRecord
+from protocol.generated.offset_for_leader_epoch import OffsetForLeaderEpochRequest
 
 log = structlog.get_logger(__name__)
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
-EARLIEST, LATEST = -2, -1
+EARLIEST = -2
+DEBUG_REPLICA = -2  # OffsetForLeaderEpoch: the leader's log end, not capped at the high watermark
 
 
 def marked_partitions(topic: TopicInfo) -> list[int]:
@@ -94,7 +104,8 @@ def shrink_records(topic: TopicInfo, count: int) -> list[Any]:
     kept = [i for i in sorted(topic.partitions) if i < count]
     before = [PartitionChangeRecord.PartitionEpochBeforeDeletion(i, topic.partitions[i].leader_epoch) for i in kept]
     marks = [
-        PartitionChangeRecord(partition_id=i, topic_id=topic.id, leader_epoch_before_deletion=list(before))
+        PartitionChangeRecord(partition_id=i, topic_id=topic.id, leader=topic.partitions[i].leader,
+                              leader_epoch_before_deletion=list(before))
         for i in sorted(topic.partitions)
         if i >= count
     ]
@@ -133,7 +144,7 @@ class PartitionDeleter:
         for topic in list(image.topics.values()):
             for idx in marked_partitions(topic):
                 p = topic.partitions[idx]
-                sizes = await self._offsets(image, topic.name, idx, p.leader)
+                sizes = await self._offsets(image, topic.name, idx, p.leader, p.leader_epoch)
                 if sizes is None:
                     continue
                 start, end = sizes
@@ -156,30 +167,34 @@ class PartitionDeleter:
 
         return await self.ctl.write(build)
 
-    async def _offsets(self, image: MetadataImage, topic: str, idx: int, leader: int) -> tuple[int, int] | None:
-        """(log start, log end) of the partition, asked of its leader; None if it cannot answer now."""
+    async def _offsets(
+        self, image: MetadataImage, topic: str, idx: int, leader: int, epoch: int
+    ) -> tuple[int, int] | None:
+        """(log start, log end) of the partition, asked of its leader at the image's leader epoch
+        (one that has not applied the mark yet answers UNKNOWN_LEADER_EPOCH: it may still take
+        writes); None if it cannot answer now. The log end, not the high watermark: a tail the
+        followers have not copied yet is acknowledged once they have."""
         b = image.brokers.get(leader)
         if b is None or b.fenced:
             return None
-        R = ListOffsetsRequest
-        out = []
-        for ts in (EARLIEST, LATEST):  # one partition may appear only once per request
-            req = R(
-                replica_id=-1,
-                isolation_level=0,
-                topics=[R.ListOffsetsTopic(name=topic, partitions=[R.ListOffsetsPartition(partition_index=idx, timestamp=ts)])],
-            )
-            try:
-                resp = await (await self._client(b)).request(req)
-            except (ClientError, OSError, TimeoutError) as e:
-                self._drop(leader)
-                log.info("partition_deletion_check_unreachable", broker=leader, error=str(e))
-                return None
-            r = resp.topics[0].partitions[0]
-            if r.error_code:
-                return None
-            out.append(r.offset)
-        return out[0], out[1]
+        L, OE = ListOffsetsRequest, OffsetForLeaderEpochRequest
+        earliest = L(replica_id=-1, isolation_level=0, topics=[L.ListOffsetsTopic(name=topic, partitions=[
+            L.ListOffsetsPartition(partition_index=idx, current_leader_epoch=epoch, timestamp=EARLIEST)])])
+        end = OE(replica_id=DEBUG_REPLICA, topics=[OE.OffsetForLeaderTopic(topic=topic, partitions=[
+            OE.OffsetForLeaderPartition(partition=idx, current_leader_epoch=epoch, leader_epoch=epoch)])])
+        try:
+            client = await self._client(b)
+            start = (await client.request(earliest)).topics[0].partitions[0]
+            last = (await client.request(end)).topics[0].partitions[0]
+        except (ClientError, OSError, TimeoutError) as e:
+            self._drop(leader)
+            log.info("partition_deletion_check_unreachable", broker=leader, error=str(e))
+            return None
+        if start.error_code or last.error_code:
+            log.debug("partition_deletion_check_refused", topic=topic, partition=idx,
+                      error=start.error_code or last.error_code)
+            return None
+        return start.offset, last.end_offset
 
     async def _client(self, b: Any) -> NodeClient:
         c = self._clients.get(b.id)

@@ -6,7 +6,6 @@ leader killed with SIGKILL mid-produce and restarted leaves no duplicates."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from node.client import NodeClient
 from protocol.generated.init_producer_id import InitProducerIdRequest
 from protocol.generated.produce import ProduceRequest
 from protocol.records import Record, encode_batch, iter_batches
+from tests.tcp_proxy import TcpProxy
 from tools.cluster import Cluster
 
 pytestmark = pytest.mark.slow
@@ -244,69 +244,10 @@ def test_raw_duplicate_produce_is_appended_once_and_answered_with_the_first_offs
 
 
 # ------------------------------------------------------------------------------------- leader kill
-class ResponseSwallowingProxy:
-    """TCP proxy in front of one broker (advertised in its place). While `swallow` is set, requests
-    still reach the broker but its responses are dropped: batches get appended and never
-    acknowledged, exactly what a crash between append and response leaves behind."""
-
-    def __init__(self, host: str, target_port: int) -> None:
-        self.host = host
-        self.target_port = target_port
-        self.swallow = threading.Event()
-        self._listener = socket.create_server((host, 0))
-        self.port = self._listener.getsockname()[1]
-        self._socks: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection((self.host, self.target_port), timeout=5)
-                upstream.settimeout(None)
-            except OSError:
-                client.close()  # the broker is down: the client retries
-                continue
-            with self._lock:
-                self._socks += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, responses: bool) -> None:
-        try:
-            while data := src.recv(65536):
-                if not (responses and self.swallow.is_set()):
-                    dst.sendall(data)
-        except OSError:
-            pass
-        for sock in (src, dst):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            sock.close()
-
-    def close(self) -> None:
-        self._closed = True
-        self._listener.close()
-        with self._lock:
-            for sock in self._socks:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                sock.close()
-
-
 def test_leader_kill_9_mid_produce_leaves_no_duplicates(tmp_path: Path):
     c = Cluster(tmp_path / "kill", brokers=3, verbose=False, broker_overrides=FAST,
                 controller_overrides={"broker.session.timeout.ms": "3000"})
-    proxies = {b: ResponseSwallowingProxy(c.host, c.broker_port(b)) for b in c.broker_ids}
+    proxies = {b: TcpProxy(c.host, c.broker_port(b)) for b in c.broker_ids}
     for b, px in proxies.items():
         c.per_broker_overrides[b] = {"advertised.listeners": f"PLAINTEXT://{c.host}:{px.port}"}
     stop = threading.Event()

@@ -21,10 +21,14 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from client import OrderedConsumer, OrderedProducer
 from client.cluster import EARLIEST, LATEST, ClusterClient, StrataClientError
+from node.client import NodeClient
 from protocol.errors import Errors
+from protocol.generated.offset_for_leader_epoch import OffsetForLeaderEpochRequest
+from protocol.records import Record
+from tests.tcp_proxy import TcpProxy
 from tests.test_kafka_topics import SCRIPT
-from tests.test_partition_counts import delete_records
-from tools.cluster import Cluster
+from tests.test_partition_counts import delete_records, metadata, produce
+from tools.cluster import CONTROLLER_ID, Cluster
 
 TOPIC = "orders"
 KEYS = [b"key-%03d" % i for i in range(100)]
@@ -275,7 +279,6 @@ async def stock_scenario(c: Cluster) -> int:
 async def stock_member_refused(c: Cluster) -> tuple[int, str]:
     """A stock consumer's JoinGroup (protocol type consumer, range/roundrobin) to a group of
     OrderedConsumers."""
-    from node.client import NodeClient
     from protocol.generated.join_group import JoinGroupRequest as J
 
     m = OrderedConsumer(TOPIC, bootstrap_servers=c.bootstrap, group_id="mixed")
@@ -365,3 +368,147 @@ async def recreated_partition(c: Cluster) -> None:
 def test_recreated_partition_starts_without_the_deleted_ones_state(cluster_factory) -> None:
     c = cluster_factory(brokers=1, controller_overrides=FAST, broker_overrides=BROKER)
     asyncio.run(recreated_partition(c))
+
+
+# ---- a leader whose metadata image lags: it still takes writes in the epoch a change ended
+class Deliveries:
+    """What one OrderedConsumer delivered, with the getmany() call that delivered it: records of
+    different partitions returned by one call have no order between them."""
+
+    def __init__(self, m: OrderedConsumer) -> None:
+        self.m = m
+        self.calls = 0
+        self.got: list[tuple[int, bytes | None, bytes | None]] = []  # (call, key, value)
+
+    async def poll(self, seconds: float = 0.0, until: bytes | None = None, timeout: float = 15.0) -> None:
+        """getmany() for `seconds`, or until the value `until` is delivered."""
+        deadline = time.monotonic() + (seconds or timeout)
+        while until is None or not self.call_of(until):
+            if time.monotonic() > deadline:
+                assert until is None, f"{until!r} not delivered in {timeout} s: {self.got}"
+                return
+            got = await self.m.getmany(timeout_ms=100)
+            self.calls += 1
+            self.got += [(self.calls, r.key, r.value) for records in got.values() for r in records]
+
+    def call_of(self, value: bytes) -> int:
+        return next((call for call, _, v in self.got if v == value), 0)
+
+
+def kt_ok(c: Cluster, *args: str) -> None:
+    """kafka-topics.sh through broker 1 only (its Metadata names itself the controller, so the tool's
+    admin requests go there, not to the broker whose controller link is held)."""
+    r = subprocess.run([SCRIPT, "--bootstrap-server", f"{c.host}:{c.broker_port(1)}", *args], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
+async def partitions_seen(c: Cluster, topic: str, broker: int) -> tuple[list[int], list[int]]:
+    t = await metadata(c, topic, broker)
+    return [p.partition_index for p in t.partitions], [p.partition_index for p in t.partitions if p.marked_for_deletion]
+
+
+async def lagging_leader(c: Cluster, link: TcpProxy) -> None:
+    """Broker 2's link to the controller is held while a count change commits: broker 1 applies it,
+    broker 2 keeps serving from its old image and takes a write hashed over the old count. The key's
+    next record, hashed over the new count, lands on broker 1. The consumer delivers it only after
+    the first one: each gate asks broker 2 at the new leader epoch, which it answers
+    UNKNOWN_LEADER_EPOCH until it has applied the change."""
+    K = b"moved-key"
+
+    async def write(topic: str, partition: int, value: bytes, count: int) -> int:
+        r = await produce(c, topic, partition, 1, count, records=[Record(value=value, key=K)])
+        return r.error_code
+
+    async def start(topic: str, *values: bytes) -> Deliveries:
+        d = Deliveries(OrderedConsumer(topic, bootstrap_servers=f"{c.host}:{c.broker_port(1)}", group_id=topic))
+        await d.m.start()
+        for v in values:
+            await d.poll(until=v)
+        return d
+
+    # growth: g-0 (broker 2) gets a new partition g-1 (broker 1)
+    kt_ok(c, "--create", "--topic", "g", "--replica-assignment", "2")
+    assert await write("g", 0, b"old", -1) == 0
+    g = await start("g", b"old")
+    try:
+        link.hold()
+        await asyncio.to_thread(kt_ok, c, "--alter", "--topic", "g", "--partitions", "2", "--replica-assignment", "2,1")
+        await wait_for(lambda: _is(partitions_seen(c, "g", 1), ([0, 1], [])), what="broker 1 applies the growth")
+        assert await partitions_seen(c, "g", 2) == ([0], []), "broker 2 applied the growth: the link was not held"
+        await g.poll(1.0)  # the member sees g-1 (when broker 1 answers its metadata) and checks its gate
+        # an OrderedProducer whose metadata came from broker 2 (count 1) writes K to g-0: broker 2 takes it
+        assert await write("g", 0, b"g0", 1) == 0
+        await wait_for(lambda: _taken(write("g", 1, b"g1", 2)), what="g-1 takes a write")  # K hashed over 2
+        await g.poll(1.5)
+        assert g.call_of(b"g0") and not g.call_of(b"g1"), f"g-1 was released before g-0's epoch ended: {g.got}"
+        link.release()
+        await g.poll(until=b"g1")
+        assert g.call_of(b"g0") < g.call_of(b"g1"), g.got
+    finally:
+        link.release()
+        await g.m.stop()
+
+    # shrink: s-1 (broker 2) is marked, s-0 (broker 1) kept
+    kt_ok(c, "--create", "--topic", "s", "--replica-assignment", "1,2")
+    assert await write("s", 0, b"old0", -1) == 0 and await write("s", 1, b"old1", -1) == 0
+    s = await start("s", b"old0", b"old1")
+    try:
+        link.hold()
+        await asyncio.to_thread(kt_ok, c, "--alter", "--topic", "s", "--partitions", "1")
+        await wait_for(lambda: _is(partitions_seen(c, "s", 1), ([0, 1], [1])), what="broker 1 applies the shrink")
+        assert await partitions_seen(c, "s", 2) == ([0, 1], []), "broker 2 applied the shrink: the link was not held"
+        # s-1 consumed and emptied: start == end. The deletion check asks broker 2 at the post-mark
+        # epoch, so it is not deleted while broker 2 may still take a write to it
+        assert await delete_records(c, "s", 1, -1) == 0
+        await s.poll(1.0)  # 5 deletion checks; the member sees the mark and checks s-1 for drained
+        assert await partitions_seen(c, "s", 1) == ([0, 1], [1]), "s-1 deleted while its leader takes writes"
+        marked_epoch = next(p.leader_epoch for p in (await metadata(c, "s", 1)).partitions if p.partition_index == 1)
+        assert await pre_mark_end(c, "s", 1, marked_epoch) == (Errors.UNKNOWN_LEADER_EPOCH, -1)
+        assert await write("s", 1, b"s1", 2) == 0  # acknowledged: it must not be lost, nor overtaken
+        assert await write("s", 0, b"s0", 1) == 0
+        await s.poll(1.5)
+        assert s.call_of(b"s1") and not s.call_of(b"s0"), f"s-0 went past its pre-shrink epoch early: {s.got}"
+        link.release()
+        await s.poll(until=b"s0")
+        assert s.call_of(b"s1") < s.call_of(b"s0"), s.got
+        # broker 2 at the post-mark epoch: its pre-mark epoch ended after s1 (old1 at 0, s1 at 1)
+        assert await pre_mark_end(c, "s", 1, marked_epoch) == (0, 2)
+        await s.m.commit()
+    finally:
+        link.release()
+        await s.m.stop()
+    # the marked partition is deleted once emptied again
+    assert await delete_records(c, "s", 1, -1) == 0
+    await wait_for(lambda: _is(partitions_seen(c, "s", 1), ([0], [])), what="s-1 deleted once empty")
+
+
+async def pre_mark_end(c: Cluster, topic: str, partition: int, epoch: int) -> tuple[int, int]:
+    """OffsetForLeaderEpoch of the epoch before `epoch`, asked of broker 2 at `epoch`: (error, end)."""
+    OE = OffsetForLeaderEpochRequest
+    req = OE(replica_id=-2, topics=[OE.OffsetForLeaderTopic(topic=topic, partitions=[
+        OE.OffsetForLeaderPartition(partition=partition, current_leader_epoch=epoch, leader_epoch=epoch - 1)])])
+    async with NodeClient(c.host, c.broker_port(2)) as nc:
+        r = (await nc.request(req)).topics[0].partitions[0]
+    return r.error_code, r.end_offset
+
+
+async def _is(value, expected) -> bool:
+    return await value == expected
+
+
+async def _taken(error_code) -> bool:
+    return await error_code == 0
+
+
+def test_gates_wait_for_a_leader_that_has_not_applied_the_change(cluster_factory) -> None:
+    c = cluster_factory(start=False, brokers=2, broker_overrides=BROKER,
+                        controller_overrides={**FAST, "broker.session.timeout.ms": 30000})
+    link = TcpProxy(c.host, c.controller_port)  # broker 2's link to the controller
+    c.per_broker_overrides[2] = {"controller.quorum.voters": f"{CONTROLLER_ID}@{c.host}:{link.port}"}
+    try:
+        c.start()
+        asyncio.run(lagging_leader(c, link))
+    finally:
+        c.stop()
+        link.close()

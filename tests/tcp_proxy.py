@@ -1,0 +1,84 @@
+"""A TCP proxy in front of one node (a broker's client listener, or the controller as one broker
+sees it), for faults a real network has: answers lost or late. Threads, so it keeps forwarding
+while a test's own code blocks (e.g. in Cluster.start)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+
+class TcpProxy:
+    """Listens on `port`, forwards each connection to host:target_port.
+
+    - `swallow` (an Event): while set, requests still reach the node but its answers are dropped,
+      as a crash between append and answer leaves things.
+    - `hold()` / `release()`: while held, the node's answers wait in the proxy and arrive in order
+      on release, as over a link that stalls: a broker behind a held controller connection keeps
+      serving clients from a metadata image that no longer moves.
+    """
+
+    def __init__(self, host: str, target_port: int) -> None:
+        self.host = host
+        self.target_port = target_port
+        self.swallow = threading.Event()
+        self._flowing = threading.Event()
+        self._flowing.set()
+        self._listener = socket.create_server((host, 0))
+        self.port = self._listener.getsockname()[1]
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def hold(self) -> None:
+        self._flowing.clear()
+
+    def release(self) -> None:
+        self._flowing.set()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection((self.host, self.target_port), timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()  # the node is down: the client retries
+                continue
+            with self._lock:
+                self._socks += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, answers: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if answers:
+                    self._flowing.wait()
+                    if self.swallow.is_set():
+                        continue
+                dst.sendall(data)
+        except OSError:
+            pass
+        for sock in (src, dst):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    def close(self) -> None:
+        self._closed = True
+        self._flowing.set()
+        self._listener.close()
+        with self._lock:
+            for sock in self._socks:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                sock.close()
