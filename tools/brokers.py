@@ -46,8 +46,9 @@ class OffsetAnswer:
 class Brokers:
     """Connections to the cluster's brokers by id, opened on first use and closed by close()."""
 
-    def __init__(self, admin: Admin) -> None:
+    def __init__(self, admin: Admin, client_id: str = "strata-admin") -> None:
         self.admin = admin
+        self.client_id = client_id
         self.addresses: dict[int, tuple[str, int]] = {}
         self.leaders: dict[TopicPartition, int] = {}
         self._conns: dict[tuple[str, int], NodeClient] = {}
@@ -92,7 +93,7 @@ class Brokers:
         c = self._conns.get((host, port))
         if c is None or not c.connected:
             try:
-                c = await NodeClient(host, port, client_id="strata-admin", timeout=self.admin.timeout).connect()
+                c = await NodeClient(host, port, client_id=self.client_id, timeout=self.admin.timeout).connect()
             except ClientError as e:
                 raise AdminError(f"broker {host}:{port} is not reachable: {e}") from None
             self._conns[(host, port)] = c
