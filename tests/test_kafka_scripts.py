@@ -9,9 +9,12 @@ them. Bad input to every script is one line on stderr and a non-zero exit (2 for
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 import re
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,12 +29,14 @@ from protocol.generated.metadata import MetadataRequest
 from tests.conftest import installed_script, wait_for
 from tools import (
     kafka_broker_api_versions,
+    kafka_chunks,
     kafka_console_consumer,
     kafka_console_producer,
     kafka_consumer_groups,
     kafka_delete_records,
     kafka_get_offsets,
     kafka_leader_election,
+    kafka_topics,
 )
 from tools.cluster import Cluster, free_ports
 
@@ -44,6 +49,11 @@ ELECTION = installed_script("kafka-leader-election.sh")
 API_VERSIONS = installed_script("kafka-broker-api-versions.sh")
 TOPICS = installed_script("kafka-topics.sh")
 CHUNKS = installed_script("kafka-chunks.sh")
+MODULES = {
+    PRODUCER: kafka_console_producer, CONSUMER: kafka_console_consumer, GROUPS: kafka_consumer_groups,
+    OFFSETS: kafka_get_offsets, DELETE_RECORDS: kafka_delete_records, ELECTION: kafka_leader_election,
+    API_VERSIONS: kafka_broker_api_versions, TOPICS: kafka_topics, CHUNKS: kafka_chunks,
+}
 
 
 @pytest.fixture(scope="module")
@@ -63,21 +73,38 @@ def bs(cluster: Cluster) -> str:
     return cluster.bootstrap
 
 
-def run(script: str, bs: str | None, *args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    cmd = [script, *(["--bootstrap-server", bs] if bs else []), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, input=stdin, timeout=timeout)
+def run(script: str, bs: str | None, *args: str, stdin: str | None = None, real: bool = False,
+        timeout: float = 60) -> subprocess.CompletedProcess:
+    """A script's run: the installed script in its own process when `real`, else its main() in
+    this one (the same code without a Python start per call, which made this file take minutes)."""
+    argv = [*(["--bootstrap-server", bs] if bs else []), *args]
+    if real:
+        return subprocess.run([script, *argv], capture_output=True, text=True, input=stdin, timeout=timeout)
+    out, err = io.TextIOWrapper(io.BytesIO(), write_through=True), io.StringIO()
+    saved_stdin = sys.stdin
+    sys.stdin = io.TextIOWrapper(io.BytesIO((stdin or "").encode()))
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = MODULES[script].main(argv)
+            except SystemExit as e:
+                code = e.code
+    finally:
+        sys.stdin = saved_stdin
+    return subprocess.CompletedProcess(argv, code, out.buffer.getvalue().decode(), err.getvalue())
 
 
-def ok(script: str, bs: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    r = run(script, bs, *args, stdin=stdin)
+def ok(script: str, bs: str, *args: str, stdin: str | None = None, real: bool = False) -> subprocess.CompletedProcess:
+    r = run(script, bs, *args, stdin=stdin, real=real)
     assert r.returncode == 0, f"{Path(script).name} {' '.join(args)} exited {r.returncode}: {r.stderr}"
     assert "Traceback" not in r.stderr
     return r
 
 
-def fails(script: str, bs: str | None, *args: str, code: int = 1, needle: str = "", stdin: str | None = None) -> str:
+def fails(script: str, bs: str | None, *args: str, code: int = 1, needle: str = "", stdin: str | None = None,
+          real: bool = False) -> str:
     """One line on stderr, exit `code`, no traceback; returns the line."""
-    r = run(script, bs, *args, stdin=stdin)
+    r = run(script, bs, *args, stdin=stdin, real=real)
     assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
     lines = r.stderr.splitlines()
     assert len(lines) == 1, f"expected one error line, got: {r.stderr!r}"
@@ -100,8 +127,8 @@ def create_topic(cluster: Cluster, name: str, *args: str) -> None:
     wait_for(lambda: asyncio.run(everywhere()), what=f"topic {name} on every broker")
 
 
-def consume(bs: str, *args: str) -> subprocess.CompletedProcess:
-    return ok(CONSUMER, bs, *args)
+def consume(bs: str, *args: str, real: bool = False) -> subprocess.CompletedProcess:
+    return ok(CONSUMER, bs, *args, real=real)
 
 
 # ---------------------------------------------------------------- console producer and consumer
@@ -109,7 +136,7 @@ def test_console_producer_and_consumer(cluster: Cluster, bs: str) -> None:
     create_topic(cluster, "cp", "--partitions", "3", "--replication-factor", "2")
     lines = "".join(f"k{i}:v{i}\n" for i in range(12))
     r = ok(PRODUCER, bs, "--topic", "cp", "--property", "parse.key=true", "--property", "key.separator=:",
-           stdin=lines)
+           stdin=lines, real=True)
     assert r.stdout == "" and r.stderr == ""
     ok(PRODUCER, bs, "--topic", "cp", "--property", "parse.headers=true", "--property", "parse.key=true",
        "--request-required-acks", "1", stdin="h1:x,h2:y\thk\thv\n")
@@ -118,7 +145,7 @@ def test_console_producer_and_consumer(cluster: Cluster, bs: str) -> None:
 
     r = consume(bs, "--topic", "cp", "--from-beginning", "--max-messages", "14", "--property", "print.key=true",
                 "--property", "print.timestamp=true", "--property", "print.partition=true",
-                "--property", "print.offset=true", "--property", "print.headers=true")
+                "--property", "print.offset=true", "--property", "print.headers=true", real=True)
     assert r.stderr.splitlines() == ["Processed a total of 14 messages"]
     rows = [line.split("\t") for line in r.stdout.splitlines()]
     assert len(rows) == 14
@@ -197,7 +224,7 @@ def test_consumer_groups(cluster: Cluster, bs: str) -> None:
         assert out.splitlines()[0] == f"{'GROUP':<25} {'STATE':<20}"
         assert f"{'cg-group':<25} {'Stable':<20}" in out.splitlines()
 
-        out = groups(bs, "--describe", "--group", "cg-group")
+        out = ok(GROUPS, bs, "--describe", "--group", "cg-group", real=True).stdout
         lines = out.split("\n")
         assert lines[0] == ""  # Kafka's table starts with a newline
         header = lines[1]
@@ -324,7 +351,7 @@ def test_get_offsets_and_delete_records(cluster: Cluster, bs: str, tmp_path: Pat
     for i in range(3):
         p.produce("go", f"w{i}".encode(), partition=1, timestamp=2_000_000 + i)
     assert p.flush(30) == 0
-    assert ok(OFFSETS, bs, "--topic", "go").stdout == "go:0:10\ngo:1:3\n"
+    assert ok(OFFSETS, bs, "--topic", "go", real=True).stdout == "go:0:10\ngo:1:3\n"
     assert ok(OFFSETS, bs, "--topic", "go", "--time", "-2").stdout == "go:0:0\ngo:1:0\n"
     assert ok(OFFSETS, bs, "--topic", "go", "--time", "earliest", "--partitions", "1").stdout == "go:1:0\n"
     assert ok(OFFSETS, bs, "--topic", "go", "--time", "max-timestamp").stdout == "go:0:9\ngo:1:2\n"
@@ -340,7 +367,7 @@ def test_get_offsets_and_delete_records(cluster: Cluster, bs: str, tmp_path: Pat
     f = tmp_path / "delete.json"
     f.write_text(json.dumps({"partitions": [{"topic": "go", "partition": 0, "offset": 4},
                                             {"topic": "go", "partition": 1, "offset": -1}], "version": 1}))
-    out = ok(DELETE_RECORDS, bs, "--offset-json-file", str(f)).stdout
+    out = ok(DELETE_RECORDS, bs, "--offset-json-file", str(f), real=True).stdout
     assert out == ("Executing records delete operation\nRecords delete operation completed:\n"
                    "partition: go-0\tlow_watermark: 4\npartition: go-1\tlow_watermark: 3\n")
     assert ok(OFFSETS, bs, "--topic", "go", "--time", "-2").stdout == "go:0:4\ngo:1:3\n"
@@ -367,7 +394,7 @@ def test_get_offsets_and_delete_records(cluster: Cluster, bs: str, tmp_path: Pat
 
 # ---------------------------------------------------------------- broker api versions
 def test_broker_api_versions(cluster: Cluster, bs: str) -> None:
-    out = ok(API_VERSIONS, bs).stdout
+    out = ok(API_VERSIONS, bs, real=True).stdout
     blocks = re.findall(r"^(\S+) \(id: (\d+) rack: null\) -> \(\n((?:\t.*\n)+)\)$", out, re.M)
     assert [int(b[1]) for b in blocks] == [1, 2, 3]
     for addr, broker, body in blocks:
@@ -395,7 +422,7 @@ def test_leader_election(cluster: Cluster, bs: str, tmp_path: Path) -> None:
     assert leader(bs, "le") == "2"
     f = tmp_path / "election.json"
     f.write_text(json.dumps({"partitions": [{"topic": "le", "partition": 0}]}))
-    r = ok(ELECTION, bs, "--election-type", "PREFERRED", "--path-to-json-file", str(f))
+    r = ok(ELECTION, bs, "--election-type", "PREFERRED", "--path-to-json-file", str(f), real=True)
     assert r.stdout == "Successfully completed leader election (PREFERRED) for partitions le-0\n"
     wait_for(lambda: leader(bs, "le") == "1", what="broker 1 leading again")
     r = ok(ELECTION, bs, "--election-type", "preferred", "--all-topic-partitions")
@@ -441,18 +468,10 @@ def test_console_consumer_reads_old_chunks_from_their_replicas(cluster: Cluster,
 
 # ---------------------------------------------------------------- bad input, every script
 def fail_together(cases: list[tuple[str, str | None, list[str], str, str | None]]) -> None:
-    """Runs (script, bootstrap, args, needle, stdin) cases at once; each must exit 1 with one line
-    on stderr holding the needle."""
-    procs = []
+    """(script, bootstrap, args, needle, stdin) cases: each must exit 1 with one line on stderr
+    holding the needle."""
     for script, bs, args, needle, stdin in cases:
-        p = subprocess.Popen([script, *(["--bootstrap-server", bs] if bs else []), *args], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        procs.append((p, stdin, needle, args))
-    for p, stdin, needle, args in procs:
-        out, err = p.communicate(stdin or "", timeout=60)
-        assert p.returncode == 1, (args, p.returncode, out, err)
-        lines = err.splitlines()
-        assert len(lines) == 1 and needle in lines[0], (args, err)
+        fails(script, bs, *args, needle=needle, stdin=stdin)
 
 
 def test_bad_input(cluster: Cluster, bs: str) -> None:
@@ -522,5 +541,7 @@ def test_bad_arguments(module, args: list[str], needle: str, capsys: pytest.Capt
 
 def test_scripts_exit_2_on_bad_arguments(bs: str) -> None:
     """The same rule through the installed scripts."""
-    fails(CONSUMER, bs, "--topic", "t", "--offset", "5", code=2, needle="The partition is required")
-    fails(GROUPS, bs, code=2, needle="exactly one action")
+    fails(CONSUMER, bs, "--topic", "t", "--offset", "5", code=2, needle="The partition is required", real=True)
+    fails(GROUPS, bs, code=2, needle="exactly one action", real=True)
+    [dead] = free_ports(1)
+    fails(API_VERSIONS, f"127.0.0.1:{dead}", needle="cannot connect", real=True)

@@ -298,6 +298,7 @@ class ConsoleConsumer:
 
     async def assign(self) -> None:
         topics = await self.topics()
+        self.started = True  # the input is good: from here on the count is printed at the end, as Kafka
         if self.a.group is None:
             tps = [(self.a.topic, self.a.partition)] if self.a.partition is not None else \
                 await self.brokers.partitions_of(topics)
@@ -312,12 +313,18 @@ class ConsoleConsumer:
 
     async def run(self) -> None:
         await self.assign()
-        self.started = True
         last_record = time.monotonic()
         last_commit = time.monotonic()
         timeout = self.a.timeout_ms / 1000 if self.a.timeout_ms is not None else None
         while not self.stop.is_set():
             if self.member is not None and self.member.rejoin:
+                # what was printed is committed under the generation it was given in (the
+                # coordinator takes it while the rebalance prepares), then the group deals again
+                if self.auto_commit:
+                    try:
+                        await self.member.commit(dict(self.fetcher.positions))
+                    except AdminError:
+                        pass  # the generation is gone: another member may print some records again
                 await self.assign()
             if timeout is not None and time.monotonic() - last_record > timeout:
                 break

@@ -246,18 +246,27 @@ class Producer:
 
 def stdin_lines(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue) -> None:
     """Reads standard input on its own thread (a blocking read must not hold the event loop)."""
-    prompt = sys.stdin.isatty()
-    try:
-        while True:
-            if prompt:
-                print(">", end="", flush=True)
-            raw = sys.stdin.buffer.readline()
-            if not raw:
-                break
-            line = raw.decode("utf-8", "replace").removesuffix("\n").removesuffix("\r")
-            loop.call_soon_threadsafe(queue.put_nowait, line)
-    finally:
-        loop.call_soon_threadsafe(queue.put_nowait, EOF)
+    stream, prompt = sys.stdin.buffer, sys.stdin.isatty()
+
+    def put(item: object) -> bool:
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+            return True
+        except RuntimeError:  # the loop is closed: the tool ended (a bad line, a failed send)
+            return False
+
+    while True:
+        if prompt:
+            print(">", end="", flush=True)
+        try:
+            raw = stream.readline()
+        except (OSError, ValueError):  # stdin closed under us (the tool is ending): nothing more to read
+            raw = b""
+        if not raw:
+            put(EOF)
+            return
+        if not put(raw.decode("utf-8", "replace").removesuffix("\n").removesuffix("\r")):
+            return
 
 
 async def run(a: argparse.Namespace) -> None:
