@@ -268,6 +268,12 @@ def test_consumer_groups(cluster: Cluster, bs: str) -> None:
         return "Consumer group 'cg-group' has no active members." in r.stderr
 
     wait_for(empty, what="the group to be empty")
+    # Kafka prints the members header even for a group without members
+    assert groups(bs, "--describe", "--group", "cg-group", "--members") == \
+        "\n" + " ".join(f"{h:<15}" for h in ("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS")) + " \n"
+    out = groups(bs, "--list", "--type", "--state", "Empty")
+    assert out.splitlines()[0] == f"{'GROUP':<25} {'TYPE':<20} {'STATE':<20}"
+    assert f"{'cg-group':<25} {'Classic':<20} {'Empty':<20}" in out.splitlines()
     rows = table(groups(bs, "--describe", "--group", "cg-group"))[1:]
     assert {r[6] for r in rows} == {"-"} and {r[7] for r in rows} == {"-"} and {r[8] for r in rows} == {"-"}
 
