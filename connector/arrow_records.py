@@ -16,7 +16,6 @@ producer's ABORT marker. Control batches never become rows.
 
 from __future__ import annotations
 
-import heapq
 import struct
 from collections.abc import Iterable
 
@@ -25,6 +24,7 @@ import pyarrow as pa
 
 from protocol.errors import ProtocolError
 from protocol.primitives import read_varint, read_varlong
+from protocol.records.aborted import AbortedTransactions
 from protocol.records.batch import BATCH_HEADER_SIZE, iter_batches
 from protocol.records.compression import Compression, decompress
 
@@ -53,29 +53,6 @@ SPARK_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
 )
 SPARK_SCHEMA_WITH_HEADERS = SPARK_SCHEMA + ", headers array<struct<key: string, value: binary>>"
-
-
-class AbortedTransactions:
-    """The aborted transactions a read_committed reader must skip, as a Fetch response lists them
-    ((producer id, first offset) pairs), consumed in offset order as the batches go by."""
-
-    def __init__(self, aborted: Iterable[tuple[int, int]] = ()) -> None:
-        self._pending = [(first, pid) for pid, first in aborted]
-        heapq.heapify(self._pending)
-        self._active: set[int] = set()
-
-    def add(self, aborted: Iterable[tuple[int, int]]) -> None:
-        for pid, first in aborted:
-            heapq.heappush(self._pending, (first, pid))
-
-    def skips(self, producer_id: int, last_offset: int, transactional: bool) -> bool:
-        while self._pending and self._pending[0][0] <= last_offset:
-            self._active.add(heapq.heappop(self._pending)[1])
-        return transactional and producer_id in self._active
-
-    def marker(self, producer_id: int, abort: bool) -> None:
-        if abort:
-            self._active.discard(producer_id)
 
 
 def _varints_at(B: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

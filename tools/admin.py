@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import base64
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NoReturn
@@ -363,4 +364,8 @@ def run_tool(coro: Any) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # whoever read our output went away (`| head`): stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return 0
