@@ -216,7 +216,7 @@ def test_delete_records_and_topic_deletion_with_stock_clients(tmp_path: Path) ->
 def _failpoint_keys(log_path: Path) -> list[str]:
     text = log_path.read_text(errors="replace") if log_path.exists() else ""
     return [m.group(1) for line in text.splitlines() if "diskless_failpoint" in line
-            for m in [re.search(r"key=(\S+)", line)] if m]
+            for m in [re.search(r"key='?([^'\s]+)", line)] if m]
 
 
 def test_orphan_scan_deletes_a_killed_brokers_upload_never_a_referenced_file(tmp_path: Path) -> None:
