@@ -151,12 +151,13 @@ def test_retention_empties_the_bucket_across_two_owners(tmp_path: Path, s3_serve
         assert {f["key"] for f in view["files"]} == before  # every object is a committed file
         assert all(f["status"] == "live" for f in view["files"])
 
-        from confluent_kafka.admin import AdminClient, ConfigResource
+        from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
         admin = AdminClient({"bootstrap.servers": c.bootstrap})
         time.sleep(1.2)  # every batch is older than the retention.ms set now
-        res = ConfigResource("topic", "ret", set_config={"retention.ms": "1000"})
-        admin.alter_configs([res])[res].result(30)
+        res = ConfigResource("topic", "ret", incremental_configs=[
+            ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([res])[res].result(30)
 
         _wait("retention to empty the bucket", lambda: not _s3_keys(s3_server))
         print(f"bucket {s3_server.bucket} after retention: {sorted(_s3_keys(s3_server))} (empty)")
