@@ -7,7 +7,10 @@
   topic: the log start moves, and the files of a deleted topic leave the store.
 - A broker kill -9ed after an upload and before its commit leaves an orphan; the scan deletes it
   after its grace period while consumers read the referenced files, which all stay.
-- kafka-diskless.sh describes coordinators, files (owners, live batches, status) and orphans.
+- kafka-diskless.sh describes coordinators, files (owners, live batches, status) and orphans; the
+  leaders log per-coordinator gauges.
+- A coordinator's leader killed while its files wait out their deletion grace: the new leader
+  deletes them.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ def _overrides(store_url: str, **extra: str) -> dict[str, str]:
             "log.retention.check.interval.ms": "300", "diskless.coordinator.file.deletion.grace.ms": "500",
             "diskless.coordinator.orphan.scan.interval.ms": "500",
             "diskless.coordinator.orphan.scan.grace.period.ms": "2000", "broker.heartbeat.interval.ms": "500",
-            **extra}
+            "diskless.coordinator.gauges.interval.ms": "500", **extra}
 
 
 def _cluster(tmp_path: Path, overrides: dict[str, str]) -> Cluster:
@@ -210,6 +213,13 @@ def test_delete_records_and_topic_deletion_with_stock_clients(tmp_path: Path) ->
         _wait("the deleted topic's files to leave the store", lambda: not _local_keys(objects))
         view = _tool(c.bootstrap, "--coordinators")
         assert all(r["partitions"] == 0 and r["live_files"] == 0 for r in view["coordinators"]), view
+        # the per-coordinator gauges, one key=value line each, periodically in the leaders' logs
+        gauges = [line for b in c.broker_ids for line in c.log_path(b).read_text(errors="replace").splitlines()
+                  if "event='diskless_coordinator_gauges'" in line]
+        for field in ("coordinator=", "live_files=", "live_bytes=", "owned_files=", "pending_deletions=",
+                      "files_deleted="):
+            assert gauges and all(field in line for line in gauges), field
+        assert {re.search(r"coordinator=(\d+)", line).group(1) for line in gauges} == {"0", "1"}
     finally:
         c.stop()
 
@@ -273,5 +283,44 @@ def test_orphan_scan_deletes_a_killed_brokers_upload_never_a_referenced_file(tmp
         assert referenced <= _local_keys(objects), f"referenced files deleted: {referenced - _local_keys(objects)}"
         view = _tool(c.bootstrap, "--orphans")
         assert orphans <= {o["key"] for o in view["orphans"]}, view
+    finally:
+        c.stop()
+
+
+def test_file_deletion_resumes_on_the_new_leader(tmp_path: Path) -> None:
+    """The last owner's leader is killed (-9) while its files wait out their deletion grace: the
+    new leader, which applied the same log, finds them and deletes them (its status of a file is
+    its own, not the log's)."""
+    objects = tmp_path / "objects"
+    c = _cluster(tmp_path, _overrides(f"file://{objects}", **{"diskless.coordinator.file.deletion.grace.ms": "3000"}))
+    try:
+        _create_topic(c.bootstrap, "fo")
+        _produce(c.bootstrap, "fo", 200)
+        assert _local_keys(objects)
+        from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+        admin = AdminClient({"bootstrap.servers": c.bootstrap})
+        time.sleep(1.2)
+        res = ConfigResource("topic", "fo", incremental_configs=[
+            ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([res])[res].result(30)
+        pending: list[dict[str, Any]] = []
+
+        def deletions_pending() -> bool:
+            pending[:] = [r for r in _tool(c.bootstrap, "--coordinators")["coordinators"]
+                          if r.get("pending_deletions", 0) > 0]
+            return bool(pending)
+
+        _wait("files waiting for their deletion", deletions_pending)
+        victim = pending[0]["leader"]
+        c.kill(victim)
+        assert _local_keys(objects), "the grace period should not be over yet"
+        others = [b for b in c.broker_ids if b != victim]
+        _wait("the new leader to delete the files", lambda: not _local_keys(objects), timeout=40)
+        moved = {r["coordinator"] for r in pending if r["leader"] == victim}
+        deleted_by = {(b, i) for b in others for i in moved
+                      if re.search(rf"event='diskless_file_deleted' coordinator={i} ",
+                                   c.log_path(b).read_text(errors="replace"))}
+        assert {i for _, i in deleted_by} == moved, f"coordinators {moved}: their new leaders deleted no file"
     finally:
         c.stop()
