@@ -99,8 +99,10 @@ class FileCleaner:
             log.info("diskless_file_deleted", coordinator=index, key=t.object_key, bytes=t.size)
         for t in waiting:
             since = self._waiting.setdefault((index, t.object_key), now)
-            if now - since >= self.orphan_grace_s and await self._nobody_before_knows(index, t.owners, t.object_key):
-                self._waiting[(index, t.object_key)] = now  # asked again only after another grace period
+            if now - since < self.orphan_grace_s or index not in t.owners:
+                continue
+            self._waiting[(index, t.object_key)] = now  # asked again only after another grace period
+            if await self._nobody_before_knows(index, t.owners, t.object_key):
                 code = await self.client.hand_over(index, t.object_key, t.size, t.owners, -1)
                 log.info("diskless_file_taken_unowned", coordinator=index, key=t.object_key, error=code)
 

@@ -395,12 +395,17 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
         else:
             ps.files_handed_over += 1
 
-    async def coordinator_state(self, index: int) -> Any:
-        """A coordinator's gauges as DisklessDescribeFiles answers them."""
+    async def coordinator_state(self, index: int, gauges: bool = True) -> Any:
+        """A coordinator's gauges as DisklessDescribeFiles answers them (without `gauges`: only
+        its oldest live file, one cheap read)."""
         err, ps = self.status(index)
         if err:
             return DF.DisklessCoordinatorState(coordinator_id=index, error_code=err, oldest_file_timestamp_ms=-1)
         assert ps is not None
+        if not gauges:
+            oldest = await self.states.run(index, DisklessState.oldest_live_file_ms)
+            return DF.DisklessCoordinatorState(coordinator_id=index, error_code=0,
+                                               oldest_file_timestamp_ms=-1 if oldest is None else oldest)
         f = await self.states.run(index, DisklessState.figures, index)
         return DF.DisklessCoordinatorState(
             coordinator_id=index, error_code=0, oldest_file_timestamp_ms=f.oldest_file_ms, partitions=f.partitions,
@@ -413,7 +418,7 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
         know it and whether one has live batches in it (an error when one of them cannot answer: the
         orphan scan then deletes nothing), each coordinator's gauges, and with `details` every
         file they know."""
-        coordinators = [await self.coordinator_state(i) for i in sorted(self._partitions)]
+        coordinators = [await self.coordinator_state(i, details) for i in sorted(self._partitions)]
         failed = next((c.error_code for c in coordinators if c.error_code), 0)
         known: dict[str, list[int]] = {}
         live: set[str] = set()
@@ -446,7 +451,11 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
 
     async def _log_gauges(self) -> None:
         for index in sorted(self._partitions):
-            c = await self.coordinator_state(index)
+            try:
+                c = await self.coordinator_state(index)
+            except Exception:  # a background line: never a lost task's traceback
+                log.exception("diskless_gauges_failed", coordinator=index)
+                continue
             if c.error_code:
                 continue
             log.info("diskless_coordinator_gauges", coordinator=index, partitions=c.partitions, files=c.files,
@@ -459,7 +468,15 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
     def _retention(self) -> None:
         for ps in list(self._partitions.values()):
             if ps.view is not None and not ps.loading and (ps.retention is None or ps.retention.done()):
-                ps.retention = self._spawn(self._enforce_retention(ps))
+                ps.retention = self._spawn(self._retention_pass(ps))
+
+    async def _retention_pass(self, ps: _CoordinatorPartition) -> None:
+        try:
+            await self._enforce_retention(ps)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # tried again next interval
+            log.exception("diskless_retention_failed", coordinator=ps.index)
 
     async def _enforce_retention(self, ps: _CoordinatorPartition) -> None:
         """One retention pass over a coordinator's partitions: the new log start offsets from

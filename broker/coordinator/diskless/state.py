@@ -342,8 +342,9 @@ class DisklessState:
     # ------------------------------------------------------------------ file lifecycle
     def file_tasks(self, index: int) -> tuple[list[FileTask], list[FileTask]]:
         """(owned, waiting) files with no live batch of coordinator `index` left and nothing done
-        about them yet (file_work): owned ones it is the first owner of (or was handed), waiting
-        ones an earlier owner still owns."""
+        about them yet (file_work): owned ones it is the first owner of (or was handed; an empty
+        owner list: the only owner), waiting ones an earlier owner still owns (or whose owner list
+        does not name it: never deleted from here)."""
         owned: list[FileTask] = []
         waiting: list[FileTask] = []
         rows = self._db.execute(
@@ -353,7 +354,7 @@ class DisklessState:
         for key, size, owners_text, handed in rows:
             owners = _owners(owners_text)
             task = FileTask(key, size, owners)
-            (owned if handed or not owners or owners[0] == index or index not in owners else waiting).append(task)
+            (owned if handed or not owners or owners[0] == index else waiting).append(task)
         # handed over here but never committed here (this coordinator's commit of it failed)
         for key, size, owners_text in self._db.execute(
                 "SELECT h.object_key, h.size, h.owners FROM handed_over h LEFT JOIN files f USING (object_key)"
@@ -381,6 +382,11 @@ class DisklessState:
                 known.update(r[0] for r in self._db.execute(
                     f"SELECT object_key FROM {table} WHERE object_key IN ({marks})", part))
         return known
+
+    def oldest_live_file_ms(self) -> int:
+        """Commit time of the oldest batch still live here (the orphan scan's step 1), -1 if none."""
+        row = self._db.execute("SELECT MIN(log_append_timestamp) FROM batches").fetchone()
+        return -1 if row[0] is None else row[0]
 
     def figures(self, index: int) -> CoordinatorFigures:
         """Coordinator `index`'s gauges (a pass over its live files and its file tasks)."""
@@ -411,7 +417,7 @@ class DisklessState:
                 status = work
             elif live:
                 status = "live"
-            elif handed or not owners or owners[0] == index or index not in owners:
+            elif handed or not owners or owners[0] == index:
                 status = "owned"
             else:
                 status = "waiting"
