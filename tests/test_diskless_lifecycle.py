@@ -199,16 +199,19 @@ def test_delete_records_and_topic_deletion_with_stock_clients(tmp_path: Path) ->
         finally:
             admin.close()
         assert {tp.partition: v["low_watermark"] for tp, v in low.items()} == {0: 20, 1: 50, 2: 50}
-        begin, _ = _offsets(c.bootstrap, "dr")
-        assert begin == {0: 20, 1: 50, 2: 50, 3: 0}
-        got = _read(c.bootstrap, "dr", "reader-diskless_az=r3")
-        assert got == [f"m{i}".encode() for i in range(80, 200, 4)] + [f"m{i}".encode() for i in range(3, 200, 4)]
-
+        from confluent_kafka import TopicPartition as CTopicPartition
         from confluent_kafka.admin import AdminClient
+
+        deleter = AdminClient({"bootstrap.servers": c.bootstrap, "client.id": "cadmin-diskless_az=r3"})
+        futures = deleter.delete_records([CTopicPartition("dr", 3, 10)], operation_timeout=30)
+        assert [f.result(30).low_watermark for f in futures.values()] == [10]  # librdkafka's admin too
+        begin, _ = _offsets(c.bootstrap, "dr")
+        assert begin == {0: 20, 1: 50, 2: 50, 3: 10}
+        got = _read(c.bootstrap, "dr", "reader-diskless_az=r3")
+        assert got == [f"m{i}".encode() for i in range(80, 200, 4)] + [f"m{i}".encode() for i in range(43, 200, 4)]
 
         before = _local_keys(objects)
         assert before
-        deleter = AdminClient({"bootstrap.servers": c.bootstrap})
         deleter.delete_topics(["dr"], operation_timeout=30)["dr"].result(60)
         _wait("the deleted topic's files to leave the store", lambda: not _local_keys(objects))
         view = _tool(c.bootstrap, "--coordinators")
