@@ -45,6 +45,9 @@ class FileCleaner:
         self.orphan_grace_s = orphan_grace_ms / 1000
         self._due: dict[tuple[int, str], float] = {}  # (coordinator, key) -> when its deletion may run
         self._waiting: dict[tuple[int, str], float] = {}  # (coordinator, key) -> since when it waits
+        # coordinator -> (files version looked at, when to look again without a change): a pass
+        # reads the state only after a deletion or handover, or while work is left
+        self._looked: dict[int, tuple[tuple[int, int], float]] = {}
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def close(self) -> None:
@@ -57,6 +60,8 @@ class FileCleaner:
             for table in (self._due, self._waiting):  # a coordinator that moved away starts afresh later
                 for k in [k for k in table if k[0] not in led]:
                     del table[k]
+            for index in [i for i in self._looked if i not in led]:
+                del self._looked[index]
             for index in sorted(led):
                 try:
                     await self.run_once(index)
@@ -66,11 +71,20 @@ class FileCleaner:
                     log.exception("diskless_file_work_failed", coordinator=index)
 
     async def run_once(self, index: int) -> None:
+        version = self.coordinator.files_version(index)
+        now = time.monotonic()
+        looked = self._looked.get(index)
+        if version is None or (looked is not None and looked[0] == version and now < looked[1]):
+            return
         tasks = await self.coordinator.file_tasks(index)
         if tasks is None:
             return
         owned, waiting = tasks
-        now = time.monotonic()
+        # nothing left to do: look again after a change; work left: next pass; only files waiting
+        # for a handover: when the first of them may be checked (the takeover below)
+        again = now if owned else min((self._waiting.get((index, t.object_key), now) + self.orphan_grace_s
+                                       for t in waiting), default=float("inf"))
+        self._looked[index] = (version, again)
         unreachable: set[int] = set()  # a next owner that failed this pass: its other files wait too
         for t in owned:
             self._waiting.pop((index, t.object_key), None)

@@ -61,10 +61,16 @@ from protocol.errors import Errors
 from protocol.generated.diskless_create_partitions import DisklessCreatePartitionsRequest as CP
 from protocol.generated.diskless_describe_files import DisklessDescribeFilesResponse as DF
 from protocol.generated.metadata_records.diskless_file_handed_over_record import DisklessFileHandedOverRecord
+from protocol.generated.metadata_records.diskless_records_deleted_record import DisklessRecordsDeletedRecord
+from protocol.generated.metadata_records.diskless_topic_deleted_record import DisklessTopicDeletedRecord
 
 log = structlog.get_logger(__name__)
 
+# records after which a file may have no live batch left here, or a new owner
+_FREES_FILES = (DisklessRecordsDeletedRecord, DisklessTopicDeletedRecord, DisklessFileHandedOverRecord)
+
 RECONCILE_INTERVAL_MS = 200
+MAX_FILE_DETAILS = 10_000  # per coordinator in a DisklessDescribeFiles answer (the newest files)
 LIST_EARLIEST, LIST_LATEST, LIST_MAX_TIMESTAMP = -2, -1, -3
 
 
@@ -80,6 +86,7 @@ class _CoordinatorPartition(CoordinatorPartition):
         self.retention: asyncio.Task | None = None  # the running retention pass
         self.files_handed_over = 0  # by this broker since it took the lead
         self.files_deleted = 0
+        self.files_changed = 0  # bumped by each write that may leave a file without live batches
 
 
 class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
@@ -187,7 +194,10 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
     # ------------------------------------------------------------------ the seven steps
     async def _write(self, ps: _CoordinatorPartition, records: list[Any]) -> int:
         """Append `records` (one batch, now), wait for replication, apply to SQLite. 0 or the error."""
-        return await self._write_now(ps, records)
+        code = await self._write_now(ps, records)
+        if any(isinstance(r, _FREES_FILES) for r in records):
+            ps.files_changed += 1  # the file worker looks again (the apply is queued before its read)
+        return code
 
     def _write_now(self, ps: _CoordinatorPartition, records: list[Any]) -> Awaitable[int]:
         """Append `records` now, before the caller's next await, so the log holds them in the
@@ -375,6 +385,12 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
                  error=code)
         return code
 
+    def files_version(self, index: int) -> tuple[int, int] | None:
+        """Changes when coordinator `index`'s files may need work (a new leadership, a deletion, a
+        handover), None when this broker does not lead it."""
+        ps = self._partitions.get(index)
+        return None if ps is None else (ps.epoch, ps.files_changed)
+
     async def file_tasks(self, index: int) -> tuple[list[FileTask], list[FileTask]] | None:
         """(owned, waiting) files of coordinator `index` with no live batch left (state.py), or
         None when this broker does not lead it (loaded)."""
@@ -427,7 +443,7 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
         def read(state: DisklessState, index: int) -> tuple[set[str], set[str], list[Any]]:
             k = state.known_files(keys)
             lv = {key for key in k if state.file_has_batches(key)}
-            return k, lv, state.file_details(index) if details else []
+            return k, lv, state.file_details(index, MAX_FILE_DETAILS) if details else []
 
         for c in coordinators:
             if c.error_code:

@@ -402,16 +402,18 @@ class DisklessState:
         return CoordinatorFigures(oldest if oldest is not None else -1, parts, files, live, batches, size,
                                   first + len(owned), handovers, len(owned) - handovers)
 
-    def file_details(self, index: int) -> list[tuple[str, int, list[int], int, str]]:
-        """(key, size, owners, live batches, status) of every file this coordinator knows."""
+    def file_details(self, index: int, limit: int = -1) -> list[tuple[str, int, list[int], int, str]]:
+        """(key, size, owners, live batches, status) of the files this coordinator knows, the
+        newest (by commit or handover) first, at most `limit` (-1: all)."""
         out = []
-        for key, size, owners_text, live, handed, work in self._db.execute(
+        for key, size, owners_text, live, handed, work, _ in self._db.execute(
                 "SELECT f.object_key, f.size, f.owners, (SELECT COUNT(*) FROM batches b WHERE b.file_id = f.file_id),"
-                " h.object_key IS NOT NULL, w.status FROM files f LEFT JOIN handed_over h USING (object_key)"
-                " LEFT JOIN file_work w USING (object_key) UNION ALL"
-                " SELECT h.object_key, h.size, h.owners, 0, 1, w.status FROM handed_over h"
+                " h.object_key IS NOT NULL, w.status, f.committed_offset FROM files f"
+                " LEFT JOIN handed_over h USING (object_key) LEFT JOIN file_work w USING (object_key) UNION ALL"
+                " SELECT h.object_key, h.size, h.owners, 0, 1, w.status, h.committed_offset FROM handed_over h"
                 " LEFT JOIN file_work w USING (object_key)"
-                " WHERE NOT EXISTS (SELECT 1 FROM files f WHERE f.object_key = h.object_key) ORDER BY 1"):
+                " WHERE NOT EXISTS (SELECT 1 FROM files f WHERE f.object_key = h.object_key)"
+                " ORDER BY 7 DESC LIMIT ?", (limit,)):
             owners = _owners(owners_text)
             if work:
                 status = work
