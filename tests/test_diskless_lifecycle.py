@@ -11,6 +11,7 @@
   leaders log per-coordinator gauges.
 - A coordinator's leader killed while its files wait out their deletion grace: the new leader
   deletes them.
+- A file its first owner never knew (that commit failed) is taken over by the next owner.
 """
 
 from __future__ import annotations
@@ -319,11 +320,83 @@ def test_file_deletion_resumes_on_the_new_leader(tmp_path: Path) -> None:
         c.kill(victim)
         assert _local_keys(objects), "the grace period should not be over yet"
         others = [b for b in c.broker_ids if b != victim]
-        _wait("the new leader to delete the files", lambda: not _local_keys(objects), timeout=40)
         moved = {r["coordinator"] for r in pending if r["leader"] == victim}
-        deleted_by = {(b, i) for b in others for i in moved
-                      if re.search(rf"event='diskless_file_deleted' coordinator={i} ",
-                                   c.log_path(b).read_text(errors="replace"))}
-        assert {i for _, i in deleted_by} == moved, f"coordinators {moved}: their new leaders deleted no file"
+
+        def deleted_by_new_leaders() -> set[int]:
+            return {i for b in others for i in moved if re.search(
+                rf"event='diskless_file_deleted' coordinator={i} ", c.log_path(b).read_text(errors="replace"))}
+
+        _wait("the new leaders to delete the files",
+              lambda: not _local_keys(objects) and deleted_by_new_leaders() == moved, timeout=40)
+    finally:
+        c.stop()
+
+
+def test_a_file_its_first_owner_never_knew_is_taken_over(tmp_path: Path) -> None:
+    """A file committed to its second owner only (the commit to the first failed): once its
+    batches are deleted, the second owner waits for a handover that never comes; after the orphan
+    grace period it asks the first owner, which does not know the file, takes it over and deletes
+    it. The orphan scan leaves it alone meanwhile (a coordinator knows it)."""
+    import zlib
+
+    from node.client import NodeClient
+    from protocol.errors import Errors
+    from protocol.generated.diskless_commit_file import DisklessCommitFileRequest as C
+    from protocol.generated.find_coordinator import FindCoordinatorRequest
+    from protocol.generated.metadata import MetadataRequest
+
+    objects = tmp_path / "objects"
+    c = _cluster(tmp_path, _overrides(f"file://{objects}", **{"log.retention.check.interval.ms": "60000"}))
+    try:
+        _create_topic(c.bootstrap, "un")
+
+        async def commit() -> tuple[int, int, int]:
+            async with NodeClient("127.0.0.1", c.broker_port(1)) as cl:
+                md = await cl.request(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="un")]), 12)
+                tid = md.topics[0].topic_id
+                mine = (zlib.crc32(tid.bytes) + 0) % 2  # partition 0's coordinator (the controller's mapping)
+                other = 1 - mine
+                deadline = time.monotonic() + 30
+                while True:
+                    r = await cl.request(FindCoordinatorRequest(key_type=100, coordinator_keys=[str(mine)]), 4)
+                    if r.coordinators[0].error_code == 0:
+                        break
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.2)
+            leader = r.coordinators[0].node_id
+            (objects / "wal").mkdir(parents=True, exist_ok=True)
+            (objects / "wal" / "unowned").write_bytes(b"x" * 100)
+            req = C(object_key="wal/unowned", object_format=1, file_size=100, owner_ids=[other, mine], batches=[
+                C.DisklessCommitBatch(magic=2, request_id=0, topic_id=tid, partition_index=0, byte_offset=0, size=100,
+                                      base_offset=0, last_offset=0, batch_max_timestamp=1, timestamp_type=0,
+                                      producer_id=-1, producer_epoch=-1, base_sequence=-1, last_sequence=-1)])
+            async with NodeClient("127.0.0.1", c.broker_port(leader), client_id=f"diskless-{leader}") as cl:
+                while True:
+                    resp = await cl.request(req)
+                    if resp.batches[0].error_code != Errors.COORDINATOR_LOAD_IN_PROGRESS:
+                        break
+                    await asyncio.sleep(0.2)
+            assert resp.batches[0].error_code == 0, resp.batches[0]
+            return mine, other, leader
+
+        mine, other, leader = asyncio.run(commit())
+        from kafka import TopicPartition
+        from kafka.admin import KafkaAdminClient
+
+        admin = KafkaAdminClient(bootstrap_servers=c.bootstrap, client_id="admin-diskless_az=r1")
+        try:
+            admin.delete_records({TopicPartition("un", 0): -1})
+        finally:
+            admin.close()
+        statuses = {(f["coordinator"], f["status"]) for f in _tool(c.bootstrap, "--files")["files"]
+                    if f["key"] == "wal/unowned"}
+        assert statuses == {(mine, "waiting")}, statuses
+        deleted = rf"event='diskless_file_deleted' coordinator={mine} key='wal/unowned'"
+        _wait("the second owner to take the file over and delete it",
+              lambda: re.search(deleted, c.log_path(leader).read_text(errors="replace")) is not None)
+        assert "wal/unowned" not in _local_keys(objects)
+        text = c.log_path(leader).read_text(errors="replace")
+        assert re.search(rf"event='diskless_file_taken_unowned' coordinator={mine} key='wal/unowned' error=0", text)
+        assert not any("diskless_orphan_deleted" in c.log_path(b).read_text(errors="replace") for b in c.broker_ids)
     finally:
         c.stop()
