@@ -31,6 +31,7 @@ from node.client import ClientError
 log = structlog.get_logger(__name__)
 
 FILE_WORK_INTERVAL_S = 0.5
+RETRY_LOG_EVERY = 100  # a failing handover or deletion is logged on its 1st, 101st, ... attempt
 
 
 class FileCleaner:
@@ -45,6 +46,7 @@ class FileCleaner:
         self.orphan_grace_s = orphan_grace_ms / 1000
         self._due: dict[tuple[int, str], float] = {}  # (coordinator, key) -> when its deletion may run
         self._waiting: dict[tuple[int, str], float] = {}  # (coordinator, key) -> since when it waits
+        self._failures: dict[tuple[int, str], int] = {}  # (coordinator, key) -> failed attempts in a row
         # coordinator -> (files version looked at, when to look again without a change): a pass
         # reads the state only after a deletion or handover, or while work is left
         self._looked: dict[int, tuple[tuple[int, int], float]] = {}
@@ -57,7 +59,7 @@ class FileCleaner:
         while True:
             await asyncio.sleep(FILE_WORK_INTERVAL_S)
             led = set(self.coordinator.led_partitions())
-            for table in (self._due, self._waiting):  # a coordinator that moved away starts afresh later
+            for table in (self._due, self._waiting, self._failures):  # a coordinator that moved away starts afresh later
                 for k in [k for k in table if k[0] not in led]:
                     del table[k]
             for index in [i for i in self._looked if i not in led]:
@@ -95,8 +97,12 @@ class FileCleaner:
                 code = await self.client.hand_over(target, t.object_key, t.size, t.owners, index)
                 if code:
                     unreachable.add(target)
-                    log.info("diskless_file_handover_retry", coordinator=index, key=t.object_key, to=target, error=code)
+                    failures = self._failures[(index, t.object_key)] = self._failures.get((index, t.object_key), 0) + 1
+                    if failures % RETRY_LOG_EVERY == 1:  # a target down for long is not a line per pass
+                        log.info("diskless_file_handover_retry", coordinator=index, key=t.object_key, to=target,
+                                 error=code, attempts=failures)
                     continue
+                self._failures.pop((index, t.object_key), None)
                 await self.coordinator.file_done(index, t.object_key, deleted=False)
                 log.info("diskless_file_handed_over", coordinator=index, key=t.object_key, to=target)
                 continue
@@ -106,8 +112,12 @@ class FileCleaner:
             try:
                 await self.store.delete(t.object_key)
             except ObjectStoreError as e:
-                log.warning("diskless_file_delete_retry", coordinator=index, key=t.object_key, error=str(e))
+                failures = self._failures[(index, t.object_key)] = self._failures.get((index, t.object_key), 0) + 1
+                if failures % RETRY_LOG_EVERY == 1:
+                    log.warning("diskless_file_delete_retry", coordinator=index, key=t.object_key, error=str(e),
+                                attempts=failures)
                 continue
+            self._failures.pop((index, t.object_key), None)
             self._due.pop((index, t.object_key), None)
             await self.coordinator.file_done(index, t.object_key, deleted=True)
             log.info("diskless_file_deleted", coordinator=index, key=t.object_key, bytes=t.size)
