@@ -168,13 +168,18 @@ def test_retention_empties_the_bucket_across_two_owners(tmp_path: Path, s3_serve
         begin, end = _offsets(c.bootstrap, "ret")
         assert begin == end and sum(end.values()) == 400, (begin, end)
 
-        view = _tool(c.bootstrap)
+        view: dict[str, Any] = {}
+
+        def all_deleted() -> bool:  # the status is written just after the object's deletion
+            view.update(_tool(c.bootstrap))
+            return sum(r.get("files_deleted", 0) for r in view["coordinators"]) == len(before)
+
+        _wait("every file's status to say deleted", all_deleted)
         by_key: dict[str, set[str]] = {}
         for f in view["files"]:
             by_key.setdefault(f["key"], set()).add(f["status"])
         for key in shared:  # one owner handed the file over, the other deleted it
             assert by_key[key] == {"handed-over", "deleted"}, (key, by_key[key])
-        assert sum(r["files_deleted"] for r in view["coordinators"]) == len(before)
         assert sum(r["files_handed_over"] for r in view["coordinators"]) == len(shared)
         assert all(r["live_files"] == 0 and r["pending_deletions"] == 0 for r in view["coordinators"])
     finally:

@@ -422,7 +422,7 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
             oldest = await self.states.run(index, DisklessState.oldest_live_file_ms)
             return DF.DisklessCoordinatorState(coordinator_id=index, error_code=0,
                                                oldest_file_timestamp_ms=-1 if oldest is None else oldest)
-        f = await self.states.run(index, DisklessState.figures, index)
+        f = await self.states.run_beside(index, DisklessState.figures, index)  # a scan: off the apply thread
         return DF.DisklessCoordinatorState(
             coordinator_id=index, error_code=0, oldest_file_timestamp_ms=f.oldest_file_ms, partitions=f.partitions,
             files=f.files, live_files=f.live_files, live_batches=f.live_batches, live_bytes=f.live_bytes,
@@ -440,15 +440,17 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
         live: set[str] = set()
         file_details = []
 
-        def read(state: DisklessState, index: int) -> tuple[set[str], set[str], list[Any]]:
+        def read(state: DisklessState) -> tuple[set[str], set[str]]:
             k = state.known_files(keys)
             lv = {key for key in k if state.file_has_batches(key)}
-            return k, lv, state.file_details(index, MAX_FILE_DETAILS) if details else []
+            return k, lv
 
         for c in coordinators:
             if c.error_code:
                 continue
-            got = await self.states.run(c.coordinator_id, read, c.coordinator_id)
+            got = await self.states.run(c.coordinator_id, read)
+            listed = await self.states.run_beside(c.coordinator_id, DisklessState.file_details, c.coordinator_id,
+                                                  MAX_FILE_DETAILS) if details else []
             if got is None:
                 failed = failed or Errors.NOT_COORDINATOR
                 continue
@@ -457,7 +459,7 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
             live |= got[1]
             file_details += [DF.DisklessFileDetail(coordinator_id=c.coordinator_id, object_key=key, file_size=size,
                                                    owner_ids=owners, live_batches=n, status=status)
-                             for key, size, owners, n, status in got[2]]
+                             for key, size, owners, n, status in listed or []]
         if not self.active or (not coordinators and keys):
             failed = failed or Errors.NOT_COORDINATOR
         return DF(files=[DF.DisklessDescribeFileResult(

@@ -160,6 +160,7 @@ class DisklessState:
         # No checkpoint (and its fsyncs) inside an apply: checkpoint() runs them beside it.
         self._db.execute("PRAGMA wal_autocheckpoint=0")
         self._checkpointer: sqlite3.Connection | None = None
+        self._beside: DisklessState | None = None
         self._db.executescript(_SCHEMA)
         version = self._meta("schema_version")
         if version is None:
@@ -180,9 +181,22 @@ class DisklessState:
         self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def close_checkpointer(self) -> None:
+        self._beside = None
         if self._checkpointer is not None:
             self._checkpointer.close()
             self._checkpointer = None
+
+    def beside(self) -> DisklessState:
+        """This database through the second connection (the checkpoint thread's): long reads such
+        as the gauges run there, beside the applies and the reads that must follow them (WAL mode:
+        it reads the last committed state). Called on that thread only."""
+        if self._beside is None:
+            if self._checkpointer is None:
+                self._checkpointer = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            other = object.__new__(DisklessState)
+            other.path, other._db, other._checkpointer, other._beside = self.path, self._checkpointer, None, None
+            self._beside = other
+        return self._beside
 
     def _meta(self, name: str) -> int | None:
         row = self._db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
