@@ -512,7 +512,8 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
                 limits.append(RetentionLimits(tid, part, *limit))
         if not limits:
             return
-        found = await self.states.run(ps.index, DisklessState.retention_offsets, limits, wall_clock_ms())
+        # a scan of the batches: beside the applies (a stale answer only deletes less)
+        found = await self.states.run_beside(ps.index, DisklessState.retention_offsets, limits, wall_clock_ms())
         if not found or not self._owns(ps) or ps.view is None:
             return
         records = []
