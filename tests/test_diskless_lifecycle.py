@@ -376,10 +376,13 @@ def test_a_file_its_first_owner_never_knew_is_taken_over(tmp_path: Path) -> None
                                       base_offset=0, last_offset=0, batch_max_timestamp=1, timestamp_type=0,
                                       producer_id=-1, producer_epoch=-1, base_sequence=-1, last_sequence=-1)])
             async with NodeClient("127.0.0.1", c.broker_port(leader), client_id=f"diskless-{leader}") as cl:
-                while True:
+                deadline = time.monotonic() + 30
+                while True:  # until the coordinator is loaded and has created the topic's partitions
                     resp = await cl.request(req)
-                    if resp.batches[0].error_code != Errors.COORDINATOR_LOAD_IN_PROGRESS:
+                    if resp.batches[0].error_code not in (Errors.COORDINATOR_LOAD_IN_PROGRESS,
+                                                          Errors.UNKNOWN_TOPIC_OR_PARTITION):
                         break
+                    assert time.monotonic() < deadline, resp.batches[0]
                     await asyncio.sleep(0.2)
             assert resp.batches[0].error_code == 0, resp.batches[0]
             return mine, other, leader
