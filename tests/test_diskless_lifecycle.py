@@ -149,10 +149,15 @@ def test_retention_empties_the_bucket_across_two_owners(tmp_path: Path, s3_serve
         before = _s3_keys(s3_server)
         print(f"bucket {s3_server.bucket} after producing: {len(before)} objects\n  " + "\n  ".join(sorted(before)))
         assert before
-        view = _tool(c.bootstrap, "--files", "--coordinators")
+        view: dict[str, Any] = {}
+
+        def listed() -> bool:  # every object is a committed file (the listing reads SQLite after its applies)
+            view.update(_tool(c.bootstrap, "--files", "--coordinators"))
+            return {f["key"] for f in view["files"]} == before
+
+        _wait("the tool to list every object", listed)
         shared = {f["key"] for f in view["files"] if len(f["owners"]) == 2}
         assert shared, f"no file holds partitions of both coordinators: {view['files']}"
-        assert {f["key"] for f in view["files"]} == before  # every object is a committed file
         assert all(f["status"] == "live" for f in view["files"])
 
         from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
@@ -167,8 +172,6 @@ def test_retention_empties_the_bucket_across_two_owners(tmp_path: Path, s3_serve
         print(f"bucket {s3_server.bucket} after retention: {sorted(_s3_keys(s3_server))} (empty)")
         begin, end = _offsets(c.bootstrap, "ret")
         assert begin == end and sum(end.values()) == 400, (begin, end)
-
-        view: dict[str, Any] = {}
 
         def all_deleted() -> bool:  # the status is written just after the object's deletion
             view.update(_tool(c.bootstrap))
