@@ -98,6 +98,10 @@ def _check_diskless(cfg: NodeConfig) -> None:
     for name in ("diskless.wal.max.bytes", "diskless.wal.max.ms", "diskless.fetch.cache.bytes",
                  "diskless.fetch.poll.ms", "diskless.metadata.topic.num.partitions",
                  "diskless.metadata.topic.replication.factor", "diskless.metadata.topic.min.isr",
-                 "diskless.coordinator.write.timeout.ms"):
+                 "diskless.coordinator.write.timeout.ms", "diskless.coordinator.orphan.scan.interval.ms",
+                 "diskless.coordinator.gauges.interval.ms"):
         if name in cfg.props and cfg.int(name, 1) < 1:
             raise ConfigError(f"{name} must be at least 1")
+    for name in ("diskless.coordinator.file.deletion.grace.ms", "diskless.coordinator.orphan.scan.grace.period.ms"):
+        if name in cfg.props and cfg.int(name, 0) < 0:
+            raise ConfigError(f"{name} must be at least 0")

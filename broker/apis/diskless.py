@@ -1,4 +1,5 @@
-"""The diskless coordinator's seven APIs (KIP-1164, keys seed + 1000: 1093-1098, 1100).
+"""The diskless coordinator's seven APIs (KIP-1164, keys seed + 1000: 1093-1098, 1100) and
+DisklessHandOverFile (1110, Strata's: the seed's WAL file handover has no API of its own).
 
 Only brokers may call them (the seed asks for CLUSTER_ACTION; until ACLs exist the rule is: the
 client id is `diskless-<node id>` of a registered, unfenced broker and the connection comes from
@@ -19,6 +20,7 @@ from protocol.generated.diskless_delete_records import DisklessDeleteRecordsResp
 from protocol.generated.diskless_delete_topics import DisklessDeleteTopicsResponse
 from protocol.generated.diskless_describe_files import DisklessDescribeFilesResponse
 from protocol.generated.diskless_find_batches import DisklessFindBatchesResponse
+from protocol.generated.diskless_hand_over_file import DisklessHandOverFileResponse
 from protocol.generated.diskless_list_offsets import DisklessListOffsetsResponse
 
 CLIENT_ID_PREFIX = "diskless-"
@@ -175,13 +177,16 @@ async def find_batches(ctx: RequestContext, req: Any) -> DisklessFindBatchesResp
 @api(1100, 0, 0)
 async def describe_files(ctx: RequestContext, req: Any) -> DisklessDescribeFilesResponse:
     R = DisklessDescribeFilesResponse
-    refused = calling_broker(ctx) is None
-    out = []
-    for f in req.files:
-        if refused:
-            out.append(R.DisklessDescribeFileResult(object_key=f.object_key, error_code=Errors.CLUSTER_AUTHORIZATION_FAILED,
-                                                    error_message=REFUSED))
-        else:
-            live = await _coordinator(ctx).describe_file(f.object_key)
-            out.append(R.DisklessDescribeFileResult(object_key=f.object_key, has_live_batches=live))
-    return R(files=out)
+    if calling_broker(ctx) is None:
+        return R(files=[R.DisklessDescribeFileResult(object_key=f.object_key, error_code=Errors.CLUSTER_AUTHORIZATION_FAILED,
+                                                     error_message=REFUSED) for f in req.files])
+    return await ctx.broker.diskless.describe_files([f.object_key for f in req.files], req.details)
+
+
+@api(1110, 0, 0)
+async def hand_over_file(ctx: RequestContext, req: Any) -> DisklessHandOverFileResponse:
+    if calling_broker(ctx) is None:
+        return DisklessHandOverFileResponse(error_code=Errors.CLUSTER_AUTHORIZATION_FAILED, error_message=REFUSED)
+    code = await _coordinator(ctx).hand_over(req.to_coordinator, req.object_key, req.file_size, req.owner_ids,
+                                             req.from_coordinator)
+    return DisklessHandOverFileResponse(error_code=code, error_message=_message(code))

@@ -25,6 +25,12 @@ class DisklessConfig:
     metadata_topic_min_isr: int = 2
     coordinator_write_timeout_ms: int = 10000
     coordinator_load_buffer_size: int = 5 * 1024 * 1024
+    # what the last owner of a WAL file waits before deleting it (reads in flight finish)
+    file_deletion_grace_ms: int = 60000
+    orphan_scan_interval_ms: int = 3600000  # orphans are rare: a low scan frequency (the seed)
+    orphan_scan_grace_ms: int = 3600000  # an object younger than this is never an orphan candidate
+    retention_check_interval_ms: int = 300000  # log.retention.check.interval.ms, as local logs
+    gauges_interval_ms: int = 60000  # the per-coordinator gauges line in the broker log
 
     @classmethod
     def from_props(cls, props: Mapping[str, str], first_log_dir: str | Path) -> DisklessConfig:
@@ -45,4 +51,13 @@ class DisklessConfig:
             metadata_topic_min_isr=int(props.get("diskless.metadata.topic.min.isr", d.metadata_topic_min_isr)),
             coordinator_write_timeout_ms=int(props.get("diskless.coordinator.write.timeout.ms",
                                                        d.coordinator_write_timeout_ms)),
+            file_deletion_grace_ms=int(props.get("diskless.coordinator.file.deletion.grace.ms",
+                                                 d.file_deletion_grace_ms)),
+            orphan_scan_interval_ms=int(props.get("diskless.coordinator.orphan.scan.interval.ms",
+                                                  d.orphan_scan_interval_ms)),
+            orphan_scan_grace_ms=int(props.get("diskless.coordinator.orphan.scan.grace.period.ms",
+                                               d.orphan_scan_grace_ms)),
+            retention_check_interval_ms=int(props.get("log.retention.check.interval.ms",
+                                                      d.retention_check_interval_ms)),
+            gauges_interval_ms=int(props.get("diskless.coordinator.gauges.interval.ms", d.gauges_interval_ms)),
         )

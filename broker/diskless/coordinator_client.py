@@ -18,6 +18,7 @@ of its request with an error (the caller's producer or consumer retries).
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 from uuid import UUID
@@ -30,13 +31,20 @@ from metadata.diskless import DISKLESS_METADATA_TOPIC
 from node.client import ClientError
 from protocol.errors import Errors
 from protocol.generated.diskless_commit_file import DisklessCommitFileRequest
+from protocol.generated.diskless_delete_records import DisklessDeleteRecordsRequest as DR
+from protocol.generated.diskless_describe_files import DisklessDescribeFilesRequest as DF
 from protocol.generated.diskless_find_batches import DisklessFindBatchesRequest as FB
+from protocol.generated.diskless_hand_over_file import DisklessHandOverFileRequest as HO
 from protocol.generated.diskless_list_offsets import DisklessListOffsetsRequest as LO
 
 log = structlog.get_logger(__name__)
 REQUEST_TIMEOUT_S = 30.0
 MAX_BATCHES_PER_PARTITION = 500
 MAX_FETCH_BYTES = 2**31 - 1
+# what a producer (or DeleteRecords) hears when the coordinator could not be reached or moved
+RETRY_AS = {Errors.NOT_COORDINATOR: Errors.NOT_LEADER_OR_FOLLOWER,
+            Errors.COORDINATOR_LOAD_IN_PROGRESS: Errors.NOT_LEADER_OR_FOLLOWER,
+            Errors.COORDINATOR_NOT_AVAILABLE: Errors.NOT_LEADER_OR_FOLLOWER}
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -114,6 +122,15 @@ class CoordinatorClient:
         info = t.partitions.get(index) if t is not None else None
         return -1 if info is None else info.leader
 
+    def coordinator_brokers(self) -> dict[int, int] | None:
+        """Every coordinator's leader (coordinator -> broker), or None when one has none (or the
+        coordinators' topic does not exist yet)."""
+        t = self.metadata.image.topic(DISKLESS_METADATA_TOPIC)
+        if t is None or not t.partitions:
+            return None
+        out = {index: info.leader for index, info in t.partitions.items()}
+        return None if any(b < 0 for b in out.values()) else out
+
     async def _send(self, broker_id: int, body: Any) -> Any:
         client = await self.peers.get(broker_id)
         try:
@@ -128,6 +145,7 @@ class CoordinatorClient:
         result per batch in request order."""
         by_broker: dict[int, list[int]] = {}
         results: list[BatchResult | None] = [None] * len(req.batches)
+        coordinators: set[int] = set()
         for i, b in enumerate(req.batches):
             index = self.coordinator_of(b.topic_id, b.partition_index)
             leader = self.leader_of(index) if index >= 0 else -1
@@ -135,7 +153,10 @@ class CoordinatorClient:
                 results[i] = BatchResult(Errors.NOT_LEADER_OR_FOLLOWER, "no diskless coordinator for the partition")
                 continue
             by_broker.setdefault(leader, []).append(i)
-        owners = sorted(by_broker)
+            coordinators.add(index)
+        # the seed's owner list: every coordinator the file's batches go to, randomly permuted
+        # (the first owns the file; each hands it to the next once its batches in it are gone)
+        owners = random.sample(sorted(coordinators), len(coordinators))
 
         async def one(broker_id: int, positions: list[int]) -> None:
             sub = DisklessCommitFileRequest(object_key=req.object_key, object_format=req.object_format,
@@ -159,6 +180,51 @@ class CoordinatorClient:
 
         await asyncio.gather(*(one(b, ps) for b, ps in by_broker.items()))
         return [r if r is not None else BatchResult(Errors.UNKNOWN_SERVER_ERROR) for r in results]
+
+    # ------------------------------------------------------------------ deletion
+    async def delete_records(self, topic_id: UUID, partition: int, offset: int) -> tuple[int, int]:
+        """DisklessDeleteRecords at the partition's coordinator leader: (error, low watermark)."""
+        index = self.coordinator_of(topic_id, partition)
+        leader = self.leader_of(index) if index >= 0 else -1
+        if leader < 0:
+            return Errors.NOT_LEADER_OR_FOLLOWER, -1
+        if leader == self.node_id:
+            code, low = await self.local.delete_records(topic_id, partition, offset)
+        else:
+            body = DR(topics=[DR.DisklessDeleteRecordsTopic(topic_id=topic_id, partitions=[
+                DR.DisklessDeleteRecordsPartition(partition_index=partition, offset=offset)])])
+            try:
+                resp = await self._send(leader, body)
+                answer = resp.topics[0].partitions[0]
+                code, low = answer.error_code, answer.low_watermark
+            except (ClientError, OSError, IndexError) as e:
+                log.info("diskless_delete_records_failed", coordinator_broker=leader, error=str(e))
+                return Errors.REQUEST_TIMED_OUT, -1
+        return RETRY_AS.get(code, code), low
+
+    # ------------------------------------------------------------------ WAL file lifecycle
+    async def hand_over(self, to_index: int, object_key: str, size: int, owners: list[int], from_index: int) -> int:
+        """DisklessHandOverFile to coordinator `to_index`'s leader: 0 once its log holds it."""
+        leader = self.leader_of(to_index)
+        if leader < 0:
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        if leader == self.node_id:
+            return await self.local.hand_over(to_index, object_key, size, owners, from_index)
+        try:
+            resp = await self._send(leader, HO(object_key=object_key, file_size=size, owner_ids=list(owners),
+                                               from_coordinator=from_index, to_coordinator=to_index))
+        except (ClientError, OSError) as e:
+            log.debug("diskless_hand_over_failed", coordinator_broker=leader, key=object_key, error=str(e))
+            return Errors.REQUEST_TIMED_OUT
+        return resp.error_code
+
+    async def describe_files(self, broker_id: int, keys: list[str], details: bool = False) -> Any:
+        """DisklessDescribeFiles answered by the coordinators `broker_id` leads (raises
+        ClientError / OSError when it cannot be reached)."""
+        if broker_id == self.node_id:
+            return await self.local.describe_files(keys, details)
+        return await self._send(broker_id, DF(files=[DF.DisklessDescribeFileEntry(object_key=k) for k in keys],
+                                              details=details))
 
     # ------------------------------------------------------------------ reads
     def find_batches(self, topic_id: UUID, partition: int, offset: int, max_bytes: int) -> Awaitable[FoundBatches]:

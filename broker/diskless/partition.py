@@ -23,7 +23,9 @@ from broker.coordinator.diskless.state import FoundBatches
 from broker.coordinator.diskless.view import BatchResult
 from broker.diskless.config import DisklessConfig
 from broker.diskless.coordinator_client import CoordinatorClient
+from broker.diskless.file_cleaner import FileCleaner
 from broker.diskless.object_store import ObjectStoreError, open_object_store
+from broker.diskless.orphans import OrphanScanner
 from broker.diskless.reader import BlockCache, read_batches
 from broker.diskless.wal import WalWriter
 from broker.partitions.interface import AppendAnswer, FetchPosition, OffsetAnswer, ReadAnswer, answered
@@ -139,6 +141,10 @@ class DisklessPartition:
         err, _, end = await self.s.client.list_offsets(self.topic.id, self.info.partition, LATEST)
         return (err, -1, -1) if err else (0, self.info.leader_epoch, end)
 
+    async def delete_records(self, offset: int) -> tuple[int, int]:
+        """DisklessDeleteRecords at the partition's coordinator (-1: the high watermark)."""
+        return await self.s.client.delete_records(self.topic.id, self.info.partition, offset)
+
     # ------------------------------------------------------------------ list offsets
     async def offset_for(self, timestamp: int, read_committed: bool) -> OffsetAnswer:
         err, ts, offset = await self.s.client.list_offsets(self.topic.id, self.info.partition, timestamp)
@@ -163,6 +169,12 @@ class DisklessService:
         self.client = CoordinatorClient(node_id, metadata, peers, coordinator, replicas)
         self.wal = WalWriter(self.location, self.client, max_bytes=config.wal_max_bytes, max_ms=config.wal_max_ms,
                              on_commit=self._committed)
+        # the WAL files' lifecycle for the coordinators led here, and the orphan scan
+        self.coordinator = coordinator
+        self.cleaner = FileCleaner(coordinator, self.client, self.location.store, config.file_deletion_grace_ms,
+                                   config.orphan_scan_grace_ms)
+        self.orphans = OrphanScanner(coordinator, self.client, self.location.store, self.location.prefix,
+                                     config.orphan_scan_interval_ms, config.orphan_scan_grace_ms)
         self.cache = BlockCache(self.location.store, config.fetch_cache_bytes)
         self.poll_s = config.fetch_poll_ms / 1000
         self._waiters: dict[tuple[Any, int], list[asyncio.Future]] = {}
@@ -223,7 +235,18 @@ class DisklessService:
                 entry.isr_nodes = [leader]
                 entry.offline_replicas = []
 
+    async def describe_files(self, keys: list[str], details: bool) -> Any:
+        """DisklessDescribeFiles: the coordinators led here, and what the orphan scan here found."""
+        resp = await self.coordinator.describe_files(keys, details)
+        resp.last_orphan_scan_ms = self.orphans.last_scan_ms
+        if details:
+            resp.orphans = [type(resp).DisklessOrphanFile(object_key=k, size=n, deleted_ms=at)
+                            for k, n, at in self.orphans.deleted]
+        return resp
+
     async def close(self) -> None:
+        self.cleaner.close()
+        self.orphans.close()
         await self.wal.close()
         self.client.close()
         await self.peers.close()

@@ -10,11 +10,16 @@ pipelined batches reach the coordinator in the order they were sent (the sequenc
 A failed upload answers its batches KAFKA_STORAGE_ERROR (retriable) and commits nothing; a failed
 commit answers NOT_LEADER_OR_FOLLOWER (retriable: the client refreshes metadata and retries), and a
 file no coordinator took is deleted. Nothing is acknowledged that is not stored and committed.
+
+Failpoint for crash tests: with STRATA_DISKLESS_FAILPOINT=uploaded in its environment the broker
+stops every file after its upload and before its commit (logs `diskless_failpoint`), so a test
+can kill -9 it there and leave an orphan.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +28,7 @@ from uuid import UUID
 import structlog
 
 from broker.coordinator.diskless.view import BatchResult
+from broker.diskless.coordinator_client import RETRY_AS
 from broker.diskless.object_store import ObjectStoreError, StoreLocation, new_object_key
 from protocol.errors import Errors
 from protocol.generated.diskless_commit_file import DisklessCommitFileRequest as C
@@ -34,14 +40,11 @@ WRITE_AHEAD_MULTI_SEGMENT = 1  # the seed's ObjectFormat
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024  # diskless.wal.max.bytes (Inkless' produce.buffer.max.bytes)
 DEFAULT_MAX_MS = 250  # diskless.wal.max.ms (Inkless' produce.commit.interval.ms)
 MAX_UPLOADS_IN_FLIGHT = 4
+FAILPOINT = os.environ.get("STRATA_DISKLESS_FAILPOINT", "")
 _REFUSED_BEFORE_APPEND = {Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.CORRUPT_MESSAGE, Errors.OUT_OF_ORDER_SEQUENCE_NUMBER,
                           Errors.INVALID_PRODUCER_EPOCH, Errors.COORDINATOR_LOAD_IN_PROGRESS,
                           Errors.CLUSTER_AUTHORIZATION_FAILED}
 
-# what a producer hears when the coordinator could not be reached or moved
-_RETRY_AS = {Errors.NOT_COORDINATOR: Errors.NOT_LEADER_OR_FOLLOWER,
-             Errors.COORDINATOR_LOAD_IN_PROGRESS: Errors.NOT_LEADER_OR_FOLLOWER,
-             Errors.COORDINATOR_NOT_AVAILABLE: Errors.NOT_LEADER_OR_FOLLOWER}
 
 
 @dataclass(slots=True)
@@ -130,6 +133,9 @@ class WalWriter:
                 log.warning("diskless_upload_failed", key=key, bytes=len(data), error=str(e))
                 self._answer(pending, BatchResult(Errors.KAFKA_STORAGE_ERROR, f"object storage: {e}"))
                 return
+            if FAILPOINT == "uploaded":
+                log.warning("diskless_failpoint", step="uploaded", key=key)
+                await asyncio.Event().wait()  # until the test kills the broker
             if previous is not None:
                 await asyncio.shield(previous)
             await self._commit(key, data, pending, {"upload_ms": round((uploaded - started) * 1000, 1),
@@ -174,8 +180,8 @@ class WalWriter:
             r = failed.get(id(p)) or first.get(id(p))
             if r is None:
                 r = BatchResult(Errors.UNKNOWN_SERVER_ERROR, "no commit result")
-            if r.error_code in _RETRY_AS:
-                r = BatchResult(_RETRY_AS[r.error_code], r.error_message)
+            if r.error_code in RETRY_AS:
+                r = BatchResult(RETRY_AS[r.error_code], r.error_message)
             elif r.error_code == 0 and p.timestamp_type == 1:
                 r.log_append_time = p.log_append_time
             if not p.done.done():

@@ -1,4 +1,4 @@
-"""The one partition interface Produce, Fetch and ListOffsets call (ARCHITECTURE.md, after Tansu's
+"""The one partition interface Produce, Fetch, ListOffsets and DeleteRecords call (ARCHITECTURE.md, after Tansu's
 storage trait). A local chunk replica (local.py) and a diskless partition (broker/diskless/
 partition.py) implement it; the handlers never ask which kind they hold.
 
@@ -81,6 +81,10 @@ class ServedPartition(Protocol):
     async def epoch_end_offset(self, leader_epoch: int, consumer: bool) -> tuple[int, int, int]:
         """(error, epoch, end offset) for OffsetForLeaderEpoch; a consumer never sees past the
         high watermark."""
+
+    async def delete_records(self, offset: int) -> tuple[int, int]:
+        """DeleteRecords: (error, low watermark) after removing the records below `offset` (-1:
+        the high watermark); OFFSET_OUT_OF_RANGE beyond the high watermark."""
 
 
 def answered(answer: AppendAnswer) -> Awaitable[AppendAnswer]:

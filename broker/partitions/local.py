@@ -12,7 +12,9 @@ from broker.partitions.interface import AppendAnswer, FetchPosition, OffsetAnswe
 from broker.storage.batch_validation import first_record_without_key
 from broker.storage.cleaner import cleanup_policies
 from broker.storage.errors import ResourceExhaustedError, StorageError
+from node.client import ClientError
 from protocol.errors import Errors
+from protocol.generated.alter_chunk_assignments import AlterChunkAssignmentsRequest
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
@@ -166,3 +168,60 @@ class LocalPartition:
         if ans.offset >= 0:
             ans.leader_epoch = p.leader_epoch
         return ans
+
+    # ------------------------------------------------------------------ delete records
+    async def delete_records(self, offset: int) -> tuple[int, int]:
+        """On the active chunk's leader. Below the active chunk, whole inactive chunks the offset
+        passes are dropped: every replica leaves them (AlterChunkAssignments with LeavingBrokerId,
+        the report a replica sends when retention emptied it), and the controller removes a chunk
+        with no replicas left. A chunk the offset cuts through gets it as its log start offset
+        (AlterChunkAssignments with LogStartOffset, kept in the metadata): reads below it answer
+        OFFSET_OUT_OF_RANGE at once, and each replica deletes what lies below it."""
+        b, p = self.b, self.p
+        offset = p.high_watermark if offset == -1 else offset
+        if offset < 0 or offset > p.high_watermark:
+            return Errors.OFFSET_OUT_OF_RANGE, -1
+        topic = b.metadata.image.topic(p.topic)
+        chunks = topic.chunks.get(p.index, ()) if topic is not None else ()
+        gone = [c for c in chunks if c.end_offset < offset]
+        if gone:
+            code = await _drop_chunks(b, p.topic, p.index, gone)
+            if code:
+                return code, -1
+        cut = [c for c in chunks if c.first_offset < offset <= c.end_offset]
+        if cut:
+            code = await _cut_chunk(b, p.topic, p.index, cut[0], offset)
+            if code:
+                return code, -1
+        try:
+            low = p.log.delete_records_before(offset)
+        except StorageError as e:
+            return e.error_code, -1
+        return 0, low if offset >= p.log.log_start_offset else offset
+
+
+async def _cut_chunk(b: Any, topic: str, partition: int, chunk, offset: int) -> int:
+    AC = AlterChunkAssignmentsRequest
+    entry = AC.AlterChunkAssignment(topic_name=topic, partition_id=partition, start_offset=chunk.start_offset,
+                                    chunk_epoch=-1, broker_ids=[], log_start_offset=offset)
+    try:
+        resp = await b.forward(AC(chunks=[entry]), 0)
+    except ClientError:
+        return Errors.REQUEST_TIMED_OUT
+    return resp.results[0].error_code if resp.results else Errors.UNKNOWN_SERVER_ERROR
+
+
+async def _drop_chunks(b: Any, topic: str, partition: int, chunks) -> int:
+    AC = AlterChunkAssignmentsRequest
+    entries = [
+        AC.AlterChunkAssignment(topic_name=topic, partition_id=partition, start_offset=c.start_offset,
+                                chunk_epoch=-1, broker_ids=[], leaving_broker_id=r)
+        for c in chunks for r in c.replicas
+    ]
+    try:
+        resp = await b.forward(AC(chunks=entries), 0)
+    except ClientError:
+        return Errors.REQUEST_TIMED_OUT
+    # INVALID_REQUEST: a replica or the chunk left already (retention got there first)
+    bad = [r.error_code for r in resp.results if r.error_code not in (0, Errors.INVALID_REQUEST)]
+    return bad[0] if bad else 0

@@ -35,6 +35,7 @@ import protocol.generated.diskless_delete_records as diskless_delete_records
 import protocol.generated.diskless_delete_topics as diskless_delete_topics
 import protocol.generated.diskless_describe_files as diskless_describe_files
 import protocol.generated.diskless_find_batches as diskless_find_batches
+import protocol.generated.diskless_hand_over_file as diskless_hand_over_file
 import protocol.generated.diskless_list_offsets as diskless_list_offsets
 import protocol.generated.elect_leaders as elect_leaders
 import protocol.generated.end_txn as end_txn
@@ -57,6 +58,7 @@ import protocol.generated.metadata_records.chunk_record as metadata_records_chun
 import protocol.generated.metadata_records.client_quota_record as metadata_records_client_quota_record
 import protocol.generated.metadata_records.config_record as metadata_records_config_record
 import protocol.generated.metadata_records.diskless_file_committed_record as metadata_records_diskless_file_committed_record
+import protocol.generated.metadata_records.diskless_file_handed_over_record as metadata_records_diskless_file_handed_over_record
 import protocol.generated.metadata_records.diskless_partition_created_record as metadata_records_diskless_partition_created_record
 import protocol.generated.metadata_records.diskless_records_deleted_record as metadata_records_diskless_records_deleted_record
 import protocol.generated.metadata_records.diskless_topic_deleted_record as metadata_records_diskless_topic_deleted_record
@@ -147,6 +149,7 @@ REQUESTS = {
     1097: diskless_list_offsets.DisklessListOffsetsRequest,
     1098: diskless_find_batches.DisklessFindBatchesRequest,
     1100: diskless_describe_files.DisklessDescribeFilesRequest,
+    1110: diskless_hand_over_file.DisklessHandOverFileRequest,
     1253: partition_leader_epochs_for_partitions.PartitionLeaderEpochsForPartitionsRequest,
 }
 RESPONSES = {
@@ -209,6 +212,7 @@ RESPONSES = {
     1097: diskless_list_offsets.DisklessListOffsetsResponse,
     1098: diskless_find_batches.DisklessFindBatchesResponse,
     1100: diskless_describe_files.DisklessDescribeFilesResponse,
+    1110: diskless_hand_over_file.DisklessHandOverFileResponse,
     1253: partition_leader_epochs_for_partitions.PartitionLeaderEpochsForPartitionsResponse,
 }
 METADATA_RECORDS = {
@@ -234,6 +238,7 @@ METADATA_RECORDS = {
     1101: metadata_records_diskless_topic_deleted_record.DisklessTopicDeletedRecord,
     1102: metadata_records_diskless_file_committed_record.DisklessFileCommittedRecord,
     1103: metadata_records_diskless_records_deleted_record.DisklessRecordsDeletedRecord,
+    1110: metadata_records_diskless_file_handed_over_record.DisklessFileHandedOverRecord,
 }
 RequestHeader = request_header.RequestHeader
 ResponseHeader = response_header.ResponseHeader

@@ -42,20 +42,25 @@ from protocol.message import Message, Struct
 
 _st_h = _Struct(">h")
 _st_i = _Struct(">i")
+_st_ihqiiiqqiiiqq = _Struct(">ihqiiiqqiiiqq")
+_st_q = _Struct(">q")
+_st_qq = _Struct(">qq")
 _st_z = _Struct(">?")
 
 
 class DisklessDescribeFilesRequest(Message):
-    """Asks a diskless coordinator whether it still has live batches in the given WAL files (used by the orphan file scan)."""
+    """Asks the diskless coordinators led by the receiving broker whether they know the given WAL files and still have live batches in them (the orphan file scan), and how old their oldest live file is."""
 
     __slots__ = (
         "files",
         "timeout_ms",
+        "details",
         "unknown_tags",
     )
     _fields = (
         "files",
         "timeout_ms",
+        "details",
     )
     API_KEY = 1100
     NAME = "DisklessDescribeFilesRequest"
@@ -75,9 +80,10 @@ class DisklessDescribeFilesRequest(Message):
             self.object_key = object_key
             self.unknown_tags = unknown_tags
 
-    def __init__(self, files=_UNSET, timeout_ms=60000, unknown_tags=None):
+    def __init__(self, files=_UNSET, timeout_ms=60000, details=False, unknown_tags=None):
         self.files = [] if files is _UNSET else files
         self.timeout_ms = timeout_ms
+        self.details = details
         self.unknown_tags = unknown_tags
 
 
@@ -91,11 +97,19 @@ class DisklessDescribeFilesResponse(Message):
     __slots__ = (
         "throttle_time_ms",
         "files",
+        "coordinators",
+        "file_details",
+        "orphans",
+        "last_orphan_scan_ms",
         "unknown_tags",
     )
     _fields = (
         "throttle_time_ms",
         "files",
+        "coordinators",
+        "file_details",
+        "orphans",
+        "last_orphan_scan_ms",
     )
     API_KEY = 1100
     NAME = "DisklessDescribeFilesResponse"
@@ -110,6 +124,7 @@ class DisklessDescribeFilesResponse(Message):
             "error_code",
             "error_message",
             "has_live_batches",
+            "known_by",
             "unknown_tags",
         )
         _fields = (
@@ -117,23 +132,170 @@ class DisklessDescribeFilesResponse(Message):
             "error_code",
             "error_message",
             "has_live_batches",
+            "known_by",
         )
 
-        def __init__(self, object_key="", error_code=0, error_message=None, has_live_batches=False, unknown_tags=None):
+        def __init__(
+            self,
+            object_key="",
+            error_code=0,
+            error_message=None,
+            has_live_batches=False,
+            known_by=_UNSET,
+            unknown_tags=None,
+        ):
             self.object_key = object_key
             self.error_code = error_code
             self.error_message = error_message
             self.has_live_batches = has_live_batches
+            self.known_by = [] if known_by is _UNSET else known_by
             self.unknown_tags = unknown_tags
 
-    def __init__(self, throttle_time_ms=0, files=_UNSET, unknown_tags=None):
+    class DisklessCoordinatorState(Struct):
+        __slots__ = (
+            "coordinator_id",
+            "error_code",
+            "oldest_file_timestamp_ms",
+            "partitions",
+            "files",
+            "live_files",
+            "live_batches",
+            "live_bytes",
+            "owned_files",
+            "pending_handovers",
+            "pending_deletions",
+            "files_handed_over",
+            "files_deleted",
+            "unknown_tags",
+        )
+        _fields = (
+            "coordinator_id",
+            "error_code",
+            "oldest_file_timestamp_ms",
+            "partitions",
+            "files",
+            "live_files",
+            "live_batches",
+            "live_bytes",
+            "owned_files",
+            "pending_handovers",
+            "pending_deletions",
+            "files_handed_over",
+            "files_deleted",
+        )
+
+        def __init__(
+            self,
+            coordinator_id=0,
+            error_code=0,
+            oldest_file_timestamp_ms=0,
+            partitions=0,
+            files=0,
+            live_files=0,
+            live_batches=0,
+            live_bytes=0,
+            owned_files=0,
+            pending_handovers=0,
+            pending_deletions=0,
+            files_handed_over=0,
+            files_deleted=0,
+            unknown_tags=None,
+        ):
+            self.coordinator_id = coordinator_id
+            self.error_code = error_code
+            self.oldest_file_timestamp_ms = oldest_file_timestamp_ms
+            self.partitions = partitions
+            self.files = files
+            self.live_files = live_files
+            self.live_batches = live_batches
+            self.live_bytes = live_bytes
+            self.owned_files = owned_files
+            self.pending_handovers = pending_handovers
+            self.pending_deletions = pending_deletions
+            self.files_handed_over = files_handed_over
+            self.files_deleted = files_deleted
+            self.unknown_tags = unknown_tags
+
+    class DisklessFileDetail(Struct):
+        __slots__ = (
+            "coordinator_id",
+            "object_key",
+            "file_size",
+            "owner_ids",
+            "live_batches",
+            "status",
+            "unknown_tags",
+        )
+        _fields = (
+            "coordinator_id",
+            "object_key",
+            "file_size",
+            "owner_ids",
+            "live_batches",
+            "status",
+        )
+
+        def __init__(
+            self,
+            coordinator_id=0,
+            object_key="",
+            file_size=0,
+            owner_ids=_UNSET,
+            live_batches=0,
+            status="",
+            unknown_tags=None,
+        ):
+            self.coordinator_id = coordinator_id
+            self.object_key = object_key
+            self.file_size = file_size
+            self.owner_ids = [] if owner_ids is _UNSET else owner_ids
+            self.live_batches = live_batches
+            self.status = status
+            self.unknown_tags = unknown_tags
+
+    class DisklessOrphanFile(Struct):
+        __slots__ = (
+            "object_key",
+            "size",
+            "deleted_ms",
+            "unknown_tags",
+        )
+        _fields = (
+            "object_key",
+            "size",
+            "deleted_ms",
+        )
+
+        def __init__(self, object_key="", size=0, deleted_ms=0, unknown_tags=None):
+            self.object_key = object_key
+            self.size = size
+            self.deleted_ms = deleted_ms
+            self.unknown_tags = unknown_tags
+
+    def __init__(
+        self,
+        throttle_time_ms=0,
+        files=_UNSET,
+        coordinators=_UNSET,
+        file_details=_UNSET,
+        orphans=_UNSET,
+        last_orphan_scan_ms=-1,
+        unknown_tags=None,
+    ):
         self.throttle_time_ms = throttle_time_ms
         self.files = [] if files is _UNSET else files
+        self.coordinators = [] if coordinators is _UNSET else coordinators
+        self.file_details = [] if file_details is _UNSET else file_details
+        self.orphans = [] if orphans is _UNSET else orphans
+        self.last_orphan_scan_ms = last_orphan_scan_ms
         self.unknown_tags = unknown_tags
 
 
 _c_DisklessDescribeFilesResponse = DisklessDescribeFilesResponse
 _c_DisklessDescribeFilesResponse_DisklessDescribeFileResult = DisklessDescribeFilesResponse.DisklessDescribeFileResult
+_c_DisklessDescribeFilesResponse_DisklessCoordinatorState = DisklessDescribeFilesResponse.DisklessCoordinatorState
+_c_DisklessDescribeFilesResponse_DisklessFileDetail = DisklessDescribeFilesResponse.DisklessFileDetail
+_c_DisklessDescribeFilesResponse_DisklessOrphanFile = DisklessDescribeFilesResponse.DisklessOrphanFile
 
 
 def _d_DisklessDescribeFilesRequest_DisklessDescribeFileEntry_v0(buf, pos):
@@ -189,6 +351,7 @@ def _d_DisklessDescribeFilesRequest_DisklessDescribeFilesRequest_v0(buf, pos):
         pos += 4
         f = "<tagged fields>"
         unknown = None
+        v_details = False
         if buf[pos] == 0:
             pos += 1
         else:
@@ -197,9 +360,16 @@ def _d_DisklessDescribeFilesRequest_DisklessDescribeFilesRequest_v0(buf, pos):
                 tag, pos = read_uvarint(buf, pos)
                 size, pos = read_uvarint(buf, pos)
                 end = check_len(buf, pos, size)
-                if unknown is None:
-                    unknown = {}
-                unknown[tag] = bytes(buf[pos:end])
+                if tag == 0:
+                    f = "Details"
+                    v_details = _st_z.unpack_from(buf, pos)[0]
+                    pos += 1
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
                 pos = end
     except ProtocolError as e:
         if e.field is None:
@@ -207,7 +377,7 @@ def _d_DisklessDescribeFilesRequest_DisklessDescribeFilesRequest_v0(buf, pos):
         raise
     except _DECODE_ERRORS as e:
         raise _malformed(e, "DisklessDescribeFilesRequest." + str(f), pos) from None
-    return _c_DisklessDescribeFilesRequest(v_files, v_timeout_ms, unknown), pos
+    return _c_DisklessDescribeFilesRequest(v_files, v_timeout_ms, v_details, unknown), pos
 
 
 def _e_DisklessDescribeFilesRequest_DisklessDescribeFileEntry_v0(o, parts):
@@ -229,10 +399,20 @@ def _e_DisklessDescribeFilesRequest_DisklessDescribeFilesRequest_v0(o, parts):
         for x in lst:
             _e_DisklessDescribeFilesRequest_DisklessDescribeFileEntry_v0(x, parts)
     w(_st_i.pack(o.timeout_ms))
-    if o.unknown_tags:
-        write_tags(parts, None, o.unknown_tags)
-    else:
+    tg = None
+    if o.details != False:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_z.pack(o.details))
+        if tg is None:
+            tg = []
+        tg.append((0, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
         w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
 
 
 def _d_DisklessDescribeFilesResponse_DisklessDescribeFileResult_v0(buf, pos):
@@ -250,6 +430,70 @@ def _d_DisklessDescribeFilesResponse_DisklessDescribeFileResult_v0(buf, pos):
         pos += 1
         f = "<tagged fields>"
         unknown = None
+        v_known_by = []
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if tag == 0:
+                    f = "KnownBy"
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
+                    n -= 1
+                    if n < 0:
+                        raise ProtocolError("null array in a non-nullable field")
+                    else:
+                        if n * 4 > len(buf) - pos:
+                            raise ProtocolError(f"array of {n} items runs past the end")
+                        v_known_by = list(_unpack_from(f">{n}i", buf, pos))
+                        pos += n * 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "DisklessDescribeFileResult." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "DisklessDescribeFileResult." + str(f), pos) from None
+    return _c_DisklessDescribeFilesResponse_DisklessDescribeFileResult(
+        v_object_key, v_error_code, v_error_message, v_has_live_batches, v_known_by, unknown
+    ), pos
+
+
+def _d_DisklessDescribeFilesResponse_DisklessCoordinatorState_v0(buf, pos):
+    f = None
+    try:
+        f = "CoordinatorId"
+        (
+            v_coordinator_id,
+            v_error_code,
+            v_oldest_file_timestamp_ms,
+            v_partitions,
+            v_files,
+            v_live_files,
+            v_live_batches,
+            v_live_bytes,
+            v_owned_files,
+            v_pending_handovers,
+            v_pending_deletions,
+            v_files_handed_over,
+            v_files_deleted,
+        ) = _st_ihqiiiqqiiiqq.unpack_from(buf, pos)
+        pos += 70
+        f = "<tagged fields>"
+        unknown = None
         if buf[pos] == 0:
             pos += 1
         else:
@@ -264,13 +508,112 @@ def _d_DisklessDescribeFilesResponse_DisklessDescribeFileResult_v0(buf, pos):
                 pos = end
     except ProtocolError as e:
         if e.field is None:
-            e.field, e.offset = "DisklessDescribeFileResult." + str(f), pos
+            e.field, e.offset = "DisklessCoordinatorState." + str(f), pos
         raise
     except _DECODE_ERRORS as e:
-        raise _malformed(e, "DisklessDescribeFileResult." + str(f), pos) from None
-    return _c_DisklessDescribeFilesResponse_DisklessDescribeFileResult(
-        v_object_key, v_error_code, v_error_message, v_has_live_batches, unknown
+        raise _malformed(e, "DisklessCoordinatorState." + str(f), pos) from None
+    return _c_DisklessDescribeFilesResponse_DisklessCoordinatorState(
+        v_coordinator_id,
+        v_error_code,
+        v_oldest_file_timestamp_ms,
+        v_partitions,
+        v_files,
+        v_live_files,
+        v_live_batches,
+        v_live_bytes,
+        v_owned_files,
+        v_pending_handovers,
+        v_pending_deletions,
+        v_files_handed_over,
+        v_files_deleted,
+        unknown,
     ), pos
+
+
+def _d_DisklessDescribeFilesResponse_DisklessFileDetail_v0(buf, pos):
+    f = None
+    try:
+        f = "CoordinatorId"
+        v_coordinator_id = _st_i.unpack_from(buf, pos)[0]
+        pos += 4
+        f = "ObjectKey"
+        v_object_key, pos = read_cstr(buf, pos)
+        f = "FileSize"
+        v_file_size = _st_q.unpack_from(buf, pos)[0]
+        pos += 8
+        f = "OwnerIds"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 4 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_owner_ids = list(_unpack_from(f">{n}i", buf, pos))
+            pos += n * 4
+        f = "LiveBatches"
+        v_live_batches = _st_i.unpack_from(buf, pos)[0]
+        pos += 4
+        f = "Status"
+        v_status, pos = read_cstr(buf, pos)
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "DisklessFileDetail." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "DisklessFileDetail." + str(f), pos) from None
+    return _c_DisklessDescribeFilesResponse_DisklessFileDetail(
+        v_coordinator_id, v_object_key, v_file_size, v_owner_ids, v_live_batches, v_status, unknown
+    ), pos
+
+
+def _d_DisklessDescribeFilesResponse_DisklessOrphanFile_v0(buf, pos):
+    f = None
+    try:
+        f = "ObjectKey"
+        v_object_key, pos = read_cstr(buf, pos)
+        f = "Size"
+        v_size, v_deleted_ms = _st_qq.unpack_from(buf, pos)
+        pos += 16
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "DisklessOrphanFile." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "DisklessOrphanFile." + str(f), pos) from None
+    return _c_DisklessDescribeFilesResponse_DisklessOrphanFile(v_object_key, v_size, v_deleted_ms, unknown), pos
 
 
 def _d_DisklessDescribeFilesResponse_DisklessDescribeFilesResponse_v0(buf, pos):
@@ -298,6 +641,10 @@ def _d_DisklessDescribeFilesResponse_DisklessDescribeFilesResponse_v0(buf, pos):
                 ap(x)
         f = "<tagged fields>"
         unknown = None
+        v_coordinators = []
+        v_file_details = []
+        v_orphans = []
+        v_last_orphan_scan_ms = -1
         if buf[pos] == 0:
             pos += 1
         else:
@@ -306,9 +653,76 @@ def _d_DisklessDescribeFilesResponse_DisklessDescribeFilesResponse_v0(buf, pos):
                 tag, pos = read_uvarint(buf, pos)
                 size, pos = read_uvarint(buf, pos)
                 end = check_len(buf, pos, size)
-                if unknown is None:
-                    unknown = {}
-                unknown[tag] = bytes(buf[pos:end])
+                if tag == 0:
+                    f = "Coordinators"
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
+                    n -= 1
+                    if n < 0:
+                        raise ProtocolError("null array in a non-nullable field")
+                    else:
+                        if n * 71 > len(buf) - pos:
+                            raise ProtocolError(f"array of {n} items runs past the end")
+                        v_coordinators = lst = []
+                        ap = lst.append
+                        for _ in range(n):
+                            x, pos = _d_DisklessDescribeFilesResponse_DisklessCoordinatorState_v0(buf, pos)
+                            ap(x)
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 1:
+                    f = "FileDetails"
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
+                    n -= 1
+                    if n < 0:
+                        raise ProtocolError("null array in a non-nullable field")
+                    else:
+                        if n * 20 > len(buf) - pos:
+                            raise ProtocolError(f"array of {n} items runs past the end")
+                        v_file_details = lst = []
+                        ap = lst.append
+                        for _ in range(n):
+                            x, pos = _d_DisklessDescribeFilesResponse_DisklessFileDetail_v0(buf, pos)
+                            ap(x)
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 2:
+                    f = "Orphans"
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
+                    n -= 1
+                    if n < 0:
+                        raise ProtocolError("null array in a non-nullable field")
+                    else:
+                        if n * 18 > len(buf) - pos:
+                            raise ProtocolError(f"array of {n} items runs past the end")
+                        v_orphans = lst = []
+                        ap = lst.append
+                        for _ in range(n):
+                            x, pos = _d_DisklessDescribeFilesResponse_DisklessOrphanFile_v0(buf, pos)
+                            ap(x)
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 3:
+                    f = "LastOrphanScanMs"
+                    v_last_orphan_scan_ms = _st_q.unpack_from(buf, pos)[0]
+                    pos += 8
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
                 pos = end
     except ProtocolError as e:
         if e.field is None:
@@ -316,7 +730,9 @@ def _d_DisklessDescribeFilesResponse_DisklessDescribeFilesResponse_v0(buf, pos):
         raise
     except _DECODE_ERRORS as e:
         raise _malformed(e, "DisklessDescribeFilesResponse." + str(f), pos) from None
-    return _c_DisklessDescribeFilesResponse(v_throttle_time_ms, v_files, unknown), pos
+    return _c_DisklessDescribeFilesResponse(
+        v_throttle_time_ms, v_files, v_coordinators, v_file_details, v_orphans, v_last_orphan_scan_ms, unknown
+    ), pos
 
 
 def _e_DisklessDescribeFilesResponse_DisklessDescribeFileResult_v0(o, parts):
@@ -325,6 +741,75 @@ def _e_DisklessDescribeFilesResponse_DisklessDescribeFileResult_v0(o, parts):
     w(_st_h.pack(o.error_code))
     write_cstr_n(parts, o.error_message)
     w(_st_z.pack(o.has_live_batches))
+    tg = None
+    if o.known_by:
+        outer, parts = parts, []
+        w = parts.append
+        lst = o.known_by
+        if lst is None:
+            raise ProtocolError("null in non-nullable array KnownBy")
+        else:
+            w(uvarint(len(lst) + 1))
+            w(_pack(f">{len(lst)}i", *lst))
+        if tg is None:
+            tg = []
+        tg.append((0, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
+        w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
+
+
+def _e_DisklessDescribeFilesResponse_DisklessCoordinatorState_v0(o, parts):
+    w = parts.append
+    w(
+        _st_ihqiiiqqiiiqq.pack(
+            o.coordinator_id,
+            o.error_code,
+            o.oldest_file_timestamp_ms,
+            o.partitions,
+            o.files,
+            o.live_files,
+            o.live_batches,
+            o.live_bytes,
+            o.owned_files,
+            o.pending_handovers,
+            o.pending_deletions,
+            o.files_handed_over,
+            o.files_deleted,
+        )
+    )
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_DisklessDescribeFilesResponse_DisklessFileDetail_v0(o, parts):
+    w = parts.append
+    w(_st_i.pack(o.coordinator_id))
+    write_cstr(parts, o.object_key)
+    w(_st_q.pack(o.file_size))
+    lst = o.owner_ids
+    if lst is None:
+        raise ProtocolError("null in non-nullable array OwnerIds")
+    else:
+        w(uvarint(len(lst) + 1))
+        w(_pack(f">{len(lst)}i", *lst))
+    w(_st_i.pack(o.live_batches))
+    write_cstr(parts, o.status)
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_DisklessDescribeFilesResponse_DisklessOrphanFile_v0(o, parts):
+    w = parts.append
+    write_cstr(parts, o.object_key)
+    w(_st_qq.pack(o.size, o.deleted_ms))
     if o.unknown_tags:
         write_tags(parts, None, o.unknown_tags)
     else:
@@ -341,10 +826,65 @@ def _e_DisklessDescribeFilesResponse_DisklessDescribeFilesResponse_v0(o, parts):
         w(uvarint(len(lst) + 1))
         for x in lst:
             _e_DisklessDescribeFilesResponse_DisklessDescribeFileResult_v0(x, parts)
-    if o.unknown_tags:
-        write_tags(parts, None, o.unknown_tags)
-    else:
+    tg = None
+    if o.coordinators:
+        outer, parts = parts, []
+        w = parts.append
+        lst = o.coordinators
+        if lst is None:
+            raise ProtocolError("null in non-nullable array Coordinators")
+        else:
+            w(uvarint(len(lst) + 1))
+            for x in lst:
+                _e_DisklessDescribeFilesResponse_DisklessCoordinatorState_v0(x, parts)
+        if tg is None:
+            tg = []
+        tg.append((0, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.file_details:
+        outer, parts = parts, []
+        w = parts.append
+        lst = o.file_details
+        if lst is None:
+            raise ProtocolError("null in non-nullable array FileDetails")
+        else:
+            w(uvarint(len(lst) + 1))
+            for x in lst:
+                _e_DisklessDescribeFilesResponse_DisklessFileDetail_v0(x, parts)
+        if tg is None:
+            tg = []
+        tg.append((1, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.orphans:
+        outer, parts = parts, []
+        w = parts.append
+        lst = o.orphans
+        if lst is None:
+            raise ProtocolError("null in non-nullable array Orphans")
+        else:
+            w(uvarint(len(lst) + 1))
+            for x in lst:
+                _e_DisklessDescribeFilesResponse_DisklessOrphanFile_v0(x, parts)
+        if tg is None:
+            tg = []
+        tg.append((2, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.last_orphan_scan_ms != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_q.pack(o.last_orphan_scan_ms))
+        if tg is None:
+            tg = []
+        tg.append((3, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
         w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
 
 
 DisklessDescribeFilesRequest._decoders = {0: _d_DisklessDescribeFilesRequest_DisklessDescribeFilesRequest_v0}

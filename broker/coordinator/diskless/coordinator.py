@@ -17,7 +17,14 @@ local log (every record a new leader holds is committed or the leadership goes),
 
 The coordinator also keeps its partitions in line with the cluster metadata: a diskless partition
 mapped to it (PartitionRecord's DisklessCoordinator) that it does not know is created
-(DisklessPartitionCreatedRecord), a topic it knows that the metadata no longer has is deleted.
+(DisklessPartitionCreatedRecord), a topic it knows that the metadata no longer has is deleted
+(DisklessDeleteTopics' operation). Retention runs here too: every log.retention.check.interval.ms
+the leader finds, in its SQLite state, the batches each partition's retention.ms / retention.bytes
+remove and appends one DisklessRecordsDeletedRecord per partition (what DeleteRecords appends).
+
+WAL files: the state tells which files a coordinator owns and has no live batch in (state.py's
+file_tasks); broker/diskless/file_cleaner.py hands them on or deletes them, through hand_over()
+and file_done() here. Their status is this replica's own (not in the log, as the seed says).
 """
 
 from __future__ import annotations
@@ -33,19 +40,37 @@ import structlog
 
 from broker.coordinator import metadata_caught_up, wall_clock_ms
 from broker.coordinator.diskless.materializer import Materializer
-from broker.coordinator.diskless.state import BatchLookup, DisklessState, FoundBatches
+from broker.coordinator.diskless.state import (
+    DELETED,
+    HANDED_OVER,
+    BatchLookup,
+    DisklessState,
+    FileTask,
+    FoundBatches,
+    RetentionLimits,
+)
 from broker.coordinator.diskless.view import BatchResult, CoordinatorView
 from broker.coordinator.internal_topic import create_internal_topic
 from broker.coordinator.partitioned import CoordinatorPartition, PartitionedCoordinator, state_write_error
 from broker.diskless.config import DisklessConfig
+from broker.storage.cleaner import retention_applies
+from broker.storage.config import LogConfig
 from metadata.diskless import DISKLESS_METADATA_TOPIC
 from metadata.records import encode_record
 from protocol.errors import Errors
 from protocol.generated.diskless_create_partitions import DisklessCreatePartitionsRequest as CP
+from protocol.generated.diskless_describe_files import DisklessDescribeFilesResponse as DF
+from protocol.generated.metadata_records.diskless_file_handed_over_record import DisklessFileHandedOverRecord
+from protocol.generated.metadata_records.diskless_records_deleted_record import DisklessRecordsDeletedRecord
+from protocol.generated.metadata_records.diskless_topic_deleted_record import DisklessTopicDeletedRecord
 
 log = structlog.get_logger(__name__)
 
+# records after which a file may have no live batch left here, or a new owner
+_FREES_FILES = (DisklessRecordsDeletedRecord, DisklessTopicDeletedRecord, DisklessFileHandedOverRecord)
+
 RECONCILE_INTERVAL_MS = 200
+MAX_FILE_DETAILS = 10_000  # per coordinator in a DisklessDescribeFiles answer (the newest files)
 LIST_EARLIEST, LIST_LATEST, LIST_MAX_TIMESTAMP = -2, -1, -3
 
 
@@ -58,6 +83,10 @@ class _CoordinatorPartition(CoordinatorPartition):
         super().__init__(index, epoch)
         self.view: CoordinatorView | None = None
         self.last_append: asyncio.Future | None = None  # resolves when the newest append replicated
+        self.retention: asyncio.Task | None = None  # the running retention pass
+        self.files_handed_over = 0  # by this broker since it took the lead
+        self.files_deleted = 0
+        self.files_changed = 0  # bumped by each write that may leave a file without live batches
 
 
 class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
@@ -79,6 +108,8 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
         self.states = Materializer(replicas, Path(log_dir) / "diskless-coordinator", self._load_buffer_size)
         self.states.start()
         self._every(RECONCILE_INTERVAL_MS, self._reconcile, "diskless_reconcile_failed")
+        self._every(config.retention_check_interval_ms, self._retention, "diskless_retention_failed")
+        self._every(config.gauges_interval_ms, lambda: self._spawn(self._log_gauges()), "diskless_gauges_failed")
         self._watch_leadership()
 
     def shutdown(self) -> None:
@@ -91,6 +122,8 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
 
     def _forget(self, ps: _CoordinatorPartition) -> None:
         ps.view = None
+        if ps.retention is not None:
+            ps.retention.cancel()
         self.states.drop_staged(ps.index)
 
     async def _load(self, ps: _CoordinatorPartition, p: Any) -> None:  # type: ignore[override]
@@ -161,7 +194,10 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
     # ------------------------------------------------------------------ the seven steps
     async def _write(self, ps: _CoordinatorPartition, records: list[Any]) -> int:
         """Append `records` (one batch, now), wait for replication, apply to SQLite. 0 or the error."""
-        return await self._write_now(ps, records)
+        code = await self._write_now(ps, records)
+        if any(isinstance(r, _FREES_FILES) for r in records):
+            ps.files_changed += 1  # the file worker looks again (the apply is queued before its read)
+        return code
 
     def _write_now(self, ps: _CoordinatorPartition, records: list[Any]) -> Awaitable[int]:
         """Append `records` now, before the caller's next await, so the log holds them in the
@@ -325,12 +361,168 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
                 found[i] = a
         return [f if f is not None else FoundBatches(Errors.UNKNOWN_SERVER_ERROR, -1, -1, []) for f in found]
 
-    async def describe_file(self, object_key: str) -> bool:
-        """True when any coordinator this broker leads has live batches in the file."""
-        for index in list(self._partitions):
-            if await self.states.run(index, DisklessState.file_has_batches, object_key):
-                return True
-        return False
+    # ------------------------------------------------------------------ WAL file lifecycle
+    async def hand_over(self, index: int, object_key: str, size: int, owners: list[int], from_coordinator: int) -> int:
+        """DisklessHandOverFile: coordinator `index` owns the file from now on (its log says so:
+        a new leader knows it). Idempotent: a file it owns already is answered at once."""
+        err, ps = self.status(index)
+        if err:
+            return err
+        assert ps is not None
+        code = await self._wait_previous(ps)
+        if code:
+            return code
+        if await self.states.run(index, DisklessState.owns_file, object_key, index):
+            return 0
+        err, ps = self.status(index)
+        if err:
+            return err
+        assert ps is not None
+        record = DisklessFileHandedOverRecord(object_key=object_key, file_size=size, owner_ids=list(owners),
+                                              from_coordinator=from_coordinator)
+        code = await self._write(ps, [record])
+        log.info("diskless_file_taken_over", coordinator=index, key=object_key, from_coordinator=from_coordinator,
+                 error=code)
+        return code
+
+    def files_version(self, index: int) -> tuple[int, int] | None:
+        """Changes when coordinator `index`'s files may need work (a new leadership, a deletion, a
+        handover), None when this broker does not lead it."""
+        ps = self._partitions.get(index)
+        return None if ps is None else (ps.epoch, ps.files_changed)
+
+    async def file_tasks(self, index: int) -> tuple[list[FileTask], list[FileTask]] | None:
+        """(owned, waiting) files of coordinator `index` with no live batch left (state.py), or
+        None when this broker does not lead it (loaded)."""
+        err, _ = self.status(index)
+        if err:
+            return None
+        return await self.states.run(index, DisklessState.file_tasks, index)
+
+    async def file_done(self, index: int, object_key: str, deleted: bool) -> None:
+        """The leader handed the file on (or deleted it): remembered in this replica's state only."""
+        ps = self._partitions.get(index)
+        if ps is None:
+            return
+        await self.states.run(index, DisklessState.set_file_status, object_key, DELETED if deleted else HANDED_OVER,
+                              wall_clock_ms())
+        if deleted:
+            ps.files_deleted += 1
+        else:
+            ps.files_handed_over += 1
+
+    async def coordinator_state(self, index: int, gauges: bool = True) -> Any:
+        """A coordinator's gauges as DisklessDescribeFiles answers them (without `gauges`: only
+        its oldest live file, one cheap read)."""
+        err, ps = self.status(index)
+        if err:
+            return DF.DisklessCoordinatorState(coordinator_id=index, error_code=err, oldest_file_timestamp_ms=-1)
+        assert ps is not None
+        if not gauges:
+            oldest = await self.states.run(index, DisklessState.oldest_live_file_ms)
+            return DF.DisklessCoordinatorState(coordinator_id=index, error_code=0,
+                                               oldest_file_timestamp_ms=-1 if oldest is None else oldest)
+        f = await self.states.run_beside(index, DisklessState.figures, index)  # a scan: off the apply thread
+        return DF.DisklessCoordinatorState(
+            coordinator_id=index, error_code=0, oldest_file_timestamp_ms=f.oldest_file_ms, partitions=f.partitions,
+            files=f.files, live_files=f.live_files, live_batches=f.live_batches, live_bytes=f.live_bytes,
+            owned_files=f.owned_files, pending_handovers=f.pending_handovers, pending_deletions=f.pending_deletions,
+            files_handed_over=ps.files_handed_over, files_deleted=ps.files_deleted)
+
+    async def describe_files(self, keys: list[str], details: bool) -> Any:
+        """DisklessDescribeFiles for every coordinator this broker leads: per file which of them
+        know it and whether one has live batches in it (an error when one of them cannot answer: the
+        orphan scan then deletes nothing), each coordinator's gauges, and with `details` every
+        file they know."""
+        coordinators = [await self.coordinator_state(i, details) for i in sorted(self._partitions)]
+        failed = next((c.error_code for c in coordinators if c.error_code), 0)
+        known: dict[str, list[int]] = {}
+        live: set[str] = set()
+        file_details = []
+
+        def read(state: DisklessState) -> tuple[set[str], set[str]]:
+            k = state.known_files(keys)
+            lv = {key for key in k if state.file_has_batches(key)}
+            return k, lv
+
+        for c in coordinators:
+            if c.error_code:
+                continue
+            got = await self.states.run(c.coordinator_id, read)
+            listed = await self.states.run_beside(c.coordinator_id, DisklessState.file_details, c.coordinator_id,
+                                                  MAX_FILE_DETAILS) if details else []
+            if got is None:
+                failed = failed or Errors.NOT_COORDINATOR
+                continue
+            for key in got[0]:
+                known.setdefault(key, []).append(c.coordinator_id)
+            live |= got[1]
+            file_details += [DF.DisklessFileDetail(coordinator_id=c.coordinator_id, object_key=key, file_size=size,
+                                                   owner_ids=owners, live_batches=n, status=status)
+                             for key, size, owners, n, status in listed or []]
+        if not self.active or (not coordinators and keys):
+            failed = failed or Errors.NOT_COORDINATOR
+        return DF(files=[DF.DisklessDescribeFileResult(
+            object_key=key, error_code=failed, error_message=None if not failed else "a coordinator cannot answer",
+            has_live_batches=key in live, known_by=known.get(key, [])) for key in keys],
+            coordinators=coordinators, file_details=file_details)
+
+    async def _log_gauges(self) -> None:
+        for index in sorted(self._partitions):
+            try:
+                c = await self.coordinator_state(index)
+            except Exception:  # a background line: never a lost task's traceback
+                log.exception("diskless_gauges_failed", coordinator=index)
+                continue
+            if c.error_code:
+                continue
+            log.info("diskless_coordinator_gauges", coordinator=index, partitions=c.partitions, files=c.files,
+                     live_files=c.live_files, live_batches=c.live_batches, live_bytes=c.live_bytes,
+                     oldest_file_ms=c.oldest_file_timestamp_ms, owned_files=c.owned_files,
+                     pending_handovers=c.pending_handovers, pending_deletions=c.pending_deletions,
+                     files_handed_over=c.files_handed_over, files_deleted=c.files_deleted)
+
+    # ------------------------------------------------------------------ retention
+    def _retention(self) -> None:
+        for ps in list(self._partitions.values()):
+            if ps.view is not None and not ps.loading and (ps.retention is None or ps.retention.done()):
+                ps.retention = self._spawn(self._retention_pass(ps))
+
+    async def _retention_pass(self, ps: _CoordinatorPartition) -> None:
+        try:
+            await self._enforce_retention(ps)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # tried again next interval
+            log.exception("diskless_retention_failed", coordinator=ps.index)
+
+    async def _enforce_retention(self, ps: _CoordinatorPartition) -> None:
+        """One retention pass over a coordinator's partitions: the new log start offsets from
+        SQLite, appended as DisklessRecordsDeletedRecords in one batch."""
+        assert ps.view is not None
+        limits = []
+        configs: dict[str, tuple[int, int] | None] = {}
+        for (tid, part), pv in ps.view.partitions.items():
+            if pv.name not in configs:
+                cfg = self.replicas.topic_config(pv.name)
+                lc = LogConfig.from_properties(cfg) if retention_applies(cfg) else None
+                configs[pv.name] = (lc.retention_ms, lc.retention_bytes) if lc is not None else None
+            limit = configs[pv.name]
+            if limit is not None and (limit[0] >= 0 or limit[1] >= 0):
+                limits.append(RetentionLimits(tid, part, *limit))
+        if not limits:
+            return
+        # a scan of the batches: beside the applies (a stale answer only deletes less)
+        found = await self.states.run_beside(ps.index, DisklessState.retention_offsets, limits, wall_clock_ms())
+        if not found or not self._owns(ps) or ps.view is None:
+            return
+        records = []
+        for tid, part, offset in found:
+            err, _, record = ps.view.delete_records(tid, part, offset)
+            if record is not None:
+                records.append(record)
+        code = await self._write(ps, records)
+        log.info("diskless_retention", coordinator=ps.index, partitions=len(records), error=code)
 
     # ------------------------------------------------------------------ metadata reconciliation
     def _has_diskless(self, image) -> bool:

@@ -254,6 +254,14 @@ class Materializer:
             return None
         return await self._loop.run_in_executor(local.thread, fn, local.state, *args)
 
+    async def run_beside(self, index: int, fn: Any, *args: Any) -> Any:
+        """Run a long read `fn(state, *args)` on the checkpoint thread's connection: it holds up
+        no apply (it may miss the ones queued but not yet run)."""
+        local = await self.state(index)
+        if local is None:
+            return None
+        return await self._loop.run_in_executor(self._checkpoints, lambda: fn(local.state.beside(), *args))
+
     def close(self) -> None:
         if self._task is not None:
             self._task.cancel()

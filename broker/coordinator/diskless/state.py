@@ -16,12 +16,16 @@ from typing import Any, NamedTuple
 from uuid import UUID
 
 from protocol.generated.metadata_records.diskless_file_committed_record import DisklessFileCommittedRecord
+from protocol.generated.metadata_records.diskless_file_handed_over_record import DisklessFileHandedOverRecord
 from protocol.generated.metadata_records.diskless_partition_created_record import DisklessPartitionCreatedRecord
 from protocol.generated.metadata_records.diskless_records_deleted_record import DisklessRecordsDeletedRecord
 from protocol.generated.metadata_records.diskless_topic_deleted_record import DisklessTopicDeletedRecord
 
 PRODUCER_BATCHES_KEPT = 5  # as a local log's producer state (Kafka's NUM_BATCHES_TO_RETAIN)
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: handed_over, file_work (an older file is rebuilt from the log)
+
+# file_work statuses (local to the replica that leads: the seed keeps them out of the log)
+HANDED_OVER, DELETED = "handed-over", "deleted"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -49,7 +53,16 @@ CREATE TABLE IF NOT EXISTS producers (
     last_sequence INTEGER NOT NULL, base_offset INTEGER NOT NULL, last_offset INTEGER NOT NULL,
     max_timestamp INTEGER NOT NULL,
     PRIMARY KEY (topic_id, partition, producer_id, seq));
+CREATE TABLE IF NOT EXISTS handed_over (
+    object_key TEXT PRIMARY KEY, size INTEGER NOT NULL, owners TEXT NOT NULL,
+    from_coordinator INTEGER NOT NULL, committed_offset INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS file_work (
+    object_key TEXT PRIMARY KEY, status TEXT NOT NULL, at_ms INTEGER NOT NULL);
 """
+# handed_over: files another coordinator handed to this one (DisklessFileHandedOverRecord), from
+# the log like every other table. file_work: what the leader did with a file it owns (handed it
+# on, deleted it): the seed keeps this status out of the log, so it is this replica's own; a new
+# leader without it does the (idempotent) work again.
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +95,50 @@ class FoundBatches(NamedTuple):
     batches: list[BatchRow]
 
 
+class FileTask(NamedTuple):
+    """A file this coordinator owns and has no live batch in: hand it on, or delete it."""
+
+    object_key: str
+    size: int
+    owners: list[int]
+
+
+class RetentionLimits(NamedTuple):
+    topic_id: UUID
+    partition: int
+    retention_ms: int  # -1: no time limit
+    retention_bytes: int  # -1: no size limit
+
+
+@dataclass(slots=True)
+class CoordinatorFigures:
+    """A coordinator's gauges (DisklessDescribeFiles' Coordinators, the periodic log line)."""
+
+    oldest_file_ms: int = -1
+    partitions: int = 0
+    files: int = 0
+    live_files: int = 0
+    live_batches: int = 0
+    live_bytes: int = 0
+    owned_files: int = 0  # live files it is the first owner of, plus those waiting for its handover or deletion
+    pending_handovers: int = 0
+    pending_deletions: int = 0
+
+
+def _owners(text: str) -> list[int]:
+    return [int(o) for o in text.split(",") if o]
+
+
+def next_owner(owners: list[int], index: int) -> int:
+    """The owner after `index` in the list, -1 when `index` is the last (or not in it)."""
+    if index not in owners:
+        return -1
+    at = owners.index(index)
+    return owners[at + 1] if at + 1 < len(owners) else -1
+
+
+
+
 @dataclass(slots=True)
 class ProducerBatch:
     producer_epoch: int
@@ -103,6 +160,7 @@ class DisklessState:
         # No checkpoint (and its fsyncs) inside an apply: checkpoint() runs them beside it.
         self._db.execute("PRAGMA wal_autocheckpoint=0")
         self._checkpointer: sqlite3.Connection | None = None
+        self._beside: DisklessState | None = None
         self._db.executescript(_SCHEMA)
         version = self._meta("schema_version")
         if version is None:
@@ -123,9 +181,22 @@ class DisklessState:
         self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def close_checkpointer(self) -> None:
+        self._beside = None
         if self._checkpointer is not None:
             self._checkpointer.close()
             self._checkpointer = None
+
+    def beside(self) -> DisklessState:
+        """This database through the second connection (the checkpoint thread's): long reads such
+        as the gauges run there, beside the applies and the reads that must follow them (WAL mode:
+        it reads the last committed state). Called on that thread only."""
+        if self._beside is None:
+            if self._checkpointer is None:
+                self._checkpointer = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            other = object.__new__(DisklessState)
+            other.path, other._db, other._checkpointer, other._beside = self.path, self._checkpointer, None, None
+            self._beside = other
+        return self._beside
 
     def _meta(self, name: str) -> int | None:
         row = self._db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
@@ -178,9 +249,14 @@ class DisklessState:
             for table in ("partitions", "batches", "producers"):
                 db.execute(f"DELETE FROM {table} WHERE topic_id = ?", (tid,))
             self._mark_empty_files_deleted()
+        elif isinstance(record, DisklessFileHandedOverRecord):
+            db.execute("INSERT OR IGNORE INTO handed_over VALUES (?, ?, ?, ?, ?)",
+                       (record.object_key, record.file_size, ",".join(str(o) for o in record.owner_ids),
+                        record.from_coordinator, offset))
 
     def _mark_empty_files_deleted(self) -> None:
-        # The file's owners delete it later (the seed's handover; the next issue's cleaner).
+        # `deleted`: no live batch of this coordinator left in the file; its owner hands it on
+        # or deletes it (file_tasks).
         self._db.execute("UPDATE files SET deleted = 1 WHERE deleted = 0 AND "
                          "NOT EXISTS (SELECT 1 FROM batches b WHERE b.file_id = files.file_id)")
 
@@ -277,10 +353,129 @@ class DisklessState:
             return None
         return self._db.execute("SELECT 1 FROM batches WHERE file_id = ? LIMIT 1", (row[0],)).fetchone() is not None
 
+    # ------------------------------------------------------------------ file lifecycle
+    def file_tasks(self, index: int) -> tuple[list[FileTask], list[FileTask]]:
+        """(owned, waiting) files with no live batch of coordinator `index` left and nothing done
+        about them yet (file_work): owned ones it is the first owner of (or was handed; an empty
+        owner list: the only owner), waiting ones an earlier owner still owns (or whose owner list
+        does not name it: never deleted from here)."""
+        owned: list[FileTask] = []
+        waiting: list[FileTask] = []
+        rows = self._db.execute(
+            "SELECT f.object_key, f.size, f.owners, h.object_key IS NOT NULL FROM files f"
+            " LEFT JOIN handed_over h USING (object_key) LEFT JOIN file_work w USING (object_key)"
+            " WHERE f.deleted = 1 AND w.object_key IS NULL")
+        for key, size, owners_text, handed in rows:
+            owners = _owners(owners_text)
+            task = FileTask(key, size, owners)
+            (owned if handed or not owners or owners[0] == index else waiting).append(task)
+        # handed over here but never committed here (this coordinator's commit of it failed)
+        for key, size, owners_text in self._db.execute(
+                "SELECT h.object_key, h.size, h.owners FROM handed_over h LEFT JOIN files f USING (object_key)"
+                " LEFT JOIN file_work w USING (object_key) WHERE f.object_key IS NULL AND w.object_key IS NULL"):
+            owned.append(FileTask(key, size, _owners(owners_text)))
+        return owned, waiting
+
+    def owns_file(self, object_key: str, index: int) -> bool:
+        """Whether coordinator `index` owns the file now or did (handed over to it, or its first owner)."""
+        if self._db.execute("SELECT 1 FROM handed_over WHERE object_key = ?", (object_key,)).fetchone():
+            return True
+        row = self._db.execute("SELECT owners FROM files WHERE object_key = ?", (object_key,)).fetchone()
+        return row is not None and (not _owners(row[0]) or _owners(row[0])[0] == index)
+
+    def set_file_status(self, object_key: str, status: str, at_ms: int) -> None:
+        self._db.execute("INSERT OR REPLACE INTO file_work VALUES (?, ?, ?)", (object_key, status, at_ms))
+
+    def known_files(self, keys: list[str]) -> set[str]:
+        """The keys of `keys` this coordinator knows (committed batches in, or handed over to it)."""
+        known: set[str] = set()
+        for i in range(0, len(keys), 500):
+            part = keys[i:i + 500]
+            marks = ",".join("?" * len(part))
+            for table in ("files", "handed_over"):
+                known.update(r[0] for r in self._db.execute(
+                    f"SELECT object_key FROM {table} WHERE object_key IN ({marks})", part))
+        return known
+
+    def oldest_live_file_ms(self) -> int:
+        """Commit time of the oldest batch still live here (the orphan scan's step 1), -1 if none."""
+        row = self._db.execute("SELECT MIN(log_append_timestamp) FROM batches").fetchone()
+        return -1 if row[0] is None else row[0]
+
+    def figures(self, index: int) -> CoordinatorFigures:
+        """Coordinator `index`'s gauges (a pass over its live files and its file tasks)."""
+        db = self._db
+        oldest, batches, size = db.execute(
+            "SELECT MIN(log_append_timestamp), COUNT(*), COALESCE(SUM(byte_size), 0) FROM batches").fetchone()
+        files, live = db.execute("SELECT COUNT(*), COALESCE(SUM(deleted = 0), 0) FROM files").fetchone()
+        parts = db.execute("SELECT COUNT(*) FROM partitions").fetchone()[0]
+        first = sum(1 for (owners,) in db.execute("SELECT owners FROM files WHERE deleted = 0")
+                    if not _owners(owners) or _owners(owners)[0] == index)
+        owned, _ = self.file_tasks(index)
+        handovers = sum(1 for t in owned if next_owner(t.owners, index) >= 0)
+        return CoordinatorFigures(oldest if oldest is not None else -1, parts, files, live, batches, size,
+                                  first + len(owned), handovers, len(owned) - handovers)
+
+    def file_details(self, index: int, limit: int = -1) -> list[tuple[str, int, list[int], int, str]]:
+        """(key, size, owners, live batches, status) of the files this coordinator knows, the
+        newest (by commit or handover) first, at most `limit` (-1: all)."""
+        out = []
+        for key, size, owners_text, live, handed, work, _ in self._db.execute(
+                "SELECT f.object_key, f.size, f.owners, (SELECT COUNT(*) FROM batches b WHERE b.file_id = f.file_id),"
+                " h.object_key IS NOT NULL, w.status, f.committed_offset FROM files f"
+                " LEFT JOIN handed_over h USING (object_key) LEFT JOIN file_work w USING (object_key) UNION ALL"
+                " SELECT h.object_key, h.size, h.owners, 0, 1, w.status, h.committed_offset FROM handed_over h"
+                " LEFT JOIN file_work w USING (object_key)"
+                " WHERE NOT EXISTS (SELECT 1 FROM files f WHERE f.object_key = h.object_key)"
+                " ORDER BY 7 DESC LIMIT ?", (limit,)):
+            owners = _owners(owners_text)
+            if work:
+                status = work
+            elif live:
+                status = "live"
+            elif handed or not owners or owners[0] == index:
+                status = "owned"
+            else:
+                status = "waiting"
+            out.append((key, size, owners, live, status))
+        return out
+
+    # ------------------------------------------------------------------ retention
+    def retention_offsets(self, limits: list[RetentionLimits], now_ms: int) -> list[tuple[UUID, int, int]]:
+        """(topic id, partition, new log start offset) for the partitions whose oldest batches
+        retention.ms or retention.bytes remove, as Kafka removes segments: from the oldest on,
+        while each is older than retention.ms, and while what stays is at least retention.bytes.
+        A batch is the unit (every batch of the partition may go)."""
+        out = []
+        for tid, part, ms, max_bytes in limits:
+            row = self._db.execute("SELECT log_start_offset, high_watermark FROM partitions"
+                                   " WHERE topic_id = ? AND partition = ?", (tid.bytes, part)).fetchone()
+            if row is None:
+                continue
+            lso, hw = row
+            new = lso
+            if ms >= 0:
+                kept = self._db.execute(
+                    "SELECT MIN(base_offset) FROM batches WHERE topic_id = ? AND partition = ? AND"
+                    " CASE timestamp_type WHEN 1 THEN log_append_timestamp ELSE max_timestamp END >= ?",
+                    (tid.bytes, part, now_ms - ms)).fetchone()[0]
+                new = max(new, hw if kept is None else kept)
+            if max_bytes >= 0:
+                kept = self._db.execute(
+                    "SELECT MIN(base_offset) FROM (SELECT base_offset, SUM(byte_size) OVER (ORDER BY last_offset DESC"
+                    " ROWS UNBOUNDED PRECEDING) - byte_size AS after FROM batches WHERE topic_id = ? AND partition = ?)"
+                    " WHERE after < ?", (tid.bytes, part, max_bytes)).fetchone()[0]
+                new = max(new, hw if kept is None else kept)
+            if new > lso:
+                out.append((tid, part, min(new, hw)))
+        return out
+
     def dump(self) -> dict[str, list[tuple]]:
-        """Every table's rows in a stable order (replicas compare these)."""
+        """Every table's rows in a stable order (replicas compare these; file_work is the
+        leader's own, outside the log, so it is left out)."""
         out = {}
         for table, order in (("meta", "name"), ("partitions", "topic_id, partition"), ("files", "file_id"),
-                             ("batches", "batch_id"), ("producers", "topic_id, partition, producer_id, seq")):
+                             ("batches", "batch_id"), ("producers", "topic_id, partition, producer_id, seq"),
+                             ("handed_over", "object_key")):
             out[table] = list(self._db.execute(f"SELECT * FROM {table} ORDER BY {order}"))
         return out
