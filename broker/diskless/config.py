@@ -25,6 +25,10 @@ class DisklessConfig:
     metadata_topic_min_isr: int = 2
     coordinator_write_timeout_ms: int = 10000
     coordinator_load_buffer_size: int = 5 * 1024 * 1024
+    # a coordinator's leader snapshots its state every this many records and cuts its log behind
+    coordinator_snapshot_interval_records: int = 10000
+    metadata_topic_segment_bytes: int = 100 * 1024 * 1024  # as Kafka's offsets.topic.segment.bytes
+    produce_gateways: bool = True
 
     @classmethod
     def from_props(cls, props: Mapping[str, str], first_log_dir: str | Path) -> DisklessConfig:
@@ -45,4 +49,9 @@ class DisklessConfig:
             metadata_topic_min_isr=int(props.get("diskless.metadata.topic.min.isr", d.metadata_topic_min_isr)),
             coordinator_write_timeout_ms=int(props.get("diskless.coordinator.write.timeout.ms",
                                                        d.coordinator_write_timeout_ms)),
+            coordinator_snapshot_interval_records=int(props.get("diskless.coordinator.snapshot.interval.records",
+                                                                d.coordinator_snapshot_interval_records)),
+            metadata_topic_segment_bytes=int(props.get("diskless.metadata.topic.segment.bytes",
+                                                       d.metadata_topic_segment_bytes)),
+            produce_gateways=props.get("diskless.produce.gateways.enable", "true").strip().lower() != "false",
         )
