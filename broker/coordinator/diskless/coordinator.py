@@ -37,7 +37,7 @@ from uuid import UUID
 import structlog
 
 from broker.coordinator import metadata_caught_up, wall_clock_ms
-from broker.coordinator.diskless.materializer import Materializer
+from broker.coordinator.diskless.materializer import CATCH_UP_ERRORS, Materializer
 from broker.coordinator.diskless.snapshots import SnapshotError, SnapshotStore, take_bytes
 from broker.coordinator.diskless.state import BatchLookup, DisklessState, FoundBatches
 from broker.coordinator.diskless.view import BatchResult, CoordinatorView
@@ -56,6 +56,7 @@ log = structlog.get_logger(__name__)
 RECONCILE_INTERVAL_MS = 200
 SNAPSHOT_CHECK_INTERVAL_MS = 200
 SNAPSHOT_RETRY_S = 1.0
+LOAD_RETRY_S = 1.0
 LIST_EARLIEST, LIST_LATEST, LIST_MAX_TIMESTAMP = -2, -1, -3
 
 
@@ -116,7 +117,15 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
             await p.wait_for_high_watermark(p.log.log_end_offset, 1.0)
         if not self._owns(ps):
             return
-        local = await self.states.catch_up(ps.index)
+        while True:
+            try:
+                local = await self.states.catch_up(ps.index)
+                break
+            except CATCH_UP_ERRORS as e:  # e.g. no snapshot yet for a database behind the log start
+                log.warning("diskless_partition_load_retry", partition=ps.index, error=str(e))
+                await asyncio.sleep(LOAD_RETRY_S)
+                if not self._owns(ps):
+                    return
         if local is None or not self._owns(ps):
             return
         view = await self.states.run(ps.index, CoordinatorView.from_state)

@@ -50,6 +50,7 @@ log = structlog.get_logger(__name__)
 CATCH_UP_INTERVAL_S = 0.05
 CHECKPOINT_INTERVAL_S = 1.0
 APPLY_CHUNK_RECORDS = 2000  # records per SQLite transaction while catching up
+RETRY_AFTER_FAILURE_S = 1.0
 
 
 def state_path(root: Path, index: int) -> Path:
@@ -121,6 +122,10 @@ class SnapshotNeeded(Exception):
     """The database is behind the log start: only a snapshot can bring it up."""
 
 
+# what a catch-up may fail with and be tried again later
+CATCH_UP_ERRORS = (StorageError, ProtocolError, OSError, sqlite3.Error, SnapshotError)
+
+
 def _checkpoint(local: _Local) -> None:
     local.state.checkpoint()  # the database now in place (a snapshot may have replaced it)
 
@@ -170,6 +175,7 @@ class Materializer:
         self._local: dict[int, _Local] = {}
         self._opening: dict[int, asyncio.Lock] = {}
         self._installing: dict[int, asyncio.Lock] = {}
+        self._retry_at: dict[int, float] = {}  # a failed catch-up is tried again from then on
         self._loop = asyncio.get_running_loop()
         self._task: asyncio.Task | None = None
         # A thread per database runs its SQLite calls in the order queued (_Local.thread): a read
@@ -193,13 +199,14 @@ class Materializer:
             info = self.replicas.image.topic(DISKLESS_METADATA_TOPIC)
             for index in sorted(info.partitions) if info is not None else ():
                 p = self.replicas.get(DISKLESS_METADATA_TOPIC, index)
-                if p is None:
+                if p is None or self._loop.time() < self._retry_at.get(index, 0.0):
                     continue
                 try:
                     if index not in self._local or self._local[index].applied < p.high_watermark:
                         await self.catch_up(index)
-                except (StorageError, ProtocolError, OSError, sqlite3.Error, SnapshotError) as e:
+                except CATCH_UP_ERRORS as e:
                     log.warning("diskless_state_catch_up_failed", partition=index, error=str(e))
+                    self._retry_at[index] = self._loop.time() + RETRY_AFTER_FAILURE_S
             for index in [i for i in self._local if (DISKLESS_METADATA_TOPIC, i) not in self.replicas.partitions]:
                 self._close(index)  # the replica left this broker
 
