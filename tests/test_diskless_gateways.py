@@ -184,3 +184,37 @@ def test_gateways_cut_commit_requests_per_file(tmp_path: Path) -> None:
         assert sum(per_file_with) / len(per_file_with) < sum(per_file_without) / len(per_file_without)
     finally:
         c.stop()
+
+
+def _serves(table: dict[tuple[Any, int], list[int]], leaders: dict[int, int]) -> dict[int, set[int]]:
+    """broker -> the coordinator brokers it is a gateway for (its commit requests per WAL file)."""
+    out: dict[int, set[int]] = {}
+    for (_, index), gws in table.items():
+        for b in gws:
+            out.setdefault(b, set()).add(leaders[index])
+    return out
+
+
+def test_gateway_table_follows_the_seed_scenarios() -> None:
+    """The seed's scenarios (3 racks, 12 coordinators on distinct brokers): gateways per
+    coordinator per rack = max(1, n_brokers / 12 / 3); commit requests per file of a broker
+    (coordinator brokers it serves) as the seed counts them; co-located coordinators get
+    co-located gateways (at most n_racks requests per file with 2 brokers per rack)."""
+    from broker.diskless.gateways import gateway_table
+
+    for n_brokers, per_rack, most in ((3, 1, 12), (6, 1, 6), (12, 1, 3), (24, 1, 2), (36, 1, 1), (108, 3, 1)):
+        racks = {b: f"r{b % 3}" for b in range(n_brokers)}
+        leaders = {i: i % n_brokers for i in range(12)}
+        table = gateway_table(racks, leaders)
+        assert all(len(table[(r, i)]) == per_rack for r in set(racks.values()) for i in leaders), n_brokers
+        assert all(racks[b] == r for (r, _), gws in table.items() for b in gws)
+        serves = _serves(table, leaders)
+        assert set(serves) == set(racks)  # every broker is a gateway
+        assert max(len(s) for s in serves.values()) <= most, (n_brokers, serves)
+        # a coordinator's own broker is its gateway in its rack
+        assert all(leaders[i] in table[(racks[leaders[i]], i)] for i in leaders)
+    # 12 coordinators co-located on 3 brokers, 6 brokers in 3 racks
+    racks = {b: f"r{b % 3}" for b in range(6)}
+    leaders = {i: i % 3 for i in range(12)}
+    serves = _serves(gateway_table(racks, leaders), leaders)
+    assert max(len(s) for s in serves.values()) <= 3
