@@ -207,6 +207,9 @@ class Materializer:
                 except CATCH_UP_ERRORS as e:
                     log.warning("diskless_state_catch_up_failed", partition=index, error=str(e))
                     self._retry_at[index] = self._loop.time() + RETRY_AFTER_FAILURE_S
+                except Exception:  # a bug: logged, and the other partitions go on
+                    log.exception("diskless_state_catch_up_failed", partition=index)
+                    self._retry_at[index] = self._loop.time() + RETRY_AFTER_FAILURE_S
             for index in [i for i in self._local if (DISKLESS_METADATA_TOPIC, i) not in self.replicas.partitions]:
                 self._close(index)  # the replica left this broker
 
@@ -336,6 +339,9 @@ class Materializer:
             tmp = path.with_suffix(".snapshot-in")
             await self._loop.run_in_executor(self._copies, write_file, tmp, data)
             await self._loop.run_in_executor(self._copies, check_snapshot, tmp, offset)
+            if self._local.get(index) is not local:  # the replica left meanwhile
+                tmp.unlink(missing_ok=True)
+                return
             local.installing = True  # no apply is queued meanwhile
             try:
                 await asyncio.wrap_future(local.thread.submit(_swap, local, path, tmp))
