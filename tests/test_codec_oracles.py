@@ -75,6 +75,8 @@ STRATA_ONLY = {
     # KIP-253 (README "Partition count changes")
     ("MetadataResponse", "MarkedForDeletion"),
     ("MetadataResponse", "UndeletedPartitionCount"),
+    # KIP-1164's produce gateways (README "Diskless topics")
+    ("MetadataResponse", "PreferredProduceBrokers"),
     ("ProduceRequest", "UndeletedPartitionCount"),
     ("HeartbeatRequest", "Positions"),
     ("HeartbeatRequest", "InterestedPartitions"),

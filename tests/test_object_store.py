@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from broker.coordinator.diskless.snapshots import SnapshotError, SnapshotStore
 from broker.diskless.object_store import (
     LocalObjectStore,
     ObjectNotFound,
     ObjectStore,
     ObjectStoreError,
     S3ObjectStore,
+    StoreLocation,
     new_object_key,
     open_object_store,
 )
@@ -108,5 +110,30 @@ def test_block_cache_reads_and_evicts(tmp_path: Path) -> None:
         assert await cache.read("wal/a", 9990, 10_000) == data[9990:]
         reads = await asyncio.gather(*(cache.read("wal/a", 2048 + i, 3000) for i in range(5)))
         assert reads == [data[2048 + i:3000] for i in range(5)]
+
+    asyncio.run(run())
+
+
+def test_snapshot_store(store: ObjectStore) -> None:
+    """Coordinator snapshots (README "Diskless topics"): stored per topic id and partition, listed
+    by applied offset, the two newest kept, outside the WAL prefix."""
+
+    async def run() -> None:
+        snaps = SnapshotStore(StoreLocation(store, "wal"))
+        tid = "7f5e1c2a-0000-4000-8000-000000000001"
+        await store.put(new_object_key("wal"), b"a wal file")
+        for offset in (1200, 90, 30000):
+            await snaps.put(tid, 0, offset, f"db at {offset}".encode())
+        await snaps.put(tid, 1, 5, b"another partition")
+        assert await snaps.offsets(tid, 0) == [90, 1200, 30000]
+        assert await snaps.get(tid, 0, 1200) == b"db at 1200"
+        await snaps.prune(tid, 0)
+        assert await snaps.offsets(tid, 0) == [1200, 30000]
+        assert await snaps.offsets(tid, 1) == [5]
+        with pytest.raises(SnapshotError):
+            await snaps.get(tid, 0, 90)
+        # a listing of WAL files (the orphan scan's) never sees a snapshot
+        assert all(not o.key.startswith("diskless-snapshots") for o in await store.list("wal/"))
+        await store.close()
 
     asyncio.run(run())

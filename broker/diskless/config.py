@@ -31,6 +31,10 @@ class DisklessConfig:
     orphan_scan_grace_ms: int = 3600000  # an object younger than this is never an orphan candidate
     retention_check_interval_ms: int = 300000  # log.retention.check.interval.ms, as local logs
     gauges_interval_ms: int = 60000  # the per-coordinator gauges line in the broker log
+    # a coordinator's leader snapshots its state every this many records and cuts its log behind
+    coordinator_snapshot_interval_records: int = 10000
+    metadata_topic_segment_bytes: int = 100 * 1024 * 1024  # as Kafka's offsets.topic.segment.bytes
+    produce_gateways: bool = True
 
     @classmethod
     def from_props(cls, props: Mapping[str, str], first_log_dir: str | Path) -> DisklessConfig:
@@ -60,4 +64,9 @@ class DisklessConfig:
             retention_check_interval_ms=int(props.get("log.retention.check.interval.ms",
                                                       d.retention_check_interval_ms)),
             gauges_interval_ms=int(props.get("diskless.coordinator.gauges.interval.ms", d.gauges_interval_ms)),
+            coordinator_snapshot_interval_records=int(props.get("diskless.coordinator.snapshot.interval.records",
+                                                                d.coordinator_snapshot_interval_records)),
+            metadata_topic_segment_bytes=int(props.get("diskless.metadata.topic.segment.bytes",
+                                                       d.metadata_topic_segment_bytes)),
+            produce_gateways=props.get("diskless.produce.gateways.enable", "true").strip().lower() != "false",
         )

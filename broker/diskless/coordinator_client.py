@@ -140,9 +140,10 @@ class CoordinatorClient:
             raise
 
     # ------------------------------------------------------------------ commit
-    async def commit(self, req: DisklessCommitFileRequest) -> list[BatchResult]:
+    async def commit(self, req: DisklessCommitFileRequest) -> tuple[list[BatchResult], list[int]]:
         """Commit one WAL file: its batches split by coordinator broker, sent in parallel; one
-        result per batch in request order."""
+        result per batch in request order, and the coordinator brokers asked (one commit request
+        each; this broker's own coordinators are a call)."""
         by_broker: dict[int, list[int]] = {}
         results: list[BatchResult | None] = [None] * len(req.batches)
         coordinators: set[int] = set()
@@ -179,7 +180,7 @@ class CoordinatorClient:
                 results[i] = a
 
         await asyncio.gather(*(one(b, ps) for b, ps in by_broker.items()))
-        return [r if r is not None else BatchResult(Errors.UNKNOWN_SERVER_ERROR) for r in results]
+        return [r if r is not None else BatchResult(Errors.UNKNOWN_SERVER_ERROR) for r in results], sorted(by_broker)
 
     # ------------------------------------------------------------------ deletion
     async def delete_records(self, topic_id: UUID, partition: int, offset: int) -> tuple[int, int]:

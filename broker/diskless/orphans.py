@@ -104,7 +104,10 @@ class OrphanScanner:
         except ObjectStoreError as e:
             log.warning("diskless_orphan_scan_skipped", reason=str(e))
             return []
-        candidates = {o.key: o for o in objects if o.last_modified_ms < threshold}
+        # WAL files are `<prefix>/<uuid>`: anything deeper (snapshots when the prefix is their root's
+        # name, another tool's objects) is not ours to judge
+        candidates = {o.key: o for o in objects
+                      if o.last_modified_ms < threshold and "/" not in o.key[len(self.prefix):]}
         keys = sorted(candidates)
         known: set[str] = set()
         for i in range(0, len(keys), KEYS_PER_REQUEST):  # step 3

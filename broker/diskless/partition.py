@@ -24,6 +24,7 @@ from broker.coordinator.diskless.view import BatchResult
 from broker.diskless.config import DisklessConfig
 from broker.diskless.coordinator_client import CoordinatorClient
 from broker.diskless.file_cleaner import FileCleaner
+from broker.diskless.gateways import client_rack, gateway_table, pick
 from broker.diskless.object_store import ObjectStoreError, open_object_store
 from broker.diskless.orphans import OrphanScanner
 from broker.diskless.reader import BlockCache, read_batches
@@ -32,7 +33,8 @@ from broker.partitions.interface import AppendAnswer, FetchPosition, OffsetAnswe
 from broker.replication.peers import PeerClients
 from broker.storage.batch_validation import validate_client_batches
 from broker.storage.errors import StorageError
-from metadata.image import PartitionInfo, TopicInfo
+from metadata.diskless import DISKLESS_METADATA_TOPIC
+from metadata.image import BROKER_RESOURCE, PartitionInfo, TopicInfo
 from protocol.errors import Errors
 from protocol.records.batch import set_log_append_time
 
@@ -45,6 +47,7 @@ LATEST = -1
 TXN_REFUSED = "transactions are not supported on diskless topics yet (as in Inkless): use a classic topic"
 MAX_PREPARED = 8  # lookups a partition keeps for reads to come (one per concurrent Fetch offset)
 RACK_TAG = "diskless_az="  # Inkless' convention: a client names its zone in client.id
+GATEWAYS_KEY = "diskless.produce.gateways.enable"
 
 
 class DisklessPartition:
@@ -168,7 +171,7 @@ class DisklessService:
         self.peers = peers
         self.client = CoordinatorClient(node_id, metadata, peers, coordinator, replicas)
         self.wal = WalWriter(self.location, self.client, max_bytes=config.wal_max_bytes, max_ms=config.wal_max_ms,
-                             on_commit=self._committed)
+                             on_commit=self._committed, node_id=node_id)
         # the WAL files' lifecycle for the coordinators led here, and the orphan scan
         self.coordinator = coordinator
         self.cleaner = FileCleaner(coordinator, self.client, self.location.store, config.file_deletion_grace_ms,
@@ -180,6 +183,8 @@ class DisklessService:
         self._waiters: dict[tuple[Any, int], list[asyncio.Future]] = {}
         self._partitions: dict[tuple[str, int], DisklessPartition] = {}
         self._loop = asyncio.get_running_loop()
+        self.produce_gateways = config.produce_gateways
+        self._gateways: tuple[Any, dict[tuple[Any, int], list[int]]] = (None, {})
 
     def partition(self, topic: str, index: int) -> DisklessPartition | None:
         """The diskless partition `topic`-`index`, or None when it is not one. The same object
@@ -207,20 +212,30 @@ class DisklessService:
     # ------------------------------------------------------------------ metadata
     def assign_leaders(self, topics: list[Any], client_id: str | None) -> None:
         """Name one live broker as the leader (and only replica) of every diskless partition in a
-        Metadata answer: one in the client's rack when its client.id carries `diskless_az=<rack>`
-        (Inkless' convention) and a broker has that broker.rack, else one spread by a stable hash
-        of the client id, so unmodified clients spread over the brokers and each talks to one."""
+        Metadata answer: a produce gateway of the partition's coordinator (gateways.py) in the
+        client's rack (its client.id carries `diskless_az=<rack>`, Inkless' convention; a client
+        without one, or whose rack has no live broker, gets a rack by a stable hash of its client
+        id), chosen among the gateways by that hash too; PreferredProduceBrokers lists them all.
+        With `diskless.produce.gateways.enable=false`: one broker for all of a client's diskless
+        partitions (in its rack when named, else by the hash)."""
         image = self.metadata.image
-        live = sorted(b.id for b in image.brokers.values() if not b.fenced)
-        if not live:
+        racks = {b.id: b.rack for b in image.brokers.values() if not b.fenced}
+        if not racks:
             return
         cid = client_id or ""
-        pool = live
-        if RACK_TAG in cid:
-            rack = cid.split(RACK_TAG, 1)[1].split(",")[0].split(";")[0]
-            in_rack = [i for i in live if image.brokers[i].rack == rack]
-            pool = in_rack or live
-        leader = pool[zlib.crc32(cid.encode()) % len(pool)]
+        wanted = cid.split(RACK_TAG, 1)[1].split(",")[0].split(";")[0] if RACK_TAG in cid else None
+        if self._gateways_enabled(image):
+            table = self._gateway_table(image, racks)
+            rack = client_rack(sorted(set(racks.values()), key=lambda r: (r is None, r or "")), wanted, cid)
+
+            def brokers_for(index: int) -> list[int]:
+                gws = table.get((rack, index))
+                return pick(gws, cid) if gws else [self._one_broker(racks, wanted, cid)]
+        else:
+            one = [self._one_broker(racks, wanted, cid)]
+
+            def brokers_for(index: int) -> list[int]:
+                return one
         for t in topics:
             info = image.topics.get(t.topic_id) if t.topic_id is not None else None
             if info is None:
@@ -229,11 +244,44 @@ class DisklessService:
                 pinfo = info.partitions.get(entry.partition_index)
                 if pinfo is None or pinfo.diskless_coordinator < 0:
                     continue
+                preferred = brokers_for(pinfo.diskless_coordinator)
                 entry.error_code = 0
-                entry.leader_id = leader
-                entry.replica_nodes = [leader]
-                entry.isr_nodes = [leader]
+                entry.leader_id = preferred[0]
+                entry.replica_nodes = [preferred[0]]
+                entry.isr_nodes = [preferred[0]]
                 entry.offline_replicas = []
+                entry.preferred_produce_brokers = preferred
+
+    @staticmethod
+    def _one_broker(racks: dict[int, Any], wanted: str | None, cid: str) -> int:
+        """Without gateways: one broker in the client's rack when it names one that has a broker,
+        else one spread by a stable hash of the client id."""
+        live = sorted(racks)
+        pool = [i for i in live if wanted is not None and racks[i] == wanted] or live
+        return pool[zlib.crc32(cid.encode()) % len(pool)]
+
+    def _gateways_enabled(self, image: Any) -> bool:
+        """`diskless.produce.gateways.enable`: this broker's dynamic value, else the cluster-wide
+        dynamic default, else server.properties (default true)."""
+        for layer in (image.configs.get((BROKER_RESOURCE, str(self.node_id)), {}),
+                      image.configs.get((BROKER_RESOURCE, ""), {})):
+            raw = layer.get(GATEWAYS_KEY)
+            if raw is not None:
+                return raw.strip().lower() != "false"
+        return self.produce_gateways
+
+    def _gateway_table(self, image: Any, racks: dict[int, Any]) -> dict[tuple[Any, int], list[int]]:
+        """The gateway table of this image (computed once per image)."""
+        if self._gateways[0] is not image:
+            t = image.topic(DISKLESS_METADATA_TOPIC)
+            leaders = {i: p.leader for i, p in t.partitions.items()} if t is not None else {}
+            # coordinators mapped before the topic exists (or beyond it) have no leader yet
+            for info in image.topics.values():
+                for p in info.partitions.values():
+                    if p.diskless_coordinator >= 0:
+                        leaders.setdefault(p.diskless_coordinator, -1)
+            self._gateways = (image, gateway_table(racks, leaders))
+        return self._gateways[1]
 
     async def describe_files(self, keys: list[str], details: bool) -> Any:
         """DisklessDescribeFiles: the coordinators led here, and what the orphan scan here found."""

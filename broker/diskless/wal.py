@@ -41,10 +41,38 @@ DEFAULT_MAX_BYTES = 8 * 1024 * 1024  # diskless.wal.max.bytes (Inkless' produce.
 DEFAULT_MAX_MS = 250  # diskless.wal.max.ms (Inkless' produce.commit.interval.ms)
 MAX_UPLOADS_IN_FLIGHT = 4
 FAILPOINT = os.environ.get("STRATA_DISKLESS_FAILPOINT", "")
+SUMMARY_INTERVAL_S = 10.0
 _REFUSED_BEFORE_APPEND = {Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.CORRUPT_MESSAGE, Errors.OUT_OF_ORDER_SEQUENCE_NUMBER,
                           Errors.INVALID_PRODUCER_EPOCH, Errors.COORDINATOR_LOAD_IN_PROGRESS,
                           Errors.CLUSTER_AUTHORIZATION_FAILED}
 
+
+
+@dataclass(slots=True)
+class CommitStats:
+    """Commit requests per WAL file (the seed's "outbound commit calls"), since the broker
+    started: logged as a gauge every SUMMARY_INTERVAL_S while files are committed."""
+
+    files: int = 0
+    requests: int = 0  # one per coordinator broker asked, this broker's own included
+    remote_requests: int = 0  # over the network
+    max_per_file: int = 0
+    _logged_at: float = 0.0
+
+    def add(self, asked: list[int], node_id: int) -> None:
+        self.files += 1
+        self.requests += len(asked)
+        self.remote_requests += sum(1 for b in asked if b != node_id)
+        self.max_per_file = max(self.max_per_file, len(asked))
+
+    def maybe_log(self) -> None:
+        now = time.monotonic()
+        if now - self._logged_at < SUMMARY_INTERVAL_S:
+            return
+        self._logged_at = now
+        log.info("diskless_commit_requests", files=self.files, requests=self.requests,
+                 remote_requests=self.remote_requests, max_per_file=self.max_per_file,
+                 per_file=round(self.requests / self.files, 3) if self.files else 0.0)
 
 
 @dataclass(slots=True)
@@ -61,13 +89,15 @@ class _Pending:
 
 class WalWriter:
     def __init__(self, location: StoreLocation, client: Any, *, max_bytes: int = DEFAULT_MAX_BYTES,
-                 max_ms: int = DEFAULT_MAX_MS, on_commit: Any = None) -> None:
+                 max_ms: int = DEFAULT_MAX_MS, on_commit: Any = None, node_id: int = -1) -> None:
         self.store = location.store
         self.prefix = location.prefix
         self.client = client
         self.max_bytes = max_bytes
         self.max_ms = max_ms
         self.on_commit = on_commit  # called with (topic id, partition) for each committed partition
+        self.node_id = node_id
+        self.stats = CommitStats()
         self._loop = asyncio.get_running_loop()
         self._parts: list[bytes] = []
         self._size = 0
@@ -163,7 +193,8 @@ class WalWriter:
                 owners.append(p)
                 pos += size
         req = C(object_key=key, object_format=WRITE_AHEAD_MULTI_SEGMENT, file_size=len(data), batches=batches)
-        results = await self.client.commit(req)
+        results, asked = await self.client.commit(req)
+        self.stats.add(asked, self.node_id)
         first: dict[int, BatchResult] = {}
         failed: dict[int, BatchResult] = {}
         # the file may be deleted only if no coordinator may hold a batch of it: every batch was
@@ -193,8 +224,11 @@ class WalWriter:
                 await self.store.delete(key)  # no coordinator holds a batch of it
             except ObjectStoreError as e:
                 log.warning("diskless_orphan_left", key=key, error=str(e))
-        log.debug("diskless_file_committed", key=key, bytes=len(data), batches=len(batches), failed=len(failed),
-                  commit_ms=round((time.monotonic() - started) * 1000, 1), **timings)
+        log.info("diskless_file_committed", key=key, bytes=len(data), batches=len(batches), failed=len(failed),
+                 commit_requests=len(asked), remote_commit_requests=sum(1 for b in asked if b != self.node_id),
+                 coordinator_brokers=",".join(map(str, asked)),
+                 commit_ms=round((time.monotonic() - started) * 1000, 1), **timings)
+        self.stats.maybe_log()
 
     async def close(self) -> None:
         self._closed = True

@@ -215,6 +215,7 @@ class MetadataResponse(Message):
             "start_offset",
             "chunks",
             "marked_for_deletion",
+            "preferred_produce_brokers",
             "unknown_tags",
         )
         _fields = (
@@ -228,6 +229,7 @@ class MetadataResponse(Message):
             "start_offset",
             "chunks",
             "marked_for_deletion",
+            "preferred_produce_brokers",
         )
 
         def __init__(
@@ -242,6 +244,7 @@ class MetadataResponse(Message):
             start_offset=-1,
             chunks=_UNSET,
             marked_for_deletion=False,
+            preferred_produce_brokers=_UNSET,
             unknown_tags=None,
         ):
             self.error_code = error_code
@@ -254,6 +257,7 @@ class MetadataResponse(Message):
             self.start_offset = start_offset
             self.chunks = [] if chunks is _UNSET else chunks
             self.marked_for_deletion = marked_for_deletion
+            self.preferred_produce_brokers = [] if preferred_produce_brokers is _UNSET else preferred_produce_brokers
             self.unknown_tags = unknown_tags
 
     class MetadataResponseChunk(Struct):
@@ -893,7 +897,7 @@ def _d_MetadataResponse_MetadataResponsePartition_v0(buf, pos):
     except _DECODE_ERRORS as e:
         raise _malformed(e, "MetadataResponsePartition." + str(f), pos) from None
     return _c_MetadataResponse_MetadataResponsePartition(
-        v_error_code, v_partition_index, v_leader_id, -1, v_replica_nodes, v_isr_nodes, [], -1, [], False, None
+        v_error_code, v_partition_index, v_leader_id, -1, v_replica_nodes, v_isr_nodes, [], -1, [], False, [], None
     ), pos
 
 
@@ -1346,6 +1350,7 @@ def _d_MetadataResponse_MetadataResponsePartition_v1(buf, pos):
         -1,
         [],
         False,
+        [],
         None,
     ), pos
 
@@ -1544,6 +1549,7 @@ def _d_MetadataResponse_MetadataResponsePartition_v2(buf, pos):
         -1,
         [],
         False,
+        [],
         None,
     ), pos
 
@@ -1963,6 +1969,7 @@ def _d_MetadataResponse_MetadataResponsePartition_v3(buf, pos):
         v_start_offset = -1
         v_chunks = []
         v_marked_for_deletion = False
+        v_preferred_produce_brokers = []
         if buf[pos] == 0:
             pos += 1
         else:
@@ -2003,6 +2010,23 @@ def _d_MetadataResponse_MetadataResponsePartition_v3(buf, pos):
                     pos += 1
                     if pos != end:
                         raise ProtocolError("tagged field size does not match its value")
+                elif tag == 1100:
+                    f = "PreferredProduceBrokers"
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
+                    n -= 1
+                    if n < 0:
+                        raise ProtocolError("null array in a non-nullable field")
+                    else:
+                        if n * 4 > len(buf) - pos:
+                            raise ProtocolError(f"array of {n} items runs past the end")
+                        v_preferred_produce_brokers = list(_unpack_from(f">{n}i", buf, pos))
+                        pos += n * 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
                 else:
                     if unknown is None:
                         unknown = {}
@@ -2025,6 +2049,7 @@ def _d_MetadataResponse_MetadataResponsePartition_v3(buf, pos):
         v_start_offset,
         v_chunks,
         v_marked_for_deletion,
+        v_preferred_produce_brokers,
         unknown,
     ), pos
 
@@ -2266,6 +2291,20 @@ def _e_MetadataResponse_MetadataResponsePartition_v3(o, parts):
         if tg is None:
             tg = []
         tg.append((1003, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.preferred_produce_brokers:
+        outer, parts = parts, []
+        w = parts.append
+        lst = o.preferred_produce_brokers
+        if lst is None:
+            raise ProtocolError("null in non-nullable array PreferredProduceBrokers")
+        else:
+            w(uvarint(len(lst) + 1))
+            w(_pack(f">{len(lst)}i", *lst))
+        if tg is None:
+            tg = []
+        tg.append((1100, b"".join(parts)))
         parts = outer
         w = parts.append
     if tg is None and not o.unknown_tags:

@@ -15,6 +15,10 @@ Loading (when this broker becomes the leader): wait until the high watermark cov
 local log (every record a new leader holds is committed or the leadership goes), catch SQLite up
 (a missing or stale file is rebuilt from the log), then build the view from it.
 
+Every `diskless.coordinator.snapshot.interval.records` records, the leader snapshots its state
+into object storage and cuts the log at the previous snapshot (snapshots.py); a replica behind the
+cut starts from the newest snapshot.
+
 The coordinator also keeps its partitions in line with the cluster metadata: a diskless partition
 mapped to it (PartitionRecord's DisklessCoordinator) that it does not know is created
 (DisklessPartitionCreatedRecord), a topic it knows that the metadata no longer has is deleted
@@ -30,6 +34,7 @@ and file_done() here. Their status is this replica's own (not in the log, as the
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -39,7 +44,8 @@ from uuid import UUID
 import structlog
 
 from broker.coordinator import metadata_caught_up, wall_clock_ms
-from broker.coordinator.diskless.materializer import Materializer
+from broker.coordinator.diskless.materializer import CATCH_UP_ERRORS, Materializer
+from broker.coordinator.diskless.snapshots import SnapshotError, SnapshotStore, take_bytes
 from broker.coordinator.diskless.state import (
     DELETED,
     HANDED_OVER,
@@ -53,8 +59,10 @@ from broker.coordinator.diskless.view import BatchResult, CoordinatorView
 from broker.coordinator.internal_topic import create_internal_topic
 from broker.coordinator.partitioned import CoordinatorPartition, PartitionedCoordinator, state_write_error
 from broker.diskless.config import DisklessConfig
+from broker.diskless.object_store import open_object_store
 from broker.storage.cleaner import retention_applies
 from broker.storage.config import LogConfig
+from broker.storage.errors import StorageError
 from metadata.diskless import DISKLESS_METADATA_TOPIC
 from metadata.records import encode_record
 from protocol.errors import Errors
@@ -71,6 +79,9 @@ _FREES_FILES = (DisklessRecordsDeletedRecord, DisklessTopicDeletedRecord, Diskle
 
 RECONCILE_INTERVAL_MS = 200
 MAX_FILE_DETAILS = 10_000  # per coordinator in a DisklessDescribeFiles answer (the newest files)
+SNAPSHOT_CHECK_INTERVAL_MS = 200
+SNAPSHOT_RETRY_S = 1.0
+LOAD_RETRY_S = 1.0
 LIST_EARLIEST, LIST_LATEST, LIST_MAX_TIMESTAMP = -2, -1, -3
 
 
@@ -87,6 +98,8 @@ class _CoordinatorPartition(CoordinatorPartition):
         self.files_handed_over = 0  # by this broker since it took the lead
         self.files_deleted = 0
         self.files_changed = 0  # bumped by each write that may leave a file without live batches
+        self.snapshot_task: asyncio.Task | None = None
+        self.snapshot_offset = 0  # of the newest snapshot this leader knows of
 
 
 class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
@@ -105,11 +118,15 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
         self.forward = forward
         super().__init__(replicas, metadata, config.metadata_topic_num_partitions, config.coordinator_load_buffer_size,
                          config.coordinator_write_timeout_ms)
-        self.states = Materializer(replicas, Path(log_dir) / "diskless-coordinator", self._load_buffer_size)
+        self.snapshots = SnapshotStore(open_object_store(config.storage_url, endpoint=config.s3_endpoint,
+                                                         region=config.s3_region))
+        self.states = Materializer(replicas, Path(log_dir) / "diskless-coordinator", self._load_buffer_size,
+                                   self.snapshots)
         self.states.start()
         self._every(RECONCILE_INTERVAL_MS, self._reconcile, "diskless_reconcile_failed")
         self._every(config.retention_check_interval_ms, self._retention, "diskless_retention_failed")
         self._every(config.gauges_interval_ms, lambda: self._spawn(self._log_gauges()), "diskless_gauges_failed")
+        self._every(SNAPSHOT_CHECK_INTERVAL_MS, self._snapshot_due, "diskless_snapshot_check_failed")
         self._watch_leadership()
 
     def shutdown(self) -> None:
@@ -133,7 +150,15 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
             await p.wait_for_high_watermark(p.log.log_end_offset, 1.0)
         if not self._owns(ps):
             return
-        local = await self.states.catch_up(ps.index)
+        while True:
+            try:
+                local = await self.states.catch_up(ps.index)
+                break
+            except CATCH_UP_ERRORS as e:  # e.g. no snapshot yet for a database behind the log start
+                log.warning("diskless_partition_load_retry", partition=ps.index, error=str(e))
+                await asyncio.sleep(LOAD_RETRY_S)
+                if not self._owns(ps):
+                    return
         if local is None or not self._owns(ps):
             return
         view = await self.states.run(ps.index, CoordinatorView.from_state)
@@ -164,7 +189,8 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
         partitions = max([self._default_partitions, *(i + 1 for i in mapped)])
         await create_internal_topic(
             self.metadata, self.forward, self.topic, partitions, self.config.metadata_topic_replication_factor,
-            {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"},
+            {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1",
+             "segment.bytes": str(self.config.metadata_topic_segment_bytes)},
             min_isr=self.config.metadata_topic_min_isr)
 
     def coordinator_of(self, topic_id: UUID, partition: int) -> int:
@@ -523,6 +549,53 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
                 records.append(record)
         code = await self._write(ps, records)
         log.info("diskless_retention", coordinator=ps.index, partitions=len(records), error=code)
+
+    # ------------------------------------------------------------------ snapshots
+    def _snapshot_due(self) -> None:
+        """Snapshot each loaded partition this broker leads whose log holds `interval` records."""
+        interval = self.config.coordinator_snapshot_interval_records
+        if interval <= 0:
+            return
+        for ps in list(self._partitions.values()):
+            if ps.loading or ps.view is None or ps.snapshot_task is not None:
+                continue
+            p = self.replicas.get(self.topic, ps.index)
+            since = max(p.log.log_start_offset, ps.snapshot_offset) if p is not None else 0
+            if p is not None and p.is_leader and p.high_watermark - since >= interval:
+                ps.snapshot_task = self._spawn(self._snapshot(ps, p))
+
+    async def _snapshot(self, ps: _CoordinatorPartition, p: Any) -> None:
+        """Copy the state point-in-time and store the copy; then raise the log start to the
+        previous snapshot's offset (every replica follows the leader's log start): a replica
+        less than an interval behind goes on from the log, one further behind installs the
+        newest snapshot. So the log holds about two intervals of records."""
+        started = time.monotonic()
+        try:
+            taken = await self.states.copy(ps.index)
+            if taken is None:
+                return
+            data = await self._loop.run_in_executor(None, take_bytes, taken[0])
+            offset = taken[1]
+            topic_id = str(p.topic_id)
+            stored = await self.snapshots.offsets(topic_id, ps.index)
+            if stored and offset <= stored[-1]:
+                ps.snapshot_offset = stored[-1]
+                return  # nothing applied since the last snapshot
+            await self.snapshots.put(topic_id, ps.index, offset, data)
+            ps.snapshot_offset = offset
+            cut = stored[-1] if stored else 0
+            start = p.log.log_start_offset
+            if self._owns(ps) and start < cut <= p.high_watermark:
+                start = await self._loop.run_in_executor(None, p.log.delete_records_before, cut)
+            await self.snapshots.prune(topic_id, ps.index)
+            log.info("diskless_snapshot_taken", partition=ps.index, offset=offset, bytes=len(data),
+                     log_start_offset=start, log_end_offset=p.log.log_end_offset,
+                     ms=round((time.monotonic() - started) * 1000))
+        except (SnapshotError, StorageError, OSError, sqlite3.Error) as e:
+            log.warning("diskless_snapshot_failed", partition=ps.index, error=str(e))
+            await asyncio.sleep(SNAPSHOT_RETRY_S)
+        finally:
+            ps.snapshot_task = None
 
     # ------------------------------------------------------------------ metadata reconciliation
     def _has_diskless(self, image) -> bool:

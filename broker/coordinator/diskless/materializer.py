@@ -12,14 +12,17 @@ checkpoints run on another thread and connection (their fsyncs stay off the comm
 takes them from memory instead of reading and decoding the log again; whatever the staged
 records do not cover exactly is read from the log.
 
-A database that cannot be opened, or whose applied offset is outside the log (the log was
-truncated below it, or it is from another incarnation of the topic), is deleted and rebuilt from
-the log start.
+A database that cannot be opened, or whose applied offset is past the log's end (the log was
+truncated below it), or that is from another incarnation of the topic, is deleted and rebuilt. A
+database behind the log start (the log was cut behind a snapshot: a new replica, or one that was
+down meanwhile) is replaced by the newest snapshot the log continues (snapshots.py), then follows
+the log.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -27,6 +30,14 @@ from typing import Any
 
 import structlog
 
+from broker.coordinator.diskless.snapshots import (
+    KEEP,
+    SnapshotError,
+    SnapshotStore,
+    check_snapshot,
+    copy_database,
+    write_file,
+)
 from broker.coordinator.diskless.state import DisklessState
 from broker.storage.errors import StorageError
 from metadata.diskless import DISKLESS_METADATA_TOPIC
@@ -39,15 +50,16 @@ log = structlog.get_logger(__name__)
 CATCH_UP_INTERVAL_S = 0.05
 CHECKPOINT_INTERVAL_S = 1.0
 APPLY_CHUNK_RECORDS = 2000  # records per SQLite transaction while catching up
+RETRY_AFTER_FAILURE_S = 1.0
 
 
 def state_path(root: Path, index: int) -> Path:
     return root / f"{index}.sqlite"
 
 
-def _open(path: Path, topic_id: str, log_start: int, log_end: int) -> tuple[DisklessState, int]:
+def _open(path: Path, topic_id: str, log_end: int) -> tuple[DisklessState, int]:
     """Open the database, or a fresh one when it is unusable for this log (blocking); with its
-    applied offset."""
+    applied offset (below the log start: catch_up installs a snapshot)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     marker = path.with_suffix(".topic")
     try:
@@ -55,9 +67,9 @@ def _open(path: Path, topic_id: str, log_start: int, log_end: int) -> tuple[Disk
             raise sqlite3.DatabaseError("from another incarnation of the topic")
         state = DisklessState(path)
         applied = state.applied_offset()
-        if applied > log_end or (applied < log_start and applied != 0) or (applied == 0 and log_start > 0):
+        if applied > log_end:
             state.close()
-            raise sqlite3.DatabaseError(f"applied offset {applied} outside the log [{log_start}, {log_end}]")
+            raise sqlite3.DatabaseError(f"applied offset {applied} past the log end {log_end}")
         marker.write_text(topic_id)
         return state, applied
     except sqlite3.DatabaseError as e:
@@ -73,8 +85,10 @@ def _catch_up(state: DisklessState, lg: Any, upto: int, buffer: int) -> int:
     start = state.applied_offset()
     if start >= upto:
         return start
+    if start < lg.log_start_offset:
+        raise SnapshotNeeded(f"applied offset {start} is below the log start {lg.log_start_offset}")
     pending: list[tuple[int, Any]] = []
-    offset = max(start, lg.log_start_offset)
+    offset = start
     while offset < upto:
         info = lg.read(offset, buffer, max_offset=upto)
         data = b"".join(bytes(part) for part in info.records)
@@ -104,9 +118,37 @@ def _apply(state: DisklessState, lg: Any, staged: list[tuple[int, Any]] | None, 
     return _catch_up(state, lg, upto, buffer)
 
 
+class SnapshotNeeded(Exception):
+    """The database is behind the log start: only a snapshot can bring it up."""
+
+
+# what a catch-up may fail with and be tried again later
+CATCH_UP_ERRORS = (StorageError, ProtocolError, OSError, sqlite3.Error, SnapshotError)
+
+
+def _checkpoint(local: _Local) -> None:
+    local.state.checkpoint()  # the database now in place (a snapshot may have replaced it)
+
+
+def _swap(local: _Local, path: Path, snapshot: Path) -> None:
+    """Put the checked snapshot file in place of the database (on the database's thread)."""
+    local.state.close()
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    os.replace(snapshot, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    local.state = DisklessState(path)
+
+
 class _Local:
     def __init__(self, state: DisklessState, applied: int, thread: ThreadPoolExecutor) -> None:
+        # replaced whole when a snapshot is installed: jobs read it when they run
         self.state = state
+        self.installing = False
         self.thread = thread  # every call on this database, in the order queued
         # the offset up to which applies are queued on the database's thread (they run in order)
         self.applied = applied
@@ -125,18 +167,22 @@ class _Local:
 
 
 class Materializer:
-    def __init__(self, replicas: Any, root: Path, buffer_size: int) -> None:
+    def __init__(self, replicas: Any, root: Path, buffer_size: int, snapshots: SnapshotStore) -> None:
         self.replicas = replicas
         self.root = root
         self.buffer_size = buffer_size
+        self.snapshots = snapshots
         self._local: dict[int, _Local] = {}
         self._opening: dict[int, asyncio.Lock] = {}
+        self._installing: dict[int, asyncio.Lock] = {}
+        self._retry_at: dict[int, float] = {}  # a failed catch-up is tried again from then on
         self._loop = asyncio.get_running_loop()
         self._task: asyncio.Task | None = None
         # A thread per database runs its SQLite calls in the order queued (_Local.thread): a read
         # queued after an apply sees it, so nothing waits on the loop for an apply to finish, and
         # a long rebuild of one database holds up no other. Checkpoints run beside them.
         self._checkpoints = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diskless-checkpoint")
+        self._copies = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diskless-snapshot")
 
     def start(self) -> None:
         self._task = self._loop.create_task(self._run())
@@ -153,20 +199,24 @@ class Materializer:
             info = self.replicas.image.topic(DISKLESS_METADATA_TOPIC)
             for index in sorted(info.partitions) if info is not None else ():
                 p = self.replicas.get(DISKLESS_METADATA_TOPIC, index)
-                if p is None:
+                if p is None or self._loop.time() < self._retry_at.get(index, 0.0):
                     continue
                 try:
                     if index not in self._local or self._local[index].applied < p.high_watermark:
                         await self.catch_up(index)
-                except (StorageError, ProtocolError, OSError, sqlite3.Error) as e:
+                except CATCH_UP_ERRORS as e:
                     log.warning("diskless_state_catch_up_failed", partition=index, error=str(e))
+                    self._retry_at[index] = self._loop.time() + RETRY_AFTER_FAILURE_S
+                except Exception:  # a bug: logged, and the other partitions go on
+                    log.exception("diskless_state_catch_up_failed", partition=index)
+                    self._retry_at[index] = self._loop.time() + RETRY_AFTER_FAILURE_S
             for index in [i for i in self._local if (DISKLESS_METADATA_TOPIC, i) not in self.replicas.partitions]:
                 self._close(index)  # the replica left this broker
 
     async def _checkpoint_all(self) -> None:
         for index, local in list(self._local.items()):
             try:
-                await self._loop.run_in_executor(self._checkpoints, local.state.checkpoint)
+                await self._loop.run_in_executor(self._checkpoints, _checkpoint, local)
             except sqlite3.Error as e:
                 log.warning("diskless_state_checkpoint_failed", partition=index, error=str(e))
 
@@ -203,8 +253,7 @@ class Materializer:
             if local is None:
                 thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"diskless-sqlite-{index}")
                 state, applied = await self._loop.run_in_executor(
-                    thread, _open, state_path(self.root, index), str(p.topic_id), p.log.log_start_offset,
-                    p.log.log_end_offset)
+                    thread, _open, state_path(self.root, index), str(p.topic_id), p.log.log_end_offset)
                 local = self._local[index] = _Local(state, applied, thread)
         return local
 
@@ -214,7 +263,7 @@ class Materializer:
         runs after it). The future, or None when nothing was queued."""
         local = self._local.get(index)
         p = self.replicas.get(DISKLESS_METADATA_TOPIC, index)
-        if local is None or p is None or local.applied >= p.high_watermark:
+        if local is None or p is None or local.applied >= p.high_watermark or local.installing:
             return None
         hw = p.high_watermark
         staged = local.take_staged(hw)
@@ -222,11 +271,14 @@ class Materializer:
         local.applied = hw
         local.last_job += 1
         job = local.last_job
-        fut = local.thread.submit(_apply, local.state, p.log, staged, hw, self.buffer_size)
+        fut = local.thread.submit(lambda: _apply(local.state, p.log, staged, hw, self.buffer_size))
 
         def done(f: Future) -> None:  # on the loop
             try:
                 got = f.result()
+            except SnapshotNeeded as e:  # the next catch-up installs a snapshot
+                log.info("diskless_state_behind_log_start", partition=index, error=str(e))
+                got = before
             except Exception as e:  # the log still has the records: a later catch-up applies them
                 log.warning("diskless_state_apply_failed", partition=index, error=repr(e))
                 got = before  # queued again by the next catch-up (from the log)
@@ -242,6 +294,9 @@ class Materializer:
         local = await self.state(index)
         if local is None:
             return None
+        p = self.replicas.get(DISKLESS_METADATA_TOPIC, index)
+        if p is not None and local.applied < p.log.log_start_offset:
+            await self._install(index, p, local)
         fut = self.apply_soon(index)
         if fut is not None:
             await asyncio.wrap_future(fut)
@@ -252,7 +307,51 @@ class Materializer:
         local = await self.state(index)
         if local is None:
             return None
-        return await self._loop.run_in_executor(local.thread, fn, local.state, *args)
+        return await self._loop.run_in_executor(local.thread, lambda: fn(local.state, *args))
+
+    # ------------------------------------------------------------------ snapshots
+    async def copy(self, index: int) -> tuple[Path, int] | None:
+        """A point-in-time copy of a local database (off the loop, beside its applies): the
+        file and its applied offset, or None when the replica is not here."""
+        local = await self.state(index)
+        if local is None:
+            return None
+        dest = self.root / f"{index}.snapshot-out"
+        offset = await self._loop.run_in_executor(self._copies, copy_database, local.state.path, dest)
+        return dest, offset
+
+    async def _install(self, index: int, p: Any, local: _Local) -> None:
+        """Replace a database behind the log start with the newest snapshot in [log start, high
+        watermark] (the log continues it). SnapshotError when there is none (yet)."""
+        async with self._installing.setdefault(index, asyncio.Lock()):
+            start, hw = p.log.log_start_offset, p.high_watermark
+            if local.applied >= start or self._local.get(index) is not local:
+                return
+            topic_id = str(p.topic_id)
+            stored = await self.snapshots.offsets(topic_id, index)
+            usable = [o for o in stored if start <= o <= hw]
+            if not usable:
+                raise SnapshotError(f"no snapshot in [{start}, {hw}] for a database at {local.applied} "
+                                    f"(stored: {stored[-KEEP:]})")
+            offset = usable[-1]
+            data = await self.snapshots.get(topic_id, index, offset)
+            path = state_path(self.root, index)
+            tmp = path.with_suffix(".snapshot-in")
+            await self._loop.run_in_executor(self._copies, write_file, tmp, data)
+            await self._loop.run_in_executor(self._copies, check_snapshot, tmp, offset)
+            if self._local.get(index) is not local:  # the replica left meanwhile
+                tmp.unlink(missing_ok=True)
+                return
+            local.installing = True  # no apply is queued meanwhile
+            try:
+                await asyncio.wrap_future(local.thread.submit(_swap, local, path, tmp))
+            finally:
+                local.installing = False
+            local.last_job += 1  # what applies queued before tell no longer counts
+            before, local.applied = local.applied, offset
+            local.staged = []
+            log.info("diskless_snapshot_installed", partition=index, offset=offset, bytes=len(data),
+                     log_start_offset=start, previous_applied_offset=before)
 
     async def run_beside(self, index: int, fn: Any, *args: Any) -> Any:
         """Run a long read `fn(state, *args)` on the checkpoint thread's connection: it holds up
@@ -268,3 +367,4 @@ class Materializer:
         for index in list(self._local):
             self._close(index)
         self._checkpoints.shutdown(wait=False)
+        self._copies.shutdown(wait=False)
