@@ -25,7 +25,7 @@ from pathlib import Path
 
 import structlog
 
-from broker.coordinator.diskless.state import SCHEMA_VERSION
+from broker.coordinator.diskless.state import REPLICA_LOCAL_TABLES, SCHEMA_VERSION
 from broker.diskless.object_store import ObjectStoreError, StoreLocation
 
 log = structlog.get_logger(__name__)
@@ -47,6 +47,9 @@ def copy_database(path: Path, dest: Path) -> int:
         try:
             src.backup(dst)  # pages=-1: every page in one step, within one read transaction
             dst.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
+            for table in REPLICA_LOCAL_TABLES:  # the leader's own work status: a new leader redoes it
+                dst.execute(f"DELETE FROM {table}")
+            dst.commit()
             row = dst.execute("SELECT value FROM meta WHERE name = 'applied_offset'").fetchone()
         finally:
             dst.close()

@@ -59,6 +59,7 @@ CREATE TABLE IF NOT EXISTS handed_over (
 CREATE TABLE IF NOT EXISTS file_work (
     object_key TEXT PRIMARY KEY, status TEXT NOT NULL, at_ms INTEGER NOT NULL);
 """
+REPLICA_LOCAL_TABLES = ("file_work",)  # not from the log: left out of dumps and snapshots
 # handed_over: files another coordinator handed to this one (DisklessFileHandedOverRecord), from
 # the log like every other table. file_work: what the leader did with a file it owns (handed it
 # on, deleted it): the seed keeps this status out of the log, so it is this replica's own; a new
