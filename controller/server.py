@@ -11,6 +11,7 @@ import structlog
 
 from controller.apis import Apis, handlers
 from controller.apis.api_versions import unsupported_version_response
+from node.security import ListenerSecurity
 from node.server import Connection, ConnectionLimits, FramedServer
 from protocol.generated import REQUESTS
 from protocol.headers import API_VERSIONS_KEY, UnsupportedRequest, decode_request, encode_response
@@ -49,13 +50,14 @@ class ControllerServer:
         body = await entry[2](self.apis, req)
         return encode_response(key, version, req.correlation_id, body)
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, security: ListenerSecurity | None = None) -> int:
         """Listen on one more address; returns the bound port."""
         # Brokers multiplex heartbeats, AlterPartition and forwarded admin requests on one
         # connection: a heartbeat must not wait behind a slow forwarded request, so the controller
         # keeps a deep pipeline per connection (its peers are few and trusted).
         framed = FramedServer(self.handle, max_frame=self.max_request_bytes,
-                              limits=ConnectionLimits(max_in_flight=CONTROLLER_PIPELINE, idle_ms=None))
+                              limits=ConnectionLimits(max_in_flight=CONTROLLER_PIPELINE, idle_ms=None),
+                              security=security)
         port = await framed.start(host, port)
         self.listeners.append(framed)
         return port

@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 from uuid import UUID
 
 from node.client import ClientError, NodeClient
+from node.security import ClientSecurity
 from protocol.errors import error_message, error_name
 from protocol.generated.create_partitions import CreatePartitionsRequest
 from protocol.generated.create_topics import CreateTopicsRequest
@@ -171,9 +172,11 @@ def topic_id_str(topic_id: UUID) -> str:
 class Admin:
     """``async with Admin("h:p,h:p") as admin: md = await admin.metadata()``."""
 
-    def __init__(self, bootstrap: str | Sequence[tuple[str, int]], *, timeout: float = 30.0) -> None:
+    def __init__(self, bootstrap: str | Sequence[tuple[str, int]], *, timeout: float = 30.0,
+                 security: ClientSecurity | None = None) -> None:
         self.bootstrap = parse_bootstrap(bootstrap) if isinstance(bootstrap, str) else list(bootstrap)
         self.timeout = timeout
+        self.security = security
         self.client: NodeClient | None = None
         self._controller: NodeClient | None = None
 
@@ -181,7 +184,8 @@ class Admin:
         errors = []
         for host, port in self.bootstrap:
             try:
-                self.client = await NodeClient(host, port, client_id="strata-admin", timeout=self.timeout).connect()
+                self.client = await NodeClient(host, port, client_id="strata-admin", timeout=self.timeout,
+                                               security=self.security).connect()
                 return self
             except ClientError as e:
                 errors.append(str(e))
@@ -223,7 +227,7 @@ class Admin:
         else:
             try:
                 self._controller = await NodeClient(
-                    target.host, target.port, client_id="strata-admin", timeout=self.timeout
+                    target.host, target.port, client_id="strata-admin", timeout=self.timeout, security=self.security
                 ).connect()
             except ClientError:
                 self._controller = client

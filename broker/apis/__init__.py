@@ -24,6 +24,15 @@ class RequestContext:
     client_id: str | None
     connection: Connection | None
 
+    @property
+    def listener(self) -> str:
+        """The listener the request came in on: Metadata and FindCoordinator answer with the
+        brokers' endpoints on it, as Kafka does."""
+        conn = self.connection
+        if conn is not None and conn.listener is not None:
+            return conn.listener
+        return self.broker.config.listener.listener
+
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
 
@@ -66,6 +75,7 @@ def load_all() -> dict[int, ApiEntry]:
         partition_epochs,
         produce,
         producer_ids,
+        scram,
         topic_partitions,
         transaction_admin,
         transactions,

@@ -19,6 +19,7 @@ from controller.controller import Controller
 from controller.dir_assignment import DirAssignmentControl
 from controller.partitions import PartitionControl
 from controller.producer_ids import ProducerIdControl
+from controller.scram import ScramControl
 from controller.topics import TopicControl
 from protocol.headers import Request
 
@@ -34,6 +35,7 @@ class Apis:
     chunks: ChunkControl
     client_quotas: ClientQuotaControl
     dir_assignment: DirAssignmentControl
+    scram: ScramControl
     served: dict[int, tuple[int, int]] = field(default_factory=dict)  # what ApiVersions lists
 
     @classmethod
@@ -48,6 +50,7 @@ class Apis:
             ChunkControl(controller),
             ClientQuotaControl(controller),
             DirAssignmentControl(controller),
+            ScramControl(controller),
         )
 
 
@@ -65,12 +68,14 @@ def handlers() -> dict[int, tuple[int, int, Handler]]:
         fetch,
         partitions,
         producer_ids,
+        scram,
         topics,
     )
 
     table: dict[int, tuple[int, int, Handler]] = {}
     for module in (
-        api_versions, chunks, client_quotas, cluster, configs, dir_assignment, fetch, partitions, producer_ids, topics
+        api_versions, chunks, client_quotas, cluster, configs, dir_assignment, fetch, partitions, producer_ids, scram,
+        topics,
     ):
         table.update(module.HANDLERS)
     return table

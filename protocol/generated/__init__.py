@@ -11,6 +11,7 @@ import protocol.generated.alter_configs as alter_configs
 import protocol.generated.alter_partition as alter_partition
 import protocol.generated.alter_partition_reassignments as alter_partition_reassignments
 import protocol.generated.alter_replica_log_dirs as alter_replica_log_dirs
+import protocol.generated.alter_user_scram_credentials as alter_user_scram_credentials
 import protocol.generated.api_versions as api_versions
 import protocol.generated.assign_replicas_to_dirs as assign_replicas_to_dirs
 import protocol.generated.broker_heartbeat as broker_heartbeat
@@ -29,6 +30,7 @@ import protocol.generated.describe_log_dirs as describe_log_dirs
 import protocol.generated.describe_producers as describe_producers
 import protocol.generated.describe_topic_partitions as describe_topic_partitions
 import protocol.generated.describe_transactions as describe_transactions
+import protocol.generated.describe_user_scram_credentials as describe_user_scram_credentials
 import protocol.generated.diskless_commit_file as diskless_commit_file
 import protocol.generated.diskless_create_partitions as diskless_create_partitions
 import protocol.generated.diskless_delete_records as diskless_delete_records
@@ -69,10 +71,12 @@ import protocol.generated.metadata_records.producer_ids_record as metadata_recor
 import protocol.generated.metadata_records.register_broker_record as metadata_records_register_broker_record
 import protocol.generated.metadata_records.remove_partition_record as metadata_records_remove_partition_record
 import protocol.generated.metadata_records.remove_topic_record as metadata_records_remove_topic_record
+import protocol.generated.metadata_records.remove_user_scram_credential_record as metadata_records_remove_user_scram_credential_record
 import protocol.generated.metadata_records.topic_record as metadata_records_topic_record
 import protocol.generated.metadata_records.undeleted_partition_count_record as metadata_records_undeleted_partition_count_record
 import protocol.generated.metadata_records.unfence_broker_record as metadata_records_unfence_broker_record
 import protocol.generated.metadata_records.unregister_broker_record as metadata_records_unregister_broker_record
+import protocol.generated.metadata_records.user_scram_credential_record as metadata_records_user_scram_credential_record
 import protocol.generated.offset_commit as offset_commit
 import protocol.generated.offset_delete as offset_delete
 import protocol.generated.offset_fetch as offset_fetch
@@ -127,6 +131,8 @@ REQUESTS = {
     47: offset_delete.OffsetDeleteRequest,
     48: describe_client_quotas.DescribeClientQuotasRequest,
     49: alter_client_quotas.AlterClientQuotasRequest,
+    50: describe_user_scram_credentials.DescribeUserScramCredentialsRequest,
+    51: alter_user_scram_credentials.AlterUserScramCredentialsRequest,
     56: alter_partition.AlterPartitionRequest,
     59: fetch_snapshot.FetchSnapshotRequest,
     60: describe_cluster.DescribeClusterRequest,
@@ -189,6 +195,8 @@ RESPONSES = {
     47: offset_delete.OffsetDeleteResponse,
     48: describe_client_quotas.DescribeClientQuotasResponse,
     49: alter_client_quotas.AlterClientQuotasResponse,
+    50: describe_user_scram_credentials.DescribeUserScramCredentialsResponse,
+    51: alter_user_scram_credentials.AlterUserScramCredentialsResponse,
     56: alter_partition.AlterPartitionResponse,
     59: fetch_snapshot.FetchSnapshotResponse,
     60: describe_cluster.DescribeClusterResponse,
@@ -221,11 +229,13 @@ METADATA_RECORDS = {
     7: metadata_records_fence_broker_record.FenceBrokerRecord,
     8: metadata_records_unfence_broker_record.UnfenceBrokerRecord,
     9: metadata_records_remove_topic_record.RemoveTopicRecord,
+    11: metadata_records_user_scram_credential_record.UserScramCredentialRecord,
     12: metadata_records_feature_level_record.FeatureLevelRecord,
     14: metadata_records_client_quota_record.ClientQuotaRecord,
     15: metadata_records_producer_ids_record.ProducerIdsRecord,
     17: metadata_records_broker_registration_change_record.BrokerRegistrationChangeRecord,
     20: metadata_records_no_op_record.NoOpRecord,
+    22: metadata_records_remove_user_scram_credential_record.RemoveUserScramCredentialRecord,
     1028: metadata_records_chunk_record.ChunkRecord,
     1029: metadata_records_chunk_change_record.ChunkChangeRecord,
     1030: metadata_records_undeleted_partition_count_record.UndeletedPartitionCountRecord,
