@@ -412,6 +412,16 @@ class Cluster:
             props.update({"sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": SECURE_USERS[user]})
         return props
 
+    def rdkafka_conf(self, user: str = "admin") -> dict[str, str]:
+        """librdkafka (confluent-kafka) settings to reach this cluster."""
+        return {"bootstrap.servers": self.bootstrap, **self.client_props(user)}
+
+    def client_security(self, user: str = "admin") -> Any:
+        """node.client.NodeClient's security for this cluster (None: PLAINTEXT)."""
+        from node.security import properties_client_security
+
+        return properties_client_security(self.client_props(user), "cluster") if self.secure else None
+
     @property
     def bootstrap(self) -> str:
         return ",".join(f"{self.host}:{self.broker_port(i)}" for i in self.broker_ids)
