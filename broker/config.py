@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.quotas.manager import QuotaWindows
+from metadata.acls import Authorizer
 from node.config import ConfigError, Endpoint, NodeConfig
-from node.security import ClientSecurity, ListenerSecurity, listener_security, node_client_security
+from node.security import ClientSecurity, ListenerSecurity, authorizer, listener_security, node_client_security
 from node.server import ConnectionLimits
 
 # queued.max.request.bytes: Kafka's default is unbounded (-1); ours holds partial and queued
@@ -52,6 +53,7 @@ class BrokerConfig:
     listeners: tuple[BrokerListener, ...]
     inter_broker_security: ClientSecurity
     controller_security: ClientSecurity
+    authorizer: Authorizer | None = None  # authorizer.class.name set: ACLs enforced on every request
 
     @classmethod
     def from_node_config(cls, cfg: NodeConfig) -> BrokerConfig:
@@ -107,6 +109,7 @@ class BrokerConfig:
             inter_broker_security=node_client_security(cfg, inter, "sasl.mechanism.inter.broker.protocol"),
             controller_security=node_client_security(cfg, cfg.controller_listener_names[0],
                                                      "sasl.mechanism.controller.protocol"),
+            authorizer=authorizer(cfg),
         )
 
 

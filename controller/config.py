@@ -11,9 +11,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from metadata.acls import Authorizer
 from node.config import ConfigError, Endpoint, NodeConfig
 from node.scram import MAX_ITERATIONS, MIN_ITERATIONS
-from node.security import ClientSecurity, ListenerSecurity, listener_security, node_client_security
+from node.security import ClientSecurity, ListenerSecurity, authorizer, listener_security, node_client_security
 from protocol.framing import DEFAULT_MAX_FRAME
 
 _BOOTSTRAP_ENTRY = re.compile(r"\s*(SCRAM-SHA-256|SCRAM-SHA-512)\s*=\s*\[([^\]]*)\]\s*")
@@ -43,6 +44,8 @@ class ControllerConfig:
     broker_security: ClientSecurity | None = None
     # bootstrap.scram.credentials: (mechanism, user, password, iterations) written if absent
     bootstrap_scram: tuple[tuple[str, str, str, int], ...] = ()
+    # authorizer.class.name set: every request but ApiVersions and SASL needs CLUSTER_ACTION
+    authorizer: Authorizer | None = None
 
     @property
     def metadata_dir(self) -> Path:
@@ -101,6 +104,7 @@ class ControllerConfig:
             broker_security=node_client_security(cfg, broker_listener, "sasl.mechanism.inter.broker.protocol")
             if broker_listener else None,
             bootstrap_scram=tuple(parse_bootstrap(cfg.props.get("bootstrap.scram.credentials", ""))),
+            authorizer=authorizer(cfg),
         )
         for key, value, lo, hi in [
             ("num.partitions", out.num_partitions, 1, 2**31 - 1),

@@ -11,8 +11,11 @@ import structlog
 
 from controller.apis import Apis, handlers
 from controller.apis.api_versions import unsupported_version_response
+from metadata.acls import CLUSTER, CLUSTER_ACTION, CLUSTER_NAME
+from node.authz import ALWAYS, deny_items, log_denied
 from node.security import ListenerSecurity
 from node.server import Connection, ConnectionLimits, FramedServer
+from protocol.errors import Errors, ProtocolError
 from protocol.generated import REQUESTS
 from protocol.headers import API_VERSIONS_KEY, UnsupportedRequest, decode_request, encode_response
 
@@ -38,6 +41,16 @@ class ControllerServer:
                 )
             raise
         key, version = req.api_key, req.api_version
+        authz = self.apis.controller.config.authorizer
+        if authz is not None and key not in ALWAYS and not authz.authorize(
+                self.apis.controller.image.acls, conn.principal, conn.ip, CLUSTER_ACTION, CLUSTER, CLUSTER_NAME):
+            # the controller's peers are brokers (and tools acting for an operator): all cluster actions
+            log_denied(conn.principal, conn.peer, key)
+            body = deny_items(key, version, req.body, Errors.CLUSTER_AUTHORIZATION_FAILED) if key in REQUESTS else None
+            if body is None:
+                conn.abort("authorization_failed", ProtocolError(f"{conn.principal} may not send API {key}"))
+                return None
+            return encode_response(key, version, req.correlation_id, body)
         entry = self.table.get(key)
         if entry is None or not entry[0] <= version <= entry[1]:
             name = REQUESTS[key].NAME

@@ -20,6 +20,7 @@ from controller.metadata_log import fsync_dir
 from metadata.image import MetadataImage
 from metadata.records import decode_record, encode_record
 from protocol.errors import ProtocolError
+from protocol.generated.metadata_records.access_control_entry_record import AccessControlEntryRecord
 from protocol.generated.metadata_records.chunk_record import ChunkRecord
 from protocol.generated.metadata_records.client_quota_record import ClientQuotaRecord
 from protocol.generated.metadata_records.config_record import ConfigRecord
@@ -117,6 +118,10 @@ def image_records(image: MetadataImage) -> Iterator[Any]:
             yield ClientQuotaRecord(
                 entity=[ClientQuotaRecord.EntityData(t, n) for t, n in entity], key=k, value=v, remove=False
             )
+    for acl_id, a in sorted(image.acls.items()):
+        yield AccessControlEntryRecord(id=acl_id, resource_type=a.resource_type, resource_name=a.resource_name,
+                                       pattern_type=a.pattern_type, principal=a.principal, host=a.host,
+                                       operation=a.operation, permission_type=a.permission)
     for (name, mechanism), cred in sorted(image.scram.items()):
         yield UserScramCredentialRecord(name=name, mechanism=mechanism, salt=cred.salt, stored_key=cred.stored_key,
                                         server_key=cred.server_key, iterations=cred.iterations)

@@ -12,6 +12,7 @@ from types import MappingProxyType
 from typing import Any
 from uuid import UUID
 
+from metadata.acls import AclEntry
 from metadata.client_quotas import entity_key
 
 METADATA_TOPIC = "__cluster_metadata"
@@ -139,6 +140,7 @@ class MetadataImage:
     client_quotas: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     # (user name, mechanism: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512) -> ScramCredential
     scram: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    acls: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))  # UUID -> metadata.acls.AclEntry
 
     EMPTY: Any = None  # set below
 
@@ -183,6 +185,7 @@ class MetadataDelta:
         self._features: dict | None = None
         self._client_quotas: dict | None = None
         self._scram: dict | None = None
+        self._acls: dict | None = None
         self._next_producer_id = image.next_producer_id
         self._partitions: dict[UUID, dict[int, PartitionInfo]] = {}  # topics whose partitions changed
         self._chunks: dict[UUID, dict[int, tuple[ChunkInfo, ...]]] = {}
@@ -360,6 +363,17 @@ class MetadataDelta:
             self._scram = dict(self.image.scram)
         self._scram.pop((r.name, r.mechanism), None)
 
+    def _replay_AccessControlEntryRecord(self, r: Any) -> None:
+        if self._acls is None:
+            self._acls = dict(self.image.acls)
+        self._acls[r.id] = AclEntry(r.resource_type, r.resource_name, r.pattern_type, r.principal, r.host,
+                                    r.operation, r.permission_type)
+
+    def _replay_RemoveAccessControlEntryRecord(self, r: Any) -> None:
+        if self._acls is None:
+            self._acls = dict(self.image.acls)
+        self._acls.pop(r.id, None)
+
     def _replay_RegisterBrokerRecord(self, r: Any) -> None:
         self._b()[r.broker_id] = BrokerInfo(
             id=r.broker_id,
@@ -477,4 +491,5 @@ class MetadataDelta:
             next_producer_id=self._next_producer_id,
             client_quotas=img.client_quotas if self._client_quotas is None else _frozen(self._client_quotas),
             scram=img.scram if self._scram is None else _frozen(self._scram),
+            acls=img.acls if self._acls is None else _frozen(self._acls),
         )

@@ -16,6 +16,7 @@ import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from metadata.acls import Authorizer, parse_super_users
 from metadata.image import ScramCredential
 from node.config import ConfigError, NodeConfig
 from node.scram import PLAIN, SCRAM_MECHANISMS, SUPPORTED_MECHANISMS
@@ -28,6 +29,21 @@ DEFAULT_MECHANISMS = "SCRAM-SHA-256,SCRAM-SHA-512"
 CLIENT_AUTH = ("none", "requested", "required")
 ANONYMOUS = "User:ANONYMOUS"
 _JAAS_OPTION = re.compile(r'([A-Za-z0-9_.-]+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+# authorizer.class.name values served (Kafka's KRaft authorizer; any of these names enables it)
+AUTHORIZERS = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer", "StandardAuthorizer")
+
+
+def authorizer(cfg: NodeConfig) -> Authorizer | None:
+    """`authorizer.class.name` set: ACLs are enforced (fail closed: another class is refused)."""
+    name = cfg.props.get("authorizer.class.name", "").strip()
+    if not name:
+        return None
+    if name not in AUTHORIZERS:
+        raise ConfigError(f"authorizer.class.name: {name} is not supported (use {AUTHORIZERS[0]})")
+    return Authorizer(parse_super_users(cfg.props.get("super.users", "")),
+                      cfg.bool("allow.everyone.if.no.acl.found", False))
 
 
 def protocol_map(cfg: NodeConfig) -> dict[str, str]:

@@ -150,11 +150,17 @@ def node_configs(
 SECURE_USERS = {"admin": "admin-secret", "broker": "broker-secret", "alice": "alice-secret", "bob": "bob-secret"}
 
 
-def security_overrides(protocol: str, certs: Any) -> tuple[dict[str, str], dict[str, str]]:
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+def security_overrides(protocol: str, certs: Any, acls: bool = False) -> tuple[dict[str, str], dict[str, str]]:
     """(broker overrides, controller overrides) putting every listener on `protocol` (SSL,
     SASL_PLAINTEXT or SASL_SSL): the brokers' listener is named after it, the controller's stays
-    CONTROLLER; the nodes authenticate to each other as user "broker" with SCRAM-SHA-512."""
+    CONTROLLER; the nodes authenticate to each other as user "broker" with SCRAM-SHA-512. With
+    `acls`, the authorizer is on and "broker" and "admin" are the super users."""
     common = {"listener.security.protocol.map": f"CONTROLLER:{protocol},{protocol}:{protocol}"}
+    if acls:
+        common.update({"authorizer.class.name": AUTHORIZER, "super.users": "User:broker;User:admin"})
     if "SSL" in protocol:
         common.update({"ssl.certificate.location": str(certs.server_cert), "ssl.key.location": str(certs.server_key),
                        "ssl.ca.location": str(certs.ca)})
@@ -347,6 +353,7 @@ class Cluster:
         verbose: bool = True,
         nofile: Mapping[int, int] | None = None,
         secure: str | None = None,
+        acls: bool = False,
     ) -> None:
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
@@ -361,7 +368,7 @@ class Cluster:
             from tools.certs import make_certs  # lazy: `cryptography` is needed by secure clusters only
 
             self.certs = make_certs(self.base_dir / "certs", ("localhost", host))
-            secure_brokers, secure_controller = security_overrides(secure, self.certs)
+            secure_brokers, secure_controller = security_overrides(secure, self.certs, acls)
         self.broker_overrides = {**secure_brokers, **(broker_overrides or {})}
         self.controller_overrides = {**secure_controller, **(controller_overrides or {})}
         self.per_broker_overrides = {int(k): dict(v) for k, v in (per_broker_overrides or {}).items()}

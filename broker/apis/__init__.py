@@ -59,6 +59,7 @@ def api(key: int, min_version: int, max_version: int) -> Callable[[Handler], Han
 def load_all() -> dict[int, ApiEntry]:
     """Import every API module so its handlers register."""
     from broker.apis import (  # noqa: F401
+        acls,
         admin,
         api_versions,
         chunks,

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.acls import AclControl
 from controller.chunks import ChunkControl
 from controller.client_quotas import ClientQuotaControl
 from controller.cluster import ClusterControl
@@ -36,6 +37,7 @@ class Apis:
     client_quotas: ClientQuotaControl
     dir_assignment: DirAssignmentControl
     scram: ScramControl
+    acls: AclControl
     served: dict[int, tuple[int, int]] = field(default_factory=dict)  # what ApiVersions lists
 
     @classmethod
@@ -51,6 +53,7 @@ class Apis:
             ClientQuotaControl(controller),
             DirAssignmentControl(controller),
             ScramControl(controller),
+            AclControl(controller),
         )
 
 
@@ -59,6 +62,7 @@ Handler = Callable[[Apis, Request], Awaitable[Any]]
 
 def handlers() -> dict[int, tuple[int, int, Handler]]:
     from controller.apis import (
+        acls,
         api_versions,
         chunks,
         client_quotas,
@@ -74,7 +78,7 @@ def handlers() -> dict[int, tuple[int, int, Handler]]:
 
     table: dict[int, tuple[int, int, Handler]] = {}
     for module in (
-        api_versions, chunks, client_quotas, cluster, configs, dir_assignment, fetch, partitions, producer_ids, scram,
+        acls, api_versions, chunks, client_quotas, cluster, configs, dir_assignment, fetch, partitions, producer_ids, scram,
         topics,
     ):
         table.update(module.HANDLERS)

@@ -16,12 +16,15 @@ import protocol.generated.api_versions as api_versions
 import protocol.generated.assign_replicas_to_dirs as assign_replicas_to_dirs
 import protocol.generated.broker_heartbeat as broker_heartbeat
 import protocol.generated.broker_registration as broker_registration
+import protocol.generated.create_acls as create_acls
 import protocol.generated.create_chunks as create_chunks
 import protocol.generated.create_partitions as create_partitions
 import protocol.generated.create_topics as create_topics
+import protocol.generated.delete_acls as delete_acls
 import protocol.generated.delete_groups as delete_groups
 import protocol.generated.delete_records as delete_records
 import protocol.generated.delete_topics as delete_topics
+import protocol.generated.describe_acls as describe_acls
 import protocol.generated.describe_client_quotas as describe_client_quotas
 import protocol.generated.describe_cluster as describe_cluster
 import protocol.generated.describe_configs as describe_configs
@@ -53,6 +56,7 @@ import protocol.generated.list_offsets as list_offsets
 import protocol.generated.list_partition_reassignments as list_partition_reassignments
 import protocol.generated.list_transactions as list_transactions
 import protocol.generated.metadata as metadata
+import protocol.generated.metadata_records.access_control_entry_record as metadata_records_access_control_entry_record
 import protocol.generated.metadata_records.broker_registration_change_record as metadata_records_broker_registration_change_record
 import protocol.generated.metadata_records.chunk_change_record as metadata_records_chunk_change_record
 import protocol.generated.metadata_records.chunk_record as metadata_records_chunk_record
@@ -69,6 +73,7 @@ import protocol.generated.metadata_records.partition_change_record as metadata_r
 import protocol.generated.metadata_records.partition_record as metadata_records_partition_record
 import protocol.generated.metadata_records.producer_ids_record as metadata_records_producer_ids_record
 import protocol.generated.metadata_records.register_broker_record as metadata_records_register_broker_record
+import protocol.generated.metadata_records.remove_access_control_entry_record as metadata_records_remove_access_control_entry_record
 import protocol.generated.metadata_records.remove_partition_record as metadata_records_remove_partition_record
 import protocol.generated.metadata_records.remove_topic_record as metadata_records_remove_topic_record
 import protocol.generated.metadata_records.remove_user_scram_credential_record as metadata_records_remove_user_scram_credential_record
@@ -117,6 +122,9 @@ REQUESTS = {
     26: end_txn.EndTxnRequest,
     27: write_txn_markers.WriteTxnMarkersRequest,
     28: txn_offset_commit.TxnOffsetCommitRequest,
+    29: describe_acls.DescribeAclsRequest,
+    30: create_acls.CreateAclsRequest,
+    31: delete_acls.DeleteAclsRequest,
     32: describe_configs.DescribeConfigsRequest,
     33: alter_configs.AlterConfigsRequest,
     34: alter_replica_log_dirs.AlterReplicaLogDirsRequest,
@@ -181,6 +189,9 @@ RESPONSES = {
     26: end_txn.EndTxnResponse,
     27: write_txn_markers.WriteTxnMarkersResponse,
     28: txn_offset_commit.TxnOffsetCommitResponse,
+    29: describe_acls.DescribeAclsResponse,
+    30: create_acls.CreateAclsResponse,
+    31: delete_acls.DeleteAclsResponse,
     32: describe_configs.DescribeConfigsResponse,
     33: alter_configs.AlterConfigsResponse,
     34: alter_replica_log_dirs.AlterReplicaLogDirsResponse,
@@ -234,6 +245,8 @@ METADATA_RECORDS = {
     14: metadata_records_client_quota_record.ClientQuotaRecord,
     15: metadata_records_producer_ids_record.ProducerIdsRecord,
     17: metadata_records_broker_registration_change_record.BrokerRegistrationChangeRecord,
+    18: metadata_records_access_control_entry_record.AccessControlEntryRecord,
+    19: metadata_records_remove_access_control_entry_record.RemoveAccessControlEntryRecord,
     20: metadata_records_no_op_record.NoOpRecord,
     22: metadata_records_remove_user_scram_credential_record.RemoveUserScramCredentialRecord,
     1028: metadata_records_chunk_record.ChunkRecord,

@@ -1,0 +1,259 @@
+"""Authorization of every request on a broker with `authorizer.class.name` set (Kafka's
+StandardAuthorizer rules in metadata.acls, checked the way KafkaApis does per API).
+
+Per item where Kafka does it per item: Produce (WRITE on each topic), consumer Fetch (READ),
+ListOffsets and Metadata (DESCRIBE; Metadata of all topics leaves out what the principal may not
+describe), CreateTopics (CREATE on the cluster or the topic), OffsetCommit (READ on the group and
+each topic). The unauthorized items are taken out of the request before its handler runs and
+come back with TOPIC_AUTHORIZATION_FAILED. Whole requests: group requests (READ on the group:
+GROUP_AUTHORIZATION_FAILED), transactional ones (WRITE on the transactional id), and the
+inter-node APIs (follower Fetch and OffsetForLeaderEpoch, WriteTxnMarkers, the chunk and diskless
+APIs), which need CLUSTER_ACTION on the cluster: CLUSTER_AUTHORIZATION_FAILED for every item.
+Every other admin API needs DESCRIBE (reads) or ALTER (changes) on the cluster (coarser than
+Kafka's per-resource checks). A denial whose answer has no error field at the request's version
+closes the connection instead, logged: never served.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from metadata.acls import (
+    ALTER,
+    CLUSTER,
+    CLUSTER_ACTION,
+    CLUSTER_NAME,
+    CREATE,
+    DELETE,
+    DESCRIBE,
+    GROUP,
+    IDEMPOTENT_WRITE,
+    READ,
+    TOPIC,
+    TRANSACTIONAL_ID,
+    WRITE,
+    Authorizer,
+)
+from node.authz import ALWAYS, Denied, deny_items, top_level_error
+from node.logging import RateLimitedLog
+from protocol.errors import Errors
+from protocol.generated import RESPONSES
+
+log = structlog.get_logger(__name__)
+limited = RateLimitedLog(log)
+
+TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED = (Errors.TOPIC_AUTHORIZATION_FAILED, Errors.GROUP_AUTHORIZATION_FAILED,
+                                              Errors.CLUSTER_AUTHORIZATION_FAILED)
+TXN_DENIED = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+INTER_NODE = frozenset({27, 1076, 1077, 1093, 1094, 1095, 1096, 1097, 1098, 1100})
+GROUP_KEYED = frozenset({11, 12, 13, 14})  # JoinGroup, Heartbeat, LeaveGroup, SyncGroup
+TXN_KEYED = frozenset({24, 25, 26})  # AddPartitionsToTxn, AddOffsetsToTxn, EndTxn
+READS = frozenset({15, 16, 29, 32, 35, 46, 48, 50, 60, 61, 65, 66, 75, 1253})
+
+
+@dataclass
+class Check:
+    """One request's authorization: answers `allowed(op, type, name)` for its principal."""
+
+    authorizer: Authorizer
+    acls: Any
+    principal: str
+    host: str
+
+    def allowed(self, op: int, rtype: int, name: str) -> bool:
+        return self.authorizer.authorize(self.acls, self.principal, self.host, op, rtype, name)
+
+    def cluster(self, *ops: int) -> bool:
+        return any(self.allowed(op, CLUSTER, CLUSTER_NAME) for op in ops)
+
+
+# ---------------------------------------------------------------- per API
+Finish = Callable[[Any], Any]  # adds the refused items' errors to the handler's response
+
+
+def authorize(check: Check, api_key: int, version: int, body: Any, topic_name: Callable[[Any], str | None],
+              is_follower: bool) -> Finish | None:
+    """Raises Denied for a refused request; may take refused items out of `body` and return a
+    function that adds their errors to the response."""
+    if api_key in ALWAYS:
+        return None
+    if api_key in INTER_NODE or (api_key in (1, 23) and is_follower):
+        if api_key in (1076, 1077) and check.cluster(ALTER, CLUSTER_ACTION):  # kafka-chunks.sh: an admin's ALTER
+            return None
+        if check.cluster(CLUSTER_ACTION):
+            return None
+        raise Denied(top_level_error(1, version, CLUSTER_DENIED) if api_key == 1 else
+                     deny_items(api_key, version, body, CLUSTER_DENIED))
+    if api_key == 0:
+        return _produce(check, version, body)
+    if api_key == 1:
+        return _per_topic(check, body, READ, "topics", "partitions", topic_name, _fetch_error)
+    if api_key == 2:
+        return _per_topic(check, body, DESCRIBE, "topics", "partitions", topic_name, _list_offsets_error)
+    if api_key == 23:
+        return _per_topic(check, body, DESCRIBE, "topics", "partitions", topic_name, _ofle_error)
+    if api_key == 3:
+        return _metadata(check, version, body)
+    if api_key == 19:
+        return _create_topics(check, body)
+    if api_key == 8 or api_key in GROUP_KEYED:
+        if not check.allowed(READ, GROUP, body.group_id):
+            raise Denied(_offset_commit_all(body, GROUP_DENIED) if api_key == 8 else
+                         top_level_error(api_key, version, GROUP_DENIED))
+        if api_key == 8:
+            return _per_topic(check, body, READ, "topics", "partitions", topic_name, _offset_commit_error)
+        return None
+    if api_key == 9:
+        groups = [g.group_id for g in body.groups] if version >= 8 else [body.group_id]
+        if not all(check.allowed(DESCRIBE, GROUP, g) for g in groups):
+            raise Denied(top_level_error(9, version, GROUP_DENIED) if version < 8 else _offset_fetch_groups(body, check))
+        return None
+    if api_key == 10:
+        keys = body.coordinator_keys if version >= 4 else [body.key]
+        rtype = TRANSACTIONAL_ID if body.key_type == 1 else GROUP
+        if not all(check.allowed(DESCRIBE, rtype, k) for k in keys):
+            raise Denied(top_level_error(10, version, TXN_DENIED if rtype == TRANSACTIONAL_ID else GROUP_DENIED)
+                         if version < 4 else None)
+        return None
+    if api_key == 22:
+        tid = body.transactional_id
+        ok = check.allowed(WRITE, TRANSACTIONAL_ID, tid) if tid else (
+            check.cluster(IDEMPOTENT_WRITE) or check.authorizer.any_allowed(
+                check.acls, check.principal, check.host, WRITE, TOPIC))
+        if not ok:
+            raise Denied(top_level_error(22, version, TXN_DENIED if tid else CLUSTER_DENIED))
+        return None
+    if api_key in TXN_KEYED or api_key == 28:
+        tids = [t.transactional_id for t in body.transactions] if api_key == 24 and version >= 4 else \
+            [body.transactional_id]
+        if not all(check.allowed(WRITE, TRANSACTIONAL_ID, t) for t in tids):
+            raise Denied(top_level_error(api_key, version, TXN_DENIED))
+        if api_key == 28 and not check.allowed(READ, GROUP, body.group_id):
+            raise Denied(None)
+        return None
+    if api_key in (20, 21, 37):  # DeleteTopics, DeleteRecords, CreatePartitions: per topic
+        names = _topic_names(api_key, body)
+        op = ALTER if api_key == 37 else DELETE
+        if not all(check.allowed(op, TOPIC, n) for n in names):
+            raise Denied(deny_items(api_key, version, body, TOPIC_DENIED))
+        return None
+    op = DESCRIBE if api_key in READS else ALTER
+    if not check.cluster(op):
+        raise Denied(deny_items(api_key, version, body, CLUSTER_DENIED))
+    return None
+
+
+def _topic_names(api_key: int, body: Any) -> list[str]:
+    if api_key == 20:
+        return [t.name for t in body.topics] if body.topics else list(body.topic_names)
+    return [t.name for t in body.topics]
+
+
+def _produce(check: Check, version: int, body: Any) -> Finish | None:
+    if body.transactional_id and not check.allowed(WRITE, TRANSACTIONAL_ID, body.transactional_id):
+        R = RESPONSES[0]
+        raise Denied(R(responses=[R.TopicProduceResponse(name=t.name, partition_responses=[
+            R.PartitionProduceResponse(index=p.index, error_code=TXN_DENIED) for p in t.partition_data])
+            for t in body.topic_data]))
+    return _per_topic(check, body, WRITE, "topic_data", "partition_data", lambda t: t.name, _produce_error)
+
+
+def _per_topic(check: Check, body: Any, op: int, field: str, parts: str, topic_name: Callable[[Any], str | None],
+               error: Callable[[Any, list], Any]) -> Finish | None:
+    topics = getattr(body, field) or []
+    refused = [t for t in topics if not check.allowed(op, TOPIC, topic_name(t) or "")]
+    if not refused:
+        return None
+    setattr(body, field, [t for t in topics if t not in refused])
+
+    def finish(resp: Any) -> Any:
+        error(resp, refused)
+        return resp
+    return finish
+
+
+def _produce_error(resp: Any, refused: list) -> None:
+    R = RESPONSES[0]
+    resp.responses += [R.TopicProduceResponse(name=t.name, partition_responses=[
+        R.PartitionProduceResponse(index=p.index, error_code=TOPIC_DENIED) for p in t.partition_data]) for t in refused]
+
+
+def _fetch_error(resp: Any, refused: list) -> None:
+    R = RESPONSES[1]
+    resp.responses += [R.FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=[
+        R.PartitionData(partition_index=p.partition, error_code=TOPIC_DENIED) for p in t.partitions]) for t in refused]
+
+
+def _list_offsets_error(resp: Any, refused: list) -> None:
+    R = RESPONSES[2]
+    resp.topics += [R.ListOffsetsTopicResponse(name=t.name, partitions=[
+        R.ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=TOPIC_DENIED)
+        for p in t.partitions]) for t in refused]
+
+
+def _ofle_error(resp: Any, refused: list) -> None:
+    R = RESPONSES[23]
+    resp.topics += [R.OffsetForLeaderTopicResult(topic=t.topic, partitions=[
+        R.EpochEndOffset(partition=p.partition, error_code=TOPIC_DENIED) for p in t.partitions]) for t in refused]
+
+
+def _offset_commit_error(resp: Any, refused: list, code: int = TOPIC_DENIED) -> None:
+    R = RESPONSES[8]
+    resp.topics += [R.OffsetCommitResponseTopic(name=t.name, partitions=[
+        R.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
+        for p in t.partitions]) for t in refused]
+
+
+def _offset_commit_all(body: Any, code: int) -> Any:
+    resp = RESPONSES[8]()
+    _offset_commit_error(resp, body.topics, code)
+    return resp
+
+
+def _offset_fetch_groups(body: Any, check: Check) -> Any:
+    R = RESPONSES[9]
+    return R(groups=[R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=GROUP_DENIED) for g in body.groups])
+
+
+def _metadata(check: Check, version: int, body: Any) -> Finish | None:
+    named = body.topics is not None and not (version == 0 and not body.topics)
+    refused: list[str] = []
+    if named:
+        keep = []
+        for t in body.topics:
+            if t.name is None or check.allowed(DESCRIBE, TOPIC, t.name):
+                keep.append(t)
+            else:
+                refused.append(t.name)
+        body.topics = keep
+        if body.allow_auto_topic_creation and not check.cluster(CREATE) and not all(
+                check.allowed(CREATE, TOPIC, t.name) for t in keep if t.name is not None):
+            body.allow_auto_topic_creation = False  # Kafka: CREATE on the cluster or the topic
+
+    def finish(resp: Any) -> Any:
+        R = RESPONSES[3]
+        if not named:
+            resp.topics = [t for t in resp.topics if check.allowed(DESCRIBE, TOPIC, t.name)]
+        resp.topics += [R.MetadataResponseTopic(error_code=TOPIC_DENIED, name=n) for n in refused]
+        return resp
+    return finish
+
+
+def _create_topics(check: Check, body: Any) -> Finish | None:
+    if check.cluster(CREATE):
+        return None
+    refused = [t for t in body.topics if not check.allowed(CREATE, TOPIC, t.name)]
+    if not refused:
+        return None
+    body.topics = [t for t in body.topics if t not in refused]
+
+    def finish(resp: Any) -> Any:
+        R = RESPONSES[19]
+        resp.topics += [R.CreatableTopicResult(name=t.name, error_code=TOPIC_DENIED,
+                                               error_message="Authorization failed.") for t in refused]
+        return resp
+    return finish
