@@ -38,7 +38,7 @@ from metadata.acls import (
     WRITE,
     Authorizer,
 )
-from node.authz import ALWAYS, Denied, deny_items, top_level_error
+from node.authz import ALWAYS, Denied, deny_items, log_denied, top_level_error
 from node.logging import RateLimitedLog
 from protocol.errors import Errors
 from protocol.generated import RESPONSES
@@ -91,11 +91,11 @@ def authorize(check: Check, api_key: int, version: int, body: Any, topic_name: C
     if api_key == 0:
         return _produce(check, version, body)
     if api_key == 1:
-        return _per_topic(check, body, READ, "topics", "partitions", topic_name, _fetch_error)
+        return _per_topic(1, check, body, READ, "topics", "partitions", topic_name, _fetch_error)
     if api_key == 2:
-        return _per_topic(check, body, DESCRIBE, "topics", "partitions", topic_name, _list_offsets_error)
+        return _per_topic(2, check, body, DESCRIBE, "topics", "partitions", topic_name, _list_offsets_error)
     if api_key == 23:
-        return _per_topic(check, body, DESCRIBE, "topics", "partitions", topic_name, _ofle_error)
+        return _per_topic(23, check, body, DESCRIBE, "topics", "partitions", topic_name, _ofle_error)
     if api_key == 3:
         return _metadata(check, version, body)
     if api_key == 19:
@@ -105,7 +105,7 @@ def authorize(check: Check, api_key: int, version: int, body: Any, topic_name: C
             raise Denied(_offset_commit_all(body, GROUP_DENIED) if api_key == 8 else
                          top_level_error(api_key, version, GROUP_DENIED))
         if api_key == 8:
-            return _per_topic(check, body, READ, "topics", "partitions", topic_name, _offset_commit_error)
+            return _per_topic(8, check, body, READ, "topics", "partitions", topic_name, _offset_commit_error)
         return None
     if api_key == 9:
         groups = [g.group_id for g in body.groups] if version >= 8 else [body.group_id]
@@ -159,15 +159,16 @@ def _produce(check: Check, version: int, body: Any) -> Finish | None:
         raise Denied(R(responses=[R.TopicProduceResponse(name=t.name, partition_responses=[
             R.PartitionProduceResponse(index=p.index, error_code=TXN_DENIED) for p in t.partition_data])
             for t in body.topic_data]))
-    return _per_topic(check, body, WRITE, "topic_data", "partition_data", lambda t: t.name, _produce_error)
+    return _per_topic(0, check, body, WRITE, "topic_data", "partition_data", lambda t: t.name, _produce_error)
 
 
-def _per_topic(check: Check, body: Any, op: int, field: str, parts: str, topic_name: Callable[[Any], str | None],
+def _per_topic(api_key: int, check: Check, body: Any, op: int, field: str, parts: str, topic_name: Callable[[Any], str | None],
                error: Callable[[Any, list], Any]) -> Finish | None:
     topics = getattr(body, field) or []
     refused = [t for t in topics if not check.allowed(op, TOPIC, topic_name(t) or "")]
     if not refused:
         return None
+    log_denied(check.principal, check.host, api_key, topics=",".join(topic_name(t) or "?" for t in refused))
     setattr(body, field, [t for t in topics if t not in refused])
 
     def finish(resp: Any) -> Any:
@@ -230,6 +231,8 @@ def _metadata(check: Check, version: int, body: Any) -> Finish | None:
             else:
                 refused.append(t.name)
         body.topics = keep
+        if refused:
+            log_denied(check.principal, check.host, 3, topics=",".join(refused))
         if body.allow_auto_topic_creation and not check.cluster(CREATE) and not all(
                 check.allowed(CREATE, TOPIC, t.name) for t in keep if t.name is not None):
             body.allow_auto_topic_creation = False  # Kafka: CREATE on the cluster or the topic
@@ -250,6 +253,7 @@ def _create_topics(check: Check, body: Any) -> Finish | None:
     if not refused:
         return None
     body.topics = [t for t in body.topics if t not in refused]
+    log_denied(check.principal, check.host, 19, topics=",".join(t.name for t in refused))
 
     def finish(resp: Any) -> Any:
         R = RESPONSES[19]

@@ -91,5 +91,5 @@ def _nested_pair(R: type) -> tuple[type, type]:
     return topic, part
 
 
-def log_denied(principal: str, peer: str, api_key: int) -> None:
-    limited.warning("authorization_failed", principal=principal, peer=peer, api=RESPONSES[api_key].NAME[:-8])
+def log_denied(principal: str, peer: str, api_key: int, **items: object) -> None:
+    limited.warning("authorization_failed", principal=principal, peer=peer, api=RESPONSES[api_key].NAME[:-8], **items)
