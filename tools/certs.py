@@ -36,6 +36,16 @@ def _write_key(path: Path, key) -> None:
     path.chmod(0o600)
 
 
+def ensure_certs(directory: Path, hosts: list[str] | tuple[str, ...] = ("localhost", "127.0.0.1")) -> CertFiles:
+    """The certificates already in `directory` (a restarted dev cluster keeps its CA, so the
+    clients' settings stay valid), else new ones."""
+    files = CertFiles(directory / "ca.pem", directory / "server.pem", directory / "server.key",
+                      directory / "client.pem", directory / "client.key")
+    if all(p.exists() for p in (files.ca, files.server_cert, files.server_key, files.client_cert, files.client_key)):
+        return files
+    return make_certs(directory, hosts)
+
+
 def make_certs(directory: Path, hosts: list[str] | tuple[str, ...] = ("localhost", "127.0.0.1"),
                days: int = 30) -> CertFiles:
     """Write ca.pem, server.pem/server.key (SANs: `hosts`), client.pem/client.key (CN=client)."""

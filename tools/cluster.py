@@ -365,9 +365,9 @@ class Cluster:
         secure_brokers: dict[str, str] = {}
         secure_controller: dict[str, str] = {}
         if secure is not None:
-            from tools.certs import make_certs  # lazy: `cryptography` is needed by secure clusters only
+            from tools.certs import ensure_certs  # lazy: `cryptography` is needed by secure clusters only
 
-            self.certs = make_certs(self.base_dir / "certs", ("localhost", host))
+            self.certs = ensure_certs(self.base_dir / "certs", ("localhost", host))
             secure_brokers, secure_controller = security_overrides(secure, self.certs, acls)
         self.broker_overrides = {**secure_brokers, **(broker_overrides or {})}
         self.controller_overrides = {**secure_controller, **(controller_overrides or {})}
