@@ -103,6 +103,12 @@ def is_from_broker(req: Request) -> bool:
     return False
 
 
+def user_of(conn: Connection) -> str:
+    """The quota user of a connection: its principal's name (Kafka's user quota entity)."""
+    kind, _, name = conn.principal.partition(":")
+    return name if kind == "User" and name else conn.principal
+
+
 class RequestDispatcher:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -144,7 +150,7 @@ class RequestDispatcher:
         if req.api_key == PRODUCE and not exempt:
             # as Kafka, the whole request's size counts; recorded before the handler runs so the
             # requests read behind this one wait (they would otherwise all pass at once)
-            throttle = self._throttle_for(conn, quotas.record_produce(client_id, len(frame)))
+            throttle = self._throttle_for(conn, quotas.record_produce(client_id, len(frame), user_of(conn)))
         timer = None
         if not exempt and quotas.any_request_quota():
             timer = StepTimer(entry.handler(ctx, req.body))
@@ -157,9 +163,9 @@ class RequestDispatcher:
         if not exempt:
             after = 0.0
             if req.api_key == FETCH and parts is not None:
-                after = quotas.record_fetch(client_id, sum(len(p) for p in parts))
+                after = quotas.record_fetch(client_id, sum(len(p) for p in parts), user_of(conn))
             if timer is not None:
-                after = max(after, quotas.record_request_time(client_id, timer.seconds))
+                after = max(after, quotas.record_request_time(client_id, timer.seconds, user_of(conn)))
             throttle = max(throttle, self._throttle_for(conn, after))
         if throttle > 0 and resp is not None and hasattr(resp, "throttle_time_ms"):
             resp.throttle_time_ms = max(resp.throttle_time_ms, int(throttle * 1000))
