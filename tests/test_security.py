@@ -10,6 +10,7 @@ import socket
 import ssl
 import struct
 import subprocess
+import sys
 import time
 import uuid
 from dataclasses import replace
@@ -23,6 +24,7 @@ from protocol.errors import Errors
 from protocol.generated.metadata import MetadataRequest
 from protocol.generated.sasl_authenticate import SaslAuthenticateRequest
 from protocol.headers import decode_response, encode_request
+from tests.conftest import ROOT
 from tools.cluster import SECURE_USERS, Cluster
 
 pytestmark = pytest.mark.timeout(180)
@@ -292,3 +294,26 @@ def test_reauthentication(secure):
             assert md.brokers and cl.connected
 
     asyncio.run(main())
+
+
+def test_tools_with_command_config(secure, tmp_path):
+    """kafka-configs.sh adds a SCRAM user; kafka-topics.sh logs in as it with --command-config;
+    a wrong password is one line and exit 1."""
+    def tool(module: str, props: dict, *args: str) -> subprocess.CompletedProcess:
+        path = tmp_path / f"{len(list(tmp_path.iterdir()))}.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        return subprocess.run([sys.executable, "-m", module, "--bootstrap-server", secure.bootstrap,
+                               "--command-config", str(path), *args], capture_output=True, text=True, timeout=60,
+                              cwd=ROOT)
+
+    admin = secure.client_props("admin")
+    r = tool("tools.kafka_configs", admin, "--alter", "--entity-type", "users", "--entity-name", "erin",
+             "--add-config", "SCRAM-SHA-512=[iterations=8192,password=erin-pw]")
+    assert r.returncode == 0, r.stderr
+    r = tool("tools.kafka_configs", admin, "--describe", "--entity-type", "users", "--entity-name", "erin")
+    assert "SCRAM-SHA-512=iterations=8192" in r.stdout, r.stdout + r.stderr
+    erin = {**admin, "sasl.username": "erin", "sasl.password": "erin-pw"}
+    r = tool("tools.kafka_topics", erin, "--create", "--topic", "erins", "--partitions", "1")
+    assert r.returncode == 0, r.stderr
+    r = tool("tools.kafka_topics", {**erin, "sasl.password": "nope"}, "--list")
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "Invalid user credentials" in r.stderr
