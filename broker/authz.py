@@ -51,7 +51,7 @@ TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED = (Errors.TOPIC_AUTHORIZATION_FAILED,
 TXN_DENIED = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 INTER_NODE = frozenset({27, 1076, 1077, 1093, 1094, 1095, 1096, 1097, 1098, 1100})
 GROUP_KEYED = frozenset({11, 12, 13, 14})  # JoinGroup, Heartbeat, LeaveGroup, SyncGroup
-TXN_KEYED = frozenset({24, 25, 26})  # AddPartitionsToTxn, AddOffsetsToTxn, EndTxn
+TXN_KEYED = frozenset({25, 26})  # AddOffsetsToTxn, EndTxn
 READS = frozenset({15, 16, 29, 32, 35, 46, 48, 50, 60, 61, 65, 66, 75, 1253})
 
 
@@ -127,10 +127,10 @@ def authorize(check: Check, api_key: int, version: int, body: Any, topic_name: C
         if not ok:
             raise Denied(top_level_error(22, version, TXN_DENIED if tid else CLUSTER_DENIED))
         return None
+    if api_key == 24:
+        return _add_partitions_to_txn(check, version, body)
     if api_key in TXN_KEYED or api_key == 28:
-        tids = [t.transactional_id for t in body.transactions] if api_key == 24 and version >= 4 else \
-            [body.transactional_id]
-        if not all(check.allowed(WRITE, TRANSACTIONAL_ID, t) for t in tids):
+        if not check.allowed(WRITE, TRANSACTIONAL_ID, body.transactional_id):
             raise Denied(top_level_error(api_key, version, TXN_DENIED))
         if api_key == 28 and not check.allowed(READ, GROUP, body.group_id):
             raise Denied(None)
@@ -145,6 +145,28 @@ def authorize(check: Check, api_key: int, version: int, body: Any, topic_name: C
     if not check.cluster(op):
         raise Denied(deny_items(api_key, version, body, CLUSTER_DENIED))
     return None
+
+
+def _add_partitions_to_txn(check: Check, version: int, body: Any) -> None:
+    """WRITE on the transactional id and on each topic (Kafka's rule); v0-3 carry one
+    transaction at the top level and answer per partition, v4+ (brokers' verify-only) per
+    transaction."""
+    R = RESPONSES[24]
+    if version >= 4:
+        if all(check.allowed(WRITE, TRANSACTIONAL_ID, t.transactional_id) and
+               all(check.allowed(WRITE, TOPIC, x.name) for x in t.topics) for t in body.transactions):
+            return None
+        raise Denied(top_level_error(24, version, TXN_DENIED))
+    txn_ok = check.allowed(WRITE, TRANSACTIONAL_ID, body.v3_and_below_transactional_id)
+    codes = {t.name: TXN_DENIED if not txn_ok else 0 if check.allowed(WRITE, TOPIC, t.name) else TOPIC_DENIED
+             for t in body.v3_and_below_topics}
+    if not any(codes.values()):
+        return None
+    # as Kafka: the partitions that would have been allowed answer OPERATION_NOT_ATTEMPTED
+    raise Denied(R(results_by_topic_v3_and_below=[R.AddPartitionsToTxnTopicResult(name=t.name, results_by_partition=[
+        R.AddPartitionsToTxnPartitionResult(partition_index=p, partition_error_code=codes[t.name] or
+                                            Errors.OPERATION_NOT_ATTEMPTED) for p in t.partitions])
+        for t in body.v3_and_below_topics]))
 
 
 def _topic_names(api_key: int, body: Any) -> list[str]:

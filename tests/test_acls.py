@@ -235,3 +235,20 @@ def test_user_gets_cluster_authorization_failed_from_broker(acl_cluster, key):
 def test_user_gets_cluster_authorization_failed_from_controller(acl_cluster, key):
     codes = _ask(acl_cluster, acl_cluster.controller_port, key)
     assert codes and set(codes) == {Errors.CLUSTER_AUTHORIZATION_FAILED}, codes
+
+
+def test_transactions_need_write_on_the_transactional_id(acl_cluster):
+    from confluent_kafka import KafkaException, Producer
+
+    c = acl_cluster
+    create_topics(c, "txq")
+    assert acls_tool(c, "--add", "--allow-principal", "User:alice", "--producer", "--topic", "txq",
+                     "--transactional-id", "tq").returncode == 0
+    p = Producer({**c.rdkafka_conf("alice"), "transactional.id": "tq"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce("txq", b"in a transaction")
+    p.commit_transaction(30)
+    bad = Producer({**c.rdkafka_conf("bob"), "transactional.id": "tq"})
+    with pytest.raises(KafkaException, match="TRANSACTIONAL_ID_AUTHORIZATION_FAILED|[Tt]ransactional"):
+        bad.init_transactions(10)

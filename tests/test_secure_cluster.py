@@ -1,4 +1,5 @@
-"""The acceptance scenarios on a cluster whose every listener is SASL_SSL with SCRAM-SHA-512:
+"""The acceptance scenarios on a cluster whose every listener is SASL_SSL with SCRAM-SHA-512 and
+the authorizer on (the nodes and the clients' "admin" are super users):
 clients, follower fetches, the brokers' registration, heartbeats and metadata fetches, transaction
 markers and chunk copies all go over TLS, authenticated (the nodes as user "broker"). The
 scenarios are the existing tests' own, run with this cluster."""
@@ -18,7 +19,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 @pytest.fixture
 def secure3(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path / "c", brokers=3, verbose=False, secure="SASL_SSL",
+    c = Cluster(tmp_path / "c", brokers=3, verbose=False, secure="SASL_SSL", acls=True,
                 broker_overrides={**test_chunks_data.FAST, **test_replication.FAST},
                 controller_overrides={"broker.session.timeout.ms": "3000"})
     try:
