@@ -5,6 +5,7 @@ per request. An invalid ACL or filter fails alone (INVALID_REQUEST), the others 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import structlog
@@ -24,22 +25,29 @@ class AclResult:
     matched: list[AclEntry] = field(default_factory=list)
 
 
+def _valid(items: list[AclEntry], check: Callable[[AclEntry], None],
+           out: list[AclResult]) -> Iterator[tuple[AclEntry, AclResult]]:
+    """Each item with its result (appended to `out`); an invalid one gets its error and is skipped."""
+    for item in items:
+        res = AclResult()
+        out.append(res)
+        try:
+            check(item)
+        except AclError as e:
+            res.error = str(e)
+            continue
+        yield item, res
+
+
 class AclControl:
     def __init__(self, controller: Controller) -> None:
         self.ctl = controller
 
     async def create(self, acls: list[AclEntry]) -> list[AclResult]:
         def build(image: MetadataImage, batch: Batch) -> list[AclResult]:
-            out = []
+            out: list[AclResult] = []
             existing = set(image.acls.values())
-            for acl in acls:
-                res = AclResult()
-                out.append(res)
-                try:
-                    check_acl(acl)
-                except AclError as e:
-                    res.error = str(e)
-                    continue
+            for acl, _res in _valid(acls, check_acl, out):
                 if acl in existing:
                     continue  # as Kafka: creating an ACL that exists succeeds without a record
                 existing.add(acl)
@@ -55,15 +63,9 @@ class AclControl:
 
     async def delete(self, filters: list[AclEntry]) -> list[AclResult]:
         def build(image: MetadataImage, batch: Batch) -> list[AclResult]:
-            out, removed = [], set()
-            for f in filters:
-                res = AclResult()
-                out.append(res)
-                try:
-                    check_filter(f)
-                except AclError as e:
-                    res.error = str(e)
-                    continue
+            out: list[AclResult] = []
+            removed = set()
+            for f, res in _valid(filters, check_filter, out):
                 for acl_id, acl in sorted(image.acls.items()):
                     if acl_id not in removed and filter_matches(f, acl):
                         removed.add(acl_id)
