@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import test_chunks_data, test_replication
+from tests import test_chunks_data, test_replication, test_transactions
 from tools.cluster import Cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 @pytest.fixture
 def secure3(tmp_path: Path) -> Iterator[Cluster]:
     c = Cluster(tmp_path / "c", brokers=3, verbose=False, secure="SASL_SSL", acls=True,
-                broker_overrides={**test_chunks_data.FAST, **test_replication.FAST},
+                broker_overrides={**test_chunks_data.FAST, **test_replication.FAST, **test_transactions.BROKER},
                 controller_overrides={"broker.session.timeout.ms": "3000"})
     try:
         c.start()
@@ -53,4 +53,12 @@ def test_chunks_and_transactions_seed_transactional(secure3: Cluster) -> None:
     """A transaction left open across a chunk cut: the new chunk's leader copies it from the old
     chunk's replica (broker to broker), the commit's markers go out (broker to broker)."""
     test_chunks_data.test_seed_transactional(secure3)
+    _inter_node_traffic_was_authenticated(secure3)
+
+
+@pytest.mark.parametrize("client", test_transactions.CLIENTS)
+def test_transactions_aborted_invisible_committed_seen_once(secure3: Cluster, client: str) -> None:
+    """Each client's transactions (commit, abort, commit) read back by every client, read_committed
+    and read_uncommitted, all over TLS + SCRAM."""
+    test_transactions.test_aborted_is_invisible_to_read_committed_and_committed_is_seen_once(secure3, client)
     _inter_node_traffic_was_authenticated(secure3)

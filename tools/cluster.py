@@ -423,6 +423,25 @@ class Cluster:
         """librdkafka (confluent-kafka) settings to reach this cluster."""
         return {"bootstrap.servers": self.bootstrap, **self.client_props(user)}
 
+    def client_kwargs(self, library: str, user: str = "admin") -> dict[str, Any]:
+        """kafka-python's or aiokafka's client arguments to reach this cluster."""
+        out: dict[str, Any] = {"bootstrap_servers": self.bootstrap}
+        props = self.client_props(user)
+        if not props:
+            return out
+        out["security_protocol"] = props["security.protocol"]
+        if "ssl.ca.location" in props:
+            if library == "aiokafka":
+                from aiokafka.helpers import create_ssl_context
+
+                out["ssl_context"] = create_ssl_context(cafile=props["ssl.ca.location"])
+            else:
+                out["ssl_cafile"] = props["ssl.ca.location"]
+        if "sasl.mechanism" in props:
+            out.update(sasl_mechanism=props["sasl.mechanism"], sasl_plain_username=props["sasl.username"],
+                       sasl_plain_password=props["sasl.password"])
+        return out
+
     def client_security(self, user: str = "admin") -> Any:
         """node.client.NodeClient's security for this cluster (None: PLAINTEXT)."""
         from node.security import properties_client_security
