@@ -510,11 +510,14 @@ class FramedServer:
         self._accepting -= 1
         if task.cancelled() or task.exception() is not None:
             self._drop_ip(ip)
-            if not task.cancelled():
+            exc = None if task.cancelled() else task.exception()
+            where = {"peer": getattr(task, "peer", ip), "listener": self.security.name if self.security else None}
+            if isinstance(exc, ConnectionError):
+                # gone before a TLS byte came (a port probe): nothing to report
+                log.debug("tls_handshake_aborted", error=repr(exc), **where)
+            elif exc is not None:
                 # a TLS handshake that failed: a plaintext client, a bad or missing certificate
-                limited.warning("tls_handshake_failed", peer=getattr(task, "peer", ip),
-                                listener=self.security.name if self.security else None,
-                                error=repr(task.exception()))
+                limited.warning("tls_handshake_failed", error=repr(exc), **where)
 
     def _resume_accepting(self) -> None:
         if self._listener is not None:
