@@ -24,12 +24,14 @@ import structlog
 
 from metadata.acls import (
     ALTER,
+    ALTER_CONFIGS,
     CLUSTER,
     CLUSTER_ACTION,
     CLUSTER_NAME,
     CREATE,
     DELETE,
     DESCRIBE,
+    DESCRIBE_CONFIGS,
     GROUP,
     IDEMPOTENT_WRITE,
     READ,
@@ -141,6 +143,8 @@ def authorize(check: Check, api_key: int, version: int, body: Any, topic_name: C
         if not all(check.allowed(op, TOPIC, n) for n in names):
             raise Denied(deny_items(api_key, version, body, TOPIC_DENIED))
         return None
+    if api_key in PER_RESOURCE:
+        return PER_RESOURCE[api_key](check, body)
     op = DESCRIBE if api_key in READS else ALTER
     if not check.cluster(op):
         raise Denied(deny_items(api_key, version, body, CLUSTER_DENIED))
@@ -283,3 +287,81 @@ def _create_topics(check: Check, body: Any) -> Finish | None:
                                                error_message="Authorization failed.") for t in refused]
         return resp
     return finish
+
+
+# ---------------------------------------------------------------- admin APIs checked per resource
+def _filter(body: Any, field: str, ok: Callable[[Any], bool], resp_field: str,
+            error: Callable[[Any], Any]) -> Finish | None:
+    """Take the items `ok` refuses out of `body.<field>`; the response gets `error(item)` for each."""
+    items = getattr(body, field) or []
+    refused = [x for x in items if not ok(x)]
+    if not refused:
+        return None
+    setattr(body, field, [x for x in items if not any(x is r for r in refused)])
+
+    def finish(resp: Any) -> Any:
+        getattr(resp, resp_field).extend(error(x) for x in refused)
+        return resp
+    return finish
+
+
+def _config_resource_ok(check: Check, op: int) -> Callable[[Any], bool]:
+    """Topic configs need the operation on the topic; broker (and other) configs on the cluster."""
+    return lambda r: check.allowed(op, TOPIC, r.resource_name) if r.resource_type == 2 else check.cluster(op)
+
+
+def _describe_configs(check: Check, body: Any) -> Finish | None:
+    R = RESPONSES[32]
+    return _filter(body, "resources", _config_resource_ok(check, DESCRIBE_CONFIGS), "results", lambda r: R.DescribeConfigsResult(
+        error_code=TOPIC_DENIED if r.resource_type == 2 else CLUSTER_DENIED, error_message="Authorization failed.",
+        resource_type=r.resource_type, resource_name=r.resource_name))
+
+
+def _alter_configs(api_key: int) -> Callable[[Check, Any], Finish | None]:
+    def run(check: Check, body: Any) -> Finish | None:
+        R = RESPONSES[api_key]
+        return _filter(body, "resources", _config_resource_ok(check, ALTER_CONFIGS), "responses",
+                       lambda r: R.AlterConfigsResourceResponse(
+                           error_code=TOPIC_DENIED if r.resource_type == 2 else CLUSTER_DENIED,
+                           error_message="Authorization failed.", resource_type=r.resource_type,
+                           resource_name=r.resource_name))
+    return run
+
+
+def _describe_groups(check: Check, body: Any) -> Finish | None:
+    R = RESPONSES[15]
+    return _filter(body, "groups", lambda g: check.allowed(DESCRIBE, GROUP, g), "groups",
+                   lambda g: R.DescribedGroup(error_code=GROUP_DENIED, group_id=g))
+
+
+def _delete_groups(check: Check, body: Any) -> Finish | None:
+    R = RESPONSES[42]
+    return _filter(body, "groups_names", lambda g: check.allowed(DELETE, GROUP, g), "results",
+                   lambda g: R.DeletableGroupResult(group_id=g, error_code=GROUP_DENIED))
+
+
+def _list_groups(check: Check, body: Any) -> Finish | None:
+    if check.cluster(DESCRIBE):
+        return None
+
+    def finish(resp: Any) -> Any:  # Kafka: only the groups the principal may describe
+        resp.groups = [g for g in resp.groups if check.allowed(DESCRIBE, GROUP, g.group_id)]
+        return resp
+    return finish
+
+
+def _describe_topic_partitions(check: Check, body: Any) -> Finish | None:
+    R = RESPONSES[75]
+    if not body.topics:  # every topic: leave out those the principal may not describe
+        def finish(resp: Any) -> Any:
+            resp.topics = [t for t in resp.topics if check.allowed(DESCRIBE, TOPIC, t.name)]
+            return resp
+        return finish
+    return _filter(body, "topics", lambda t: check.allowed(DESCRIBE, TOPIC, t.name), "topics",
+                   lambda t: R.DescribeTopicPartitionsResponseTopic(error_code=TOPIC_DENIED, name=t.name))
+
+
+PER_RESOURCE: dict[int, Callable[[Check, Any], Finish | None]] = {
+    15: _describe_groups, 16: _list_groups, 32: _describe_configs, 33: _alter_configs(33), 42: _delete_groups,
+    44: _alter_configs(44), 75: _describe_topic_partitions,
+}

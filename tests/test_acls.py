@@ -252,3 +252,25 @@ def test_transactions_need_write_on_the_transactional_id(acl_cluster):
     bad = Producer({**c.rdkafka_conf("bob"), "transactional.id": "tq"})
     with pytest.raises(KafkaException, match="TRANSACTIONAL_ID_AUTHORIZATION_FAILED|[Tt]ransactional"):
         bad.init_transactions(10)
+
+
+def test_configs_and_groups_are_checked_per_resource(acl_cluster):
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    c = acl_cluster
+    create_topics(c, "cfg-a", "cfg-b")
+    assert acls_tool(c, "--add", "--allow-principal", "User:alice", "--operation", "DescribeConfigs",
+                     "--topic", "cfg-a").returncode == 0
+    admin = AdminClient(c.rdkafka_conf("alice"))
+    futs = admin.describe_configs([ConfigResource("topic", "cfg-a"), ConfigResource("topic", "cfg-b")])
+    got = {r.name: f for r, f in futs.items()}
+    assert "cleanup.policy" in got["cfg-a"].result(30)
+    with pytest.raises(KafkaException, match="TOPIC_AUTHORIZATION_FAILED|[Aa]uthoriz"):
+        got["cfg-b"].result(30)
+    assert acls_tool(c, "--add", "--allow-principal", "User:alice", "--operation", "Describe",
+                     "--group", "seen").returncode == 0
+    described = admin.describe_consumer_groups(["seen", "unseen"])
+    assert described["seen"].result(30).group_id == "seen"
+    with pytest.raises(KafkaException, match="GROUP_AUTHORIZATION_FAILED|[Aa]uthoriz"):
+        described["unseen"].result(30)

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 
@@ -24,6 +25,11 @@ TYPE_NAMES = {v: k for k, v in A.RESOURCE_TYPES.items()}
 PATTERN_NAMES = {A.LITERAL: "LITERAL", A.PREFIXED: "PREFIXED"}
 
 
+def operation_name(value: str) -> str:
+    """Kafka's spellings: DescribeConfigs, IdempotentWrite, describe_configs, WRITE."""
+    return re.sub(r"(?<=[a-z])(?=[A-Z])", "_", value.strip()).upper()
+
+
 def build_parser() -> ToolArgumentParser:
     ap = ToolArgumentParser(prog="kafka-acls.sh", description="Add, remove or list ACLs.")
     ap.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]")
@@ -36,7 +42,7 @@ def build_parser() -> ToolArgumentParser:
     ap.add_argument("--allow-host", action="append", default=[])
     ap.add_argument("--deny-host", action="append", default=[])
     ap.add_argument("--principal", help="with --list: only this principal's ACLs")
-    ap.add_argument("--operation", action="append", default=[], type=str.upper,
+    ap.add_argument("--operation", action="append", default=[], type=operation_name,
                     help=f"one of {', '.join(sorted(A.OPERATIONS))} (default ALL)")
     ap.add_argument("--topic", action="append", default=[])
     ap.add_argument("--group", action="append", default=[])
