@@ -110,16 +110,23 @@ def authorize(check: Check, api_key: int, version: int, body: Any, topic_name: C
             return _per_topic(8, check, body, READ, "topics", "partitions", topic_name, _offset_commit_error)
         return None
     if api_key == 9:
-        groups = [g.group_id for g in body.groups] if version >= 8 else [body.group_id]
-        if not all(check.allowed(DESCRIBE, GROUP, g) for g in groups):
-            raise Denied(top_level_error(9, version, GROUP_DENIED) if version < 8 else _offset_fetch_groups(body, check))
+        if version >= 8:
+            R9 = RESPONSES[9]
+            return _filter(body, "groups", lambda g: check.allowed(DESCRIBE, GROUP, g.group_id), "groups",
+                           lambda g: R9.OffsetFetchResponseGroup(group_id=g.group_id, error_code=GROUP_DENIED))
+        if not check.allowed(DESCRIBE, GROUP, body.group_id):
+            raise Denied(top_level_error(9, version, GROUP_DENIED))
         return None
     if api_key == 10:
-        keys = body.coordinator_keys if version >= 4 else [body.key]
         rtype = TRANSACTIONAL_ID if body.key_type == 1 else GROUP
-        if not all(check.allowed(DESCRIBE, rtype, k) for k in keys):
-            raise Denied(top_level_error(10, version, TXN_DENIED if rtype == TRANSACTIONAL_ID else GROUP_DENIED)
-                         if version < 4 else None)
+        code = TXN_DENIED if rtype == TRANSACTIONAL_ID else GROUP_DENIED
+        if version >= 4:  # batched keys: each refused key answers its own error
+            R10 = RESPONSES[10]
+            return _filter(body, "coordinator_keys", lambda k: check.allowed(DESCRIBE, rtype, k), "coordinators",
+                           lambda k: R10.Coordinator(key=k, node_id=-1, host="", port=-1, error_code=code,
+                                                     error_message="Authorization failed."))
+        if not check.allowed(DESCRIBE, rtype, body.key):
+            raise Denied(top_level_error(10, version, code))
         return None
     if api_key == 22:
         tid = body.transactional_id
@@ -239,11 +246,6 @@ def _offset_commit_all(body: Any, code: int) -> Any:
     resp = RESPONSES[8]()
     _offset_commit_error(resp, body.topics, code)
     return resp
-
-
-def _offset_fetch_groups(body: Any, check: Check) -> Any:
-    R = RESPONSES[9]
-    return R(groups=[R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=GROUP_DENIED) for g in body.groups])
 
 
 def _metadata(check: Check, version: int, body: Any) -> Finish | None:

@@ -274,3 +274,27 @@ def test_configs_and_groups_are_checked_per_resource(acl_cluster):
     assert described["seen"].result(30).group_id == "seen"
     with pytest.raises(KafkaException, match="GROUP_AUTHORIZATION_FAILED|[Aa]uthoriz"):
         described["unseen"].result(30)
+
+
+def test_batched_group_requests_answer_per_group(acl_cluster):
+    """FindCoordinator v4+ and OffsetFetch v8+ carry many groups: each refused one answers
+    GROUP_AUTHORIZATION_FAILED, the others are served."""
+    from protocol.generated.find_coordinator import FindCoordinatorRequest
+    from protocol.generated.offset_fetch import OffsetFetchRequest
+
+    c = acl_cluster
+    assert acls_tool(c, "--add", "--allow-principal", "User:alice", "--operation", "Describe",
+                     "--group", "fc-ok").returncode == 0
+    OF = OffsetFetchRequest
+
+    async def main():
+        async with NodeClient(c.host, c.broker_port(1), security=c.client_security("alice")) as cl:
+            fc = await cl.request(FindCoordinatorRequest(key_type=0, coordinator_keys=["fc-ok", "fc-no"]), 4)
+            codes = {x.key: x.error_code for x in fc.coordinators}
+            of = await cl.request(OF(groups=[OF.OffsetFetchRequestGroup(group_id=g, topics=None)
+                                            for g in ("fc-ok", "fc-no")]), 8)
+            return codes, {g.group_id: g.error_code for g in of.groups}
+
+    found, fetched = asyncio.run(main())
+    assert found["fc-no"] == fetched["fc-no"] == Errors.GROUP_AUTHORIZATION_FAILED
+    assert Errors.GROUP_AUTHORIZATION_FAILED not in (found["fc-ok"], fetched["fc-ok"])
