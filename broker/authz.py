@@ -2,16 +2,17 @@
 StandardAuthorizer rules in metadata.acls, checked the way KafkaApis does per API).
 
 Per item where Kafka does it per item: Produce (WRITE on each topic), consumer Fetch (READ),
-ListOffsets and Metadata (DESCRIBE; Metadata of all topics leaves out what the principal may not
-describe), CreateTopics (CREATE on the cluster or the topic), OffsetCommit (READ on the group and
-each topic). The unauthorized items are taken out of the request before its handler runs and
-come back with TOPIC_AUTHORIZATION_FAILED. Whole requests: group requests (READ on the group:
-GROUP_AUTHORIZATION_FAILED), transactional ones (WRITE on the transactional id), and the
-inter-node APIs (follower Fetch and OffsetForLeaderEpoch, WriteTxnMarkers, the chunk and diskless
-APIs), which need CLUSTER_ACTION on the cluster: CLUSTER_AUTHORIZATION_FAILED for every item.
-Every other admin API needs DESCRIBE (reads) or ALTER (changes) on the cluster (coarser than
-Kafka's per-resource checks). A denial whose answer has no error field at the request's version
-closes the connection instead, logged: never served.
+ListOffsets, OffsetForLeaderEpoch, DescribeTopicPartitions and Metadata (DESCRIBE; listing all
+topics leaves out what the principal may not describe), CreateTopics (CREATE on the cluster or
+the topic), configs (DESCRIBE_CONFIGS / ALTER_CONFIGS on each topic), OffsetCommit (READ on the
+group and each topic), batched FindCoordinator and OffsetFetch, DescribeGroups, DeleteGroups.
+The refused items are taken out of the request before its handler runs and come back with
+TOPIC_ / GROUP_AUTHORIZATION_FAILED. Whole requests: group requests (READ on the group),
+transactional ones (WRITE on the transactional id), and the inter-node APIs (follower Fetch and
+OffsetForLeaderEpoch, WriteTxnMarkers, the chunk and diskless APIs), which need CLUSTER_ACTION on
+the cluster: CLUSTER_AUTHORIZATION_FAILED on every item. The remaining admin APIs need DESCRIBE
+(reads) or ALTER (changes) on the cluster. A denial whose answer has no error field at the
+request's version closes the connection instead, logged: never served.
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-
-import structlog
 
 from metadata.acls import (
     ALTER,
@@ -41,12 +40,8 @@ from metadata.acls import (
     Authorizer,
 )
 from node.authz import ALWAYS, Denied, deny_items, log_denied, top_level_error
-from node.logging import RateLimitedLog
 from protocol.errors import Errors
 from protocol.generated import RESPONSES
-
-log = structlog.get_logger(__name__)
-limited = RateLimitedLog(log)
 
 TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED = (Errors.TOPIC_AUTHORIZATION_FAILED, Errors.GROUP_AUTHORIZATION_FAILED,
                                               Errors.CLUSTER_AUTHORIZATION_FAILED)
