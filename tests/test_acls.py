@@ -298,3 +298,27 @@ def test_batched_group_requests_answer_per_group(acl_cluster):
     found, fetched = asyncio.run(main())
     assert found["fc-no"] == fetched["fc-no"] == Errors.GROUP_AUTHORIZATION_FAILED
     assert Errors.GROUP_AUTHORIZATION_FAILED not in (found["fc-ok"], fetched["fc-ok"])
+
+
+def test_acls_through_a_kafka_admin_client(acl_cluster):
+    """confluent-kafka's create_acls / describe_acls / delete_acls (librdkafka's CreateAcls,
+    DescribeAcls, DeleteAcls versions) against the broker."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    admin = AdminClient(acl_cluster.rdkafka_conf("admin"))
+    b = AclBinding(ResourceType.TOPIC, "lib-", ResourcePatternType.PREFIXED, "User:carol", "*", AclOperation.READ,
+                   AclPermissionType.ALLOW)
+    assert admin.create_acls([b])[b].result(30) is None
+    f = AclBindingFilter(ResourceType.TOPIC, "lib-x", ResourcePatternType.MATCH, None, None, AclOperation.ANY,
+                         AclPermissionType.ANY)
+    assert admin.describe_acls(f).result(30) == [b]
+    deleted = admin.delete_acls([f])[f].result(30)
+    assert deleted == [b] and admin.describe_acls(f).result(30) == []
