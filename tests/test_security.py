@@ -294,6 +294,17 @@ def test_reauthentication(secure):
             assert md.brokers and cl.connected
 
     asyncio.run(main())
+    from confluent_kafka import Producer
+
+    p = Producer({**rdkafka_conf(secure, "alice", "SCRAM-SHA-512"), "linger.ms": 0})
+    delivered = []
+    for i in range(2):
+        p.produce("reauth", f"r{i}".encode(), on_delivery=lambda err, _m: delivered.append(err))
+        p.flush(15)
+        if i == 0:
+            time.sleep(4.5)  # past the session lifetime: librdkafka re-authenticates (KIP-368)
+    assert delivered == [None, None]
+    assert "sasl_session_expired" not in log_text(secure, 1)
 
 
 def test_tools_with_command_config(secure, tmp_path):
