@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test codegen lint bench clean system-deps spark-example
+.PHONY: run run-secure test codegen lint bench clean system-deps spark-example
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,6 +14,10 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP)
 	$(PY) -m tools.devcluster
+
+# every listener on TLS + SCRAM with generated certificates; prints the client settings
+run-secure: $(STAMP)
+	$(PY) -m tools.devcluster --secure
 
 # The README's Spark walk-through: a local cluster, a chunk, a Spark aggregate (needs Java 17+).
 spark-example: $(STAMP) system-deps

@@ -83,6 +83,10 @@ class System:
     def stop(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    def client_conf(self) -> dict:
+        """librdkafka settings to reach it (bench/security.py adds TLS and SASL)."""
+        return {"bootstrap.servers": self.bootstrap}
+
     def rejection(self) -> str | None:
         return None
 
@@ -165,8 +169,11 @@ class Tansu(System):
 class Strata(System):
     name = "strata"
 
-    def __init__(self, workdir: Path, brokers: int) -> None:
-        self.cluster = Cluster(workdir / "strata", brokers=brokers, verbose=False)
+    def __init__(self, workdir: Path, brokers: int, secure: str | None = None) -> None:
+        self.cluster = Cluster(workdir / f"strata-{secure or 'plaintext'}", brokers=brokers, verbose=False,
+                               secure=secure)
+        if secure:
+            self.name = secure
         self.cluster.start()
         self.bootstrap = self.cluster.bootstrap
         self.replication = min(brokers, 3)
@@ -174,6 +181,9 @@ class Strata(System):
 
     def stop(self) -> None:
         self.cluster.stop()
+
+    def client_conf(self) -> dict:
+        return self.cluster.rdkafka_conf()
 
     def rejection(self) -> str | None:
         """The broker's last produce_rejected log line, if any (why a load generator got nowhere)."""
@@ -199,7 +209,7 @@ def wait_ready(bootstrap: str, alive: Callable[[], bool], log: Path, timeout: fl
 def create_topic(system: System, partitions: int, assignment: list[list[int]] | None = None) -> str:
     """A fresh topic; `assignment` pins each partition's replicas (the first is its leader)."""
     topic = f"bench-{uuid.uuid4().hex[:10]}"
-    admin = AdminClient({"bootstrap.servers": system.bootstrap, "log_level": 4})
+    admin = AdminClient({**system.client_conf(), "log_level": 4})
     new = (NewTopic(topic, partitions, replica_assignment=assignment) if assignment
            else NewTopic(topic, partitions, system.replication))
     fut = admin.create_topics([new], operation_timeout=30)[topic]
@@ -219,7 +229,7 @@ def create_topic(system: System, partitions: int, assignment: list[list[int]] | 
 def delete_topic(system: System, topic: str) -> None:
     """Frees Tansu's memory and Strata's disk between runs; failure does not matter."""
     with contextlib.suppress(Exception):
-        admin = AdminClient({"bootstrap.servers": system.bootstrap, "log_level": 4})
+        admin = AdminClient({**system.client_conf(), "log_level": 4})
         admin.delete_topics([topic], operation_timeout=30)[topic].result(30)
 
 
@@ -234,9 +244,14 @@ class Sample:
         return self.msgs / self.seconds
 
 
-def producer_config(bootstrap: str, acks: str) -> dict:
+def _conf(bootstrap: str | dict) -> dict:
+    """A bootstrap address, or a System's whole client_conf()."""
+    return {"bootstrap.servers": bootstrap} if isinstance(bootstrap, str) else dict(bootstrap)
+
+
+def producer_config(bootstrap: str | dict, acks: str) -> dict:
     return {
-        "bootstrap.servers": bootstrap,
+        **_conf(bootstrap),
         "acks": acks,
         "linger.ms": 5,
         "batch.size": 1_000_000,
@@ -257,7 +272,7 @@ CONSUMER_SETTINGS = {
 }
 
 
-def confluent_produce(bootstrap: str, topic: str, n: int, size: int, acks: str) -> Sample:
+def confluent_produce(bootstrap: str | dict, topic: str, n: int, size: int, acks: str) -> Sample:
     value = os.urandom(size)
     errors: list[str] = []
 
@@ -282,10 +297,10 @@ def confluent_produce(bootstrap: str, topic: str, n: int, size: int, acks: str) 
     return Sample(n, seconds)
 
 
-def confluent_consume(bootstrap: str, topic: str, partitions: int, n: int) -> Sample:
+def confluent_consume(bootstrap: str | dict, topic: str, partitions: int, n: int) -> Sample:
     c = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **_conf(bootstrap),
             "group.id": f"strata-bench-{topic}",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
@@ -395,10 +410,10 @@ def confluent_runs(systems: list[System], args: argparse.Namespace) -> list[Row]
     for run in range(1, args.runs + 1):
         for system in systems:
             topic = create_topic(system, args.partitions)
-            p = confluent_produce(system.bootstrap, topic, args.messages, args.size, args.acks)
+            p = confluent_produce(system.client_conf(), topic, args.messages, args.size, args.acks)
             # Every acknowledged message must come back: the consume loop counts them. (Not checked with
             # ListOffsets: Tansu's "latest" lags its log end by a batch.)
-            c = confluent_consume(system.bootstrap, topic, args.partitions, args.messages)
+            c = confluent_consume(system.client_conf(), topic, args.partitions, args.messages)
             prod[system.name].samples.append(p)
             cons[system.name].samples.append(c)
             say(f"{system.name} run {run}/{args.runs}: produce {p.rate:,.0f} msg/s, consume {c.rate:,.0f} msg/s")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +41,10 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         host, port = config.controller[1], config.controller[2]
-        self.channel = ControllerChannel(host, port, config.node_id)
+        self.channel = ControllerChannel(host, port, config.node_id, config.controller_security)
         # The metadata fetch long-polls: its own connection keeps heartbeats and forwarded
         # admin requests from queueing behind it (responses on a connection come in order).
-        self.metadata_channel = ControllerChannel(host, port, config.node_id)
+        self.metadata_channel = ControllerChannel(host, port, config.node_id, config.controller_security)
         self.metadata = MetadataLoader(self.metadata_channel, config.node_id)
         self.log_dirs = [LogDir(p) for p in config.log_dirs]
         self.lifecycle = BrokerLifecycle(config, self.channel, self.metadata, self.log_dirs)
@@ -52,7 +53,7 @@ class Broker:
         self.fetch_sessions = FetchSessionCache(config.fetch_session_cache_slots)
         self.cluster_id: str | None = None
         self.replicas: ReplicaManager | None = None  # type: ignore[assignment]
-        self.server: FramedServer | None = None
+        self.servers: list[FramedServer] = []  # one per listener
         self.isr: IsrManager | None = None
         self.port = 0
         self.loop_lag = LoopLagGauge(config.loop_lag_log_interval_ms / 1000)
@@ -112,15 +113,24 @@ class Broker:
         self.loop_lag.start()
         self.lifecycle.start_heartbeats()
         await self.lifecycle.unfenced.wait()
-        self.server = FramedServer(
-            RequestDispatcher(self),
-            max_frame=self.config.socket_request_max_bytes,
-            limits=self.config.connection_limits,
-            classify=is_control_plane,
-        )
-        self.port = await self.server.start(self.config.listener.host, self.config.listener.port)
-        log.info("broker_started", listener=str(self.config.listener), port=self.port, cluster_id=self.cluster_id,
+        dispatcher = RequestDispatcher(self)
+        bound = []
+        for lst in self.config.listeners or ():
+            sec = lst.security
+            if sec.sasl is not None:
+                sec = replace(sec, sasl=replace(sec.sasl, scram_lookup=self._scram_credential))
+            server = FramedServer(dispatcher, max_frame=self.config.socket_request_max_bytes,
+                                  limits=self.config.connection_limits, classify=is_control_plane, security=sec)
+            self.servers.append(server)
+            port = await server.start(lst.bind.host, lst.bind.port)
+            if lst.bind == self.config.listener:
+                self.port = port
+            bound.append(f"{lst.bind.listener}://{lst.bind.host}:{port} ({sec.protocol})")
+        log.info("broker_started", listeners=",".join(bound), port=self.port, cluster_id=self.cluster_id,
                  metadata_offset=self.metadata.image.offset)
+
+    def _scram_credential(self, user: str, mechanism: int):
+        return self.metadata.image.scram.get((user, mechanism))
 
     def _check_dirs(self) -> None:
         if not any(d.online for d in self.log_dirs) and not self.halt.is_set():
@@ -163,7 +173,7 @@ class Broker:
         if controlled and self.lifecycle.broker_epoch >= 0 and self.channel.connected:
             await self.lifecycle.controlled_shutdown(timeout=10)
         steps = [
-            ("server", self.server.stop() if self.server is not None else None),
+            *(("server", s.stop()) for s in self.servers),
             ("fetchers", self.replicas.fetchers.stop() if self.replicas is not None and self.replicas.fetchers else None),
             ("chunk_fetcher", self.replicas.chunk_fetcher.stop()
              if self.replicas is not None and self.replicas.chunk_fetcher else None),

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.quotas.manager import QuotaWindows
+from metadata.acls import Authorizer
 from node.config import ConfigError, Endpoint, NodeConfig
+from node.security import ClientSecurity, ListenerSecurity, authorizer, listener_security, node_client_security
 from node.server import ConnectionLimits
 
 # queued.max.request.bytes: Kafka's default is unbounded (-1); ours holds partial and queued
@@ -15,9 +17,16 @@ QUEUED_MAX_REQUEST_BYTES = 500 * 1024 * 1024
 
 
 @dataclass(frozen=True)
+class BrokerListener:
+    bind: Endpoint
+    advertised: Endpoint
+    security: ListenerSecurity
+
+
+@dataclass(frozen=True)
 class BrokerConfig:
     node_id: int
-    listener: Endpoint
+    listener: Endpoint  # the inter-broker listener (inter.broker.listener.name): peers dial it
     advertised: Endpoint
     controller: tuple[int, str, int]  # (node id, host, port) of the controller to follow
     log_dirs: tuple[Path, ...]
@@ -39,22 +48,36 @@ class BrokerConfig:
     connection_limits: ConnectionLimits
     loop_lag_log_interval_ms: int
     props: dict[str, str]
+    # every client listener, the inter-broker one among them; how this broker dials its peers'
+    # inter-broker listener and the controller's listener
+    listeners: tuple[BrokerListener, ...]
+    inter_broker_security: ClientSecurity
+    controller_security: ClientSecurity
+    authorizer: Authorizer | None = None  # authorizer.class.name set: ACLs enforced on every request
 
     @classmethod
     def from_node_config(cls, cfg: NodeConfig) -> BrokerConfig:
         if "broker" not in cfg.roles:
             raise ConfigError("process.roles must include broker for `python -m broker`")
         names = set(cfg.controller_listener_names)
-        listeners = [e for e in cfg.listeners if e.listener not in names]
-        if not listeners:
+        binds = [e for e in cfg.listeners if e.listener not in names]
+        if not binds:
             raise ConfigError("listeners: no broker listener (all are controller listeners)")
-        listener = listeners[0]
-        adv = [e for e in cfg.advertised_listeners if e.listener == listener.listener] or [listener]
-        advertised = adv[0]
-        if advertised.host in ("", "0.0.0.0", "::"):
-            raise ConfigError(
-                "advertised.listeners: a client-reachable host is required when listening on all addresses"
-            )
+        if len({e.listener for e in binds}) != len(binds):
+            raise ConfigError("listeners: each listener name may appear once")
+        listeners = []
+        for bind in binds:
+            adv = [e for e in cfg.advertised_listeners if e.listener == bind.listener] or [bind]
+            if adv[0].host in ("", "0.0.0.0", "::"):
+                raise ConfigError(f"advertised.listeners: listener {bind.listener} needs a client-reachable host "
+                                  "when listening on all addresses")
+            listeners.append(BrokerListener(bind, adv[0], listener_security(cfg, bind.listener)))
+        inter = _inter_broker_listener(cfg)
+        chosen = next((x for x in listeners if x.bind.listener == inter), None)
+        if chosen is None:
+            raise ConfigError(f"inter.broker.listener.name: {inter} is not one of the listeners "
+                              f"({', '.join(x.bind.listener for x in listeners)})")
+        listener, advertised = chosen.bind, chosen.advertised
         voters = cfg.quorum_voters
         if not voters:
             raise ConfigError("controller.quorum.voters is required")
@@ -82,7 +105,28 @@ class BrokerConfig:
             connection_limits=ConnectionLimits.from_config(cfg, queued_max_request_bytes=QUEUED_MAX_REQUEST_BYTES),
             loop_lag_log_interval_ms=cfg.int("loop.lag.log.interval.ms", 30000),
             props=dict(cfg.props),
+            listeners=tuple(listeners),
+            inter_broker_security=node_client_security(cfg, inter, "sasl.mechanism.inter.broker.protocol"),
+            controller_security=node_client_security(cfg, cfg.controller_listener_names[0],
+                                                     "sasl.mechanism.controller.protocol"),
+            authorizer=authorizer(cfg),
         )
+
+
+def _inter_broker_listener(cfg: NodeConfig) -> str:
+    """Kafka's rule: inter.broker.listener.name, else the listener named by
+    security.inter.broker.protocol (default PLAINTEXT); never both. With neither set and a single
+    broker listener, that one (Strata's convenience: one listener needs no naming)."""
+    name = cfg.props.get("inter.broker.listener.name")
+    proto = cfg.props.get("security.inter.broker.protocol")
+    if name and proto:
+        raise ConfigError("inter.broker.listener.name and security.inter.broker.protocol cannot both be set")
+    if name:
+        return name.strip().upper()
+    if proto:
+        return proto.strip().upper()
+    names = [e.listener for e in cfg.listeners if e.listener not in set(cfg.controller_listener_names)]
+    return "PLAINTEXT" if "PLAINTEXT" in names or len(names) != 1 else names[0]
 
 
 def _check_diskless(cfg: NodeConfig) -> None:

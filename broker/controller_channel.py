@@ -9,13 +9,15 @@ from typing import Any
 import structlog
 
 from node.client import ClientError, NodeClient
+from node.security import ClientSecurity
 
 log = structlog.get_logger(__name__)
 
 
 class ControllerChannel:
-    def __init__(self, host: str, port: int, node_id: int) -> None:
+    def __init__(self, host: str, port: int, node_id: int, security: ClientSecurity | None = None) -> None:
         self.host = host
+        self.security = security
         self.port = port
         self.client_id = f"broker-{node_id}"
         self._client: NodeClient | None = None
@@ -31,7 +33,7 @@ class ControllerChannel:
             while not self._closed:
                 try:
                     self._client = await NodeClient(
-                        self.host, self.port, client_id=self.client_id, timeout=30
+                        self.host, self.port, client_id=self.client_id, timeout=30, security=self.security
                     ).connect()
                     if warned:
                         log.info("controller_reachable", controller=f"{self.host}:{self.port}")

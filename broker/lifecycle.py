@@ -60,12 +60,12 @@ class BrokerLifecycle:
         """Register; raises BrokerIdTaken when another live process keeps this node.id."""
         self._cluster_id, self._log_dir_ids = cluster_id, list(log_dir_ids)
         R = BrokerRegistrationRequest
-        ep = self.config.advertised
         req = R(
             broker_id=self.config.node_id,
             cluster_id=cluster_id,
             incarnation_id=self.incarnation_id,
-            listeners=[R.Listener(name=ep.listener, host=ep.host, port=ep.port, security_protocol=0)],
+            listeners=[R.Listener(name=x.advertised.listener, host=x.advertised.host, port=x.advertised.port,
+                                  security_protocol=x.security.protocol_id) for x in self.config.listeners],
             features=[R.Feature(name="metadata.version", min_supported_version=1, max_supported_version=25)],
             rack=self.config.rack,
             log_dirs=list(log_dir_ids),

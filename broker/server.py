@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING
 import structlog
 
 from broker.apis import HANDLERS, RequestContext, load_all
+from broker.authz import Check, authorize
 from broker.quotas.step_timer import StepTimer
+from node.authz import Denied, log_denied
 from protocol.errors import ProtocolError
 from protocol.generated import REQUESTS, RequestHeader
 from protocol.generated.api_versions import ApiVersionsResponse
@@ -101,9 +103,16 @@ def is_from_broker(req: Request) -> bool:
     return False
 
 
+def user_of(conn: Connection) -> str:
+    """The quota user of a connection: its principal's name (Kafka's user quota entity)."""
+    kind, _, name = conn.principal.partition(":")
+    return name if kind == "User" and name else conn.principal
+
+
 class RequestDispatcher:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        self.authorizer = broker.config.authorizer  # None: no authorizer configured, nothing checked
         load_all()
 
     async def __call__(self, frame: bytes, conn: Connection) -> list | None:
@@ -123,6 +132,16 @@ class RequestDispatcher:
                 body = ApiVersionsResponse(error_code=UNSUPPORTED_VERSION, api_keys=advertised_versions())
                 return encode_response(API_VERSIONS, 0, e.correlation_id, body)
             raise ProtocolError(str(e), error_code=UNSUPPORTED_VERSION) from None
+        finish = None
+        if self.authorizer is not None:
+            try:
+                finish = self._authorize(req, conn)
+            except Denied as d:
+                log_denied(conn.principal, conn.peer, req.api_key)
+                if d.response is None:
+                    conn.abort("authorization_failed", ProtocolError(f"{conn.principal} may not send API {req.api_key}"))
+                    return None
+                return encode_response(req.api_key, req.api_version, req.correlation_id, d.response)
         ctx = RequestContext(self.broker, req.api_key, req.api_version, req.correlation_id, req.header.client_id, conn)
         quotas = self.broker.quotas
         exempt = is_from_broker(req)
@@ -131,25 +150,43 @@ class RequestDispatcher:
         if req.api_key == PRODUCE and not exempt:
             # as Kafka, the whole request's size counts; recorded before the handler runs so the
             # requests read behind this one wait (they would otherwise all pass at once)
-            throttle = self._throttle_for(conn, quotas.record_produce(client_id, len(frame)))
+            throttle = self._throttle_for(conn, quotas.record_produce(client_id, len(frame), user_of(conn)))
         timer = None
         if not exempt and quotas.any_request_quota():
             timer = StepTimer(entry.handler(ctx, req.body))
             resp = await timer
         else:
             resp = await entry.handler(ctx, req.body)
+        if finish is not None and resp is not None:
+            resp = finish(resp)
         parts = None if resp is None else encode_response(req.api_key, req.api_version, req.correlation_id, resp)
         if not exempt:
             after = 0.0
             if req.api_key == FETCH and parts is not None:
-                after = quotas.record_fetch(client_id, sum(len(p) for p in parts))
+                after = quotas.record_fetch(client_id, sum(len(p) for p in parts), user_of(conn))
             if timer is not None:
-                after = max(after, quotas.record_request_time(client_id, timer.seconds))
+                after = max(after, quotas.record_request_time(client_id, timer.seconds, user_of(conn)))
             throttle = max(throttle, self._throttle_for(conn, after))
         if throttle > 0 and resp is not None and hasattr(resp, "throttle_time_ms"):
             resp.throttle_time_ms = max(resp.throttle_time_ms, int(throttle * 1000))
             parts = encode_response(req.api_key, req.api_version, req.correlation_id, resp)
         return parts
+
+    def _authorize(self, req: Request, conn: Connection):
+        assert self.authorizer is not None
+        image = self.broker.metadata.image
+        check = Check(self.authorizer, image.acls, conn.principal, conn.ip)
+
+        def topic_name(t) -> str | None:
+            name = getattr(t, "name", None) or getattr(t, "topic", None)
+            if not name and getattr(t, "topic_id", None) is not None:
+                info = image.topics.get(t.topic_id)
+                name = info.name if info is not None else None
+            return name
+
+        follower = is_from_broker(req) if req.api_key == FETCH else (
+            req.api_key == 23 and req.api_version >= 3 and req.body.replica_id >= 0)
+        return authorize(check, req.api_key, req.api_version, req.body, topic_name, follower)
 
     def _throttle_for(self, conn: Connection, seconds: float) -> float:
         """KIP-219: the answer goes out now, saying how long to wait; the connection is muted for

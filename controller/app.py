@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from dataclasses import replace
 
 import structlog
 
@@ -65,14 +66,17 @@ async def run(config: ControllerConfig) -> int:
     server = ControllerServer(apis, config.max_request_bytes)
     bound = []
     try:
-        for e in config.listeners:
-            port = await server.start(e.host, e.port)
-            bound.append(f"{e.listener}://{e.host}:{port}")
+        for e, sec in zip(config.listeners, config.securities, strict=True):
+            if sec.sasl is not None:
+                sec = replace(sec, sasl=replace(sec.sasl, scram_lookup=lambda u, m: controller.image.scram.get((u, m))))
+            port = await server.start(e.host, e.port, sec)
+            bound.append(f"{e.listener}://{e.host}:{port} ({sec.protocol})")
     except OSError as e:
         await server.stop()
         controller.log.close()
         where = ",".join(str(x) for x in config.listeners)
         raise OSError(f"cannot listen on {where}: {e.strerror or e}") from None
+    await apis.scram.bootstrap(list(config.bootstrap_scram))
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     deleter = PartitionDeleter(controller)

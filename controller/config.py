@@ -7,11 +7,17 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from metadata.acls import Authorizer
 from node.config import ConfigError, Endpoint, NodeConfig
+from node.scram import MAX_ITERATIONS, MIN_ITERATIONS
+from node.security import ClientSecurity, ListenerSecurity, authorizer, listener_security, node_client_security
 from protocol.framing import DEFAULT_MAX_FRAME
+
+_BOOTSTRAP_ENTRY = re.compile(r"\s*(SCRAM-SHA-256|SCRAM-SHA-512)\s*=\s*\[([^\]]*)\]\s*")
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,14 @@ class ControllerConfig:
     max_request_bytes: int = DEFAULT_MAX_FRAME
     static: dict[str, str] = field(default_factory=dict)  # every property, for topic config defaults
     metadata_log_dir: Path | None = None  # Kafka's metadata.log.dir; default: the first log dir
+    securities: tuple[ListenerSecurity, ...] = ()  # one per listener, in order
+    # the brokers' listener the controller dials (inter.broker.listener.name) and how
+    broker_listener: str | None = None
+    broker_security: ClientSecurity | None = None
+    # bootstrap.scram.credentials: (mechanism, user, password, iterations) written if absent
+    bootstrap_scram: tuple[tuple[str, str, str, int], ...] = ()
+    # authorizer.class.name set: every request but ApiVersions and SASL needs CLUSTER_ACTION
+    authorizer: Authorizer | None = None
 
     @property
     def metadata_dir(self) -> Path:
@@ -64,6 +78,7 @@ class ControllerConfig:
             raise ConfigError(f"controller.quorum.voters: this node ({node_id}) is not one of the voters")
         if len(voters) != 1:
             raise ConfigError("controller.quorum.voters: only a quorum of one voter (this node) is supported for now")
+        broker_listener = (cfg.props.get("inter.broker.listener.name") or "").strip().upper() or None
         cluster_id = cfg.props.get("cluster.id") or None
         if cluster_id is not None:
             check_cluster_id(cluster_id)
@@ -84,6 +99,12 @@ class ControllerConfig:
             max_request_bytes=cfg.int("socket.request.max.bytes", DEFAULT_MAX_FRAME),
             static=dict(cfg.props),
             metadata_log_dir=Path(cfg.props["metadata.log.dir"]) if cfg.props.get("metadata.log.dir") else None,
+            securities=tuple(listener_security(cfg, e.listener) for e in listeners),
+            broker_listener=broker_listener,
+            broker_security=node_client_security(cfg, broker_listener, "sasl.mechanism.inter.broker.protocol")
+            if broker_listener else None,
+            bootstrap_scram=tuple(parse_bootstrap(cfg.props.get("bootstrap.scram.credentials", ""))),
+            authorizer=authorizer(cfg),
         )
         for key, value, lo, hi in [
             ("num.partitions", out.num_partitions, 1, 2**31 - 1),
@@ -108,3 +129,23 @@ def check_cluster_id(value: str) -> None:
         raw = b""
     if len(value) != 22 or len(raw) != 16:
         raise ConfigError(f"cluster.id: {value!r} is not a base64url-encoded 16-byte UUID (22 characters)")
+
+
+def parse_bootstrap(value: str) -> list[tuple[str, str, str, int]]:
+    """`bootstrap.scram.credentials`: kafka-storage.sh's --add-scram syntax, `;`-separated:
+    ``SCRAM-SHA-512=[name=admin,password=admin-secret];SCRAM-SHA-256=[name=a,password=b,iterations=8192]``.
+    Returns (mechanism, name, password, iterations)."""
+    out = []
+    for item in filter(None, (x.strip() for x in value.split(";"))):
+        m = _BOOTSTRAP_ENTRY.fullmatch(item)
+        if not m:
+            raise ConfigError(f"bootstrap.scram.credentials: {item!r} is not SCRAM-SHA-256|512=[name=..,password=..]")
+        fields = dict(kv.split("=", 1) for kv in m.group(2).split(",") if "=" in kv)
+        fields = {k.strip(): v.strip().strip('"') for k, v in fields.items()}
+        if not fields.get("name") or "password" not in fields:
+            raise ConfigError(f"bootstrap.scram.credentials: {item!r} needs name= and password=")
+        iterations = int(fields.get("iterations", "4096")) if fields.get("iterations", "4096").isdigit() else -1
+        if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+            raise ConfigError(f"bootstrap.scram.credentials: iterations must be {MIN_ITERATIONS}-{MAX_ITERATIONS}")
+        out.append((m.group(1), fields["name"], fields["password"], iterations))
+    return out

@@ -199,8 +199,10 @@ class PartitionDeleter:
     async def _client(self, b: Any) -> NodeClient:
         c = self._clients.get(b.id)
         if c is None or not c.connected:
-            ep = b.endpoint()
-            c = await NodeClient(ep.host, ep.port, client_id="strata-controller", timeout=10).connect()
+            cfg = self.ctl.config
+            ep = (b.endpoint(cfg.broker_listener) if cfg.broker_listener else None) or b.endpoint()
+            c = await NodeClient(ep.host, ep.port, client_id="strata-controller", timeout=10,
+                                 security=cfg.broker_security if ep.listener == cfg.broker_listener else None).connect()
             self._clients[b.id] = c
         return c
 

@@ -11,7 +11,11 @@ import structlog
 
 from controller.apis import Apis, handlers
 from controller.apis.api_versions import unsupported_version_response
+from metadata.acls import CLUSTER, CLUSTER_ACTION, CLUSTER_NAME
+from node.authz import ALWAYS, deny_items, log_denied
+from node.security import ListenerSecurity
 from node.server import Connection, ConnectionLimits, FramedServer
+from protocol.errors import Errors, ProtocolError
 from protocol.generated import REQUESTS
 from protocol.headers import API_VERSIONS_KEY, UnsupportedRequest, decode_request, encode_response
 
@@ -37,6 +41,16 @@ class ControllerServer:
                 )
             raise
         key, version = req.api_key, req.api_version
+        authz = self.apis.controller.config.authorizer
+        if authz is not None and key not in ALWAYS and not authz.authorize(
+                self.apis.controller.image.acls, conn.principal, conn.ip, CLUSTER_ACTION, CLUSTER, CLUSTER_NAME):
+            # the controller's peers are brokers (and tools acting for an operator): all cluster actions
+            log_denied(conn.principal, conn.peer, key)
+            body = deny_items(key, version, req.body, Errors.CLUSTER_AUTHORIZATION_FAILED) if key in REQUESTS else None
+            if body is None:
+                conn.abort("authorization_failed", ProtocolError(f"{conn.principal} may not send API {key}"))
+                return None
+            return encode_response(key, version, req.correlation_id, body)
         entry = self.table.get(key)
         if entry is None or not entry[0] <= version <= entry[1]:
             name = REQUESTS[key].NAME
@@ -49,13 +63,14 @@ class ControllerServer:
         body = await entry[2](self.apis, req)
         return encode_response(key, version, req.correlation_id, body)
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, security: ListenerSecurity | None = None) -> int:
         """Listen on one more address; returns the bound port."""
         # Brokers multiplex heartbeats, AlterPartition and forwarded admin requests on one
         # connection: a heartbeat must not wait behind a slow forwarded request, so the controller
         # keeps a deep pipeline per connection (its peers are few and trusted).
         framed = FramedServer(self.handle, max_frame=self.max_request_bytes,
-                              limits=ConnectionLimits(max_in_flight=CONTROLLER_PIPELINE, idle_ms=None))
+                              limits=ConnectionLimits(max_in_flight=CONTROLLER_PIPELINE, idle_ms=None),
+                              security=security)
         port = await framed.start(host, port)
         self.listeners.append(framed)
         return port

@@ -20,6 +20,7 @@ from controller.metadata_log import fsync_dir
 from metadata.image import MetadataImage
 from metadata.records import decode_record, encode_record
 from protocol.errors import ProtocolError
+from protocol.generated.metadata_records.access_control_entry_record import AccessControlEntryRecord
 from protocol.generated.metadata_records.chunk_record import ChunkRecord
 from protocol.generated.metadata_records.client_quota_record import ClientQuotaRecord
 from protocol.generated.metadata_records.config_record import ConfigRecord
@@ -29,6 +30,7 @@ from protocol.generated.metadata_records.producer_ids_record import ProducerIdsR
 from protocol.generated.metadata_records.register_broker_record import RegisterBrokerRecord
 from protocol.generated.metadata_records.topic_record import TopicRecord
 from protocol.generated.metadata_records.undeleted_partition_count_record import UndeletedPartitionCountRecord
+from protocol.generated.metadata_records.user_scram_credential_record import UserScramCredentialRecord
 from protocol.records import Record, decode_batches, encode_batch, iter_batches
 
 SUFFIX = ".checkpoint"
@@ -53,8 +55,8 @@ def image_records(image: MetadataImage) -> Iterator[Any]:
             broker_id=b.id,
             incarnation_id=b.incarnation_id,
             broker_epoch=b.epoch,
-            # the image keeps no security protocol: our listeners are all PLAINTEXT (0) for now
-            end_points=[RegisterBrokerRecord.BrokerEndpoint(e.listener, e.host, e.port, 0) for e in b.endpoints],
+            end_points=[RegisterBrokerRecord.BrokerEndpoint(e.listener, e.host, e.port, e.security_protocol)
+                        for e in b.endpoints],
             rack=b.rack,
             fenced=b.fenced,
             in_controlled_shutdown=b.in_controlled_shutdown,
@@ -116,6 +118,13 @@ def image_records(image: MetadataImage) -> Iterator[Any]:
             yield ClientQuotaRecord(
                 entity=[ClientQuotaRecord.EntityData(t, n) for t, n in entity], key=k, value=v, remove=False
             )
+    for acl_id, a in sorted(image.acls.items()):
+        yield AccessControlEntryRecord(id=acl_id, resource_type=a.resource_type, resource_name=a.resource_name,
+                                       pattern_type=a.pattern_type, principal=a.principal, host=a.host,
+                                       operation=a.operation, permission_type=a.permission)
+    for (name, mechanism), cred in sorted(image.scram.items()):
+        yield UserScramCredentialRecord(name=name, mechanism=mechanism, salt=cred.salt, stored_key=cred.stored_key,
+                                        server_key=cred.server_key, iterations=cred.iterations)
     if image.next_producer_id > 0:
         yield ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.next_producer_id)
 

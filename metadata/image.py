@@ -12,6 +12,7 @@ from types import MappingProxyType
 from typing import Any
 from uuid import UUID
 
+from metadata.acls import AclEntry
 from metadata.client_quotas import entity_key
 
 METADATA_TOPIC = "__cluster_metadata"
@@ -26,6 +27,17 @@ class Endpoint:
     listener: str
     host: str
     port: int
+    security_protocol: int = 0  # Kafka's ids: 0 PLAINTEXT, 1 SSL, 2 SASL_PLAINTEXT, 3 SASL_SSL
+
+
+@dataclass(frozen=True)
+class ScramCredential:
+    """A user's salted SCRAM credential for one mechanism (RFC 5802): never the password."""
+
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
 
 
 @dataclass(frozen=True)
@@ -126,6 +138,9 @@ class MetadataImage:
     next_producer_id: int = 0
     # client quota entity (metadata.client_quotas.Entity) -> {quota key: value}
     client_quotas: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    # (user name, mechanism: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512) -> ScramCredential
+    scram: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    acls: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))  # UUID -> metadata.acls.AclEntry
 
     EMPTY: Any = None  # set below
 
@@ -169,6 +184,8 @@ class MetadataDelta:
         self._configs: dict | None = None
         self._features: dict | None = None
         self._client_quotas: dict | None = None
+        self._scram: dict | None = None
+        self._acls: dict | None = None
         self._next_producer_id = image.next_producer_id
         self._partitions: dict[UUID, dict[int, PartitionInfo]] = {}  # topics whose partitions changed
         self._chunks: dict[UUID, dict[int, tuple[ChunkInfo, ...]]] = {}
@@ -336,12 +353,33 @@ class MetadataDelta:
         else:
             self._client_quotas.pop(entity, None)
 
+    def _replay_UserScramCredentialRecord(self, r: Any) -> None:
+        if self._scram is None:
+            self._scram = dict(self.image.scram)
+        self._scram[(r.name, r.mechanism)] = ScramCredential(r.salt, r.stored_key, r.server_key, r.iterations)
+
+    def _replay_RemoveUserScramCredentialRecord(self, r: Any) -> None:
+        if self._scram is None:
+            self._scram = dict(self.image.scram)
+        self._scram.pop((r.name, r.mechanism), None)
+
+    def _replay_AccessControlEntryRecord(self, r: Any) -> None:
+        if self._acls is None:
+            self._acls = dict(self.image.acls)
+        self._acls[r.id] = AclEntry(r.resource_type, r.resource_name, r.pattern_type, r.principal, r.host,
+                                    r.operation, r.permission_type)
+
+    def _replay_RemoveAccessControlEntryRecord(self, r: Any) -> None:
+        if self._acls is None:
+            self._acls = dict(self.image.acls)
+        self._acls.pop(r.id, None)
+
     def _replay_RegisterBrokerRecord(self, r: Any) -> None:
         self._b()[r.broker_id] = BrokerInfo(
             id=r.broker_id,
             epoch=r.broker_epoch,
             incarnation_id=r.incarnation_id,
-            endpoints=tuple(Endpoint(e.name, e.host, e.port) for e in r.end_points),
+            endpoints=tuple(Endpoint(e.name, e.host, e.port, e.security_protocol) for e in r.end_points),
             rack=r.rack,
             fenced=r.fenced,
             in_controlled_shutdown=r.in_controlled_shutdown,
@@ -452,4 +490,6 @@ class MetadataDelta:
             features=img.features if self._features is None else _frozen(self._features),
             next_producer_id=self._next_producer_id,
             client_quotas=img.client_quotas if self._client_quotas is None else _frozen(self._client_quotas),
+            scram=img.scram if self._scram is None else _frozen(self._scram),
+            acls=img.acls if self._acls is None else _frozen(self._acls),
         )

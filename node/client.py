@@ -10,11 +10,15 @@ import asyncio
 import itertools
 from typing import Any
 
+from node.scram import PLAIN, AuthenticationError, ScramClient
+from node.security import PLAINTEXT_CLIENT, ClientSecurity
 from node.waits import wait_within
 from protocol.errors import ProtocolError
 from protocol.framing import DEFAULT_MAX_FRAME, FrameReader, frame
 from protocol.generated import REQUESTS, RESPONSES
 from protocol.generated.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from protocol.generated.sasl_authenticate import SaslAuthenticateRequest
+from protocol.generated.sasl_handshake import SaslHandshakeRequest
 from protocol.headers import decode_response, encode_request
 
 
@@ -23,8 +27,12 @@ class ClientError(Exception):
 
 
 class NodeClient:
-    def __init__(self, host: str, port: int, *, client_id: str = "strata", timeout: float = 30.0) -> None:
+    def __init__(self, host: str, port: int, *, client_id: str = "strata", timeout: float = 30.0,
+                 security: ClientSecurity | None = None) -> None:
         self.host = host
+        self.security = security or PLAINTEXT_CLIENT
+        self._reauth_at = 0.0  # loop time to re-authenticate at (KIP-368), 0: never
+        self._reauth_lock = asyncio.Lock()
         self.port = port
         self.client_id = client_id
         self.timeout = timeout
@@ -43,9 +51,9 @@ class NodeClient:
     async def connect(self) -> NodeClient:
         try:
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), self.timeout
+                asyncio.open_connection(self.host, self.port, ssl=self.security.ssl), self.timeout
             )
-        except (TimeoutError, OSError) as e:
+        except (TimeoutError, OSError) as e:  # ssl.SSLError is an OSError
             raise ClientError(f"cannot connect to {self.host}:{self.port}: {e}") from None
         self._recv_task = asyncio.get_running_loop().create_task(self._receive())
         resp = await self.request(ApiVersionsRequest(client_software_name="strata", client_software_version="0.1"), 3)
@@ -54,7 +62,43 @@ class NodeClient:
         if resp.error_code:
             raise ClientError(f"ApiVersions to {self.host}:{self.port} failed with error {resp.error_code}")
         self.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+        if self.security.sasl:
+            try:
+                await self._authenticate()
+            except ClientError:
+                await self.close()
+                raise
         return self
+
+    async def _authenticate(self) -> None:
+        """SaslHandshake + SaslAuthenticate with this client's mechanism and credentials."""
+        sec = self.security
+        where = f"{self.host}:{self.port}"
+        mech = sec.mechanism or PLAIN
+        resp = await self.request(SaslHandshakeRequest(mechanism=mech), 1)
+        if resp.error_code:
+            raise ClientError(f"SASL handshake with {where} failed: error {resp.error_code} "
+                              f"(enabled there: {', '.join(resp.mechanisms)})")
+        user, password = sec.username or "", sec.password or ""
+        try:
+            if mech == PLAIN:
+                resp = await self._sasl_token(f"\0{user}\0{password}".encode(), where)
+            else:
+                scram = ScramClient(mech, user, password)
+                first = await self._sasl_token(scram.first(), where)
+                resp = await self._sasl_token(scram.final(first.auth_bytes), where)
+                scram.check_server_final(resp.auth_bytes)
+        except AuthenticationError as e:
+            raise ClientError(f"SASL authentication with {where} failed: {e}") from None
+        lifetime = resp.session_lifetime_ms
+        if lifetime > 0:  # re-authenticate before the session ends, as Kafka's clients (85%)
+            self._reauth_at = asyncio.get_running_loop().time() + lifetime * 0.85 / 1000
+
+    async def _sasl_token(self, token: bytes, where: str) -> Any:
+        resp = await self.request(SaslAuthenticateRequest(auth_bytes=token), min(self.version_for(36), 2))
+        if resp.error_code:
+            raise ClientError(f"SASL authentication with {where} failed: {resp.error_message or resp.error_code}")
+        return resp
 
     def version_for(self, api_key: int) -> int:
         ours = REQUESTS[api_key]
@@ -74,6 +118,11 @@ class NodeClient:
         if not self.connected:
             raise ClientError(f"not connected to {self.host}:{self.port}")
         key = body.API_KEY
+        if self._reauth_at and key not in (17, 36) and asyncio.get_running_loop().time() >= self._reauth_at:
+            async with self._reauth_lock:
+                if asyncio.get_running_loop().time() >= self._reauth_at:
+                    self._reauth_at = 0.0
+                    await self._authenticate()
         v = self.version_for(key) if version is None else version
         cid = next(self._ids) & 0x7FFFFFFF
         parts = encode_request(body, v, cid, self.client_id)

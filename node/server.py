@@ -54,6 +54,8 @@ import structlog
 
 from node.config import ConfigError, NodeConfig
 from node.logging import RateLimitedLog
+from node.sasl import PASS_ON, Authenticator
+from node.security import ANONYMOUS, ListenerSecurity
 from protocol.errors import ProtocolError
 from protocol.framing import DEFAULT_MAX_FRAME, FrameReader, frame
 
@@ -70,6 +72,7 @@ NORMAL_STARTS_PER_TICK = 4
 ACCEPTS_PER_WAKEUP = 64  # bounded, so a connection storm cannot hold the loop
 MAX_RELEASED = 5  # released requests per connection (max.in.flight.requests.per.connection)
 ACCEPT_RETRY_S = 0.1  # pause after an accept failed for lack of descriptors or memory
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 _conn_ids = itertools.count(1)
 
 
@@ -108,6 +111,17 @@ class ConnectionLimits:
             idle_ms=read("connections.max.idle.ms", "idle_ms", 600_000, 1),
             queued_max_request_bytes=read("queued.max.request.bytes", "queued_max_request_bytes", -1, -1),
         )
+
+
+def certificate_principal(cert: dict) -> str:
+    """A client certificate's subject as an RFC 2253 name, most specific first (Kafka's default
+    principal for SSL: ``CN=client,OU=dev,O=strata``)."""
+    rdns = [",".join(f"{k}={v}" for k, v in rdn) for rdn in cert.get("subject", ())]
+    short = {"commonName": "CN", "organizationalUnitName": "OU", "organizationName": "O", "localityName": "L",
+             "stateOrProvinceName": "ST", "countryName": "C", "domainComponent": "DC"}
+    for long, abbrev in short.items():
+        rdns = [r.replace(f"{long}=", f"{abbrev}=") for r in rdns]
+    return ",".join(reversed(rdns))
 
 
 def parse_ip_overrides(value: str) -> dict[str, int]:
@@ -153,6 +167,11 @@ class Connection(asyncio.Protocol):
         self.held = 0
         self.partial_reserved = 0
         self.waiting_for_memory = False
+        # Kafka's principal: a SASL user, a client certificate's subject, else ANONYMOUS
+        self.principal = ANONYMOUS
+        self.listener = server.listener_name
+        # None on PLAINTEXT and SSL listeners: the request path's only cost is this check
+        self.auth: Authenticator | None = None
 
     # ---- public
     def mute_for(self, seconds: float) -> None:
@@ -195,6 +214,13 @@ class Connection(asyncio.Protocol):
         if peer:
             self.ip = peer[0]
             self.peer = f"{peer[0]}:{peer[1]}"
+        security = self.server.security
+        if security is not None:
+            cert = transport.get_extra_info("peercert") if security.ssl is not None else None
+            if cert:
+                self.principal = "User:" + certificate_principal(cert)
+            if security.sasl is not None:
+                self.auth = Authenticator(security.sasl, self.peer, security.name)
         self.last_active = asyncio.get_running_loop().time()
         self.server.admit(self)
         self.registered = True
@@ -264,11 +290,24 @@ class Connection(asyncio.Protocol):
     async def _serve(self, f: bytes) -> None:
         # The answer goes out from the request's own task, not from a done callback a loop
         # step later (a step that, on a busy loop, waits behind other connections' I/O).
-        parts = await self.handler(f, self)
+        auth = self.auth
+        if auth is not None and auth.intercepts(f):
+            parts = auth.handle(f)
+            if auth.principal is not None:
+                self.principal = auth.principal
+            if parts is PASS_ON:
+                parts = await self.handler(f, self)
+        else:
+            parts = await self.handler(f, self)
         task = asyncio.current_task()
         if not self.closed and any(t is task for t, _ in self.pending):
-            self.answers[task] = parts
+            self.answers[task] = parts  # type: ignore[assignment]
             self._flush()
+        if auth is not None and auth.failed and not self.closed:
+            # authentication failed: the answer (if any) is written, then the connection closes
+            self.closed = True
+            if self.transport is not None:
+                self.transport.close()
 
     def _maybe_ready(self) -> None:
         if not self.in_ready and self.can_start():
@@ -383,8 +422,13 @@ class FramedServer:
         max_frame: int = DEFAULT_MAX_FRAME,
         limits: ConnectionLimits | None = None,
         classify: Classifier | None = None,
+        security: ListenerSecurity | None = None,
     ) -> None:
         self.handler = handler
+        self.listener_name = security.name if security is not None else None
+        # None: PLAINTEXT (no TLS, no SASL, every connection ANONYMOUS)
+        self.security = security if security is not None and security.protocol != "PLAINTEXT" else None
+        self.ssl = security.ssl if security is not None else None
         self.max_frame = max_frame
         self.limits = limits or ConnectionLimits()
         self.classify = classify
@@ -451,7 +495,13 @@ class FramedServer:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.per_ip[ip] += 1  # counted from accept: a burst cannot overshoot the limits
             self._accepting += 1
-            task = loop.create_task(loop.connect_accepted_socket(lambda: Connection(self), sock))
+            if self.ssl is not None:
+                setup = loop.connect_accepted_socket(lambda: Connection(self), sock, ssl=self.ssl,
+                                                     ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
+            else:
+                setup = loop.connect_accepted_socket(lambda: Connection(self), sock)
+            task = loop.create_task(setup)
+            task.peer = f"{ip}:{addr[1]}"  # type: ignore[attr-defined]
             self._setup.add(task)
             task.add_done_callback(lambda t, ip=ip: self._set_up(t, ip))
 
@@ -460,6 +510,14 @@ class FramedServer:
         self._accepting -= 1
         if task.cancelled() or task.exception() is not None:
             self._drop_ip(ip)
+            exc = None if task.cancelled() else task.exception()
+            where = {"peer": getattr(task, "peer", ip), "listener": self.security.name if self.security else None}
+            if isinstance(exc, ConnectionError):
+                # gone before a TLS byte came (a port probe): nothing to report
+                log.debug("tls_handshake_aborted", error=repr(exc), **where)
+            elif exc is not None:
+                # a TLS handshake that failed: a plaintext client, a bad or missing certificate
+                limited.warning("tls_handshake_failed", error=repr(exc), **where)
 
     def _resume_accepting(self) -> None:
         if self._listener is not None:

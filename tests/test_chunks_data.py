@@ -46,8 +46,8 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-async def request(port: int, body: Any, version: int | None = None) -> Any:
-    async with NodeClient(HOST, port, client_id="test-chunks-data") as cl:
+async def request(port: int, body: Any, version: int | None = None, security: Any = None) -> Any:
+    async with NodeClient(HOST, port, client_id="test-chunks-data", security=security) as cl:
         return await cl.request(body, version)
 
 
@@ -58,12 +58,13 @@ def create_topic(c: Cluster, name: str, replicas: list[int], **configs: str) -> 
         assignments=[CT.CreatableReplicaAssignment(0, replicas)],
         configs=[CT.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()],
     )
-    resp = run(request(c.broker_port(replicas[0]), CT(topics=[t], timeout_ms=10000)))
+    resp = run(request(c.broker_port(replicas[0]), CT(topics=[t], timeout_ms=10000), security=c.client_security()))
     assert resp.topics[0].error_code == 0, resp.topics[0]
 
 
 def partition_md(c: Cluster, broker: int, topic: str) -> Any:
-    resp = run(request(c.broker_port(broker), MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)])))
+    resp = run(request(c.broker_port(broker), MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)]),
+                       security=c.client_security()))
     [t] = resp.topics
     assert t.error_code == 0, t
     return t.partitions[0]
@@ -71,7 +72,7 @@ def partition_md(c: Cluster, broker: int, topic: str) -> Any:
 
 
 def produce(c: Cluster, topic: str, values: list[bytes], timestamps: list[int] | None = None, **conf: Any) -> list[int]:
-    p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "linger.ms": 5, "message.timeout.ms": 30000, **conf})
+    p = Producer({**c.rdkafka_conf(), "acks": "all", "linger.ms": 5, "message.timeout.ms": 30000, **conf})
     offsets: list[int] = []
     errors: list[Any] = []
 
@@ -95,7 +96,8 @@ def create_chunk(c: Cluster, topic: str, brokers: list[int], timeout: float = 20
     e = CreateChunksRequest.CreateChunksTopicPartition(
         topic_name=topic, partition_id=0, broker_ids=brokers, start_offset=-1, start_timestamp=-1,
         prev_stop_offset=-1, prev_end_offset=-1)
-    [r] = run(request(c.broker_port(before.leader_id), CreateChunksRequest(topic_partitions=[e]))).results
+    [r] = run(request(c.broker_port(before.leader_id), CreateChunksRequest(topic_partitions=[e]),
+                      security=c.client_security())).results
     assert r.error_code == 0, r
 
     def moved() -> bool:
@@ -111,7 +113,7 @@ def create_chunk(c: Cluster, topic: str, brokers: list[int], timeout: float = 20
 def alter_chunk(c: Cluster, topic: str, start: int, brokers: list[int]) -> None:
     A = AlterChunkAssignmentsRequest
     e = A.AlterChunkAssignment(topic_name=topic, partition_id=0, start_offset=start, chunk_epoch=-1, broker_ids=brokers)
-    [r] = run(request(c.broker_port(1), A(chunks=[e]))).results
+    [r] = run(request(c.broker_port(1), A(chunks=[e]), security=c.client_security())).results
     assert r.error_code == 0, r
 
 
@@ -177,7 +179,7 @@ def consume_confluent(c: Cluster, topic: str, n: int, *, read_committed: bool = 
                       timeout: float = 30.0, **conf: Any) -> list[list[tuple[int, bytes]]]:
     """Records of topic-0 from offset 0, grouped by the poll that returned them."""
     cons = Consumer({
-        "bootstrap.servers": c.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}", "client.id": "chunks-rdkafka",
+        **c.rdkafka_conf(), "group.id": f"g-{uuid.uuid4().hex[:8]}", "client.id": "chunks-rdkafka",
         "auto.offset.reset": "earliest", "enable.auto.commit": False,
         "isolation.level": "read_committed" if read_committed else "read_uncommitted", **conf,
     })
@@ -448,7 +450,7 @@ def test_seed_transactional(cluster: Cluster) -> None:
     c, topic = cluster, "seed-txn"
     create_topic(c, topic, [1])
     produce(c, topic, [f"plain{i}".encode() for i in range(10)])
-    tp = Producer({"bootstrap.servers": c.bootstrap, "transactional.id": f"txn-{uuid.uuid4().hex[:6]}",
+    tp = Producer({**c.rdkafka_conf(), "transactional.id": f"txn-{uuid.uuid4().hex[:6]}",
                    "linger.ms": 5})
     tp.init_transactions(30)
     tp.begin_transaction()

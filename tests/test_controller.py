@@ -40,7 +40,7 @@ from protocol.records import decode_batches, iter_batches
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
 CT = CreateTopicsRequest
-SERVED = {1, 18, 19, 20, 33, 37, 43, 44, 45, 46, 49, 56, 59, 60, 62, 63, 67, 73, 1076, 1077}
+SERVED = {1, 17, 18, 19, 20, 30, 31, 33, 36, 37, 43, 44, 45, 46, 49, 51, 56, 59, 60, 62, 63, 67, 73, 1076, 1077}
 
 
 # ---------------------------------------------------------------- the process

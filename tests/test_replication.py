@@ -36,7 +36,7 @@ def cluster(tmp_path):
 
 
 def create(c: Cluster, name: str, partitions: int = 1, rf: int = 3, **config: str) -> AdminClient:
-    a = AdminClient({"bootstrap.servers": c.bootstrap})
+    a = AdminClient(c.rdkafka_conf())
     a.create_topics([NewTopic(name, partitions, rf, config=config)])[name].result(30)
     return a
 
@@ -68,7 +68,7 @@ def disk_records(c: Cluster, broker: int, topic: str, p: int = 0) -> list[tuple[
 
 
 def produce(c: Cluster, topic: str, values: list[bytes], acks: str = "all") -> list[tuple[int, bytes]]:
-    p = Producer({"bootstrap.servers": c.bootstrap, "acks": acks, "linger.ms": 5, "message.timeout.ms": 60000})
+    p = Producer({**c.rdkafka_conf(), "acks": acks, "linger.ms": 5, "message.timeout.ms": 60000})
     acked = []
     errors = []
 
@@ -83,7 +83,7 @@ def produce(c: Cluster, topic: str, values: list[bytes], acks: str = "all") -> l
 
 
 def consume_all(c: Cluster, topic: str, partitions: int = 1, timeout: float = 30) -> list[tuple[int, bytes]]:
-    cons = Consumer({"bootstrap.servers": c.bootstrap, "group.id": "check", "enable.auto.commit": False,
+    cons = Consumer({**c.rdkafka_conf(), "group.id": "check", "enable.auto.commit": False,
                      "enable.partition.eof": True})
     cons.assign([TopicPartition(topic, i, 0) for i in range(partitions)])
     got, eof = [], set()

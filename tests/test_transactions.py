@@ -50,7 +50,7 @@ def cluster3(tmp_path_factory):
 
 
 def create_topic(c: Cluster, name: str, partitions: int = PARTITIONS) -> None:
-    a = AdminClient({"bootstrap.servers": c.bootstrap})
+    a = AdminClient(c.rdkafka_conf())
     a.create_topics([NewTopic(name, partitions, 3, config={"min.insync.replicas": "2"})])[name].result(30)
 
 
@@ -69,7 +69,7 @@ class TxnProducer:
 
 
 class AioTxnProducer(TxnProducer):
-    def __init__(self, bootstrap: str, tid: str, timeout_ms: int) -> None:
+    def __init__(self, c: Cluster, tid: str, timeout_ms: int) -> None:
         from aiokafka import AIOKafkaProducer
 
         self.loop = asyncio.new_event_loop()
@@ -77,7 +77,7 @@ class AioTxnProducer(TxnProducer):
         self.thread.start()
 
         async def make():
-            return AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=tid,
+            return AIOKafkaProducer(**c.client_kwargs("aiokafka"), transactional_id=tid,
                                     transaction_timeout_ms=timeout_ms, request_timeout_ms=30000)
 
         self.p = self._run(make())
@@ -126,10 +126,11 @@ class AioTxnProducer(TxnProducer):
 
 
 class KafkaPythonTxnProducer(TxnProducer):
-    def __init__(self, bootstrap: str, tid: str, timeout_ms: int) -> None:
+    def __init__(self, c: Cluster, tid: str, timeout_ms: int) -> None:
         from kafka import KafkaProducer
 
-        self.p = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=tid, transaction_timeout_ms=timeout_ms)
+        self.p = KafkaProducer(**c.client_kwargs("kafka-python"), transactional_id=tid,
+                               transaction_timeout_ms=timeout_ms)
         self.pending: list = []
 
     def init(self) -> None:
@@ -170,9 +171,9 @@ class KafkaPythonTxnProducer(TxnProducer):
 
 
 class ConfluentTxnProducer(TxnProducer):
-    def __init__(self, bootstrap: str, tid: str, timeout_ms: int) -> None:
-        self.bootstrap = bootstrap
-        self.p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid,
+    def __init__(self, c: Cluster, tid: str, timeout_ms: int) -> None:
+        self.conf = c.rdkafka_conf()
+        self.p = Producer({**self.conf, "transactional.id": tid,
                            "transaction.timeout.ms": timeout_ms, "linger.ms": 5})
         self.errors: list = []
 
@@ -200,7 +201,7 @@ class ConfluentTxnProducer(TxnProducer):
         self.p.abort_transaction(30)
 
     def send_offsets(self, offsets, group) -> None:
-        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": group})  # for its group metadata
+        c = Consumer({**self.conf, "group.id": group})  # for its group metadata
         try:
             self.p.send_offsets_to_transaction([CTopicPartition(t, p, o) for (t, p), o in offsets.items()],
                                                c.consumer_group_metadata(), 30)
@@ -216,10 +217,10 @@ class ConfluentTxnProducer(TxnProducer):
 
 def make_producer(client: str, c: Cluster, tid: str, timeout_ms: int = 60000) -> TxnProducer:
     if client == "aiokafka":
-        return AioTxnProducer(c.bootstrap, tid, timeout_ms)
+        return AioTxnProducer(c, tid, timeout_ms)
     if client == "kafka-python":
-        return KafkaPythonTxnProducer(c.bootstrap, tid, timeout_ms)
-    return ConfluentTxnProducer(c.bootstrap, tid, timeout_ms)
+        return KafkaPythonTxnProducer(c, tid, timeout_ms)
+    return ConfluentTxnProducer(c, tid, timeout_ms)
 
 
 # ---------------------------------------------------------------------------------- consumers
@@ -250,7 +251,7 @@ def _poll_loop(poll: Callable[[], list[bytes]], expect: int, settle: float, time
 
 
 def _read_confluent(c, topic, isolation, expect, settle):
-    con = Consumer({"bootstrap.servers": c.bootstrap, "group.id": f"reader-{time.monotonic_ns()}",
+    con = Consumer({**c.rdkafka_conf(), "group.id": f"reader-{time.monotonic_ns()}",
                     "isolation.level": isolation, "enable.auto.commit": False})
     con.assign([CTopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     try:
@@ -265,7 +266,7 @@ def _read_confluent(c, topic, isolation, expect, settle):
 def _read_kafka_python(c, topic, isolation, expect, settle):
     from kafka import KafkaConsumer, TopicPartition
 
-    con = KafkaConsumer(bootstrap_servers=c.bootstrap, isolation_level=isolation, enable_auto_commit=False,
+    con = KafkaConsumer(**c.client_kwargs("kafka-python"), isolation_level=isolation, enable_auto_commit=False,
                         auto_offset_reset="earliest")
     con.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
     con.seek_to_beginning()
@@ -281,7 +282,7 @@ def _read_kafka_python(c, topic, isolation, expect, settle):
 async def _read_aiokafka(c, topic, isolation, expect, settle):
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    con = AIOKafkaConsumer(bootstrap_servers=c.bootstrap, isolation_level=isolation, enable_auto_commit=False,
+    con = AIOKafkaConsumer(**c.client_kwargs("aiokafka"), isolation_level=isolation, enable_auto_commit=False,
                            auto_offset_reset="earliest")
     await con.start()
     try:

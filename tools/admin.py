@@ -19,6 +19,8 @@ from typing import Any, NoReturn
 from uuid import UUID
 
 from node.client import ClientError, NodeClient
+from node.config import ConfigError, load_properties
+from node.security import ClientSecurity, properties_client_security
 from protocol.errors import error_message, error_name
 from protocol.generated.create_partitions import CreatePartitionsRequest
 from protocol.generated.create_topics import CreateTopicsRequest
@@ -102,7 +104,14 @@ def is_json_int(v: Any, bounds: tuple[int, int] = INT64) -> bool:
 
 
 class ToolArgumentParser(argparse.ArgumentParser):
-    """argparse for the kafka-*.sh tools: a usage error is one line on stderr and exit 2."""
+    """argparse for the kafka-*.sh tools: a usage error is one line on stderr and exit 2. Every
+    tool takes Kafka's `--command-config client.properties` (security.protocol, sasl.mechanism,
+    sasl.jaas.config or sasl.username/sasl.password, ssl.ca.location, ...)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_argument("--command-config", metavar="FILE",
+                          help="client properties: security.protocol, sasl.mechanism, sasl.jaas.config, ssl.ca.location")
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
@@ -172,9 +181,11 @@ def topic_id_str(topic_id: UUID) -> str:
 class Admin:
     """``async with Admin("h:p,h:p") as admin: md = await admin.metadata()``."""
 
-    def __init__(self, bootstrap: str | Sequence[tuple[str, int]], *, timeout: float = 30.0) -> None:
+    def __init__(self, bootstrap: str | Sequence[tuple[str, int]], *, timeout: float = 30.0,
+                 security: ClientSecurity | None = None) -> None:
         self.bootstrap = parse_bootstrap(bootstrap) if isinstance(bootstrap, str) else list(bootstrap)
         self.timeout = timeout
+        self.security = security
         self.client: NodeClient | None = None
         self._controller: NodeClient | None = None
 
@@ -182,7 +193,8 @@ class Admin:
         errors = []
         for host, port in self.bootstrap:
             try:
-                self.client = await NodeClient(host, port, client_id="strata-admin", timeout=self.timeout).connect()
+                self.client = await NodeClient(host, port, client_id="strata-admin", timeout=self.timeout,
+                                               security=self.security).connect()
                 return self
             except ClientError as e:
                 errors.append(str(e))
@@ -224,7 +236,7 @@ class Admin:
         else:
             try:
                 self._controller = await NodeClient(
-                    target.host, target.port, client_id="strata-admin", timeout=self.timeout
+                    target.host, target.port, client_id="strata-admin", timeout=self.timeout, security=self.security
                 ).connect()
             except ClientError:
                 self._controller = client
@@ -352,6 +364,21 @@ __all__ = [
     "parse_bootstrap",
     "topic_id_str",
 ]
+
+
+def command_security(path: str | None) -> ClientSecurity | None:
+    """The security settings of a --command-config file (AdminError when unusable)."""
+    if not path:
+        return None
+    try:
+        return properties_client_security(load_properties(path), path)
+    except ConfigError as e:
+        raise AdminError(str(e)) from None
+
+
+def admin_for(a: argparse.Namespace, timeout: float) -> Admin:
+    """The Admin a tool's --bootstrap-server and --command-config ask for."""
+    return Admin(a.bootstrap_server, timeout=timeout, security=command_security(getattr(a, "command_config", None)))
 
 
 def run_tool(coro: Any) -> int:

@@ -93,7 +93,8 @@ class Brokers:
         c = self._conns.get((host, port))
         if c is None or not c.connected:
             try:
-                c = await NodeClient(host, port, client_id=self.client_id, timeout=self.admin.timeout).connect()
+                c = await NodeClient(host, port, client_id=self.client_id, timeout=self.admin.timeout,
+                                   security=self.admin.security).connect()
             except ClientError as e:
                 raise AdminError(f"broker {host}:{port} is not reachable: {e}") from None
             self._conns[(host, port)] = c

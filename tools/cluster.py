@@ -98,8 +98,10 @@ def node_configs(
     broker_overrides: Overrides | None = None,
     controller_overrides: Overrides | None = None,
     per_broker_overrides: Mapping[int, Overrides] | None = None,
+    lname: str = "PLAINTEXT",
 ) -> dict[str, dict[str, str]]:
-    """server.properties of every node, by node name. Pure: no I/O.
+    """server.properties of every node, by node name. Pure: no I/O. `lname` names the brokers'
+    listener (security_overrides names it after its protocol).
 
     host_of(name) is the host a node advertises (and others dial), bind_host_of(name) the host it
     listens on, dir_of(name) the directory its data lives under.
@@ -128,8 +130,8 @@ def node_configs(
         props = {
             "process.roles": "broker",
             "node.id": str(i),
-            "listeners": f"PLAINTEXT://{bind_host_of(name)}:{port}",
-            "advertised.listeners": f"PLAINTEXT://{host_of(name)}:{port}",
+            "listeners": f"{lname}://{bind_host_of(name)}:{port}",
+            "advertised.listeners": f"{lname}://{host_of(name)}:{port}",
             "controller.listener.names": "CONTROLLER",
             "controller.quorum.voters": voters,
             "log.dirs": f"{d / 'logs-0'},{d / 'logs-1'}",
@@ -141,6 +143,43 @@ def node_configs(
         _apply(props, (per_broker_overrides or {}).get(i))
         configs[name] = props
     return configs
+
+
+# users of a secure cluster (Cluster(secure=...)): SCRAM credentials bootstrapped by the
+# controller and PLAIN users of the brokers' listener; the nodes authenticate as "broker"
+SECURE_USERS = {"admin": "admin-secret", "broker": "broker-secret", "alice": "alice-secret", "bob": "bob-secret"}
+
+
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+def security_overrides(protocol: str, certs: Any, acls: bool = False) -> tuple[dict[str, str], dict[str, str]]:
+    """(broker overrides, controller overrides) putting every listener on `protocol` (SSL,
+    SASL_PLAINTEXT or SASL_SSL): the brokers' listener is named after it, the controller's stays
+    CONTROLLER; the nodes authenticate to each other as user "broker" with SCRAM-SHA-512. With
+    `acls`, the authorizer is on and "broker" and "admin" are the super users."""
+    common = {"listener.security.protocol.map": f"CONTROLLER:{protocol},{protocol}:{protocol}"}
+    if acls:
+        common.update({"authorizer.class.name": AUTHORIZER, "super.users": "User:broker;User:admin"})
+    if "SSL" in protocol:
+        common.update({"ssl.certificate.location": str(certs.server_cert), "ssl.key.location": str(certs.server_key),
+                       "ssl.ca.location": str(certs.ca)})
+    broker, controller = dict(common), dict(common)
+    if protocol.startswith("SASL_"):
+        login = ('org.apache.kafka.common.security.scram.ScramLoginModule required username="broker" '
+                 f'password="{SECURE_USERS["broker"]}";')
+        for props in (broker, controller):
+            props.update({"sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+                          "sasl.mechanism.controller.protocol": "SCRAM-SHA-512", "sasl.jaas.config": login})
+        broker["sasl.enabled.mechanisms"] = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+        broker[f"listener.name.{protocol.lower()}.plain.sasl.jaas.config"] = (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            + " ".join(f'user_{u}="{p}"' for u, p in SECURE_USERS.items()) + ";")
+        controller["sasl.enabled.mechanisms"] = "SCRAM-SHA-256,SCRAM-SHA-512"
+        controller["bootstrap.scram.credentials"] = ";".join(
+            f"{m}=[name={u},password={p}]" for u, p in SECURE_USERS.items() for m in ("SCRAM-SHA-256", "SCRAM-SHA-512"))
+    controller["inter.broker.listener.name"] = protocol
+    return broker, controller
 
 
 def fixed_ports(brokers: int, port_base: int = DEFAULT_PORT_BASE) -> tuple[int, dict[int, int]]:
@@ -233,10 +272,12 @@ def _run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
         return ex.submit(asyncio.run, coro).result()
 
 
-async def _metadata_brokers(host: str, port: int, timeout: float) -> set[int]:
-    from tools.admin import Admin  # lazy: generating configs must not need the protocol package
+async def _metadata_brokers(host: str, port: int, timeout: float, client_props: Mapping[str, str]) -> set[int]:
+    from node.security import properties_client_security  # lazy: generating configs needs no protocol package
+    from tools.admin import Admin
 
-    async with Admin([(host, port)], timeout=timeout) as admin:
+    security = properties_client_security(client_props, "cluster") if client_props else None
+    async with Admin([(host, port)], timeout=timeout, security=security) as admin:
         md = await admin.metadata([])
         return {b.node_id for b in md.brokers}
 
@@ -311,14 +352,25 @@ class Cluster:
         modules: Mapping[str, str] | None = None,
         verbose: bool = True,
         nofile: Mapping[int, int] | None = None,
+        secure: str | None = None,
+        acls: bool = False,
     ) -> None:
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
         self.base_dir = Path(base_dir).absolute()
         self.brokers = brokers
         self.host = host
-        self.broker_overrides = dict(broker_overrides or {})
-        self.controller_overrides = dict(controller_overrides or {})
+        self.secure = secure
+        self.certs = None
+        secure_brokers: dict[str, str] = {}
+        secure_controller: dict[str, str] = {}
+        if secure is not None:
+            from tools.certs import ensure_certs  # lazy: `cryptography` is needed by secure clusters only
+
+            self.certs = ensure_certs(self.base_dir / "certs", ("localhost", host))
+            secure_brokers, secure_controller = security_overrides(secure, self.certs, acls)
+        self.broker_overrides = {**secure_brokers, **(broker_overrides or {})}
+        self.controller_overrides = {**secure_controller, **(controller_overrides or {})}
         self.per_broker_overrides = {int(k): dict(v) for k, v in (per_broker_overrides or {}).items()}
         self.verbose = verbose
         self.nofile: dict[int, int] = dict(nofile or {})
@@ -356,6 +408,46 @@ class Cluster:
     def broker_port(self, broker_id: int) -> int:
         return self.ports[broker_id]
 
+    def client_props(self, user: str = "admin", mechanism: str = "SCRAM-SHA-512") -> dict[str, str]:
+        """Kafka client properties for this cluster's listeners (empty for PLAINTEXT)."""
+        if self.secure is None:
+            return {}
+        props = {"security.protocol": self.secure}
+        if self.certs is not None and "SSL" in self.secure:
+            props["ssl.ca.location"] = str(self.certs.ca)
+        if self.secure.startswith("SASL_"):
+            props.update({"sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": SECURE_USERS[user]})
+        return props
+
+    def rdkafka_conf(self, user: str = "admin") -> dict[str, str]:
+        """librdkafka (confluent-kafka) settings to reach this cluster."""
+        return {"bootstrap.servers": self.bootstrap, **self.client_props(user)}
+
+    def client_kwargs(self, library: str, user: str = "admin") -> dict[str, Any]:
+        """kafka-python's or aiokafka's client arguments to reach this cluster."""
+        out: dict[str, Any] = {"bootstrap_servers": self.bootstrap}
+        props = self.client_props(user)
+        if not props:
+            return out
+        out["security_protocol"] = props["security.protocol"]
+        if "ssl.ca.location" in props:
+            if library == "aiokafka":
+                from aiokafka.helpers import create_ssl_context
+
+                out["ssl_context"] = create_ssl_context(cafile=props["ssl.ca.location"])
+            else:
+                out["ssl_cafile"] = props["ssl.ca.location"]
+        if "sasl.mechanism" in props:
+            out.update(sasl_mechanism=props["sasl.mechanism"], sasl_plain_username=props["sasl.username"],
+                       sasl_plain_password=props["sasl.password"])
+        return out
+
+    def client_security(self, user: str = "admin") -> Any:
+        """node.client.NodeClient's security for this cluster (None: PLAINTEXT)."""
+        from node.security import properties_client_security
+
+        return properties_client_security(self.client_props(user), "cluster") if self.secure else None
+
     @property
     def bootstrap(self) -> str:
         return ",".join(f"{self.host}:{self.broker_port(i)}" for i in self.broker_ids)
@@ -384,6 +476,7 @@ class Cluster:
                               **self.broker_overrides},
             controller_overrides=self.controller_overrides,
             per_broker_overrides=self.per_broker_overrides,
+            lname=self.secure or "PLAINTEXT",
         )
 
     def write_configs(self) -> dict[str, Path]:
@@ -525,7 +618,7 @@ class Cluster:
         if nid == CONTROLLER_ID:
             return None if port_open(self.host, self.controller_port) else "not listening yet"
         try:
-            seen = _run_sync(_metadata_brokers(self.host, self.broker_port(nid), 5.0))
+            seen = _run_sync(_metadata_brokers(self.host, self.broker_port(nid), 5.0, self.client_props()))
         except Exception as e:  # any failure just means "not ready yet"; the deadline bounds it
             return str(e) or type(e).__name__
         missing = expected - seen

@@ -53,6 +53,18 @@ def topics_command() -> str:
     return str(script)
 
 
+def print_client_settings(cluster: Cluster) -> None:
+    """Write client.properties (Kafka's client keys) beside the data and print how to connect."""
+    props = cluster.client_props("admin")
+    path = cluster.base_dir / "client.properties"
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    print(f"Clients: TLS + SASL SCRAM-SHA-512 (or PLAIN), user admin; settings in {path}:")
+    for k, v in props.items():
+        print(f"  {k}={v}")
+    kcat = " ".join(f"-X {k.replace('sasl.mechanism', 'sasl.mechanisms')}={v}" for k, v in props.items())
+    print(f"kcat: kcat -b {cluster.bootstrap.split(',')[0]} {kcat} -L")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m tools.devcluster", description=__doc__.split("\n\n")[0])
     ap.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3)")
@@ -68,6 +80,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--host", default="127.0.0.1", help="host to listen on and advertise (default 127.0.0.1)")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the cluster to come up")
     ap.add_argument("--emit-docker", type=Path, metavar="DIR", help="write the docker-compose configs to DIR and exit")
+    ap.add_argument("--secure", action="store_true",
+                    help="every listener on SASL_SSL (TLS + SCRAM-SHA-512, generated certificates); data in ./data-secure")
     args = ap.parse_args(argv)
     if args.brokers < 1:
         ap.error("--brokers must be at least 1")
@@ -93,7 +107,9 @@ def main(argv: list[str] | None = None) -> int:
             raise KeyboardInterrupt
         stopping = True
 
-    cluster = Cluster(args.data, brokers=args.brokers, host=args.host, port_base=args.port_base)
+    data = Path("data-secure") if args.secure and args.data == Path("data") else args.data
+    cluster = Cluster(data, brokers=args.brokers, host=args.host, port_base=args.port_base,
+                      secure="SASL_SSL" if args.secure else None)
     signal.signal(signal.SIGTERM, on_signal)
     print(
         f"Starting Strata: controller on {args.host}:{cluster.controller_port}, {args.brokers} brokers, data in {cluster.base_dir}"
@@ -110,8 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     first = cluster.bootstrap.split(",")[0]
     print(f"Bootstrap: {cluster.bootstrap}")
+    config = ""
+    if args.secure:
+        print_client_settings(cluster)
+        config = f" --command-config {cluster.base_dir / 'client.properties'}"
     print(
-        f"Try: {topics_command()} --bootstrap-server {first} --create --topic demo --partitions 3   (logs: {cluster.base_dir}/*.log; Ctrl-C stops)"
+        f"Try: {topics_command()} --bootstrap-server {first}{config} --create --topic demo --partitions 3   (logs: {cluster.base_dir}/*.log; Ctrl-C stops)"
     )
     sys.stdout.flush()
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from node.client import ClientError, NodeClient
 from protocol.generated import REQUESTS
-from tools.admin import Admin, AdminError, ToolArgumentParser, broker_error, parse_bootstrap, run_tool
+from tools.admin import AdminError, ToolArgumentParser, admin_for, broker_error, parse_bootstrap, run_tool
 
 
 def api_line(key: int, lo: int, hi: int) -> str:
@@ -43,7 +43,7 @@ def versions_text(versions: dict[int, tuple[int, int]]) -> str:
 
 
 async def run(a: argparse.Namespace) -> None:
-    async with Admin(a.bootstrap_server, timeout=a.timeout) as admin:
+    async with admin_for(a, a.timeout) as admin:
         md = await admin.metadata([])
     if md.error_code:
         raise broker_error("cannot read cluster metadata", md.error_code)
@@ -51,7 +51,7 @@ async def run(a: argparse.Namespace) -> None:
 
     async def versions(host: str, port: int) -> dict[int, tuple[int, int]] | str:
         try:
-            async with NodeClient(host, port, client_id="strata-admin", timeout=a.timeout) as c:
+            async with NodeClient(host, port, client_id="strata-admin", timeout=a.timeout, security=admin.security) as c:
                 return dict(c.versions)
         except ClientError as e:
             return str(e)

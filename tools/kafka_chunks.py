@@ -35,6 +35,7 @@ from tools.admin import (
     Admin,
     AdminError,
     ToolArgumentParser,
+    admin_for,
     broker_error,
     is_json_int,
     parse_bootstrap,
@@ -210,7 +211,8 @@ async def _create_at(admin: Admin, view: ClusterView, leader: int, specs: list[C
     )
     host, port = view.brokers[leader]
     try:
-        async with NodeClient(host, port, client_id="strata-admin", timeout=admin.timeout) as cl:
+        async with NodeClient(host, port, client_id="strata-admin", timeout=admin.timeout,
+                              security=admin.security) as cl:
             resp = await cl.request(body)
     except ClientError as e:
         raise AdminError(f"cannot reach broker {leader}, leader of {specs[0].name}: {e}") from None
@@ -279,7 +281,7 @@ async def run(a: argparse.Namespace) -> None:
         specs, action = parse_chunk_file(a.create_chunk_json_file, "partitions"), create
     else:
         specs, action = parse_chunk_file(a.alter_chunk_json_file, "chunks"), alter
-    async with Admin(a.bootstrap_server, timeout=a.timeout) as admin:
+    async with admin_for(a, a.timeout) as admin:
         await action(admin, specs)
 
 

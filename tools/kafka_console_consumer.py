@@ -38,7 +38,7 @@ from protocol.generated.fetch import FetchRequest
 from protocol.records import decode_batches
 from protocol.records.aborted import AbortedTransactions
 from protocol.records.control import CONTROL_ABORT
-from tools.admin import Admin, AdminError, ToolArgumentParser, parse_bootstrap, ranged_int, run_tool
+from tools.admin import AdminError, ToolArgumentParser, admin_for, parse_bootstrap, ranged_int, run_tool
 from tools.brokers import EARLIEST, LATEST, Brokers, TopicPartition, tp_str
 from tools.console import int_prop, is_true, key_value, merged, read_properties, unescape
 from tools.group_member import GroupMember
@@ -374,7 +374,7 @@ async def run(a: argparse.Namespace) -> None:
     fmt = Formatter.from_props(merged(read_properties(a.formatter_config) if a.formatter_config else {}, a.property))
     loop = asyncio.get_running_loop()
     client_id = props.get("client.id", "console-consumer")
-    async with Admin(a.bootstrap_server, timeout=10.0) as admin, Brokers(admin, client_id) as brokers:
+    async with admin_for(a, 10.0) as admin, Brokers(admin, client_id) as brokers:
         consumer = ConsoleConsumer(a, brokers, props, fmt)
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, consumer.stop.set)

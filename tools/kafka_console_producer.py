@@ -35,7 +35,7 @@ from protocol.generated.init_producer_id import InitProducerIdRequest
 from protocol.generated.produce import ProduceRequest
 from protocol.records import Header, Record, encode_batch
 from protocol.records.compression import Compression
-from tools.admin import Admin, AdminError, ToolArgumentParser, parse_bootstrap, ranged_int, run_tool
+from tools.admin import AdminError, ToolArgumentParser, admin_for, parse_bootstrap, ranged_int, run_tool
 from tools.brokers import Brokers, tp_str
 from tools.console import int_prop, is_true, key_value, merged, read_properties, unescape
 
@@ -283,7 +283,7 @@ async def run(a: argparse.Namespace) -> None:
     idempotent = acks == -1 and is_true(props, "enable.idempotence", True)
     timeout_ms = int_prop(props, "request.timeout.ms", a.request_timeout_ms)
     max_batch = 1 if a.sync else a.batch_size
-    async with (Admin(a.bootstrap_server, timeout=max(timeout_ms / 1000, 5.0)) as admin,
+    async with (admin_for(a, max(timeout_ms / 1000, 5.0)) as admin,
                 Brokers(admin, props.get("client.id", "console-producer")) as brokers):
         producer = Producer(brokers, a.topic, acks=acks, compression=CODECS[codec],
                             retries=int_prop(props, "retries", a.message_send_max_retries),

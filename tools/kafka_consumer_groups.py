@@ -37,9 +37,9 @@ from protocol.generated.offset_delete import OffsetDeleteRequest
 from protocol.generated.offset_fetch import OffsetFetchRequest
 from tools.admin import (
     INT64,
-    Admin,
     AdminError,
     ToolArgumentParser,
+    admin_for,
     broker_error,
     parse_bootstrap,
     ranged_int,
@@ -542,7 +542,7 @@ def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
 async def run(a: argparse.Namespace) -> None:
     action = (list_action if a.list else describe_action if a.describe else delete_action if a.delete
               else reset_action if a.reset_offsets else delete_offsets_action)
-    async with Admin(a.bootstrap_server, timeout=a.timeout / 1000) as admin, Brokers(admin) as brokers:
+    async with admin_for(a, a.timeout / 1000) as admin, Brokers(admin) as brokers:
         await action(brokers, a)
 
 

@@ -23,9 +23,9 @@ from protocol.errors import Errors, error_message
 from protocol.generated.delete_records import DeleteRecordsRequest
 from tools.admin import (
     INT64,
-    Admin,
     AdminError,
     ToolArgumentParser,
+    admin_for,
     is_json_int,
     parse_bootstrap,
     partition_entry,
@@ -59,7 +59,7 @@ def read_offsets(path: str) -> dict[TopicPartition, int]:
 
 async def run(a: argparse.Namespace) -> None:
     wanted = read_offsets(a.offset_json_file)
-    async with Admin(a.bootstrap_server, timeout=a.timeout) as admin, Brokers(admin) as brokers:
+    async with admin_for(a, a.timeout) as admin, Brokers(admin) as brokers:
         known = set(await brokers.partitions_of({t for t, _ in wanted}))
         for tp in sorted(wanted):
             if tp not in known:

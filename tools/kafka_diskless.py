@@ -26,7 +26,7 @@ from metadata.diskless import DISKLESS_METADATA_TOPIC
 from node.client import ClientError, NodeClient
 from protocol.errors import error_name
 from protocol.generated.diskless_describe_files import DisklessDescribeFilesRequest
-from tools.admin import Admin, AdminError, ToolArgumentParser, parse_bootstrap, run_tool
+from tools.admin import Admin, AdminError, ToolArgumentParser, admin_for, parse_bootstrap, run_tool
 
 COORDINATOR_COLUMNS = ["coordinator", "leader", "partitions", "files", "live_files", "live_batches", "live_bytes",
                        "owned_files", "pending_handovers", "pending_deletions", "files_handed_over", "files_deleted",
@@ -56,7 +56,7 @@ async def gather(admin: Admin) -> dict[str, Any]:
             raise AdminError(f"broker {broker} (leader of coordinators {indexes}) is not a live broker")
         host, port = addresses[broker]
         try:
-            async with NodeClient(host, port, client_id=f"diskless-{broker}", timeout=admin.timeout) as c:
+            async with NodeClient(host, port, client_id=f"diskless-{broker}", timeout=admin.timeout, security=admin.security) as c:
                 resp = await c.request(DisklessDescribeFilesRequest(files=[], details=True))
         except ClientError as e:
             raise AdminError(f"broker {broker}: {e}") from None
@@ -111,7 +111,7 @@ def render(view: dict[str, Any], sections: set[str]) -> str:
 async def run(a: Any) -> None:
     sections = {s for s in ("coordinators", "files", "orphans") if getattr(a, s)} or {
         "coordinators", "files", "orphans"}
-    async with Admin(a.bootstrap_server) as admin:
+    async with admin_for(a, 30.0) as admin:
         view = await gather(admin)
     if a.json:
         print(json.dumps({k: v for k, v in view.items() if k in sections or k == "last_orphan_scan"}, indent=2))

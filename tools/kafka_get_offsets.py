@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from protocol.errors import error_message
-from tools.admin import Admin, AdminError, ToolArgumentParser, parse_bootstrap, run_tool
+from tools.admin import AdminError, ToolArgumentParser, admin_for, parse_bootstrap, run_tool
 from tools.brokers import EARLIEST, LATEST, MAX_TIMESTAMP, Brokers, tp_str
 
 TIMES = {"latest": LATEST, "earliest": EARLIEST, "max-timestamp": MAX_TIMESTAMP}
@@ -103,7 +103,7 @@ def partition_filter(a: argparse.Namespace) -> PartitionFilter:
 
 async def run(a: argparse.Namespace) -> None:
     allowed = partition_filter(a)
-    async with Admin(a.bootstrap_server, timeout=a.timeout) as admin, Brokers(admin) as brokers:
+    async with admin_for(a, a.timeout) as admin, Brokers(admin) as brokers:
         topics = await brokers.topics(None)
         tps = [(t.name, p.partition_index) for t in topics.values() if not (a.exclude_internal_topics and t.is_internal)
                for p in t.partitions if allowed(t.name, p.partition_index)]

@@ -21,9 +21,9 @@ from protocol.errors import Errors, error_message, error_name
 from protocol.generated.elect_leaders import ElectLeadersRequest
 from tools.admin import (
     INT32,
-    Admin,
     AdminError,
     ToolArgumentParser,
+    admin_for,
     broker_error,
     parse_bootstrap,
     partition_entry,
@@ -65,7 +65,7 @@ async def run(a: argparse.Namespace) -> None:
     req = R(election_type=ELECTION_TYPES[a.election_type], timeout_ms=int(a.timeout * 1000),
             topic_partitions=None if tps is None else [R.TopicPartitions(topic=t, partitions=ps)
                                                        for t, ps in by_topic.items()])
-    async with Admin(a.bootstrap_server, timeout=a.timeout) as admin:
+    async with admin_for(a, a.timeout) as admin:
         resp = await admin.request(req, to_controller=True)
     if resp.error_code:
         raise broker_error("leader election failed", resp.error_code)

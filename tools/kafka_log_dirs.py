@@ -21,7 +21,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from tools.admin import Admin, AdminError, parse_bootstrap, run_tool
+from tools.admin import Admin, AdminError, admin_for, parse_bootstrap, run_tool
 from tools.log_dirs import ANY_LOG_DIR, DirInfo, broker_addresses, describe_dirs
 
 MAX_BALANCE_MOVES = 10_000
@@ -116,7 +116,7 @@ async def replicas_of(admin: Admin, tps: list[tuple[str, int]]) -> dict[tuple[st
 
 
 async def run(a: argparse.Namespace) -> None:
-    async with Admin(a.bootstrap_server, timeout=30.0) as admin:
+    async with admin_for(a, 30.0) as admin:
         dirs = await gather(admin, a.broker_list, a.topic_list)
         if a.describe:
             print("Querying brokers for log directories information")

@@ -34,6 +34,7 @@ from tools.admin import (
     Admin,
     AdminError,
     ToolArgumentParser,
+    admin_for,
     broker_error,
     is_json_int,
     parse_bootstrap,
@@ -701,7 +702,7 @@ async def run(action: str, a: argparse.Namespace) -> None:
         parse_topics_file(a.topics_to_move_json_file)
     elif action != "list":
         parse_reassignment_file(a.reassignment_json_file, require_partitions=action == "execute")
-    async with Admin(a.bootstrap_server, timeout=60.0) as admin:
+    async with admin_for(a, 60.0) as admin:
         await fn(admin, a)
 
 

@@ -22,6 +22,7 @@ from tools.admin import (
     Admin,
     AdminError,
     ToolArgumentParser,
+    admin_for,
     broker_error,
     non_default_configs,
     parse_bootstrap,
@@ -256,7 +257,7 @@ async def delete(admin: Admin, a: argparse.Namespace) -> None:
 
 async def run(a: argparse.Namespace) -> None:
     action = create if a.create else list_topics if a.list else describe if a.describe else alter if a.alter else delete
-    async with Admin(a.bootstrap_server, timeout=a.timeout) as admin:
+    async with admin_for(a, a.timeout) as admin:
         await action(admin, a)
 
 

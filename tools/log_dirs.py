@@ -57,7 +57,7 @@ async def _to_broker(admin: Admin, addresses: dict[int, tuple[str, int]], broker
         raise AdminError(f"broker {broker} is not a live broker of the cluster")
     host, port = addresses[broker]
     try:
-        async with NodeClient(host, port, client_id="strata-admin", timeout=admin.timeout) as c:
+        async with NodeClient(host, port, client_id="strata-admin", timeout=admin.timeout, security=admin.security) as c:
             return await c.request(body, version)
     except ClientError as e:
         raise AdminError(f"broker {broker} ({host}:{port}) is not reachable: {e}") from None

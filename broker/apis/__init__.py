@@ -24,6 +24,15 @@ class RequestContext:
     client_id: str | None
     connection: Connection | None
 
+    @property
+    def listener(self) -> str:
+        """The listener the request came in on: Metadata and FindCoordinator answer with the
+        brokers' endpoints on it, as Kafka does."""
+        conn = self.connection
+        if conn is not None and conn.listener is not None:
+            return conn.listener
+        return self.broker.config.listener.listener
+
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
 
@@ -50,6 +59,7 @@ def api(key: int, min_version: int, max_version: int) -> Callable[[Handler], Han
 def load_all() -> dict[int, ApiEntry]:
     """Import every API module so its handlers register."""
     from broker.apis import (  # noqa: F401
+        acls,
         admin,
         api_versions,
         chunks,
@@ -66,6 +76,7 @@ def load_all() -> dict[int, ApiEntry]:
         partition_epochs,
         produce,
         producer_ids,
+        scram,
         topic_partitions,
         transaction_admin,
         transactions,

@@ -15,7 +15,7 @@ async def describe_cluster(ctx: RequestContext, req) -> DescribeClusterResponse:
     for info in sorted(image.brokers.values(), key=lambda x: x.id):
         if info.fenced and not req.include_fenced_brokers:
             continue
-        ep = info.endpoint(b.config.listener.listener)
+        ep = info.endpoint(ctx.listener)
         if ep is None:
             continue
         brokers.append(B(broker_id=info.id, host=ep.host, port=ep.port, rack=info.rack, is_fenced=info.fenced))

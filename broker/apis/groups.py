@@ -86,7 +86,7 @@ def _find(ctx: RequestContext, key: str, key_type: int) -> tuple[int, int, str, 
     if info is None or info.leader < 0:
         return none
     b = image.brokers.get(info.leader)
-    ep = b.endpoint(ctx.broker.config.listener.listener) if b is not None and not b.fenced else None
+    ep = b.endpoint(ctx.listener) if b is not None and not b.fenced else None
     if ep is None:
         return none
     return 0, info.leader, ep.host, ep.port

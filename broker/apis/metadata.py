@@ -62,7 +62,7 @@ async def metadata(ctx: RequestContext, req) -> MetadataResponse:
     b = ctx.broker
     image = b.metadata.image
     v = ctx.api_version
-    listener = b.config.listener.listener
+    listener = ctx.listener
     brokers = []
     for info in sorted(image.brokers.values(), key=lambda x: x.id):
         ep = info.endpoint(listener)

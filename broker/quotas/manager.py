@@ -49,9 +49,10 @@ class QuotaKind:
         self.rates: dict[Entity, SampledRate] = {}
         self._last_sweep = clock()
 
-    def record(self, quotas: Mapping[Entity, Mapping[str, float]], client_id: str, amount: float) -> float:
+    def record(self, quotas: Mapping[Entity, Mapping[str, float]], client_id: str, amount: float,
+               user: str = ANONYMOUS) -> float:
         """Record `amount`; the seconds the client must now wait (0 when within its quota)."""
-        found = resolve(quotas, self.key, ANONYMOUS, client_id)
+        found = resolve(quotas, self.key, user, client_id)
         if found is None:
             return 0.0
         bucket, bound = found
@@ -96,12 +97,13 @@ class ClientQuotas:
             self._any_request = any(REQUEST_PERCENTAGE in v for v in quotas.values())
         return self._any_request
 
-    def record_produce(self, client_id: str, nbytes: int) -> float:
-        return self.produce.record(self.quotas(), client_id, nbytes)
+    # `user`: the connection's principal name (a SASL user, a certificate's subject), else ANONYMOUS
+    def record_produce(self, client_id: str, nbytes: int, user: str = ANONYMOUS) -> float:
+        return self.produce.record(self.quotas(), client_id, nbytes, user)
 
-    def record_fetch(self, client_id: str, nbytes: int) -> float:
-        return self.fetch.record(self.quotas(), client_id, nbytes)
+    def record_fetch(self, client_id: str, nbytes: int, user: str = ANONYMOUS) -> float:
+        return self.fetch.record(self.quotas(), client_id, nbytes, user)
 
-    def record_request_time(self, client_id: str, seconds: float) -> float:
+    def record_request_time(self, client_id: str, seconds: float, user: str = ANONYMOUS) -> float:
         # request_percentage is a share of one thread: 100 = one full second of work per second
-        return self.request.record(self.quotas(), client_id, seconds * 100)
+        return self.request.record(self.quotas(), client_id, seconds * 100, user)

@@ -109,7 +109,7 @@ class ReplicaFetcher:
         suffix = "" if lane is self.tail else f"-{lane.name}"
         try:
             lane.client = await NodeClient(ep.host, ep.port, client_id=f"replica-fetcher-{self.config.node_id}{suffix}",
-                                           timeout=30).connect()
+                                           timeout=30, security=self.config.inter_broker_security).connect()
             return lane.client
         except ClientError as e:
             log.debug("fetcher_connect_failed", leader=self.leader_id, lane=lane.name, error=str(e))

@@ -42,7 +42,8 @@ class PeerClients:
             if ep is None:
                 raise ClientError(f"broker {broker_id} has no endpoint")
             client_id = f"{self.purpose}-{self.broker.config.node_id}"
-            c = await NodeClient(ep.host, ep.port, client_id=client_id, timeout=timeout).connect()
+            c = await NodeClient(ep.host, ep.port, client_id=client_id, timeout=timeout,
+                                 security=self.broker.config.inter_broker_security).connect()
             self._clients[broker_id] = c
             return c
 

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.acls import AclControl
 from controller.chunks import ChunkControl
 from controller.client_quotas import ClientQuotaControl
 from controller.cluster import ClusterControl
@@ -19,6 +20,7 @@ from controller.controller import Controller
 from controller.dir_assignment import DirAssignmentControl
 from controller.partitions import PartitionControl
 from controller.producer_ids import ProducerIdControl
+from controller.scram import ScramControl
 from controller.topics import TopicControl
 from protocol.headers import Request
 
@@ -34,6 +36,8 @@ class Apis:
     chunks: ChunkControl
     client_quotas: ClientQuotaControl
     dir_assignment: DirAssignmentControl
+    scram: ScramControl
+    acls: AclControl
     served: dict[int, tuple[int, int]] = field(default_factory=dict)  # what ApiVersions lists
 
     @classmethod
@@ -48,6 +52,8 @@ class Apis:
             ChunkControl(controller),
             ClientQuotaControl(controller),
             DirAssignmentControl(controller),
+            ScramControl(controller),
+            AclControl(controller),
         )
 
 
@@ -56,6 +62,7 @@ Handler = Callable[[Apis, Request], Awaitable[Any]]
 
 def handlers() -> dict[int, tuple[int, int, Handler]]:
     from controller.apis import (
+        acls,
         api_versions,
         chunks,
         client_quotas,
@@ -65,12 +72,14 @@ def handlers() -> dict[int, tuple[int, int, Handler]]:
         fetch,
         partitions,
         producer_ids,
+        scram,
         topics,
     )
 
     table: dict[int, tuple[int, int, Handler]] = {}
     for module in (
-        api_versions, chunks, client_quotas, cluster, configs, dir_assignment, fetch, partitions, producer_ids, topics
+        acls, api_versions, chunks, client_quotas, cluster, configs, dir_assignment, fetch, partitions, producer_ids, scram,
+        topics,
     ):
         table.update(module.HANDLERS)
     return table

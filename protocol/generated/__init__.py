@@ -11,16 +11,20 @@ import protocol.generated.alter_configs as alter_configs
 import protocol.generated.alter_partition as alter_partition
 import protocol.generated.alter_partition_reassignments as alter_partition_reassignments
 import protocol.generated.alter_replica_log_dirs as alter_replica_log_dirs
+import protocol.generated.alter_user_scram_credentials as alter_user_scram_credentials
 import protocol.generated.api_versions as api_versions
 import protocol.generated.assign_replicas_to_dirs as assign_replicas_to_dirs
 import protocol.generated.broker_heartbeat as broker_heartbeat
 import protocol.generated.broker_registration as broker_registration
+import protocol.generated.create_acls as create_acls
 import protocol.generated.create_chunks as create_chunks
 import protocol.generated.create_partitions as create_partitions
 import protocol.generated.create_topics as create_topics
+import protocol.generated.delete_acls as delete_acls
 import protocol.generated.delete_groups as delete_groups
 import protocol.generated.delete_records as delete_records
 import protocol.generated.delete_topics as delete_topics
+import protocol.generated.describe_acls as describe_acls
 import protocol.generated.describe_client_quotas as describe_client_quotas
 import protocol.generated.describe_cluster as describe_cluster
 import protocol.generated.describe_configs as describe_configs
@@ -29,6 +33,7 @@ import protocol.generated.describe_log_dirs as describe_log_dirs
 import protocol.generated.describe_producers as describe_producers
 import protocol.generated.describe_topic_partitions as describe_topic_partitions
 import protocol.generated.describe_transactions as describe_transactions
+import protocol.generated.describe_user_scram_credentials as describe_user_scram_credentials
 import protocol.generated.diskless_commit_file as diskless_commit_file
 import protocol.generated.diskless_create_partitions as diskless_create_partitions
 import protocol.generated.diskless_delete_records as diskless_delete_records
@@ -52,6 +57,7 @@ import protocol.generated.list_offsets as list_offsets
 import protocol.generated.list_partition_reassignments as list_partition_reassignments
 import protocol.generated.list_transactions as list_transactions
 import protocol.generated.metadata as metadata
+import protocol.generated.metadata_records.access_control_entry_record as metadata_records_access_control_entry_record
 import protocol.generated.metadata_records.broker_registration_change_record as metadata_records_broker_registration_change_record
 import protocol.generated.metadata_records.chunk_change_record as metadata_records_chunk_change_record
 import protocol.generated.metadata_records.chunk_record as metadata_records_chunk_record
@@ -69,12 +75,15 @@ import protocol.generated.metadata_records.partition_change_record as metadata_r
 import protocol.generated.metadata_records.partition_record as metadata_records_partition_record
 import protocol.generated.metadata_records.producer_ids_record as metadata_records_producer_ids_record
 import protocol.generated.metadata_records.register_broker_record as metadata_records_register_broker_record
+import protocol.generated.metadata_records.remove_access_control_entry_record as metadata_records_remove_access_control_entry_record
 import protocol.generated.metadata_records.remove_partition_record as metadata_records_remove_partition_record
 import protocol.generated.metadata_records.remove_topic_record as metadata_records_remove_topic_record
+import protocol.generated.metadata_records.remove_user_scram_credential_record as metadata_records_remove_user_scram_credential_record
 import protocol.generated.metadata_records.topic_record as metadata_records_topic_record
 import protocol.generated.metadata_records.undeleted_partition_count_record as metadata_records_undeleted_partition_count_record
 import protocol.generated.metadata_records.unfence_broker_record as metadata_records_unfence_broker_record
 import protocol.generated.metadata_records.unregister_broker_record as metadata_records_unregister_broker_record
+import protocol.generated.metadata_records.user_scram_credential_record as metadata_records_user_scram_credential_record
 import protocol.generated.offset_commit as offset_commit
 import protocol.generated.offset_delete as offset_delete
 import protocol.generated.offset_fetch as offset_fetch
@@ -115,6 +124,9 @@ REQUESTS = {
     26: end_txn.EndTxnRequest,
     27: write_txn_markers.WriteTxnMarkersRequest,
     28: txn_offset_commit.TxnOffsetCommitRequest,
+    29: describe_acls.DescribeAclsRequest,
+    30: create_acls.CreateAclsRequest,
+    31: delete_acls.DeleteAclsRequest,
     32: describe_configs.DescribeConfigsRequest,
     33: alter_configs.AlterConfigsRequest,
     34: alter_replica_log_dirs.AlterReplicaLogDirsRequest,
@@ -129,6 +141,8 @@ REQUESTS = {
     47: offset_delete.OffsetDeleteRequest,
     48: describe_client_quotas.DescribeClientQuotasRequest,
     49: alter_client_quotas.AlterClientQuotasRequest,
+    50: describe_user_scram_credentials.DescribeUserScramCredentialsRequest,
+    51: alter_user_scram_credentials.AlterUserScramCredentialsRequest,
     56: alter_partition.AlterPartitionRequest,
     59: fetch_snapshot.FetchSnapshotRequest,
     60: describe_cluster.DescribeClusterRequest,
@@ -178,6 +192,9 @@ RESPONSES = {
     26: end_txn.EndTxnResponse,
     27: write_txn_markers.WriteTxnMarkersResponse,
     28: txn_offset_commit.TxnOffsetCommitResponse,
+    29: describe_acls.DescribeAclsResponse,
+    30: create_acls.CreateAclsResponse,
+    31: delete_acls.DeleteAclsResponse,
     32: describe_configs.DescribeConfigsResponse,
     33: alter_configs.AlterConfigsResponse,
     34: alter_replica_log_dirs.AlterReplicaLogDirsResponse,
@@ -192,6 +209,8 @@ RESPONSES = {
     47: offset_delete.OffsetDeleteResponse,
     48: describe_client_quotas.DescribeClientQuotasResponse,
     49: alter_client_quotas.AlterClientQuotasResponse,
+    50: describe_user_scram_credentials.DescribeUserScramCredentialsResponse,
+    51: alter_user_scram_credentials.AlterUserScramCredentialsResponse,
     56: alter_partition.AlterPartitionResponse,
     59: fetch_snapshot.FetchSnapshotResponse,
     60: describe_cluster.DescribeClusterResponse,
@@ -225,11 +244,15 @@ METADATA_RECORDS = {
     7: metadata_records_fence_broker_record.FenceBrokerRecord,
     8: metadata_records_unfence_broker_record.UnfenceBrokerRecord,
     9: metadata_records_remove_topic_record.RemoveTopicRecord,
+    11: metadata_records_user_scram_credential_record.UserScramCredentialRecord,
     12: metadata_records_feature_level_record.FeatureLevelRecord,
     14: metadata_records_client_quota_record.ClientQuotaRecord,
     15: metadata_records_producer_ids_record.ProducerIdsRecord,
     17: metadata_records_broker_registration_change_record.BrokerRegistrationChangeRecord,
+    18: metadata_records_access_control_entry_record.AccessControlEntryRecord,
+    19: metadata_records_remove_access_control_entry_record.RemoveAccessControlEntryRecord,
     20: metadata_records_no_op_record.NoOpRecord,
+    22: metadata_records_remove_user_scram_credential_record.RemoveUserScramCredentialRecord,
     1028: metadata_records_chunk_record.ChunkRecord,
     1029: metadata_records_chunk_change_record.ChunkChangeRecord,
     1030: metadata_records_undeleted_partition_count_record.UndeletedPartitionCountRecord,

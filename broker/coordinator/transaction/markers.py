@@ -134,7 +134,8 @@ class TxnMarkerSender:
             if ep is not None:
                 try:
                     c = await NodeClient(ep.host, ep.port, client_id=f"txn-markers-{self.broker.config.node_id}",
-                                         timeout=REQUEST_TIMEOUT_S).connect()
+                                         timeout=REQUEST_TIMEOUT_S,
+                                         security=self.broker.config.inter_broker_security).connect()
                     self._clients[node] = c
                 except ClientError as e:
                     log.info("txn_markers_connect_failed", broker=node, error=str(e))

@@ -1,0 +1,364 @@
+"""Authorization of every request on a broker with `authorizer.class.name` set (Kafka's
+StandardAuthorizer rules in metadata.acls, checked the way KafkaApis does per API).
+
+Per item where Kafka does it per item: Produce (WRITE on each topic), consumer Fetch (READ),
+ListOffsets, OffsetForLeaderEpoch, DescribeTopicPartitions and Metadata (DESCRIBE; listing all
+topics leaves out what the principal may not describe), CreateTopics (CREATE on the cluster or
+the topic), configs (DESCRIBE_CONFIGS / ALTER_CONFIGS on each topic), OffsetCommit (READ on the
+group and each topic), batched FindCoordinator and OffsetFetch, DescribeGroups, DeleteGroups.
+The refused items are taken out of the request before its handler runs and come back with
+TOPIC_ / GROUP_AUTHORIZATION_FAILED. Whole requests: group requests (READ on the group),
+transactional ones (WRITE on the transactional id), and the inter-node APIs (follower Fetch and
+OffsetForLeaderEpoch, WriteTxnMarkers, the chunk and diskless APIs), which need CLUSTER_ACTION on
+the cluster: CLUSTER_AUTHORIZATION_FAILED on every item. The remaining admin APIs need DESCRIBE
+(reads) or ALTER (changes) on the cluster. A denial whose answer has no error field at the
+request's version closes the connection instead, logged: never served.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from metadata.acls import (
+    ALTER,
+    ALTER_CONFIGS,
+    CLUSTER,
+    CLUSTER_ACTION,
+    CLUSTER_NAME,
+    CREATE,
+    DELETE,
+    DESCRIBE,
+    DESCRIBE_CONFIGS,
+    GROUP,
+    IDEMPOTENT_WRITE,
+    READ,
+    TOPIC,
+    TRANSACTIONAL_ID,
+    WRITE,
+    Authorizer,
+)
+from node.authz import ALWAYS, Denied, deny_items, log_denied, top_level_error
+from protocol.errors import Errors
+from protocol.generated import RESPONSES
+
+TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED = (Errors.TOPIC_AUTHORIZATION_FAILED, Errors.GROUP_AUTHORIZATION_FAILED,
+                                              Errors.CLUSTER_AUTHORIZATION_FAILED)
+TXN_DENIED = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+INTER_NODE = frozenset({27, 1076, 1077, 1093, 1094, 1095, 1096, 1097, 1098, 1100, 1110})
+GROUP_KEYED = frozenset({11, 12, 13, 14})  # JoinGroup, Heartbeat, LeaveGroup, SyncGroup
+TXN_KEYED = frozenset({25, 26})  # AddOffsetsToTxn, EndTxn
+READS = frozenset({15, 16, 29, 32, 35, 46, 48, 50, 60, 61, 65, 66, 75, 1253})
+
+
+@dataclass
+class Check:
+    """One request's authorization: answers `allowed(op, type, name)` for its principal."""
+
+    authorizer: Authorizer
+    acls: Any
+    principal: str
+    host: str
+
+    def allowed(self, op: int, rtype: int, name: str) -> bool:
+        return self.authorizer.authorize(self.acls, self.principal, self.host, op, rtype, name)
+
+    def cluster(self, *ops: int) -> bool:
+        return any(self.allowed(op, CLUSTER, CLUSTER_NAME) for op in ops)
+
+
+# ---------------------------------------------------------------- per API
+Finish = Callable[[Any], Any]  # adds the refused items' errors to the handler's response
+
+
+def authorize(check: Check, api_key: int, version: int, body: Any, topic_name: Callable[[Any], str | None],
+              is_follower: bool) -> Finish | None:
+    """Raises Denied for a refused request; may take refused items out of `body` and return a
+    function that adds their errors to the response."""
+    if api_key in ALWAYS:
+        return None
+    if api_key in INTER_NODE or (api_key in (1, 23) and is_follower):
+        if api_key in (1076, 1077) and check.cluster(ALTER, CLUSTER_ACTION):  # kafka-chunks.sh: an admin's ALTER
+            return None
+        if check.cluster(CLUSTER_ACTION):
+            return None
+        raise Denied(top_level_error(1, version, CLUSTER_DENIED) if api_key == 1 else
+                     deny_items(api_key, version, body, CLUSTER_DENIED))
+    if api_key == 0:
+        return _produce(check, version, body)
+    if api_key == 1:
+        return _per_topic(1, check, body, READ, "topics", "partitions", topic_name, _fetch_error)
+    if api_key == 2:
+        return _per_topic(2, check, body, DESCRIBE, "topics", "partitions", topic_name, _list_offsets_error)
+    if api_key == 23:
+        return _per_topic(23, check, body, DESCRIBE, "topics", "partitions", topic_name, _ofle_error)
+    if api_key == 3:
+        return _metadata(check, version, body)
+    if api_key == 19:
+        return _create_topics(check, body)
+    if api_key == 8 or api_key in GROUP_KEYED:
+        if not check.allowed(READ, GROUP, body.group_id):
+            raise Denied(_offset_commit_all(body, GROUP_DENIED) if api_key == 8 else
+                         top_level_error(api_key, version, GROUP_DENIED))
+        if api_key == 8:
+            return _per_topic(8, check, body, READ, "topics", "partitions", topic_name, _offset_commit_error)
+        return None
+    if api_key == 9:
+        if version >= 8:
+            R9 = RESPONSES[9]
+            return _filter(body, "groups", lambda g: check.allowed(DESCRIBE, GROUP, g.group_id), "groups",
+                           lambda g: R9.OffsetFetchResponseGroup(group_id=g.group_id, error_code=GROUP_DENIED))
+        if not check.allowed(DESCRIBE, GROUP, body.group_id):
+            raise Denied(top_level_error(9, version, GROUP_DENIED))
+        return None
+    if api_key == 10:
+        rtype = TRANSACTIONAL_ID if body.key_type == 1 else GROUP
+        code = TXN_DENIED if rtype == TRANSACTIONAL_ID else GROUP_DENIED
+        if version >= 4:  # batched keys: each refused key answers its own error
+            R10 = RESPONSES[10]
+            return _filter(body, "coordinator_keys", lambda k: check.allowed(DESCRIBE, rtype, k), "coordinators",
+                           lambda k: R10.Coordinator(key=k, node_id=-1, host="", port=-1, error_code=code,
+                                                     error_message="Authorization failed."))
+        if not check.allowed(DESCRIBE, rtype, body.key):
+            raise Denied(top_level_error(10, version, code))
+        return None
+    if api_key == 22:
+        tid = body.transactional_id
+        ok = check.allowed(WRITE, TRANSACTIONAL_ID, tid) if tid else (
+            check.cluster(IDEMPOTENT_WRITE) or check.authorizer.any_allowed(
+                check.acls, check.principal, check.host, WRITE, TOPIC))
+        if not ok:
+            raise Denied(top_level_error(22, version, TXN_DENIED if tid else CLUSTER_DENIED))
+        return None
+    if api_key == 24:
+        return _add_partitions_to_txn(check, version, body)
+    if api_key in TXN_KEYED or api_key == 28:
+        if not check.allowed(WRITE, TRANSACTIONAL_ID, body.transactional_id):
+            raise Denied(top_level_error(api_key, version, TXN_DENIED))
+        if api_key == 28 and not check.allowed(READ, GROUP, body.group_id):
+            raise Denied(None)
+        return None
+    if api_key in (20, 21, 37):  # DeleteTopics, DeleteRecords, CreatePartitions: per topic
+        names = _topic_names(api_key, body)
+        op = ALTER if api_key == 37 else DELETE
+        if not all(check.allowed(op, TOPIC, n) for n in names):
+            raise Denied(deny_items(api_key, version, body, TOPIC_DENIED))
+        return None
+    if api_key in PER_RESOURCE:
+        return PER_RESOURCE[api_key](check, body)
+    op = DESCRIBE if api_key in READS else ALTER
+    if not check.cluster(op):
+        raise Denied(deny_items(api_key, version, body, CLUSTER_DENIED))
+    return None
+
+
+def _add_partitions_to_txn(check: Check, version: int, body: Any) -> None:
+    """WRITE on the transactional id and on each topic (Kafka's rule); v0-3 carry one
+    transaction at the top level and answer per partition, v4+ (brokers' verify-only) per
+    transaction."""
+    R = RESPONSES[24]
+    if version >= 4:
+        if all(check.allowed(WRITE, TRANSACTIONAL_ID, t.transactional_id) and
+               all(check.allowed(WRITE, TOPIC, x.name) for x in t.topics) for t in body.transactions):
+            return None
+        raise Denied(top_level_error(24, version, TXN_DENIED))
+    txn_ok = check.allowed(WRITE, TRANSACTIONAL_ID, body.v3_and_below_transactional_id)
+    codes = {t.name: TXN_DENIED if not txn_ok else 0 if check.allowed(WRITE, TOPIC, t.name) else TOPIC_DENIED
+             for t in body.v3_and_below_topics}
+    if not any(codes.values()):
+        return None
+    # as Kafka: the partitions that would have been allowed answer OPERATION_NOT_ATTEMPTED
+    raise Denied(R(results_by_topic_v3_and_below=[R.AddPartitionsToTxnTopicResult(name=t.name, results_by_partition=[
+        R.AddPartitionsToTxnPartitionResult(partition_index=p, partition_error_code=codes[t.name] or
+                                            Errors.OPERATION_NOT_ATTEMPTED) for p in t.partitions])
+        for t in body.v3_and_below_topics]))
+
+
+def _topic_names(api_key: int, body: Any) -> list[str]:
+    if api_key == 20:
+        return [t.name for t in body.topics] if body.topics else list(body.topic_names)
+    return [t.name for t in body.topics]
+
+
+def _produce(check: Check, version: int, body: Any) -> Finish | None:
+    if body.transactional_id and not check.allowed(WRITE, TRANSACTIONAL_ID, body.transactional_id):
+        R = RESPONSES[0]
+        raise Denied(R(responses=[R.TopicProduceResponse(name=t.name, partition_responses=[
+            R.PartitionProduceResponse(index=p.index, error_code=TXN_DENIED) for p in t.partition_data])
+            for t in body.topic_data]))
+    return _per_topic(0, check, body, WRITE, "topic_data", "partition_data", lambda t: t.name, _produce_error)
+
+
+def _per_topic(api_key: int, check: Check, body: Any, op: int, field: str, parts: str, topic_name: Callable[[Any], str | None],
+               error: Callable[[Any, list], Any]) -> Finish | None:
+    topics = getattr(body, field) or []
+    refused = [t for t in topics if not check.allowed(op, TOPIC, topic_name(t) or "")]
+    if not refused:
+        return None
+    log_denied(check.principal, check.host, api_key, topics=",".join(topic_name(t) or "?" for t in refused))
+    setattr(body, field, [t for t in topics if t not in refused])
+
+    def finish(resp: Any) -> Any:
+        error(resp, refused)
+        return resp
+    return finish
+
+
+def _produce_error(resp: Any, refused: list) -> None:
+    R = RESPONSES[0]
+    resp.responses += [R.TopicProduceResponse(name=t.name, partition_responses=[
+        R.PartitionProduceResponse(index=p.index, error_code=TOPIC_DENIED) for p in t.partition_data]) for t in refused]
+
+
+def _fetch_error(resp: Any, refused: list) -> None:
+    R = RESPONSES[1]
+    resp.responses += [R.FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=[
+        R.PartitionData(partition_index=p.partition, error_code=TOPIC_DENIED) for p in t.partitions]) for t in refused]
+
+
+def _list_offsets_error(resp: Any, refused: list) -> None:
+    R = RESPONSES[2]
+    resp.topics += [R.ListOffsetsTopicResponse(name=t.name, partitions=[
+        R.ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=TOPIC_DENIED)
+        for p in t.partitions]) for t in refused]
+
+
+def _ofle_error(resp: Any, refused: list) -> None:
+    R = RESPONSES[23]
+    resp.topics += [R.OffsetForLeaderTopicResult(topic=t.topic, partitions=[
+        R.EpochEndOffset(partition=p.partition, error_code=TOPIC_DENIED) for p in t.partitions]) for t in refused]
+
+
+def _offset_commit_error(resp: Any, refused: list, code: int = TOPIC_DENIED) -> None:
+    R = RESPONSES[8]
+    resp.topics += [R.OffsetCommitResponseTopic(name=t.name, partitions=[
+        R.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
+        for p in t.partitions]) for t in refused]
+
+
+def _offset_commit_all(body: Any, code: int) -> Any:
+    resp = RESPONSES[8]()
+    _offset_commit_error(resp, body.topics, code)
+    return resp
+
+
+def _metadata(check: Check, version: int, body: Any) -> Finish | None:
+    named = body.topics is not None and not (version == 0 and not body.topics)
+    refused: list[str] = []
+    if named:
+        keep = []
+        for t in body.topics:
+            if t.name is None or check.allowed(DESCRIBE, TOPIC, t.name):
+                keep.append(t)
+            else:
+                refused.append(t.name)
+        body.topics = keep
+        if refused:
+            log_denied(check.principal, check.host, 3, topics=",".join(refused))
+        if body.allow_auto_topic_creation and not check.cluster(CREATE) and not all(
+                check.allowed(CREATE, TOPIC, t.name) for t in keep if t.name is not None):
+            body.allow_auto_topic_creation = False  # Kafka: CREATE on the cluster or the topic
+
+    def finish(resp: Any) -> Any:
+        R = RESPONSES[3]
+        if not named:
+            resp.topics = [t for t in resp.topics if check.allowed(DESCRIBE, TOPIC, t.name)]
+        resp.topics += [R.MetadataResponseTopic(error_code=TOPIC_DENIED, name=n) for n in refused]
+        return resp
+    return finish
+
+
+def _create_topics(check: Check, body: Any) -> Finish | None:
+    if check.cluster(CREATE):
+        return None
+    refused = [t for t in body.topics if not check.allowed(CREATE, TOPIC, t.name)]
+    if not refused:
+        return None
+    body.topics = [t for t in body.topics if t not in refused]
+    log_denied(check.principal, check.host, 19, topics=",".join(t.name for t in refused))
+
+    def finish(resp: Any) -> Any:
+        R = RESPONSES[19]
+        resp.topics += [R.CreatableTopicResult(name=t.name, error_code=TOPIC_DENIED,
+                                               error_message="Authorization failed.") for t in refused]
+        return resp
+    return finish
+
+
+# ---------------------------------------------------------------- admin APIs checked per resource
+def _filter(body: Any, field: str, ok: Callable[[Any], bool], resp_field: str,
+            error: Callable[[Any], Any]) -> Finish | None:
+    """Take the items `ok` refuses out of `body.<field>`; the response gets `error(item)` for each."""
+    items = getattr(body, field) or []
+    refused = [x for x in items if not ok(x)]
+    if not refused:
+        return None
+    setattr(body, field, [x for x in items if not any(x is r for r in refused)])
+
+    def finish(resp: Any) -> Any:
+        getattr(resp, resp_field).extend(error(x) for x in refused)
+        return resp
+    return finish
+
+
+def _config_resource_ok(check: Check, op: int) -> Callable[[Any], bool]:
+    """Topic configs need the operation on the topic; broker (and other) configs on the cluster."""
+    return lambda r: check.allowed(op, TOPIC, r.resource_name) if r.resource_type == 2 else check.cluster(op)
+
+
+def _describe_configs(check: Check, body: Any) -> Finish | None:
+    R = RESPONSES[32]
+    return _filter(body, "resources", _config_resource_ok(check, DESCRIBE_CONFIGS), "results", lambda r: R.DescribeConfigsResult(
+        error_code=TOPIC_DENIED if r.resource_type == 2 else CLUSTER_DENIED, error_message="Authorization failed.",
+        resource_type=r.resource_type, resource_name=r.resource_name))
+
+
+def _alter_configs(api_key: int) -> Callable[[Check, Any], Finish | None]:
+    def run(check: Check, body: Any) -> Finish | None:
+        R = RESPONSES[api_key]
+        return _filter(body, "resources", _config_resource_ok(check, ALTER_CONFIGS), "responses",
+                       lambda r: R.AlterConfigsResourceResponse(
+                           error_code=TOPIC_DENIED if r.resource_type == 2 else CLUSTER_DENIED,
+                           error_message="Authorization failed.", resource_type=r.resource_type,
+                           resource_name=r.resource_name))
+    return run
+
+
+def _describe_groups(check: Check, body: Any) -> Finish | None:
+    R = RESPONSES[15]
+    return _filter(body, "groups", lambda g: check.allowed(DESCRIBE, GROUP, g), "groups",
+                   lambda g: R.DescribedGroup(error_code=GROUP_DENIED, group_id=g))
+
+
+def _delete_groups(check: Check, body: Any) -> Finish | None:
+    R = RESPONSES[42]
+    return _filter(body, "groups_names", lambda g: check.allowed(DELETE, GROUP, g), "results",
+                   lambda g: R.DeletableGroupResult(group_id=g, error_code=GROUP_DENIED))
+
+
+def _list_groups(check: Check, body: Any) -> Finish | None:
+    if check.cluster(DESCRIBE):
+        return None
+
+    def finish(resp: Any) -> Any:  # Kafka: only the groups the principal may describe
+        resp.groups = [g for g in resp.groups if check.allowed(DESCRIBE, GROUP, g.group_id)]
+        return resp
+    return finish
+
+
+def _describe_topic_partitions(check: Check, body: Any) -> Finish | None:
+    R = RESPONSES[75]
+    if not body.topics:  # every topic: leave out those the principal may not describe
+        def finish(resp: Any) -> Any:
+            resp.topics = [t for t in resp.topics if check.allowed(DESCRIBE, TOPIC, t.name)]
+            return resp
+        return finish
+    return _filter(body, "topics", lambda t: check.allowed(DESCRIBE, TOPIC, t.name), "topics",
+                   lambda t: R.DescribeTopicPartitionsResponseTopic(error_code=TOPIC_DENIED, name=t.name))
+
+
+PER_RESOURCE: dict[int, Callable[[Check, Any], Finish | None]] = {
+    15: _describe_groups, 16: _list_groups, 32: _describe_configs, 33: _alter_configs(33), 42: _delete_groups,
+    44: _alter_configs(44), 75: _describe_topic_partitions,
+}
