@@ -116,6 +116,16 @@ class ToolArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
+    def parse_tool_args(self, argv: Sequence[str] | None = None) -> argparse.Namespace:
+        """parse_args, and a --bootstrap-server that is not HOST:PORT[,...] is a usage error."""
+        a = self.parse_args(argv)
+        if getattr(a, "bootstrap_server", None) is not None:
+            try:
+                parse_bootstrap(a.bootstrap_server)
+            except AdminError as e:
+                self.error(f"--bootstrap-server: {e}")
+        return a
+
 
 def ranged_int(lo: int, hi: int) -> Callable[[str], int]:
     """An argparse type: an integer in lo..hi, else a usage error naming the range."""

@@ -159,7 +159,7 @@ async def list_acls(admin, a: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    a = build_parser().parse_args(argv)
+    a = build_parser().parse_tool_args(argv)
     return run_tool(run(a))
 
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from node.client import ClientError, NodeClient
 from protocol.generated import REQUESTS
-from tools.admin import AdminError, ToolArgumentParser, admin_for, broker_error, parse_bootstrap, run_tool
+from tools.admin import AdminError, ToolArgumentParser, admin_for, broker_error, run_tool
 
 
 def api_line(key: int, lo: int, hi: int) -> str:
@@ -78,11 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = build_parser()
-    a = ap.parse_args(argv)
-    try:
-        parse_bootstrap(a.bootstrap_server)
-    except AdminError as e:
-        ap.error(f"--bootstrap-server: {e}")
+    a = ap.parse_tool_args(argv)
     return run_tool(run(a))
 
 

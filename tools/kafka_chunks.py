@@ -38,7 +38,6 @@ from tools.admin import (
     admin_for,
     broker_error,
     is_json_int,
-    parse_bootstrap,
     partition_entry,
     read_versioned_json,
     run_tool,
@@ -265,10 +264,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
-    try:
-        parse_bootstrap(a.bootstrap_server)
-    except AdminError as e:
-        ap.error(f"--bootstrap-server: {e}")
     if a.action == "create" and (not a.create_chunk_json_file or a.alter_chunk_json_file):
         ap.error("create needs --create-chunk-json-file (and no --alter-chunk-json-file)")
     if a.action == "alter" and (not a.alter_chunk_json_file or a.create_chunk_json_file):
@@ -287,7 +282,7 @@ async def run(a: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = build_parser()
-    a = ap.parse_args(argv)
+    a = ap.parse_tool_args(argv)
     check_args(ap, a)
     return run_tool(run(a))
 

@@ -99,7 +99,7 @@ async def run(a: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_tool(run(build_parser().parse_args(argv)))
+    return run_tool(run(build_parser().parse_tool_args(argv)))
 
 
 if __name__ == "__main__":

@@ -437,11 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = build_parser()
-    a = ap.parse_args(argv)
-    try:
-        parse_bootstrap(a.bootstrap_server)
-    except AdminError as e:
-        ap.error(f"--bootstrap-server: {e}")
+    a = ap.parse_tool_args(argv)
     if (a.topic is None) == (a.include is None):
         ap.error("Exactly one of --include/--topic is required.")
     if a.include is not None:

@@ -35,7 +35,7 @@ from protocol.generated.init_producer_id import InitProducerIdRequest
 from protocol.generated.produce import ProduceRequest
 from protocol.records import Header, Record, encode_batch
 from protocol.records.compression import Compression
-from tools.admin import AdminError, ToolArgumentParser, admin_for, parse_bootstrap, ranged_int, run_tool
+from tools.admin import AdminError, ToolArgumentParser, admin_for, ranged_int, run_tool
 from tools.brokers import Brokers, tp_str
 from tools.console import int_prop, is_true, key_value, merged, read_properties, unescape
 
@@ -346,11 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = build_parser()
-    a = ap.parse_args(argv)
-    try:
-        parse_bootstrap(a.bootstrap_server)
-    except AdminError as e:
-        ap.error(f"--bootstrap-server: {e}")
+    a = ap.parse_tool_args(argv)
     return run_tool(run(a))
 
 

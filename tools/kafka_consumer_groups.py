@@ -41,7 +41,6 @@ from tools.admin import (
     ToolArgumentParser,
     admin_for,
     broker_error,
-    parse_bootstrap,
     ranged_int,
     run_tool,
 )
@@ -486,10 +485,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
-    try:
-        parse_bootstrap(a.bootstrap_server)
-    except AdminError as e:
-        ap.error(f"--bootstrap-server: {e}")
     actions = [x for x in ("list", "describe", "delete", "reset_offsets", "delete_offsets") if getattr(a, x)]
     if len(actions) != 1:
         ap.error("Command must include exactly one action: --list, --describe, --delete, --reset-offsets, "
@@ -548,7 +543,7 @@ async def run(a: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = build_parser()
-    a = ap.parse_args(argv)
+    a = ap.parse_tool_args(argv)
     check_args(ap, a)
     return run_tool(run(a))
 

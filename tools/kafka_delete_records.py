@@ -27,7 +27,6 @@ from tools.admin import (
     ToolArgumentParser,
     admin_for,
     is_json_int,
-    parse_bootstrap,
     partition_entry,
     read_versioned_json,
     run_tool,
@@ -112,11 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = build_parser()
-    a = ap.parse_args(argv)
-    try:
-        parse_bootstrap(a.bootstrap_server)
-    except AdminError as e:
-        ap.error(f"--bootstrap-server: {e}")
+    a = ap.parse_tool_args(argv)
     return run_tool(run(a))
 
 

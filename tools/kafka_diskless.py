@@ -26,7 +26,7 @@ from metadata.diskless import DISKLESS_METADATA_TOPIC
 from node.client import ClientError, NodeClient
 from protocol.errors import error_name
 from protocol.generated.diskless_describe_files import DisklessDescribeFilesRequest
-from tools.admin import Admin, AdminError, ToolArgumentParser, admin_for, parse_bootstrap, run_tool
+from tools.admin import Admin, AdminError, ToolArgumentParser, admin_for, run_tool
 
 COORDINATOR_COLUMNS = ["coordinator", "leader", "partitions", "files", "live_files", "live_batches", "live_bytes",
                        "owned_files", "pending_handovers", "pending_deletions", "files_handed_over", "files_deleted",
@@ -132,11 +132,7 @@ def build_parser() -> ToolArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = build_parser()
-    a = ap.parse_args(argv)
-    try:
-        parse_bootstrap(a.bootstrap_server)
-    except AdminError as e:
-        ap.error(f"--bootstrap-server: {e}")
+    a = ap.parse_tool_args(argv)
     return run_tool(run(a))
 
 

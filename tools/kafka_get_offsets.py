@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from protocol.errors import error_message
-from tools.admin import AdminError, ToolArgumentParser, admin_for, parse_bootstrap, run_tool
+from tools.admin import AdminError, ToolArgumentParser, admin_for, run_tool
 from tools.brokers import EARLIEST, LATEST, MAX_TIMESTAMP, Brokers, tp_str
 
 TIMES = {"latest": LATEST, "earliest": EARLIEST, "max-timestamp": MAX_TIMESTAMP}
@@ -121,11 +121,7 @@ async def run(a: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = build_parser()
-    a = ap.parse_args(argv)
-    try:
-        parse_bootstrap(a.bootstrap_server)
-    except AdminError as e:
-        ap.error(f"--bootstrap-server: {e}")
+    a = ap.parse_tool_args(argv)
     if a.topic_partitions is not None and (a.topic is not None or a.partitions is not None):
         ap.error("--topic-partitions cannot be used with --topic or --partitions")
     return run_tool(run(a))

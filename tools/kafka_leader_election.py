@@ -25,7 +25,6 @@ from tools.admin import (
     ToolArgumentParser,
     admin_for,
     broker_error,
-    parse_bootstrap,
     partition_entry,
     ranged_int,
     read_json_object,
@@ -107,11 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = build_parser()
-    a = ap.parse_args(argv)
-    try:
-        parse_bootstrap(a.bootstrap_server)
-    except AdminError as e:
-        ap.error(f"--bootstrap-server: {e}")
+    a = ap.parse_tool_args(argv)
     if sum((a.topic is not None, a.all_topic_partitions, a.path_to_json_file is not None)) != 1:
         ap.error("One and only one of the following options is required: --topic, --all-topic-partitions, "
                  "--path-to-json-file")

@@ -21,7 +21,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from tools.admin import Admin, AdminError, admin_for, parse_bootstrap, run_tool
+from tools.admin import Admin, AdminError, admin_for, run_tool
 from tools.log_dirs import ANY_LOG_DIR, DirInfo, broker_addresses, describe_dirs
 
 MAX_BALANCE_MOVES = 10_000
@@ -157,11 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = build_parser()
-    a = ap.parse_args(argv)
-    try:
-        parse_bootstrap(a.bootstrap_server)
-    except AdminError as e:
-        ap.error(f"--bootstrap-server: {e}")
+    a = ap.parse_tool_args(argv)
     if a.generate_balance and a.broker_list is None:
         ap.error("--generate-balance needs --broker-list")
     if a.generate_balance and a.topic_list is not None:

@@ -37,7 +37,6 @@ from tools.admin import (
     admin_for,
     broker_error,
     is_json_int,
-    parse_bootstrap,
     partition_entry,
     ranged_int,
     read_versioned_json,
@@ -680,10 +679,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> str:
-    try:
-        parse_bootstrap(a.bootstrap_server)
-    except AdminError as e:
-        ap.error(f"--bootstrap-server: {e}")
     action = next(x for x in ACTIONS if getattr(a, x))
     for dest in REQUIRED[action]:
         if getattr(a, dest) is None:
@@ -708,7 +703,7 @@ async def run(action: str, a: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = build_parser()
-    a = ap.parse_args(argv)
+    a = ap.parse_tool_args(argv)
     action = check_args(ap, a)
     return run_tool(run(action, a))
 

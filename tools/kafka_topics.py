@@ -25,7 +25,6 @@ from tools.admin import (
     admin_for,
     broker_error,
     non_default_configs,
-    parse_bootstrap,
     ranged_int,
     run_tool,
     topic_id_str,
@@ -84,10 +83,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
-    try:
-        parse_bootstrap(a.bootstrap_server)
-    except AdminError as e:
-        ap.error(f"--bootstrap-server: {e}")
     if (a.create or a.alter or a.delete) and not a.topic:
         ap.error("--topic is required with --create, --alter and --delete")
     if a.alter and a.partitions is None:
@@ -263,7 +258,7 @@ async def run(a: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = build_parser()
-    a = ap.parse_args(argv)
+    a = ap.parse_tool_args(argv)
     check_args(ap, a)
     return run_tool(run(a))
 
