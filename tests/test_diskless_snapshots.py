@@ -11,8 +11,11 @@ The test commits 2,000 tiny files (one batch each) through DisklessCommitFile wi
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import sqlite3
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -24,6 +27,7 @@ from protocol.generated.create_topics import CreateTopicsRequest
 from protocol.generated.diskless_commit_file import DisklessCommitFileRequest as C
 from protocol.generated.list_offsets import ListOffsetsRequest as LO
 from protocol.generated.metadata import MetadataRequest
+from tests.conftest import ROOT
 from tools.cluster import Cluster
 
 HOST = "127.0.0.1"
@@ -183,6 +187,13 @@ def test_snapshot_prunes_log_and_seeds_new_replica(tmp_path: Path) -> None:
             assert len(taken) >= n // interval // 2, len(taken)
             # the log is bounded: so many records (under 200 bytes each) and a 64 KiB segment beyond them
             assert segment_bytes(c, leader) < 3 * interval * 200 + 64 * 1024
+            # the operator view names the newest snapshot
+            shown = subprocess.run([sys.executable, "-m", "tools.kafka_diskless", "--describe", "--coordinators",
+                                    "--json", "--bootstrap-server", c.bootstrap], capture_output=True, text=True,
+                                   timeout=60, cwd=ROOT)
+            assert shown.returncode == 0, shown.stderr
+            [row] = json.loads(shown.stdout)["coordinators"]
+            assert row["last_snapshot"] >= int(taken[-1]["offset"]) and row["last_snapshot_time"] != "-", row
             new = next(b for b in c.broker_ids if b not in replicas)
             await add_replica(c, replicas, new)
             # the new replica's log starts at a cut, so its state can only come from a snapshot

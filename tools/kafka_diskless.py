@@ -30,7 +30,7 @@ from tools.admin import Admin, AdminError, ToolArgumentParser, admin_for, run_to
 
 COORDINATOR_COLUMNS = ["coordinator", "leader", "partitions", "files", "live_files", "live_batches", "live_bytes",
                        "owned_files", "pending_handovers", "pending_deletions", "files_handed_over", "files_deleted",
-                       "oldest_file"]
+                       "oldest_file", "last_snapshot", "last_snapshot_time"]
 
 
 def _time(ms: int) -> str:
@@ -72,7 +72,8 @@ async def gather(admin: Admin) -> dict[str, Any]:
                            live_batches=s.live_batches, live_bytes=s.live_bytes, owned_files=s.owned_files,
                            pending_handovers=s.pending_handovers, pending_deletions=s.pending_deletions,
                            files_handed_over=s.files_handed_over, files_deleted=s.files_deleted,
-                           oldest_file=_time(s.oldest_file_timestamp_ms))
+                           oldest_file=_time(s.oldest_file_timestamp_ms),
+                           last_snapshot=s.last_snapshot_offset, last_snapshot_time=_time(s.last_snapshot_timestamp_ms))
             out["coordinators"].append(row)
         out["files"] += [{"coordinator": f.coordinator_id, "key": f.object_key, "size": f.file_size,
                           "owners": list(f.owner_ids), "live_batches": f.live_batches, "status": f.status}

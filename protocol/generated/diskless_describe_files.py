@@ -166,6 +166,8 @@ class DisklessDescribeFilesResponse(Message):
             "pending_deletions",
             "files_handed_over",
             "files_deleted",
+            "last_snapshot_offset",
+            "last_snapshot_timestamp_ms",
             "unknown_tags",
         )
         _fields = (
@@ -182,6 +184,8 @@ class DisklessDescribeFilesResponse(Message):
             "pending_deletions",
             "files_handed_over",
             "files_deleted",
+            "last_snapshot_offset",
+            "last_snapshot_timestamp_ms",
         )
 
         def __init__(
@@ -199,6 +203,8 @@ class DisklessDescribeFilesResponse(Message):
             pending_deletions=0,
             files_handed_over=0,
             files_deleted=0,
+            last_snapshot_offset=-1,
+            last_snapshot_timestamp_ms=-1,
             unknown_tags=None,
         ):
             self.coordinator_id = coordinator_id
@@ -214,6 +220,8 @@ class DisklessDescribeFilesResponse(Message):
             self.pending_deletions = pending_deletions
             self.files_handed_over = files_handed_over
             self.files_deleted = files_deleted
+            self.last_snapshot_offset = last_snapshot_offset
+            self.last_snapshot_timestamp_ms = last_snapshot_timestamp_ms
             self.unknown_tags = unknown_tags
 
     class DisklessFileDetail(Struct):
@@ -494,6 +502,8 @@ def _d_DisklessDescribeFilesResponse_DisklessCoordinatorState_v0(buf, pos):
         pos += 70
         f = "<tagged fields>"
         unknown = None
+        v_last_snapshot_offset = -1
+        v_last_snapshot_timestamp_ms = -1
         if buf[pos] == 0:
             pos += 1
         else:
@@ -502,9 +512,22 @@ def _d_DisklessDescribeFilesResponse_DisklessCoordinatorState_v0(buf, pos):
                 tag, pos = read_uvarint(buf, pos)
                 size, pos = read_uvarint(buf, pos)
                 end = check_len(buf, pos, size)
-                if unknown is None:
-                    unknown = {}
-                unknown[tag] = bytes(buf[pos:end])
+                if tag == 0:
+                    f = "LastSnapshotOffset"
+                    v_last_snapshot_offset = _st_q.unpack_from(buf, pos)[0]
+                    pos += 8
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 1:
+                    f = "LastSnapshotTimestampMs"
+                    v_last_snapshot_timestamp_ms = _st_q.unpack_from(buf, pos)[0]
+                    pos += 8
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
                 pos = end
     except ProtocolError as e:
         if e.field is None:
@@ -526,6 +549,8 @@ def _d_DisklessDescribeFilesResponse_DisklessCoordinatorState_v0(buf, pos):
         v_pending_deletions,
         v_files_handed_over,
         v_files_deleted,
+        v_last_snapshot_offset,
+        v_last_snapshot_timestamp_ms,
         unknown,
     ), pos
 
@@ -781,10 +806,29 @@ def _e_DisklessDescribeFilesResponse_DisklessCoordinatorState_v0(o, parts):
             o.files_deleted,
         )
     )
-    if o.unknown_tags:
-        write_tags(parts, None, o.unknown_tags)
-    else:
+    tg = None
+    if o.last_snapshot_offset != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_q.pack(o.last_snapshot_offset))
+        if tg is None:
+            tg = []
+        tg.append((0, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.last_snapshot_timestamp_ms != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_q.pack(o.last_snapshot_timestamp_ms))
+        if tg is None:
+            tg = []
+        tg.append((1, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
         w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
 
 
 def _e_DisklessDescribeFilesResponse_DisklessFileDetail_v0(o, parts):

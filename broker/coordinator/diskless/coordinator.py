@@ -100,6 +100,7 @@ class _CoordinatorPartition(CoordinatorPartition):
         self.files_changed = 0  # bumped by each write that may leave a file without live batches
         self.snapshot_task: asyncio.Task | None = None
         self.snapshot_offset = 0  # of the newest snapshot this leader knows of
+        self.snapshot_ms = -1  # when this leader took its newest snapshot
 
 
 class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
@@ -453,7 +454,8 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
             coordinator_id=index, error_code=0, oldest_file_timestamp_ms=f.oldest_file_ms, partitions=f.partitions,
             files=f.files, live_files=f.live_files, live_batches=f.live_batches, live_bytes=f.live_bytes,
             owned_files=f.owned_files, pending_handovers=f.pending_handovers, pending_deletions=f.pending_deletions,
-            files_handed_over=ps.files_handed_over, files_deleted=ps.files_deleted)
+            files_handed_over=ps.files_handed_over, files_deleted=ps.files_deleted,
+            last_snapshot_offset=ps.snapshot_offset or -1, last_snapshot_timestamp_ms=ps.snapshot_ms)
 
     async def describe_files(self, keys: list[str], details: bool) -> Any:
         """DisklessDescribeFiles for every coordinator this broker leads: per file which of them
@@ -583,6 +585,7 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
                 return  # nothing applied since the last snapshot
             await self.snapshots.put(topic_id, ps.index, offset, data)
             ps.snapshot_offset = offset
+            ps.snapshot_ms = wall_clock_ms()
             cut = stored[-1] if stored else 0
             start = p.log.log_start_offset
             if self._owns(ps) and start < cut <= p.high_watermark:
