@@ -20,7 +20,7 @@ from tools.cluster import Cluster, free_ports
 
 SCRIPT = installed_script("kafka-configs.sh")
 # a static key in every broker's properties file (server.properties), shown as STATIC_BROKER_CONFIG
-STATIC = {"log.cleaner.threads": "2"}
+STATIC = {"log.cleaner.threads": "2", "ssl.keystore.password": "not-for-your-eyes"}
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +105,9 @@ def test_broker_describe_all_shows_defaults_and_static_keys(bs: str) -> None:
     assert ("  log.cleaner.threads=2 sensitive=false synonyms={STATIC_BROKER_CONFIG:log.cleaner.threads=2,"
             " DEFAULT_CONFIG:log.cleaner.threads=1}") in lines
     assert "  node.id=2 sensitive=false synonyms={STATIC_BROKER_CONFIG:node.id=2}" in lines
+    # a password is never sent back, as Kafka
+    assert "  ssl.keystore.password=null sensitive=true synonyms={STATIC_BROKER_CONFIG:ssl.keystore.password=null}" in lines
+    assert "not-for-your-eyes" not in "\n".join(lines)
     # without --all: only what is set dynamically for this broker (nothing yet)
     assert ok(bs, "--describe", "--broker", "2") == ["Dynamic configs for broker 2 are:"]
     assert ok(bs, "--describe", "--broker", "7") == ["The broker '7' doesn't exist and doesn't have dynamic config."]
