@@ -108,6 +108,20 @@ def test_broker_describe_all_shows_defaults_and_static_keys(bs: str) -> None:
     # a password is never sent back, as Kafka
     assert "  ssl.keystore.password=null sensitive=true synonyms={STATIC_BROKER_CONFIG:ssl.keystore.password=null}" in lines
     assert "not-for-your-eyes" not in "\n".join(lines)
+    # the fields behind the lines, through kafka-python: read-only for what cannot change at
+    # runtime, Kafka's config types, no documentation, no synonyms unless asked
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
+    kp = KafkaAdminClient(bootstrap_servers=bs, request_timeout_ms=30000)
+    try:
+        got = kp.describe_configs([ConfigResource(ConfigResourceType.BROKER, "2")], config_filter="all")["broker"]["2"]
+    finally:
+        kp.close()
+    fields = {k: (got[k]["read_only"], got[k]["config_type"], got[k]["documentation"], got[k].get("synonyms"))
+              for k in ("node.id", "log.cleaner.threads", "offsets.topic.replication.factor", "log.cleanup.policy")}
+    assert fields == {"node.id": (True, "INT", None, []), "log.cleaner.threads": (False, "INT", None, []),
+                      "offsets.topic.replication.factor": (True, "SHORT", None, []),
+                      "log.cleanup.policy": (False, "LIST", None, [])}, fields
     # without --all: only what is set dynamically for this broker (nothing yet)
     assert ok(bs, "--describe", "--broker", "2") == ["Dynamic configs for broker 2 are:"]
     assert ok(bs, "--describe", "--broker", "7") == ["The broker '7' doesn't exist and doesn't have dynamic config."]
