@@ -3,8 +3,11 @@ AlterConfigs and IncrementalAlterConfigs are forwarded to the controller."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from broker.apis import RequestContext, api
 from metadata import config_defs as defs
+from metadata.broker_defaults import BROKER_CATALOG, BROKER_DEFAULTS, broker_synonyms, is_sensitive
 from metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
 from protocol.errors import Errors
 from protocol.generated.describe_configs import DescribeConfigsResponse
@@ -13,8 +16,7 @@ R = DescribeConfigsResponse
 # Kafka's ConfigSource and ConfigType numbers.
 DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 2, 3
 STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 4, 5
-CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "LONG": 5, "DOUBLE": 6, "LIST": 7}
-SENSITIVE = ("password", "secret", "sasl.jaas")
+CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7, "PASSWORD": 9}
 
 
 @api(32, 1, 4)
@@ -46,22 +48,17 @@ def _topic(ctx: RequestContext, req, res, r) -> None:
         return
     explicit = image.topic_config(res.resource_name)
     cluster = image.configs.get((BROKER_RESOURCE, ""), {})
+    # As Kafka: the topic's own value, then its broker keys' values source by source; a config no
+    # broker key sets (remote.storage.enable, diskless.enable) has no synonyms beyond its own.
+    layers = [(cluster, DYNAMIC_DEFAULT_BROKER_CONFIG), (b.config.props, STATIC_BROKER_CONFIG),
+              (BROKER_DEFAULTS, DEFAULT_CONFIG)]
     for name, value, source in defs.effective_topic_configs(explicit, cluster, b.config.props):
         if not _wanted(res, name):
             continue
         d = defs.TOPIC_CONFIGS[name]
-        synonyms = []
+        synonyms = _synonyms([s for s, _ in d.synonyms], layers)
         if name in explicit:
-            synonyms.append(R.DescribeConfigsSynonym(name=name, value=explicit[name], source=DYNAMIC_TOPIC_CONFIG))
-        for props, src in ((cluster, DYNAMIC_DEFAULT_BROKER_CONFIG), (b.config.props, STATIC_BROKER_CONFIG)):
-            for syn, _ in d.synonyms:
-                if syn in props:
-                    synonyms.append(R.DescribeConfigsSynonym(name=syn, value=props[syn], source=src))
-        synonyms.append(
-            R.DescribeConfigsSynonym(
-                name=d.synonyms[0][0] if d.synonyms else name, value=d.default, source=DEFAULT_CONFIG
-            )
-        )
+            synonyms.insert(0, R.DescribeConfigsSynonym(name=name, value=explicit[name], source=DYNAMIC_TOPIC_CONFIG))
         r.configs.append(
             R.DescribeConfigsResourceResult(
                 name=name,
@@ -72,11 +69,22 @@ def _topic(ctx: RequestContext, req, res, r) -> None:
                 is_sensitive=False,
                 synonyms=synonyms if req.include_synonyms else [],
                 config_type=CONFIG_TYPES.get(d.type, 0),
+                documentation=None,
             )
         )
 
 
+def _synonyms(names: list[str] | tuple[str, ...], layers: list[tuple[Mapping[str, str], int]]) -> list:
+    """Kafka's synonym order: source by source (most specific first), each over `names` in order."""
+    return [R.DescribeConfigsSynonym(name=n, value=layer[n], source=src)
+            for layer, src in layers for n in names if n in layer]
+
+
 def _broker(ctx: RequestContext, req, res, r) -> None:
+    """As Kafka: a broker id lists every broker config (defaults, the properties file, dynamic
+    per-broker and cluster-wide values); the empty name (the cluster default) lists only the
+    dynamic cluster-wide values. Synonyms run source by source (per-broker, cluster default,
+    static, default), each over the key's names from its own on (log.retention.ms, .minutes, .hours)."""
     b = ctx.broker
     me = str(b.config.node_id)
     if res.resource_name not in (me, ""):
@@ -84,29 +92,36 @@ def _broker(ctx: RequestContext, req, res, r) -> None:
         r.error_message = f"broker configs of {res.resource_name!r} must be asked of that broker (this is {me})"
         return
     image = b.metadata.image
-    layers = [
-        (image.configs.get((BROKER_RESOURCE, me), {}) if res.resource_name else {}, DYNAMIC_BROKER_CONFIG),
-        (image.configs.get((BROKER_RESOURCE, ""), {}), DYNAMIC_DEFAULT_BROKER_CONFIG),
-        (b.config.props, STATIC_BROKER_CONFIG),
-    ]
-    names = sorted({n for layer, _ in layers for n in layer})
-    for name in names:
+    cluster = image.configs.get((BROKER_RESOURCE, ""), {})
+    if res.resource_name:
+        layers = [(image.configs.get((BROKER_RESOURCE, me), {}), DYNAMIC_BROKER_CONFIG),
+                  (cluster, DYNAMIC_DEFAULT_BROKER_CONFIG), (b.config.props, STATIC_BROKER_CONFIG),
+                  (BROKER_DEFAULTS, DEFAULT_CONFIG)]
+    else:
+        layers = [(cluster, DYNAMIC_DEFAULT_BROKER_CONFIG)]
+    for name in sorted({n for layer, _ in layers for n in layer}):
         if not _wanted(res, name):
             continue
-        synonyms = [
-            R.DescribeConfigsSynonym(name=name, value=layer[name], source=src) for layer, src in layers if name in layer
-        ]
-        sensitive = any(s in name for s in SENSITIVE)
+        names = broker_synonyms(name)
+        synonyms = _synonyms(names, layers)
+        # the key's own value comes first; a value set under another unit's name only follows it
+        while synonyms[0].name != name:
+            synonyms.pop(0)
+        sensitive = is_sensitive(name)
+        if sensitive:
+            for s in synonyms:
+                s.value = None
         r.configs.append(
             R.DescribeConfigsResourceResult(
                 name=name,
-                value=None if sensitive else synonyms[0].value,
-                read_only=synonyms[0].source == STATIC_BROKER_CONFIG,
-                is_default=False,
+                value=synonyms[0].value,
+                read_only=name not in defs.BROKER_CONFIGS and not name.startswith(defs.BROKER_CONFIG_PREFIXES),
+                is_default=synonyms[0].source == DEFAULT_CONFIG,
                 config_source=synonyms[0].source,
                 is_sensitive=sensitive,
                 synonyms=synonyms if req.include_synonyms else [],
-                config_type=CONFIG_TYPES["STRING"],
+                config_type=CONFIG_TYPES.get(BROKER_CATALOG.get(name, ("STRING", None))[0], 0),
+                documentation=None,
             )
         )
 

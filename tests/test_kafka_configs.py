@@ -1,0 +1,268 @@
+"""kafka-configs.sh (tools/kafka_configs.py), run as the script pip installs, against one real
+two-broker cluster; its output is compared line by line with what Kafka's ConfigCommand prints.
+
+Bad arguments are one line on stderr and exit 2 (before any connection); what the cluster refuses
+is one line and exit 1.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import installed_script
+from tools import kafka_configs
+from tools.cluster import Cluster, free_ports
+
+SCRIPT = installed_script("kafka-configs.sh")
+# a static key in every broker's properties file (server.properties), shown as STATIC_BROKER_CONFIG
+STATIC = {"log.cleaner.threads": "2", "ssl.keystore.password": "not-for-your-eyes"}
+
+
+@pytest.fixture(scope="module")
+def bs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    c = Cluster(tmp_path_factory.mktemp("kafka-configs"), brokers=2, broker_overrides=STATIC)
+    try:
+        c.start()
+        yield c.bootstrap
+    finally:
+        c.stop()
+
+
+def kc(bs: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([SCRIPT, "--bootstrap-server", bs, *args], capture_output=True, text=True, timeout=60)
+
+
+def ok(bs: str, *args: str) -> list[str]:
+    r = kc(bs, *args)
+    assert r.returncode == 0 and r.stderr == "", f"kafka-configs.sh {' '.join(args)}: {r.returncode} {r.stderr}"
+    return r.stdout.splitlines()
+
+
+def eventually(check: Callable[[], Any], timeout: float = 15.0) -> Any:
+    """A change reaches every broker's metadata image shortly after the controller commits it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return check()
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def create_topic(bs: str, name: str) -> None:
+    r = subprocess.run([installed_script("kafka-topics.sh"), "--bootstrap-server", bs, "--create", "--topic", name,
+                        "--partitions", "1", "--replication-factor", "2"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
+def test_topic_configs_add_describe_delete(bs: str, tmp_path) -> None:
+    create_topic(bs, "cfg-t")
+    assert ok(bs, "--alter", "--entity-type", "topics", "--entity-name", "cfg-t",
+              "--add-config", "retention.ms=3600000,cleanup.policy=[compact,delete]") == [
+        "Completed updating config for topic cfg-t."]
+    assert ok(bs, "--describe", "--topic", "cfg-t") == [
+        "Dynamic configs for topic cfg-t are:",
+        "  cleanup.policy=compact,delete sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:cleanup.policy=compact,delete,"
+        " DEFAULT_CONFIG:log.cleanup.policy=delete}",
+        "  retention.ms=3600000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=3600000,"
+        " DEFAULT_CONFIG:log.retention.hours=168}",
+    ]
+    every = ok(bs, "--describe", "--topic", "cfg-t", "--all")
+    assert every[0] == "All configs for topic cfg-t are:"
+    names = [line.split("=", 1)[0].strip() for line in every[1:]]
+    assert names == sorted(names) and "min.insync.replicas" in names and "segment.bytes" in names
+    assert "  segment.bytes=1073741824 sensitive=false synonyms={DEFAULT_CONFIG:log.segment.bytes=1073741824}" in every
+    assert "  remote.storage.enable=false sensitive=false synonyms={}" in every
+    # --add-config-file (a properties file) and --delete-config
+    props = tmp_path / "topic.properties"
+    props.write_text("# more\nmax.message.bytes=200000\n")
+    ok(bs, "--alter", "--topic", "cfg-t", "--add-config-file", str(props), "--delete-config", "cleanup.policy")
+    assert ok(bs, "--describe", "--topic", "cfg-t") == [
+        "Dynamic configs for topic cfg-t are:",
+        "  max.message.bytes=200000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:max.message.bytes=200000,"
+        " DEFAULT_CONFIG:message.max.bytes=1048588}",
+        "  retention.ms=3600000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=3600000,"
+        " DEFAULT_CONFIG:log.retention.hours=168}",
+    ]
+    # every topic, without a name; a missing topic as Kafka words it (exit 0)
+    assert "Dynamic configs for topic cfg-t are:" in ok(bs, "--describe", "--entity-type", "topics")
+    assert ok(bs, "--describe", "--topic", "nosuch") == [
+        "The topic 'nosuch' doesn't exist and doesn't have dynamic config."]
+
+
+def test_broker_describe_all_shows_defaults_and_static_keys(bs: str) -> None:
+    lines = ok(bs, "--describe", "--broker", "2", "--all")
+    assert lines[0] == "All configs for broker 2 are:"
+    names = [line.split("=", 1)[0].strip() for line in lines[1:]]
+    assert names == sorted(names) and len(names) > 100, names
+    assert "  background.threads=10 sensitive=false synonyms={DEFAULT_CONFIG:background.threads=10}" in lines
+    assert ("  log.cleaner.threads=2 sensitive=false synonyms={STATIC_BROKER_CONFIG:log.cleaner.threads=2,"
+            " DEFAULT_CONFIG:log.cleaner.threads=1}") in lines
+    assert "  node.id=2 sensitive=false synonyms={STATIC_BROKER_CONFIG:node.id=2}" in lines
+    # a password is never sent back, as Kafka
+    assert "  ssl.keystore.password=null sensitive=true synonyms={STATIC_BROKER_CONFIG:ssl.keystore.password=null}" in lines
+    assert "not-for-your-eyes" not in "\n".join(lines)
+    # the fields behind the lines, through kafka-python: read-only for what cannot change at
+    # runtime, Kafka's config types, no documentation, no synonyms unless asked
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
+    kp = KafkaAdminClient(bootstrap_servers=bs, request_timeout_ms=30000)
+    try:
+        got = kp.describe_configs([ConfigResource(ConfigResourceType.BROKER, "2")], config_filter="all")["broker"]["2"]
+    finally:
+        kp.close()
+    fields = {k: (got[k]["read_only"], got[k]["config_type"], got[k]["documentation"], got[k].get("synonyms"))
+              for k in ("node.id", "log.cleaner.threads", "offsets.topic.replication.factor", "log.cleanup.policy")}
+    assert fields == {"node.id": (True, "INT", None, []), "log.cleaner.threads": (False, "INT", None, []),
+                      "offsets.topic.replication.factor": (True, "SHORT", None, []),
+                      "log.cleanup.policy": (False, "LIST", None, [])}, fields
+    # without --all: only what is set dynamically for this broker (nothing yet)
+    assert ok(bs, "--describe", "--broker", "2") == ["Dynamic configs for broker 2 are:"]
+    assert ok(bs, "--describe", "--broker", "7") == ["The broker '7' doesn't exist and doesn't have dynamic config."]
+
+
+def _confluent_entry(bs: str, broker: str, key: str) -> tuple[str, str]:
+    """(value, source) of one broker config through confluent-kafka's AdminClient.describe_configs."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
+
+    a = AdminClient({"bootstrap.servers": bs})
+    res = ConfigResource(ConfigResource.Type.BROKER, broker)
+    e = a.describe_configs([res], request_timeout=30)[res].result(30)[key]
+    return e.value, ConfigSource(e.source).name
+
+
+def _kafka_python_synonyms(bs: str, broker: str, key: str) -> list[tuple[str, str, str]]:
+    """The synonyms of one broker config through kafka-python (which keeps them as a list, in order)."""
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
+    kp = KafkaAdminClient(bootstrap_servers=bs, request_timeout_ms=30000)
+    try:
+        got = kp.describe_configs([ConfigResource(ConfigResourceType.BROKER, broker)], include_synonyms=True,
+                                  config_filter="all")
+    finally:
+        kp.close()
+    return [(s["name"], s["value"], s["source"]) for s in got["broker"][broker][key]["synonyms"]]
+
+
+def test_dynamic_per_broker_and_cluster_default(bs: str) -> None:
+    assert ok(bs, "--alter", "--broker-defaults", "--add-config", "log.cleaner.threads=4,log.retention.ms=5000000") == [
+        "Completed updating default config for brokers in the cluster."]
+    assert ok(bs, "--alter", "--entity-type", "brokers", "--entity-name", "1",
+              "--add-config", "log.cleaner.threads=3") == ["Completed updating config for broker 1."]
+    want = ("  log.cleaner.threads=3 sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:log.cleaner.threads=3, "
+            "DYNAMIC_DEFAULT_BROKER_CONFIG:log.cleaner.threads=4, STATIC_BROKER_CONFIG:log.cleaner.threads=2, "
+            "DEFAULT_CONFIG:log.cleaner.threads=1}")
+
+    def per_broker() -> None:
+        assert ok(bs, "--describe", "--broker", "1") == ["Dynamic configs for broker 1 are:", want]
+
+    eventually(per_broker)
+    default_lines = [
+        "Default configs for brokers in the cluster are:",
+        "  log.cleaner.threads=4 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.cleaner.threads=4}",
+        "  log.retention.ms=5000000 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=5000000}",
+    ]
+    assert ok(bs, "--describe", "--entity-type", "brokers", "--entity-default") == default_lines
+    # every broker, then the cluster default, as Kafka lists them
+    assert ok(bs, "--describe", "--entity-type", "brokers") == [
+        "Dynamic configs for broker 1 are:", want, "Dynamic configs for broker 2 are:", *default_lines]
+    every = ok(bs, "--describe", "--broker", "2", "--all")
+    assert ("  log.retention.ms=5000000 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms="
+            "5000000, DEFAULT_CONFIG:log.retention.hours=168}") in every
+    # confluent-kafka's admin client sees the same value, source and synonyms
+    assert _confluent_entry(bs, "1", "log.cleaner.threads") == ("3", "DYNAMIC_BROKER_CONFIG")
+    assert _confluent_entry(bs, "2", "log.cleaner.threads") == ("4", "DYNAMIC_DEFAULT_BROKER_CONFIG")
+    # and kafka-python the synonyms, in Kafka's order
+    name = "log.cleaner.threads"
+    assert _kafka_python_synonyms(bs, "1", name) == [
+        (name, "3", "DYNAMIC_BROKER_CONFIG"), (name, "4", "DYNAMIC_DEFAULT_BROKER_CONFIG"),
+        (name, "2", "STATIC_BROKER_CONFIG"), (name, "1", "DEFAULT_CONFIG")]
+    # deleting both brings back the static value
+    ok(bs, "--alter", "--broker", "1", "--delete-config", "log.cleaner.threads")
+    ok(bs, "--alter", "--broker-defaults", "--delete-config", "log.cleaner.threads,log.retention.ms")
+    eventually(lambda: _check(_confluent_entry(bs, "1", "log.cleaner.threads") == ("2", "STATIC_BROKER_CONFIG")))
+
+
+def _check(cond: bool) -> None:
+    assert cond
+
+
+def test_client_quotas_and_scram_users(bs: str) -> None:
+    assert ok(bs, "--alter", "--user", "alice", "--client", "app",
+              "--add-config", "producer_byte_rate=1024,consumer_byte_rate=20000000") == [
+        "Completed updating config for user alice."]
+    assert ok(bs, "--alter", "--entity-type", "users", "--entity-default",
+              "--add-config", "request_percentage=50") == ["Completed updating default config for users in the cluster."]
+    assert ok(bs, "--alter", "--client", "batch", "--add-config", "consumer_byte_rate=4096") == [
+        "Completed updating config for client batch."]
+    assert ok(bs, "--describe", "--entity-type", "users", "--entity-name", "alice", "--entity-type", "clients",
+              "--entity-name", "app") == [
+        "Quota configs for user-principal 'alice', client-id 'app' are consumer_byte_rate=2.0E7, "
+        "producer_byte_rate=1024.0"]
+    assert ok(bs, "--describe", "--client", "batch") == ["Quota configs for client-id 'batch' are consumer_byte_rate=4096.0"]
+    assert ok(bs, "--describe", "--user-defaults") == [
+        "Quota configs for the default user-principal are request_percentage=50.0"]
+    # SCRAM credentials are users' configs too
+    ok(bs, "--alter", "--user", "bob", "--add-config", "SCRAM-SHA-256=[iterations=8192,password=bob-pw]")
+    users = ok(bs, "--describe", "--entity-type", "users")
+    assert users == ["Quota configs for the default user-principal are request_percentage=50.0",
+                     "SCRAM credential configs for user-principal 'bob' are SCRAM-SHA-256=iterations=8192"]
+    ok(bs, "--alter", "--user", "alice", "--client", "app", "--delete-config", "consumer_byte_rate")
+    assert ok(bs, "--describe", "--user", "alice", "--client", "app") == [
+        "Quota configs for user-principal 'alice', client-id 'app' are producer_byte_rate=1024.0"]
+
+
+@pytest.mark.parametrize("args", [
+    ["--describe", "--entity-type", "widgets"],
+    ["--describe"],
+    ["--alter", "--topic", "t"],
+    ["--alter", "--entity-type", "topics", "--add-config", "retention.ms=1"],
+    ["--alter", "--topic", "t", "--add-config", "retention.ms"],
+    ["--alter", "--topic", "t", "--add-config", "=1"],
+    ["--alter", "--broker", "one", "--add-config", "log.cleaner.threads=1"],
+    ["--alter", "--user", "u", "--add-config", "producer_byte_rate=fast"],
+    ["--alter", "--user", "u", "--add-config", "log.retention.ms=1"],
+    ["--alter", "--client", "c", "--add-config", "SCRAM-SHA-256=[password=x]"],
+    ["--describe", "--topic", "t", "--add-config", "a=b"],
+    ["--alter", "--all", "--topic", "t", "--add-config", "a=b"],
+    ["--describe", "--entity-type", "topics", "--entity-type", "brokers"],
+    ["--alter", "--topic", "t", "--add-config-file", "/nonexistent/x.properties"],
+])
+def test_bad_arguments_exit_2_with_one_line(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    # in-process (the arguments are refused before anything is dialled); the script runs the same main()
+    with pytest.raises(SystemExit) as exit_:
+        kafka_configs.main(["--bootstrap-server", "127.0.0.1:1", *args])
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2, (out, err)
+    assert len(err.splitlines()) == 1 and err.startswith("kafka-configs.sh: error: "), err
+    assert out == ""
+
+
+def test_what_the_cluster_refuses_is_one_line_and_exit_1(bs: str) -> None:
+    create_topic(bs, "cfg-bad")
+    cases = [
+        (["--alter", "--topic", "cfg-bad", "--add-config", "no.such.key=1"], "Unknown topic config name: no.such.key"),
+        (["--alter", "--topic", "cfg-bad", "--add-config", "retention.ms=soon"], "INVALID_CONFIG"),
+        (["--alter", "--topic", "cfg-bad", "--delete-config", "retention.ms"], "Invalid config(s): retention.ms"),
+        (["--alter", "--topic", "nosuch", "--add-config", "retention.ms=1"], "UNKNOWN_TOPIC_OR_PARTITION"),
+        (["--alter", "--broker", "1", "--add-config", "listeners=PLAINTEXT://:1"], "INVALID_CONFIG"),
+        (["--describe", "--topic", "nosuch", "--all"], "UNKNOWN_TOPIC_OR_PARTITION"),
+    ]
+    for args, text in cases:
+        r = kc(bs, *args)
+        assert r.returncode == 1, (args, r.returncode, r.stdout, r.stderr)
+        assert len(r.stderr.splitlines()) == 1 and r.stderr.startswith("Error: ") and text in r.stderr, (args, r.stderr)
+        assert "Traceback" not in r.stderr
+
+
+def test_unreachable_cluster_is_one_line() -> None:
+    port = free_ports(1, "127.0.0.1")[0]
+    r = subprocess.run([SCRIPT, "--bootstrap-server", f"127.0.0.1:{port}", "--timeout", "2", "--describe",
+                        "--topic", "t"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and len(r.stderr.splitlines()) == 1 and r.stderr.startswith("Error: "), r.stderr
