@@ -165,8 +165,8 @@ class Tansu(System):
 class Strata(System):
     name = "strata"
 
-    def __init__(self, workdir: Path, brokers: int) -> None:
-        self.cluster = Cluster(workdir / "strata", brokers=brokers, verbose=False)
+    def __init__(self, workdir: Path, brokers: int, code_root: Path | None = None) -> None:
+        self.cluster = Cluster(workdir / "strata", brokers=brokers, verbose=False, code_root=code_root)
         self.cluster.start()
         self.bootstrap = self.cluster.bootstrap
         self.replication = min(brokers, 3)
