@@ -166,22 +166,24 @@ def main() -> int:
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"which of {','.join(SCENARIOS)} to run")
     ap.add_argument("--rounds", type=int, default=1, help="runs of each system and scenario, interleaved; "
                     "the table shows medians (p99 also min-max)")
-    ap.add_argument("--compare", metavar="REF", help="also run Strata from git REF (e.g. main), A/B in the same rounds")
+    ap.add_argument("--compare", metavar="REF", help="also run Strata from git REF (e.g. main; several: REF,REF), A/B in the same rounds")
+    ap.add_argument("--config", default="", help="broker settings KEY=VALUE,... for this tree's Strata (not --compare's)")
     args = ap.parse_args()
+    overrides = dict(kv.split("=", 1) for kv in args.config.split(",") if kv)
     seconds = 3.0 if args.quick else args.seconds
     work = Path(tempfile.mkdtemp(prefix="strata-latency-"))
     wanted = {"strata1"} if args.quick else set(args.systems.split(","))
     if args.strata_only:
         wanted.discard("tansu")
     trees: list[tuple[str, Path | None]] = [("", None)]
-    if args.compare:
-        trees.append((f" [{args.compare}]", extract_tree(args.compare)))
+    for ref in filter(None, (args.compare or "").split(",")):
+        trees.append((f" [{ref}]", extract_tree(ref)))
     systems: list[tuple[str, Callable[[], System]]] = []
     notes = []
     for brokers, key, label in ((1, "strata1", "strata 1 broker"), (3, "strata3", "strata 3 brokers RF 3")):
         if key in wanted:
             for i, (suffix, root) in enumerate(trees):
-                systems.append((label + suffix, lambda b=brokers, r=root, d=f"{key}-{i}": Strata(work / d, b, r)))
+                systems.append((label + suffix, lambda b=brokers, r=root, d=f"{key}-{i}": Strata(work / d, b, r, None if r else overrides)))
         if key == "strata1" and "tansu" in wanted:
             binary = find_tansu()
             if binary is None:

@@ -165,8 +165,10 @@ class Tansu(System):
 class Strata(System):
     name = "strata"
 
-    def __init__(self, workdir: Path, brokers: int, code_root: Path | None = None) -> None:
-        self.cluster = Cluster(workdir / "strata", brokers=brokers, verbose=False, code_root=code_root)
+    def __init__(self, workdir: Path, brokers: int, code_root: Path | None = None,
+                 overrides: dict[str, str] | None = None) -> None:
+        self.cluster = Cluster(workdir / "strata", brokers=brokers, verbose=False, code_root=code_root,
+                               broker_overrides=overrides)
         self.cluster.start()
         self.bootstrap = self.cluster.bootstrap
         self.replication = min(brokers, 3)
