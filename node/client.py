@@ -10,7 +10,7 @@ import asyncio
 import itertools
 from typing import Any
 
-from node.waits import wait_within
+from node.waits import READ_SLICE, read_next_step, wait_within
 from protocol.errors import ProtocolError
 from protocol.framing import DEFAULT_MAX_FRAME, FrameReader, frame
 from protocol.generated import REQUESTS, RESPONSES
@@ -155,6 +155,8 @@ class _ClientProtocol(asyncio.Protocol):
             return
         for f in frames:
             self.client._answer(f)
+        if self.frames.pending >= READ_SLICE:
+            read_next_step(self.transport, lambda: not self.closed.done())
 
     def connection_lost(self, exc: Exception | None) -> None:
         c = self.client

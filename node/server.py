@@ -56,7 +56,7 @@ import structlog
 
 from node.config import ConfigError, NodeConfig
 from node.logging import RateLimitedLog
-from node.waits import Eventual
+from node.waits import READ_SLICE, Eventual, read_next_step
 from protocol.errors import ProtocolError
 from protocol.framing import DEFAULT_MAX_FRAME, FrameReader, frame
 
@@ -223,6 +223,8 @@ class Connection(asyncio.Protocol):
         self._account()
         self._maybe_ready()
         self._update_reading()
+        if self.reading and self.reader.pending >= READ_SLICE:
+            read_next_step(self.transport, lambda: self.reading and not self.closed)
 
     def pause_writing(self) -> None:
         self.write_paused = True

@@ -30,6 +30,25 @@ async def wait_within(fut: asyncio.Future, timeout: float, expired: Any) -> Any:
     return fut.result()
 
 
+# Bytes of one incomplete frame a connection reads per event-loop step. libuv reads a readable
+# socket up to 32 times per wakeup: a 1 MB frame would be read, joined and handled within one
+# step, and every other connection's turn waits for it. Pausing at this much and reading on in
+# the next step spreads a large frame over steps of bounded work (as asyncio's StreamReader
+# did with its buffer limit).
+READ_SLICE = 256 * 1024
+
+
+def read_next_step(transport: asyncio.Transport, still_wanted: Callable[[], bool]) -> None:
+    """Pause reading `transport` until the next loop step (then resume if `still_wanted()`)."""
+    transport.pause_reading()
+    asyncio.get_running_loop().call_soon(_resume, transport, still_wanted)
+
+
+def _resume(transport: asyncio.Transport, still_wanted: Callable[[], bool]) -> None:
+    if still_wanted() and not transport.is_closing():
+        transport.resume_reading()
+
+
 def _expire(fut: asyncio.Future, expired: Any) -> None:
     if fut.done():
         return
