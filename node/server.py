@@ -14,7 +14,7 @@ is sent; KIP-219 mutes it further while a client is throttled):
   after its response is handed to the transport (and the transport is not over its write-buffer
   high-water mark: a slow reader is not fed more work than it takes away). Within the step's
   budget a request starts from the read callback that completed it: its task runs in the step
-  right after the reads.
+  right after the reads; when no connection waits for its turn, a request starts at once.
 - **Control plane first.** The handler may classify a request as control plane (the broker:
   follower fetches, group and transaction coordinator requests); such a request starts as soon
   as it is read, ahead of any client request waiting for its turn and outside the budget.
@@ -557,8 +557,10 @@ class FramedServer:
 
     # ---- round robin
     def ready(self, conn: Connection, control: bool) -> None:
-        if control:
-            self._start_one(conn)  # control plane first: ahead of every client request waiting
+        if control or not self._ready:
+            # control plane first, ahead of every client request waiting; or no connection
+            # waits for its turn (several requests read in one step all start at once)
+            self._start_one(conn)
             return
         self._ready.append(conn)
         self._start_ready()
