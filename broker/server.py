@@ -16,6 +16,7 @@ from broker.apis import HANDLERS, RequestContext, load_all
 from broker.authz import Check, authorize
 from broker.quotas.step_timer import StepTimer
 from node.authz import Denied, log_denied
+from node.waits import Eventual
 from protocol.errors import ProtocolError
 from protocol.generated import REQUESTS, RequestHeader
 from protocol.generated.api_versions import ApiVersionsResponse
@@ -115,7 +116,7 @@ class RequestDispatcher:
         self.authorizer = broker.config.authorizer  # None: no authorizer configured, nothing checked
         load_all()
 
-    async def __call__(self, frame: bytes, conn: Connection) -> list | None:
+    async def __call__(self, frame: bytes, conn: Connection) -> list | Eventual | None:
         # Each request runs in its own task (a copy of the context): every line logged while
         # handling it names the peer, so a rejected request is traceable to its connection.
         structlog.contextvars.bind_contextvars(peer=conn.peer)
@@ -157,8 +158,16 @@ class RequestDispatcher:
             resp = await timer
         else:
             resp = await entry.handler(ctx, req.body)
+        if isinstance(resp, Eventual):  # answered later, from the call that settles it
+            return resp.map(lambda r: self._encode(conn, req, r if finish is None or r is None else finish(r), exempt,
+                                                   client_id, timer, throttle))
         if finish is not None and resp is not None:
             resp = finish(resp)
+        return self._encode(conn, req, resp, exempt, client_id, timer, throttle)
+
+    def _encode(self, conn: Connection, req: Request, resp, exempt: bool, client_id: str, timer: StepTimer | None,
+                throttle: float) -> list | None:
+        quotas = self.broker.quotas
         parts = None if resp is None else encode_response(req.api_key, req.api_version, req.correlation_id, resp)
         if not exempt:
             after = 0.0

@@ -12,7 +12,7 @@ from typing import Any
 
 from node.scram import PLAIN, AuthenticationError, ScramClient
 from node.security import PLAINTEXT_CLIENT, ClientSecurity
-from node.waits import wait_within
+from node.waits import READ_SLICE, read_next_step, wait_within
 from protocol.errors import ProtocolError
 from protocol.framing import DEFAULT_MAX_FRAME, FrameReader, frame
 from protocol.generated import REQUESTS, RESPONSES
@@ -37,25 +37,24 @@ class NodeClient:
         self.client_id = client_id
         self.timeout = timeout
         self.versions: dict[int, tuple[int, int]] = {}
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._protocol: _ClientProtocol | None = None
         self._pending: dict[int, tuple[asyncio.Future, int, int]] = {}
         self._ids = itertools.count(1)
-        self._recv_task: asyncio.Task | None = None
         self._closed = False
 
     @property
     def connected(self) -> bool:
-        return self._writer is not None and not self._closed
+        return self._protocol is not None and not self._closed
 
     async def connect(self) -> NodeClient:
+        loop = asyncio.get_running_loop()
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port, ssl=self.security.ssl), self.timeout
+            _, self._protocol = await asyncio.wait_for(
+                loop.create_connection(lambda: _ClientProtocol(self), self.host, self.port,
+                                       ssl=self.security.ssl), self.timeout
             )
         except (TimeoutError, OSError) as e:  # ssl.SSLError is an OSError
             raise ClientError(f"cannot connect to {self.host}:{self.port}: {e}") from None
-        self._recv_task = asyncio.get_running_loop().create_task(self._receive())
         resp = await self.request(ApiVersionsRequest(client_software_name="strata", client_software_version="0.1"), 3)
         if resp.error_code == 35:  # peer is older: it answered with a v0 body listing its versions
             resp = await self.request(ApiVersionsRequest(), 0)
@@ -115,7 +114,8 @@ class NodeClient:
     async def request(
         self, body: Any, version: int | None = None, *, timeout: float | None = None, expect_response: bool = True
     ) -> Any:
-        if not self.connected:
+        proto = self._protocol
+        if proto is None or self._closed or proto.transport.is_closing():
             raise ClientError(f"not connected to {self.host}:{self.port}")
         key = body.API_KEY
         if self._reauth_at and key not in (17, 36) and asyncio.get_running_loop().time() >= self._reauth_at:
@@ -126,74 +126,112 @@ class NodeClient:
         v = self.version_for(key) if version is None else version
         cid = next(self._ids) & 0x7FFFFFFF
         parts = encode_request(body, v, cid, self.client_id)
-        assert self._writer is not None
-        self._writer.writelines(frame(parts))
-        if not expect_response:
-            await self._writer.drain()
-            return None
-        fut = asyncio.get_running_loop().create_future()
-        self._pending[cid] = (fut, key, v)
+        fut = None
+        if expect_response:
+            fut = asyncio.get_running_loop().create_future()
+            self._pending[cid] = (fut, key, v)
         try:
-            await self._writer.drain()
+            proto.transport.writelines(frame(parts))
+            if proto.write_paused:
+                await proto.drained()
+            if fut is None:
+                return None
             return await wait_within(fut, timeout or self.timeout, TimeoutError())
         except TimeoutError:
             raise ClientError(f"{RESPONSES[key].NAME} to {self.host}:{self.port} timed out") from None
         except ConnectionError as e:
             raise ClientError(f"connection to {self.host}:{self.port} lost: {e}") from None
         finally:
-            self._pending.pop(cid, None)
+            if fut is not None:
+                self._pending.pop(cid, None)
 
-    async def _receive(self) -> None:
-        frames = FrameReader(DEFAULT_MAX_FRAME)
-        err: Exception = ClientError(f"connection to {self.host}:{self.port} closed")
+    def _answer(self, f: memoryview) -> None:
+        """One response frame: resolve its request's future right here, in the read callback
+        (a receive task would cost a loop step per response, and a follower's acks=all
+        round trip crosses several)."""
+        cid = int.from_bytes(f[:4], "big", signed=True)
+        entry = self._pending.get(cid)
+        if entry is None:
+            return
+        fut, key, v = entry
+        if fut.done():
+            return
         try:
-            assert self._reader is not None
-            while data := await self._reader.read(1 << 20):
-                for f in frames.feed(data):
-                    cid = int.from_bytes(f[:4], "big", signed=True)
-                    entry = self._pending.get(cid)
-                    if entry is None:
-                        continue
-                    fut, key, v = entry
-                    if fut.done():
-                        continue
-                    try:
-                        _, resp = decode_response(f, key, v)
-                        fut.set_result(resp)
-                    except ProtocolError as e:
-                        fut.set_exception(ClientError(f"bad response from {self.host}:{self.port}: {e}"))
-        except (OSError, ProtocolError) as e:
-            err = ClientError(f"connection to {self.host}:{self.port} failed: {e}")
-        except asyncio.CancelledError:
-            pass
-        finally:
-            self._closed = True
-            for fut, _, _ in list(self._pending.values()):
-                if not fut.done():
-                    fut.set_exception(err)
+            _, resp = decode_response(f, key, v)
+            fut.set_result(resp)
+        except ProtocolError as e:
+            fut.set_exception(ClientError(f"bad response from {self.host}:{self.port}: {e}"))
+
+    def _lost(self, err: Exception) -> None:
+        self._closed = True
+        for fut, _, _ in list(self._pending.values()):
+            if not fut.done():
+                fut.set_exception(err)
 
     async def close(self) -> None:
         self._closed = True
-        if self._writer is not None:
-            self._writer.close()
-            waiter = asyncio.ensure_future(self._writer.wait_closed())
-            await asyncio.wait({waiter}, timeout=2.0)  # never hang a shutdown on a dead peer
-            if not waiter.done():
-                waiter.cancel()
-            elif not waiter.cancelled() and waiter.exception() is not None:
-                pass  # the connection was already broken; closing it is all we wanted
-        if self._recv_task is not None:
-            self._recv_task.cancel()
-            try:
-                await self._recv_task
-            except (asyncio.CancelledError, Exception):
-                pass
+        proto = self._protocol
+        if proto is not None:
+            proto.transport.close()
+            await asyncio.wait({proto.closed}, timeout=2.0)  # never hang a shutdown on a dead peer
 
     async def __aenter__(self) -> NodeClient:
         return await self.connect()
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+class _ClientProtocol(asyncio.Protocol):
+    """The socket side of a NodeClient: frames in, futures resolved, write flow control."""
+
+    def __init__(self, client: NodeClient) -> None:
+        self.client = client
+        self.frames = FrameReader(DEFAULT_MAX_FRAME)
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self.write_paused = False
+        self._drain: asyncio.Future | None = None
+        self.closed: asyncio.Future = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.frames.feed(data)
+        except ProtocolError as e:
+            self.client._lost(ClientError(f"connection to {self.client.host}:{self.client.port} failed: {e}"))
+            self.transport.abort()
+            return
+        for f in frames:
+            self.client._answer(f)
+        if self.frames.pending >= READ_SLICE:
+            read_next_step(self.transport, lambda: not self.closed.done())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        c = self.client
+        detail = f" failed: {exc}" if exc is not None else " closed"
+        c._lost(ClientError(f"connection to {c.host}:{c.port}{detail}"))
+        self.resume_writing()
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_result(None)
+        self._drain = None
+
+    async def drained(self) -> None:
+        """Wait until the transport's write buffer is below its low-water mark (or the
+        connection is gone: the request's future then says so)."""
+        if self.write_paused and not self.closed.done():
+            if self._drain is None:
+                self._drain = asyncio.get_running_loop().create_future()
+            await self._drain
 
 
 __all__ = ["ApiVersionsResponse", "ClientError", "NodeClient"]

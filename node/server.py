@@ -8,15 +8,16 @@ is sent; KIP-219 mutes it further while a client is throttled):
   (`pause_reading`: the client's further requests stay in its socket, TCP pushes back). Reading
   ahead of one request overlaps the next request's transfer with the current one's handling.
 - **Round robin across connections.** A connection with a request it may start joins the tail of
-  a ready queue; the pump starts one request per connection in that order, so a new connection's
+  a ready queue; requests start one per connection in that order, at most
+  `NORMAL_STARTS_PER_TICK` per event-loop step (the rest in the next step), so a new connection's
   request waits behind at most one request per busy connection. A connection rejoins at the tail
   after its response is handed to the transport (and the transport is not over its write-buffer
-  high-water mark: a slow reader is not fed more work than it takes away). When no other
-  connection waits for its turn, a request starts at once.
+  high-water mark: a slow reader is not fed more work than it takes away). Within the step's
+  budget a request starts from the read callback that completed it: its task runs in the step
+  right after the reads; when no connection waits for its turn, a request starts at once.
 - **Control plane first.** The handler may classify a request as control plane (the broker:
-  follower fetches, group and transaction coordinator requests); ready control-plane requests all
-  start before the next few client requests, and the pump yields to the event loop's I/O every
-  `NORMAL_STARTS_PER_TICK` client requests, so a heartbeat read meanwhile is started next.
+  follower fetches, group and transaction coordinator requests); such a request starts as soon
+  as it is read, ahead of any client request waiting for its turn and outside the budget.
 - A connection's responses go back in request order, and its requests start in arrival order
   (each runs until its first await before the next starts), so a handler that appends before
   awaiting keeps the client's order of writes.
@@ -36,7 +37,8 @@ is sent; KIP-219 mutes it further while a client is throttled):
   (`connections.max.idle.ms`, nothing read or written and nothing in flight) are closed.
 
 A handler returns the response as bytes-like parts (without the size prefix), or None when the
-request gets no response (acks=0). Malformed input closes only that connection, logged
+request gets no response (acks=0), or an Eventual of either: the answer is written when it is
+set, from the call that sets it (still in request order). Malformed input closes only that connection, logged
 (rate-limited: an abusive peer cannot flood the log).
 """
 
@@ -56,6 +58,7 @@ from node.config import ConfigError, NodeConfig
 from node.logging import RateLimitedLog
 from node.sasl import PASS_ON, Authenticator
 from node.security import ANONYMOUS, ListenerSecurity
+from node.waits import READ_SLICE, Eventual, read_next_step
 from protocol.errors import ProtocolError
 from protocol.framing import DEFAULT_MAX_FRAME, FrameReader, frame
 
@@ -155,6 +158,7 @@ class Connection(asyncio.Protocol):
         self.pending_bytes = 0
         self.released: set[asyncio.Task] = set()  # pending tasks that no longer count as in flight
         self.answers: dict[asyncio.Task, list | None] = {}  # pending tasks' answers not yet written
+        self.deferred: set[asyncio.Task] = set()  # pending tasks done, their answer still to come (Eventual)
         self.closed = False
         self.registered = False
         self.reading = True
@@ -245,6 +249,8 @@ class Connection(asyncio.Protocol):
         self._account()
         self._maybe_ready()
         self._update_reading()
+        if self.reading and self.reader.pending >= READ_SLICE:
+            read_next_step(self.transport, lambda: self.reading and not self.closed)
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -263,6 +269,7 @@ class Connection(asyncio.Protocol):
         self.pending.clear()
         self.released.clear()
         self.answers.clear()
+        self.deferred.clear()
         self.queue.clear()
         self.queued_bytes = self.pending_bytes = 0
         if self.registered:
@@ -300,6 +307,14 @@ class Connection(asyncio.Protocol):
         else:
             parts = await self.handler(f, self)
         task = asyncio.current_task()
+        if isinstance(parts, Eventual) and not parts.done():
+            # answered later, by whatever settles it (an acks=all Produce: the follower's Fetch
+            # moving the high watermark), in that call; the answers behind it wait their turn
+            self.deferred.add(task)
+            parts.on_done(lambda ev: self._answer_later(task, ev))
+            return
+        if isinstance(parts, Eventual):
+            parts = parts.result()
         if not self.closed and any(t is task for t, _ in self.pending):
             self.answers[task] = parts  # type: ignore[assignment]
             self._flush()
@@ -308,6 +323,17 @@ class Connection(asyncio.Protocol):
             self.closed = True
             if self.transport is not None:
                 self.transport.close()
+
+    def _answer_later(self, task: asyncio.Task, ev: Eventual) -> None:
+        self.deferred.discard(task)
+        if self.closed or not any(t is task for t, _ in self.pending):
+            return
+        try:
+            self.answers[task] = ev.result()
+        except Exception as e:
+            self.abort("request_failed", e)
+            return
+        self._flush()
 
     def _maybe_ready(self) -> None:
         if not self.in_ready and self.can_start():
@@ -378,7 +404,7 @@ class Connection(asyncio.Protocol):
         while self.pending:
             task = self.pending[0][0]
             answered = task in self.answers
-            if not answered and not task.done():
+            if not answered and (not task.done() or task in self.deferred):
                 break
             self.pending_bytes -= self.pending.popleft()[1]
             self.released.discard(task)
@@ -435,8 +461,8 @@ class FramedServer:
         self.connections: set[Connection] = set()
         self.per_ip: collections.Counter[str] = collections.Counter()
         self.held_bytes = 0
-        self._ready_control: collections.deque[Connection] = collections.deque()
         self._ready: collections.deque[Connection] = collections.deque()
+        self._started = 0  # client requests started in this loop step
         self._memory_waiters: collections.deque[Connection] = collections.deque()
         self._pump_scheduled = False
         self._listener: socket.socket | None = None
@@ -589,25 +615,30 @@ class FramedServer:
 
     # ---- round robin
     def ready(self, conn: Connection, control: bool) -> None:
-        if not self._pump_scheduled and not self._ready and not self._ready_control:
-            self._start_one(conn)  # nobody is waiting: no turn to take (saves a loop iteration)
+        if control or not self._ready:
+            # control plane first, ahead of every client request waiting; or no connection
+            # waits for its turn (several requests read in one step all start at once)
+            self._start_one(conn)
             return
-        (self._ready_control if control else self._ready).append(conn)
-        if not self._pump_scheduled:
+        self._ready.append(conn)
+        self._start_ready()
+
+    def _start_ready(self) -> None:
+        # Client requests start in turn, at most NORMAL_STARTS_PER_TICK per loop step (each may be
+        # a 1 MB produce). Within that budget a request starts from the read callback itself, so
+        # its task runs in the step right after the reads, not one step later from the pump.
+        while self._ready and self._started < NORMAL_STARTS_PER_TICK:
+            self._started += 1
+            self._start_one(self._ready.popleft())
+        if (self._started or self._ready) and not self._pump_scheduled:
             self._pump_scheduled = True
             asyncio.get_running_loop().call_soon(self._pump)
 
     def _pump(self) -> None:
+        """A new loop step: a new budget of client starts."""
         self._pump_scheduled = False
-        while self._ready_control:
-            self._start_one(self._ready_control.popleft())
-        for _ in range(NORMAL_STARTS_PER_TICK):
-            if not self._ready:
-                break
-            self._start_one(self._ready.popleft())
-        if (self._ready or self._ready_control) and not self._pump_scheduled:
-            self._pump_scheduled = True
-            asyncio.get_running_loop().call_soon(self._pump)
+        self._started = 0
+        self._start_ready()
 
     @staticmethod
     def _start_one(conn: Connection) -> None:

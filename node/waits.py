@@ -10,7 +10,12 @@ step saved there is latency saved under load.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Generator
 from typing import Any
+
+import structlog
+
+log = structlog.get_logger(__name__)
 
 
 async def wait_within(fut: asyncio.Future, timeout: float, expired: Any) -> Any:
@@ -25,6 +30,25 @@ async def wait_within(fut: asyncio.Future, timeout: float, expired: Any) -> Any:
     return fut.result()
 
 
+# Bytes of one incomplete frame a connection reads per event-loop step. libuv reads a readable
+# socket up to 32 times per wakeup: a 1 MB frame would be read, joined and handled within one
+# step, and every other connection's turn waits for it. Pausing at this much and reading on in
+# the next step spreads a large frame over steps of bounded work (as asyncio's StreamReader
+# did with its buffer limit).
+READ_SLICE = 256 * 1024
+
+
+def read_next_step(transport: asyncio.Transport, still_wanted: Callable[[], bool]) -> None:
+    """Pause reading `transport` until the next loop step (then resume if `still_wanted()`)."""
+    transport.pause_reading()
+    asyncio.get_running_loop().call_soon(_resume, transport, still_wanted)
+
+
+def _resume(transport: asyncio.Transport, still_wanted: Callable[[], bool]) -> None:
+    if still_wanted() and not transport.is_closing():
+        transport.resume_reading()
+
+
 def _expire(fut: asyncio.Future, expired: Any) -> None:
     if fut.done():
         return
@@ -32,3 +56,80 @@ def _expire(fut: asyncio.Future, expired: Any) -> None:
         fut.set_exception(expired)
     else:
         fut.set_result(expired)
+
+
+class Eventual:
+    """A result that runs its listeners the moment it is set, in the setter's call.
+
+    An asyncio future schedules its callbacks for the next loop step, and an awaiting task wakes
+    a step after that; under load each step queues behind a whole batch of other connections'
+    work. An acks=all Produce answered (through an Eventual) from the follower's Fetch that moves
+    the high watermark goes out in that same step. A listener gets the Eventual (`result()`
+    returns the value or raises the failure); one that raises is logged and the others still
+    run. Awaitable, for callers that do not need the shortcut."""
+
+    __slots__ = ("_done", "_value", "_error", "_listeners")
+
+    def __init__(self) -> None:
+        self._done = False
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._listeners: list[Callable[[Eventual], None]] = []
+
+    def done(self) -> bool:
+        return self._done
+
+    def result(self) -> Any:
+        if not self._done:
+            raise asyncio.InvalidStateError("Eventual is not set yet")
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def set_result(self, value: Any) -> None:
+        if not self._done:
+            self._value = value
+            self._settle()
+
+    def set_exception(self, error: BaseException) -> None:
+        if not self._done:
+            self._error = error
+            self._settle()
+
+    def _settle(self) -> None:
+        self._done = True
+        listeners, self._listeners = self._listeners, []
+        for fn in listeners:
+            try:
+                fn(self)
+            except Exception:
+                log.exception("eventual_listener_failed")
+
+    def on_done(self, fn: Callable[[Eventual], None]) -> None:
+        """Call `fn(self)` once set: now if it is set already."""
+        if self._done:
+            fn(self)
+        else:
+            self._listeners.append(fn)
+
+    def map(self, fn: Callable[[Any], Any]) -> Eventual:
+        """An Eventual of `fn(result)` (failed if this one fails or `fn` raises)."""
+        out = Eventual()
+
+        def apply(ev: Eventual) -> None:
+            try:
+                value = fn(ev.result())
+            except Exception as e:
+                out.set_exception(e)
+            else:
+                out.set_result(value)
+
+        self.on_done(apply)
+        return out
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        if not self._done:
+            fut = asyncio.get_running_loop().create_future()
+            self.on_done(lambda _: fut.done() or fut.set_result(None))
+            yield from fut.__await__()
+        return self.result()

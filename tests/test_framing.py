@@ -65,3 +65,17 @@ def test_truncated_request_is_protocol_error():
     for cut in range(len(good)):
         with pytest.raises(ProtocolError):
             decode_request(good[:cut])
+
+
+def test_prefix_split_and_large_frame_in_pieces():
+    """A size prefix split over reads, and a large frame arriving in pieces, come out whole; the
+    declared size is known as soon as the prefix is (the server reserves memory by it)."""
+    big = b"".join(frame([b"y" * 300_000]))
+    small = b"".join(frame([b"ab"]))
+    r = FrameReader()
+    assert r.feed(big[:2]) == [] and r.incomplete_size is None
+    assert r.feed(big[2:5]) == [] and r.incomplete_size == len(big) and r.pending == 5
+    got = []
+    for i in range(5, len(big), 65536):
+        got += r.feed(big[i : i + 65536] + (small if i + 65536 >= len(big) else b""))
+    assert [bytes(f) for f in got] == [b"y" * 300_000, b"ab"] and r.pending == 0 and r.incomplete_size is None

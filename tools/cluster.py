@@ -335,7 +335,8 @@ class Cluster:
     Overrides: `broker_overrides` apply to every broker, `per_broker_overrides[id]` to one (after
     the former), `controller_overrides` to the controller; a value of None removes a key.
     `nofile` ({node id: n}) starts that node under `ulimit -n n` (soft and hard RLIMIT_NOFILE);
-    change it between restarts to restart a node under another limit.
+    change it between restarts to restart a node under another limit. `code_root` runs the nodes
+    from another source tree (default: this one).
     """
 
     def __init__(
@@ -354,6 +355,7 @@ class Cluster:
         nofile: Mapping[int, int] | None = None,
         secure: str | None = None,
         acls: bool = False,
+        code_root: Path | None = None,
     ) -> None:
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
@@ -374,6 +376,7 @@ class Cluster:
         self.per_broker_overrides = {int(k): dict(v) for k, v in (per_broker_overrides or {}).items()}
         self.verbose = verbose
         self.nofile: dict[int, int] = dict(nofile or {})
+        self.code_root = Path(code_root) if code_root is not None else REPO_ROOT  # another tree's nodes (a bench's A/B)
         # role -> module run with `python -m`; another module (a profiling wrapper, a stub) can stand in
         self.modules = {"controller": "controller", "broker": "broker", **(modules or {})}
         ids = [CONTROLLER_ID, *range(1, brokers + 1)]
@@ -594,7 +597,7 @@ class Cluster:
             args = ["-P", "-c", _PDEATHSIG_PRELUDE, str(os.getpid()), *args]
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"  # the log file shows what happened up to a crash
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.code_root), env.get("PYTHONPATH")]))
         log = self.log_path(name)
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:

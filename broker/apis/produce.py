@@ -16,6 +16,7 @@ from broker.apis import RequestContext, api
 from broker.apis.leadership import serving_partition
 from broker.replication.partition import now_ms
 from metadata import TopicInfo
+from node.waits import Eventual
 from protocol.errors import Errors
 from protocol.generated.produce import ProduceResponse
 
@@ -42,7 +43,7 @@ def partition_count_problem(topic: TopicInfo, index: int, producer_count: int) -
 
 
 @api(0, 3, 12)
-async def produce(ctx: RequestContext, req) -> ProduceResponse | None:
+async def produce(ctx: RequestContext, req) -> ProduceResponse | Eventual | None:
     b = ctx.broker
     acks = req.acks
     now = now_ms()
@@ -77,8 +78,16 @@ async def produce(ctx: RequestContext, req) -> ProduceResponse | None:
         return None
     if waits and pipelined and ctx.connection is not None:
         ctx.connection.release()  # appended in order; the next request need not wait for our answer
-    # one partition (the usual acks=all case) is awaited directly: gather would add two loop steps
+    if len(waits) == 1 and isinstance(waits[0][1], Eventual):
+        # one local partition (the usual acks=all case): the answer is built and goes out in the
+        # call that moves the high watermark (the follower's Fetch), not steps later in this task
+        return waits[0][1].map(lambda answer: _response(responses, waits, [answer]))
+    # one partition is awaited directly: gather would add two loop steps
     answers = [await waits[0][1]] if len(waits) == 1 else await asyncio.gather(*(w for _, w in waits))
+    return _response(responses, waits, answers)
+
+
+def _response(responses: list, waits: list, answers: list) -> ProduceResponse:
     for pr, answer in zip([pr for pr, _ in waits], answers):
         pr.error_code, pr.error_message = answer.error_code, answer.error_message
         if answer.error_code == 0 or answer.base_offset >= 0:

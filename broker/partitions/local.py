@@ -13,6 +13,7 @@ from broker.storage.batch_validation import first_record_without_key
 from broker.storage.cleaner import cleanup_policies
 from broker.storage.errors import ResourceExhaustedError, StorageError
 from node.client import ClientError
+from node.waits import Eventual
 from protocol.errors import Errors
 from protocol.generated.alter_chunk_assignments import AlterChunkAssignmentsRequest
 
@@ -61,14 +62,19 @@ class LocalPartition:
             return answered(answer)
         return self._replicated(answer, info.last_offset + 1, max(timeout_ms, 0) / 1000)
 
-    async def _replicated(self, answer: AppendAnswer, end: int, timeout: float) -> AppendAnswer:
+    def _replicated(self, answer: AppendAnswer, end: int, timeout: float) -> Eventual:
+        """The answer once the high watermark passes `end`, set in the call that moves it."""
         p = self.p
-        if not await p.wait_for_high_watermark(end, timeout):
-            # a replica no longer served here (reassigned away, its dir failed) lost leadership:
-            # NOT_LEADER_OR_FOLLOWER tells an idempotent producer the batch was not persisted
-            still = p.is_leader and self.b.replicas.get(p.topic, p.index) is p
-            answer.error_code = Errors.REQUEST_TIMED_OUT if still else Errors.NOT_LEADER_OR_FOLLOWER
-        return answer
+
+        def settled(replicated: bool) -> AppendAnswer:
+            if not replicated:
+                # a replica no longer served here (reassigned away, its dir failed) lost leadership:
+                # NOT_LEADER_OR_FOLLOWER tells an idempotent producer the batch was not persisted
+                still = p.is_leader and self.b.replicas.get(p.topic, p.index) is p
+                answer.error_code = Errors.REQUEST_TIMED_OUT if still else Errors.NOT_LEADER_OR_FOLLOWER
+            return answer
+
+        return p.high_watermark_eventual(end, timeout).map(settled)
 
     # ------------------------------------------------------------------ fetch
     def prepare_read(self, pos: FetchPosition) -> bool:

@@ -12,7 +12,7 @@ import structlog
 
 from broker.storage.log import Log
 from metadata import PartitionInfo
-from node.waits import wait_within
+from node.waits import Eventual, wait_within
 
 log = structlog.get_logger(__name__)
 
@@ -42,7 +42,7 @@ class Partition:
         self._data_waiters: list[asyncio.Future] = []
         self.caught_up_at = 0.0  # follower: when the last fetch from the leader succeeded
         self.on_follower_caught_up: Callable[[Partition, int], None] | None = None
-        self._hw_waiters: list[tuple[int, asyncio.Future]] = []
+        self._hw_waiters: list[tuple[int, asyncio.Future | Eventual]] = []
         # set while a CreateChunks for this partition is under way: the chunk's offsets are being
         # fixed, so Produce answers NOT_LEADER_OR_FOLLOWER (retriable) until the new chunk leads
         self._sealed_for_chunk = False
@@ -168,6 +168,18 @@ class Partition:
             self._hw_waiters.append((offset, fut))
         return fut
 
+    def high_watermark_eventual(self, offset: int, timeout: float) -> Eventual:
+        """Set to True once the HW passes `offset` (exclusive end), in the call that moves it
+        (the follower's Fetch); to False when the leadership moves first or after `timeout`."""
+        ev = Eventual()
+        if self.log.high_watermark >= offset:
+            ev.set_result(True)
+            return ev
+        timer = asyncio.get_running_loop().call_later(max(timeout, 0.0), ev.set_result, False)
+        ev.on_done(lambda _: timer.cancel())
+        self._hw_waiters.append((offset, ev))
+        return ev
+
     async def wait_for_high_watermark(self, offset: int, timeout: float) -> bool:
         """acks=all: wait until the HW passes `offset` (exclusive end)."""
         if self.log.high_watermark >= offset:
@@ -178,21 +190,23 @@ class Partition:
     def _release_hw_waiters(self, hw: int) -> None:
         if not self._hw_waiters:
             return
+        # an Eventual's listeners run inside set_result: the list is swapped out first
+        waiters, self._hw_waiters = self._hw_waiters, []
         keep = []
-        for off, fut in self._hw_waiters:
+        for off, fut in waiters:
             if hw >= off:
                 if not fut.done():
                     fut.set_result(True)
             else:
                 keep.append((off, fut))
-        self._hw_waiters = keep
+        self._hw_waiters = keep + self._hw_waiters
 
     def fail_waiters(self) -> None:
         """Leadership moved: acks=all requests waiting here will not complete."""
-        for _, fut in self._hw_waiters:
+        waiters, self._hw_waiters = self._hw_waiters, []
+        for _, fut in waiters:
             if not fut.done():
                 fut.set_result(False)
-        self._hw_waiters = []
         self.notify_data()
 
     # ---- long poll
