@@ -12,8 +12,10 @@ import structlog
 from controller.apis import Apis
 from controller.config import ControllerConfig
 from controller.controller import Controller, FatalError
+from controller.metrics import collect as controller_metrics
 from controller.partition_counts import PartitionDeleter
 from controller.server import ControllerServer
+from node.metrics import MetricsServer
 
 log = structlog.get_logger(__name__)
 
@@ -86,11 +88,17 @@ async def run(config: ControllerConfig) -> int:
     ]
     if config.auto_leader_rebalance:
         background.append(loop.create_task(_rebalance_loop(apis)))
+    metrics = None
+    if config.metrics_listener is not None:
+        metrics = MetricsServer([server.request_metrics.families, lambda: controller_metrics(controller.image)])
+        await metrics.start(*config.metrics_listener)
     log.info("controller_started", listeners=",".join(bound), **report)
     await stop.wait()
     log.info("controller_stopping", exit_code=exit_code)
     for task in background:
         task.cancel()
+    if metrics is not None:
+        await metrics.stop()
     await server.stop()
     await controller.close()
     log.info("controller_stopped")

@@ -24,6 +24,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -460,6 +461,14 @@ class Cluster:
 
     def log_path(self, node: int | str) -> Path:
         return self.base_dir / f"{node_name(node)}.log"
+
+    def metrics_url(self, node: int | str) -> str:
+        """Where the running node serves /metrics (``metrics.listener`` set, its port perhaps 0):
+        the port it logged last (metrics_listening) since its last start."""
+        found = re.findall(r"metrics_listening\b.*?\bport=(\d+)", self.log_path(node).read_text(errors="replace"))
+        if not found:
+            raise ClusterError(f"{node_name(node)} logged no metrics_listening (is metrics.listener set?)")
+        return f"http://{self.host}:{found[-1]}/metrics"
 
     # ---- configs
     def generate_configs(self) -> dict[str, dict[str, str]]:

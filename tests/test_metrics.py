@@ -1,0 +1,114 @@
+"""The Prometheus endpoints (metrics.listener) of real brokers and the controller: traffic
+counters grow by exactly what was produced, under-replicated partitions follow a follower going
+down and coming back, the controller reports itself active, and bad HTTP input gets 404/405."""
+
+from __future__ import annotations
+
+import re
+import socket
+import urllib.error
+import urllib.request
+from urllib.parse import urlparse
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.conftest import wait_for
+from tools.cluster import CONTROLLER
+
+METRICS = {"metrics.listener": "http://127.0.0.1:0"}
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+
+
+def scrape(url: str) -> dict[tuple[str, frozenset], float]:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        assert r.status == 200
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        assert m, f"not a Prometheus sample line: {line!r}"
+        labels = frozenset(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        out[(m.group(1), labels)] = float(m.group(3))
+    return out
+
+
+def value(samples: dict, name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def http_status(url: str, method: str = "GET") -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=5) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def raw_exchange(url: str, data: bytes) -> bytes:
+    u = urlparse(url)
+    with socket.create_connection((u.hostname, u.port), timeout=5) as s:
+        s.sendall(data)
+        return s.recv(4096)
+
+
+def test_metrics_endpoints(cluster_factory) -> None:
+    c = cluster_factory(brokers=3, broker_overrides={**METRICS, "replica.lag.time.max.ms": 2000},
+                        controller_overrides=METRICS)
+    admin = AdminClient(c.rdkafka_conf())
+    for f in admin.create_topics([NewTopic("m", 1, 2)]).values():
+        f.result(timeout=30)
+    part = wait_for(lambda: admin.list_topics("m", timeout=5).topics["m"].partitions.get(0), what="topic m")
+    leader, follower = part.leader, next(r for r in part.replicas if r != part.leader)
+    url = c.metrics_url(leader)
+
+    producer = Producer({**c.rdkafka_conf(), "acks": "all", "linger.ms": 5})
+    produced = 0
+    before = scrape(url)
+    for rnd in (1, 2):  # two rounds: each scrape sees exactly what the round added
+        n = 37 * rnd
+        for i in range(n):
+            producer.produce("m", key=b"k%d" % i, value=b"v" * (i % 50))
+        assert producer.flush(30) == 0
+        produced += n
+        after = scrape(url)
+        bytes_in = value(after, "kafka_server_brokertopicmetrics_bytesin_total", topic="m")
+        log_bytes = value(after, "strata_chunk_replica_bytes", topic="m", partition="0", chunk_start="0",
+                          dir=next(dict(k[1])["dir"] for k in after if k[0] == "strata_chunk_replica_bytes"
+                                   and dict(k[1]).get("topic") == "m"))
+        assert value(after, "kafka_server_brokertopicmetrics_messagesin_total", topic="m") == produced
+        assert bytes_in == log_bytes > value(before, "kafka_server_brokertopicmetrics_bytesin_total", topic="m")
+        assert value(after, "kafka_server_brokertopicmetrics_messagesin_total") >= produced  # all topics
+        assert value(after, "kafka_network_requestmetrics_requests_total", request="Produce") >= rnd
+        before = after
+    s = scrape(url)
+    assert value(s, "kafka_network_requestmetrics_totaltimems_count", request="Produce") >= 2
+    assert value(s, "kafka_server_replicamanager_underreplicatedpartitions") == 0
+    assert all(v == 1 for (name, _), v in s.items() if name == "strata_log_dir_online")
+
+    # a follower down: the leader counts one under-replicated partition, then none once it is back
+    c.terminate(follower)
+    wait_for(lambda: value(scrape(url), "kafka_server_replicamanager_underreplicatedpartitions") == 1,
+             timeout=20, what="under-replicated partitions = 1")
+    curl = c.metrics_url(CONTROLLER)
+    ctl = wait_for(lambda: (s := scrape(curl)) and
+                   value(s, "kafka_controller_kafkacontroller_fencedbrokercount") == 1 and s,
+                   timeout=20, what="the controller to count the stopped broker as fenced")
+    assert value(ctl, "kafka_controller_kafkacontroller_activecontrollercount") == 1
+    assert value(ctl, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
+    assert value(ctl, "kafka_network_requestmetrics_requests_total", request="BrokerHeartbeat") > 0
+    c.start_node(follower)
+    wait_for(lambda: value(scrape(url), "kafka_server_replicamanager_underreplicatedpartitions") == 0,
+             timeout=30, what="under-replicated partitions = 0")
+    assert value(scrape(url), "kafka_server_replicamanager_isrexpands_total") >= 1
+
+    # bad input: answered with an HTTP error, the broker keeps serving
+    assert http_status(url, "POST") == 405
+    assert http_status(url.replace("/metrics", "/nope")) == 404
+    assert raw_exchange(url, b"garbage\r\n\r\n").startswith(b"HTTP/1.1 400")
+    producer.produce("m", value=b"after")
+    assert producer.flush(30) == 0
+    assert value(scrape(url), "kafka_server_brokertopicmetrics_messagesin_total", topic="m") == produced + 1
