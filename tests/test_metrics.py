@@ -57,7 +57,7 @@ def raw_exchange(url: str, data: bytes) -> bytes:
 
 def test_metrics_endpoints(cluster_factory) -> None:
     c = cluster_factory(brokers=3, broker_overrides={**METRICS, "replica.lag.time.max.ms": 2000},
-                        controller_overrides=METRICS)
+                        controller_overrides={**METRICS, "broker.session.timeout.ms": 4000})
     admin = AdminClient(c.rdkafka_conf())
     for f in admin.create_topics([NewTopic("m", 1, 2)]).values():
         f.result(timeout=30)
@@ -89,10 +89,12 @@ def test_metrics_endpoints(cluster_factory) -> None:
     assert value(s, "kafka_server_replicamanager_underreplicatedpartitions") == 0
     assert all(v == 1 for (name, _), v in s.items() if name == "strata_log_dir_online")
 
-    # a follower down: the leader counts one under-replicated partition, then none once it is back
-    c.terminate(follower)
+    # a follower killed: the leader shrinks it out of the ISR (replica.lag.time.max.ms) and counts
+    # one under-replicated partition, then none once it is back
+    c.kill(follower)
     wait_for(lambda: value(scrape(url), "kafka_server_replicamanager_underreplicatedpartitions") == 1,
              timeout=20, what="under-replicated partitions = 1")
+    assert value(scrape(url), "kafka_server_replicamanager_isrshrinks_total") == 1
     curl = c.metrics_url(CONTROLLER)
     ctl = wait_for(lambda: (s := scrape(curl)) and
                    value(s, "kafka_controller_kafkacontroller_fencedbrokercount") == 1 and s,
