@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from broker.storage.log import FLUSH_TIMES_MS
 from node.metrics import Family
 
 if TYPE_CHECKING:
@@ -61,6 +62,47 @@ class TopicStats:
         return [*fams.values(), repl.add(self.replication_bytes_out)]
 
 
+class ChunkReadCounts:
+    """Consumer reads of inactive chunks (broker/replication/chunk_reads.py): served from a local
+    chunk replica, redirected to another replica (KIP-392), or read from one on the client's behalf."""
+
+    def __init__(self) -> None:
+        self.reads: dict[tuple[str, int, int], list[int]] = {}  # (topic, partition, chunk start) -> [reads, bytes]
+        self.redirects = 0
+        self.proxied_reads = 0
+        self.proxied_bytes = 0
+
+    def served(self, topic: str, partition: int, chunk_start: int, size: int) -> None:
+        c = self.reads.get((topic, partition, chunk_start))
+        if c is None:
+            c = self.reads[(topic, partition, chunk_start)] = [0, 0]
+        c[0] += 1
+        c[1] += size
+
+    def proxied(self, size: int) -> None:
+        self.proxied_reads += 1
+        self.proxied_bytes += size
+
+    def families(self) -> list[Family]:
+        reads = Family("strata_chunk_replica_reads_total", "counter", "Consumer reads served from a local chunk replica.")
+        read_bytes = Family("strata_chunk_replica_read_bytes_total", "counter",
+                            "Record bytes served from a local chunk replica.")
+        for (topic, index, start), (n, size) in sorted(self.reads.items()):
+            labels = {"topic": topic, "partition": str(index), "chunk_start": str(start)}
+            reads.add(n, labels)
+            read_bytes.add(size, labels)
+        return [
+            reads, read_bytes,
+            Family("strata_chunk_redirects_total", "counter",
+                   "Consumer fetches of an old chunk redirected to a replica holding it (preferred_read_replica).")
+            .add(self.redirects),
+            Family("strata_chunk_proxied_reads_total", "counter",
+                   "Old-chunk reads this broker made on a client's behalf from another replica.").add(self.proxied_reads),
+            Family("strata_chunk_proxied_read_bytes_total", "counter", "Record bytes of those proxied reads.")
+            .add(self.proxied_bytes),
+        ]
+
+
 def collect(broker: Broker) -> list[Family]:
     """Everything the broker exposes besides request metrics."""
     fams = broker.topic_stats.families()
@@ -91,7 +133,13 @@ def collect(broker: Broker) -> list[Family]:
             Family(g + "isrexpands_total", "counter", "ISR expands committed for partitions led here.")
             .add(broker.isr.changes.get("expand", 0)),
         ]
+    flush = Family("kafka_log_logflushstats_logflushrateandtimems", "histogram",
+                   "Time in ms of the log flushes (fsyncs) after segment rolls.")
+    FLUSH_TIMES_MS.add_to(flush, {})
+    fams.append(flush)
     fams += _log_dirs(broker)
+    if getattr(broker, "chunk_reads", None) is not None:
+        fams += broker.chunk_reads.counts.families()
     return fams
 
 

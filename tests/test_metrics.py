@@ -59,20 +59,25 @@ def test_metrics_endpoints(cluster_factory) -> None:
     c = cluster_factory(brokers=3, broker_overrides={**METRICS, "replica.lag.time.max.ms": 2000},
                         controller_overrides={**METRICS, "broker.session.timeout.ms": 4000})
     admin = AdminClient(c.rdkafka_conf())
-    for f in admin.create_topics([NewTopic("m", 1, 2)]).values():
+    for f in admin.create_topics([NewTopic("m", 1, 2, config={"segment.bytes": "4096"})]).values():
         f.result(timeout=30)
     part = wait_for(lambda: admin.list_topics("m", timeout=5).topics["m"].partitions.get(0), what="topic m")
     leader, follower = part.leader, next(r for r in part.replicas if r != part.leader)
     url = c.metrics_url(leader)
 
-    producer = Producer({**c.rdkafka_conf(), "acks": "all", "linger.ms": 5})
+    producer = Producer({**c.rdkafka_conf(), "acks": "all", "linger.ms": 5, "batch.size": 2048})
+    failed = []
+
+    def delivered(err, _msg) -> None:
+        if err is not None:
+            failed.append(err)
     produced = 0
     before = scrape(url)
     for rnd in (1, 2):  # two rounds: each scrape sees exactly what the round added
         n = 37 * rnd
         for i in range(n):
-            producer.produce("m", key=b"k%d" % i, value=b"v" * (i % 50))
-        assert producer.flush(30) == 0
+            producer.produce("m", key=b"k%d" % i, value=b"v" * (i % 50) * rnd, on_delivery=delivered)
+        assert producer.flush(30) == 0 and not failed
         produced += n
         after = scrape(url)
         bytes_in = value(after, "kafka_server_brokertopicmetrics_bytesin_total", topic="m")
@@ -88,6 +93,12 @@ def test_metrics_endpoints(cluster_factory) -> None:
     assert value(s, "kafka_network_requestmetrics_totaltimems_count", request="Produce") >= 2
     assert value(s, "kafka_server_replicamanager_underreplicatedpartitions") == 0
     assert all(v == 1 for (name, _), v in s.items() if name == "strata_log_dir_online")
+    assert sum(v for (name, _), v in s.items() if name == "strata_log_dir_bytes") >= log_bytes
+    # segments rolled at 4 KiB: each roll's flush runs in the background
+    wait_for(lambda: value(scrape(url), "kafka_log_logflushstats_logflushrateandtimems_count") >= 1,
+             timeout=10, what="a log flush counted")
+    assert value(s, "strata_chunk_redirects_total") == 0
+    assert value(s, "strata_replica_moves_in_flight") == 0
 
     # a follower killed: the leader shrinks it out of the ISR (replica.lag.time.max.ms) and counts
     # one under-replicated partition, then none once it is back
@@ -111,6 +122,6 @@ def test_metrics_endpoints(cluster_factory) -> None:
     assert http_status(url, "POST") == 405
     assert http_status(url.replace("/metrics", "/nope")) == 404
     assert raw_exchange(url, b"garbage\r\n\r\n").startswith(b"HTTP/1.1 400")
-    producer.produce("m", value=b"after")
-    assert producer.flush(30) == 0
+    producer.produce("m", value=b"after", on_delivery=delivered)
+    assert producer.flush(30) == 0 and not failed
     assert value(scrape(url), "kafka_server_brokertopicmetrics_messagesin_total", topic="m") == produced + 1
