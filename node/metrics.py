@@ -140,19 +140,29 @@ class RequestMetrics:
         loop_time = asyncio.get_running_loop().time  # the clock of conn.last_active
         clock = time.perf_counter
         total, queue = self.total, self.queue
+        bounds = LATENCY_BUCKETS_MS
+        where = bisect.bisect_left
 
         async def timed(frame: bytes, conn) -> list | None:
+            # Histogram.observe inlined: this runs for every request (about 1 us in all)
             start = clock()
-            key = int.from_bytes(frame[0:2], "big", signed=True) if len(frame) >= 2 else -1
+            key = (frame[0] << 8 | frame[1]) if len(frame) >= 2 else -1
             h = total.get(key)
             if h is None:
                 h = total[key] = Histogram()
                 queue[key] = Histogram()
-            queue[key].observe(max(0.0, (loop_time() - conn.last_active) * 1000))
+            q = queue[key]
+            waited = (loop_time() - conn.last_active) * 1000
+            q.counts[where(bounds, waited)] += 1
+            q.sum += waited
+            q.count += 1
             try:
                 return await handler(frame, conn)
             finally:
-                h.observe((clock() - start) * 1000)
+                ms = (clock() - start) * 1000
+                h.counts[where(bounds, ms)] += 1
+                h.sum += ms
+                h.count += 1
 
         return timed
 
