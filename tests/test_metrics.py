@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 from urllib.parse import urlparse
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -125,3 +126,32 @@ def test_metrics_endpoints(cluster_factory) -> None:
     producer.produce("m", value=b"after", on_delivery=delivered)
     assert producer.flush(30) == 0 and not failed
     assert value(scrape(url), "kafka_server_brokertopicmetrics_messagesin_total", topic="m") == produced + 1
+
+
+def test_histogram_and_exposition() -> None:
+    from node.metrics import Family, Histogram, exposition
+
+    h = Histogram((1, 10, 100))
+    for v in (0.5, 2, 3, 50, 500):
+        h.observe(v)
+    assert h.counts == [1, 2, 1, 1] and h.count == 5 and h.sum == 555.5
+    assert 1 <= h.quantile(0.5) <= 10 and h.quantile(0.99) == 100  # the +Inf bucket reports its lower bound
+    f = Family("x_seconds", "histogram", "help")
+    h.add_to(f, {"request": 'a"b'})
+    text = exposition([f, Family("y_total", "counter", "c").add(3)])
+    assert '# TYPE x_seconds histogram\n' in text
+    assert 'x_seconds_bucket{request="a\\"b",le="10"} 3\n' in text
+    assert 'x_seconds_bucket{request="a\\"b",le="+Inf"} 5\n' in text
+    assert "# TYPE y counter\ny_total 3\n" in text
+
+
+def test_metrics_listener_config() -> None:
+    from node.config import ConfigError
+    from node.metrics import parse_listener
+
+    assert parse_listener(None) is None and parse_listener("") is None
+    assert parse_listener("http://127.0.0.1:9404") == ("127.0.0.1", 9404)
+    assert parse_listener("http://:0") == ("0.0.0.0", 0)
+    for bad in ("127.0.0.1:9404", "https://h:1", "http://h:99999", "http://h:x"):
+        with pytest.raises(ConfigError, match="metrics.listener"):
+            parse_listener(bad)
