@@ -168,4 +168,7 @@ def _log_dirs(broker: Broker) -> list[Family]:
         .add(sum(m.copied_bytes for m in moves)),
         Family(mv + "total_bytes", "gauge", "Bytes the moves under way copy in all.")
         .add(sum(m.total_bytes for m in moves)),
+        Family(mv + "completed_total", "counter", "Replica moves between log dirs completed.").add(rm.mover.completed),
+        Family(mv + "moved_bytes_total", "counter", "Bytes copied by the completed moves (rate(): the move rate).")
+        .add(rm.mover.completed_bytes),
     ]

@@ -100,6 +100,7 @@ def test_metrics_endpoints(cluster_factory) -> None:
              timeout=10, what="a log flush counted")
     assert value(s, "strata_chunk_redirects_total") == 0
     assert value(s, "strata_replica_moves_in_flight") == 0
+    assert ("strata_replica_moves_completed_total", frozenset()) in s
 
     # a follower killed: the leader shrinks it out of the ISR (replica.lag.time.max.ms) and counts
     # one under-replicated partition, then none once it is back
