@@ -156,3 +156,26 @@ def test_metrics_listener_config() -> None:
     for bad in ("127.0.0.1:9404", "https://h:1", "http://h:99999", "http://h:x"):
         with pytest.raises(ConfigError, match="metrics.listener"):
             parse_listener(bad)
+
+
+def test_chunk_read_metrics(cluster_factory) -> None:
+    """An old chunk read for a Fetch v10 client by the active leader (proxied), served by the
+    chunk's replica, and a v12 client redirected: each counted where it happened."""
+    from tests.test_chunks_data import create_chunk, create_topic, fetch_v, produce
+
+    c = cluster_factory(brokers=3, broker_overrides=METRICS)
+    topic = "chunked"
+    create_topic(c, topic, [1])
+    produce(c, topic, [b"x%d" % i for i in range(5)])
+    create_chunk(c, topic, [3])
+    produce(c, topic, [b"y%d" % i for i in range(5)])
+    assert fetch_v(c, 3, topic, 0, 10).error_code == 0  # broker 3 reads offsets 0.. from broker 1
+    assert fetch_v(c, 3, topic, 2, 12).preferred_read_replica == 1
+    leader, replica = scrape(c.metrics_url(3)), scrape(c.metrics_url(1))
+    assert value(leader, "strata_chunk_proxied_reads_total") == 1
+    assert value(leader, "strata_chunk_proxied_read_bytes_total") > 0
+    assert value(leader, "strata_chunk_redirects_total") == 1
+    chunk = {"topic": topic, "partition": "0", "chunk_start": "0"}
+    assert value(replica, "strata_chunk_replica_reads_total", **chunk) == 1
+    assert value(replica, "strata_chunk_replica_read_bytes_total", **chunk) == value(
+        leader, "strata_chunk_proxied_read_bytes_total")
