@@ -58,7 +58,7 @@ def raw_exchange(url: str, data: bytes) -> bytes:
 
 def test_metrics_endpoints(cluster_factory) -> None:
     c = cluster_factory(brokers=3, broker_overrides={**METRICS, "replica.lag.time.max.ms": 2000},
-                        controller_overrides={**METRICS, "broker.session.timeout.ms": 4000})
+                        controller_overrides={**METRICS, "broker.session.timeout.ms": 6000})
     admin = AdminClient(c.rdkafka_conf())
     for f in admin.create_topics([NewTopic("m", 1, 2, config={"segment.bytes": "4096"})]).values():
         f.result(timeout=30)
