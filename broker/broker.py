@@ -105,7 +105,7 @@ class Broker:
         # diskless partitions: served by every broker
         self.diskless = DisklessService(
             self.config.node_id, self.metadata, self.replicas, self.diskless_coordinator, PeerClients(self, "diskless"),
-            diskless)
+            diskless, self.topic_stats)
         self.metadata.preparers.append(self.replicas.prepare)
         self.metadata.publishers.append(self.replicas.on_metadata)
         self.metadata.publishers.append(self.group_coordinator.on_metadata)

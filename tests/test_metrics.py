@@ -120,6 +120,17 @@ def test_metrics_endpoints(cluster_factory) -> None:
              timeout=30, what="under-replicated partitions = 0")
     assert value(scrape(url), "kafka_server_replicamanager_isrexpands_total") >= 1
 
+    # a diskless topic (last: its internal metadata partitions would count as under-replicated
+    # above): whichever broker takes the produce counts it
+    for f in admin.create_topics([NewTopic("d", 1, 1, config={"diskless.enable": "true"})]).values():
+        f.result(timeout=30)
+    for i in range(10):
+        producer.produce("d", value=b"d%d" % i, on_delivery=delivered)
+    assert producer.flush(30) == 0 and not failed
+    everywhere = [scrape(c.metrics_url(b)) for b in c.broker_ids]
+    assert sum(value(s, "kafka_server_brokertopicmetrics_messagesin_total", topic="d") for s in everywhere) == 10
+    assert sum(value(s, "kafka_server_brokertopicmetrics_bytesin_total", topic="d") for s in everywhere) > 10 * 2
+
     # bad input: answered with an HTTP error, the broker keeps serving
     assert http_status(url, "POST") == 405
     assert http_status(url.replace("/metrics", "/nope")) == 404
