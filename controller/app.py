@@ -78,6 +78,15 @@ async def run(config: ControllerConfig) -> int:
         controller.log.close()
         where = ",".join(str(x) for x in config.listeners)
         raise OSError(f"cannot listen on {where}: {e.strerror or e}") from None
+    metrics = None
+    if config.metrics_listener is not None:
+        metrics = MetricsServer([server.request_metrics.families, lambda: controller_metrics(controller.image)])
+        try:
+            await metrics.start(*config.metrics_listener)
+        except OSError:
+            await server.stop()
+            controller.log.close()
+            raise
     await apis.scram.bootstrap(list(config.bootstrap_scram))
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -88,10 +97,6 @@ async def run(config: ControllerConfig) -> int:
     ]
     if config.auto_leader_rebalance:
         background.append(loop.create_task(_rebalance_loop(apis)))
-    metrics = None
-    if config.metrics_listener is not None:
-        metrics = MetricsServer([server.request_metrics.families, lambda: controller_metrics(controller.image)])
-        await metrics.start(*config.metrics_listener)
     log.info("controller_started", listeners=",".join(bound), **report)
     await stop.wait()
     log.info("controller_stopping", exit_code=exit_code)

@@ -205,7 +205,10 @@ class MetricsServer:
         self._clients: set[asyncio.Task] = set()
 
     async def start(self, host: str, port: int) -> int:
-        self._server = await asyncio.start_server(self._serve, host, port, limit=MAX_REQUEST_HEAD)
+        try:
+            self._server = await asyncio.start_server(self._serve, host, port, limit=MAX_REQUEST_HEAD)
+        except OSError as e:
+            raise OSError(f"cannot listen on metrics.listener http://{host}:{port}: {e.strerror or e}") from None
         bound = self._server.sockets[0].getsockname()[1]
         log.info("metrics_listening", url=f"http://{host}:{bound}/metrics", port=bound)
         return bound

@@ -190,3 +190,25 @@ def test_chunk_read_metrics(cluster_factory) -> None:
     assert value(replica, "strata_chunk_replica_reads_total", **chunk) == 1
     assert value(replica, "strata_chunk_replica_read_bytes_total", **chunk) == value(
         leader, "strata_chunk_proxied_read_bytes_total")
+
+
+def test_metrics_port_in_use_stops_the_node_with_one_line(cluster_factory) -> None:
+    from tools.cluster import ClusterError
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken = f"http://127.0.0.1:{held.getsockname()[1]}"
+        c = cluster_factory(brokers=1, start=False, controller_overrides={"metrics.listener": taken})
+        with pytest.raises(ClusterError):
+            c.start(timeout=20)
+        assert c.process(CONTROLLER).wait(10) == 1
+        # the same for a broker
+        b = cluster_factory(brokers=1, start=False, broker_overrides={"metrics.listener": taken})
+        with pytest.raises(ClusterError):
+            b.start(timeout=20)
+        assert b.process(1).wait(10) == 1
+    for cl, node in ((c, CONTROLLER), (b, 1)):
+        out = cl.log_path(node).read_text()
+        assert f"cannot start: cannot listen on metrics.listener {taken}: " in out
+        assert "Traceback" not in out
