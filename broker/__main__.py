@@ -77,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokerIdTaken as e:
         print(f"broker: {e}", file=sys.stderr)
         return 1
+    except OSError as e:  # a listener's address in use or not ours
+        print(f"broker: cannot start: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from broker.controller_channel import ControllerChannel
 from broker.fetch_sessions import FetchSessionCache
 from broker.lifecycle import BrokerLifecycle
 from broker.metadata_loader import MetadataLoader
+from broker.metrics import TopicStats, collect
 from broker.producer_ids import ProducerIdManager
 from broker.quotas.manager import ClientQuotas
 from broker.replication.chunk_fetcher import ChunkFetcher
@@ -31,6 +32,7 @@ from broker.storage.errors import StorageError
 from broker.storage.log_dir import LogDir
 from metadata.image import Endpoint
 from node.loop_lag import LoopLagGauge
+from node.metrics import MetricsServer, RequestMetrics
 from node.server import FramedServer
 from protocol.generated.describe_cluster import DescribeClusterRequest
 
@@ -61,6 +63,10 @@ class Broker:
         self.producer_ids = ProducerIdManager.for_broker(self)
         # client quotas from the image's ClientQuotaRecords, enforced by the request dispatcher
         self.quotas = ClientQuotas(lambda: self.metadata.image.client_quotas, config.quota_windows)
+        self.topic_stats = TopicStats()  # counted by produce and fetch, read by /metrics
+        self.request_metrics = RequestMetrics()
+        self.metrics_server: MetricsServer | None = None
+        self.metrics_port = 0
 
     async def start(self) -> None:
         self.cluster_id = await self._discover_cluster_id()
@@ -99,7 +105,7 @@ class Broker:
         # diskless partitions: served by every broker
         self.diskless = DisklessService(
             self.config.node_id, self.metadata, self.replicas, self.diskless_coordinator, PeerClients(self, "diskless"),
-            diskless)
+            diskless, self.topic_stats)
         self.metadata.preparers.append(self.replicas.prepare)
         self.metadata.publishers.append(self.replicas.on_metadata)
         self.metadata.publishers.append(self.group_coordinator.on_metadata)
@@ -113,7 +119,7 @@ class Broker:
         self.loop_lag.start()
         self.lifecycle.start_heartbeats()
         await self.lifecycle.unfenced.wait()
-        dispatcher = RequestDispatcher(self)
+        dispatcher = self.request_metrics.wrap(RequestDispatcher(self))
         bound = []
         for lst in self.config.listeners or ():
             sec = lst.security
@@ -126,6 +132,9 @@ class Broker:
             if lst.bind == self.config.listener:
                 self.port = port
             bound.append(f"{lst.bind.listener}://{lst.bind.host}:{port} ({sec.protocol})")
+        if self.config.metrics_listener is not None:
+            self.metrics_server = MetricsServer([self.request_metrics.families, lambda: collect(self)])
+            self.metrics_port = await self.metrics_server.start(*self.config.metrics_listener)
         log.info("broker_started", listeners=",".join(bound), port=self.port, cluster_id=self.cluster_id,
                  metadata_offset=self.metadata.image.offset)
 
@@ -174,6 +183,7 @@ class Broker:
             await self.lifecycle.controlled_shutdown(timeout=10)
         steps = [
             *(("server", s.stop()) for s in self.servers),
+            ("metrics", self.metrics_server.stop() if self.metrics_server is not None else None),
             ("fetchers", self.replicas.fetchers.stop() if self.replicas is not None and self.replicas.fetchers else None),
             ("chunk_fetcher", self.replicas.chunk_fetcher.stop()
              if self.replicas is not None and self.replicas.chunk_fetcher else None),

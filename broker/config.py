@@ -8,6 +8,7 @@ from pathlib import Path
 from broker.quotas.manager import QuotaWindows
 from metadata.acls import Authorizer
 from node.config import ConfigError, Endpoint, NodeConfig
+from node.metrics import parse_listener as parse_metrics_listener
 from node.security import ClientSecurity, ListenerSecurity, authorizer, listener_security, node_client_security
 from node.server import ConnectionLimits
 
@@ -54,6 +55,7 @@ class BrokerConfig:
     inter_broker_security: ClientSecurity
     controller_security: ClientSecurity
     authorizer: Authorizer | None = None  # authorizer.class.name set: ACLs enforced on every request
+    metrics_listener: tuple[str, int] | None = None  # metrics.listener: where /metrics is served
 
     @classmethod
     def from_node_config(cls, cfg: NodeConfig) -> BrokerConfig:
@@ -110,6 +112,7 @@ class BrokerConfig:
             controller_security=node_client_security(cfg, cfg.controller_listener_names[0],
                                                      "sasl.mechanism.controller.protocol"),
             authorizer=authorizer(cfg),
+            metrics_listener=parse_metrics_listener(cfg.props.get("metrics.listener")),
         )
 
 

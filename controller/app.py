@@ -12,8 +12,10 @@ import structlog
 from controller.apis import Apis
 from controller.config import ControllerConfig
 from controller.controller import Controller, FatalError
+from controller.metrics import collect as controller_metrics
 from controller.partition_counts import PartitionDeleter
 from controller.server import ControllerServer
+from node.metrics import MetricsServer
 
 log = structlog.get_logger(__name__)
 
@@ -76,6 +78,15 @@ async def run(config: ControllerConfig) -> int:
         controller.log.close()
         where = ",".join(str(x) for x in config.listeners)
         raise OSError(f"cannot listen on {where}: {e.strerror or e}") from None
+    metrics = None
+    if config.metrics_listener is not None:
+        metrics = MetricsServer([server.request_metrics.families, lambda: controller_metrics(controller.image)])
+        try:
+            await metrics.start(*config.metrics_listener)
+        except OSError:
+            await server.stop()
+            controller.log.close()
+            raise
     await apis.scram.bootstrap(list(config.bootstrap_scram))
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -91,6 +102,8 @@ async def run(config: ControllerConfig) -> int:
     log.info("controller_stopping", exit_code=exit_code)
     for task in background:
         task.cancel()
+    if metrics is not None:
+        await metrics.stop()
     await server.stop()
     await controller.close()
     log.info("controller_stopped")

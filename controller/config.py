@@ -13,6 +13,7 @@ from pathlib import Path
 
 from metadata.acls import Authorizer
 from node.config import ConfigError, Endpoint, NodeConfig
+from node.metrics import parse_listener as parse_metrics_listener
 from node.scram import MAX_ITERATIONS, MIN_ITERATIONS
 from node.security import ClientSecurity, ListenerSecurity, authorizer, listener_security, node_client_security
 from protocol.framing import DEFAULT_MAX_FRAME
@@ -46,6 +47,7 @@ class ControllerConfig:
     bootstrap_scram: tuple[tuple[str, str, str, int], ...] = ()
     # authorizer.class.name set: every request but ApiVersions and SASL needs CLUSTER_ACTION
     authorizer: Authorizer | None = None
+    metrics_listener: tuple[str, int] | None = None  # metrics.listener: where /metrics is served
 
     @property
     def metadata_dir(self) -> Path:
@@ -105,6 +107,7 @@ class ControllerConfig:
             if broker_listener else None,
             bootstrap_scram=tuple(parse_bootstrap(cfg.props.get("bootstrap.scram.credentials", ""))),
             authorizer=authorizer(cfg),
+            metrics_listener=parse_metrics_listener(cfg.props.get("metrics.listener")),
         )
         for key, value, lo, hi in [
             ("num.partitions", out.num_partitions, 1, 2**31 - 1),

@@ -13,6 +13,7 @@ from controller.apis import Apis, handlers
 from controller.apis.api_versions import unsupported_version_response
 from metadata.acls import CLUSTER, CLUSTER_ACTION, CLUSTER_NAME
 from node.authz import ALWAYS, deny_items, log_denied
+from node.metrics import RequestMetrics
 from node.security import ListenerSecurity
 from node.server import Connection, ConnectionLimits, FramedServer
 from protocol.errors import Errors, ProtocolError
@@ -30,6 +31,7 @@ class ControllerServer:
         apis.served = {k: (lo, hi) for k, (lo, hi, _) in self.table.items()}
         self.max_request_bytes = max_request_bytes
         self.listeners: list[FramedServer] = []
+        self.request_metrics = RequestMetrics()
 
     async def handle(self, frame: bytes, conn: Connection) -> list | None:
         try:
@@ -68,7 +70,7 @@ class ControllerServer:
         # Brokers multiplex heartbeats, AlterPartition and forwarded admin requests on one
         # connection: a heartbeat must not wait behind a slow forwarded request, so the controller
         # keeps a deep pipeline per connection (its peers are few and trusted).
-        framed = FramedServer(self.handle, max_frame=self.max_request_bytes,
+        framed = FramedServer(self.request_metrics.wrap(self.handle), max_frame=self.max_request_bytes,
                               limits=ConnectionLimits(max_in_flight=CONTROLLER_PIPELINE, idle_ms=None),
                               security=security)
         port = await framed.start(host, port)

@@ -41,7 +41,26 @@ def mounts(service: dict) -> dict[str, str]:
 
 
 def test_services(compose: dict) -> None:
-    assert set(compose["services"]) == set(EXPECTED) == {"controller", "broker-1", "broker-2", "broker-3"}
+    default = {n for n, s in compose["services"].items() if not s.get("profiles")}
+    assert default == set(EXPECTED) == {"controller", "broker-1", "broker-2", "broker-3"}
+
+
+def test_metrics_profile_scrapes_every_node(compose: dict) -> None:
+    """`docker compose --profile metrics` adds Prometheus, scraping each node's metrics.listener."""
+    prom = compose["services"]["prometheus"]
+    assert prom["profiles"] == ["metrics"]
+    source = mounts(prom)["/etc/prometheus/prometheus.yml"]
+    config = yaml.safe_load((ROOT / source).read_text())
+    [job] = config["scrape_configs"]
+    assert job["metrics_path"] == "/metrics"
+    [static] = job["static_configs"]
+    wanted = set()
+    for name, props in EXPECTED.items():
+        m = re.fullmatch(r"http://0\.0\.0\.0:(\d+)", props["metrics.listener"])
+        assert m, f"{name}: metrics.listener should listen on all interfaces of its container"
+        wanted.add(f"{name}:{m.group(1)}")
+    assert set(static["targets"]) == wanted
+    assert set(prom.get("depends_on") or []) == set(EXPECTED)
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))

@@ -24,6 +24,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -187,6 +188,17 @@ def fixed_ports(brokers: int, port_base: int = DEFAULT_PORT_BASE) -> tuple[int, 
     return port_base - 1, {i: port_base + i - 1 for i in range(1, brokers + 1)}
 
 
+DOCKER_METRICS_PORT = 9404  # the JMX exporter's customary port
+
+
+def prometheus_config(node_names: list[str]) -> str:
+    """prometheus.yml of the compose `metrics` profile: scrape every node's /metrics."""
+    targets = ", ".join(f'"{n}:{DOCKER_METRICS_PORT}"' for n in node_names)
+    return ("global:\n  scrape_interval: 10s\n"
+            "scrape_configs:\n  - job_name: strata\n    metrics_path: /metrics\n"
+            f"    static_configs:\n      - targets: [{targets}]\n")
+
+
 def docker_configs(
     brokers: int = 3,
     *,
@@ -199,6 +211,9 @@ def docker_configs(
     listens on all interfaces of its container on a port distinct across the cluster (so the
     ports can be published 1:1 and a host client that resolves the service names reaches them)."""
     controller_port, broker_ports = fixed_ports(brokers, port_base)
+    # every node serves /metrics on the same port of its own container (the `metrics` profile's
+    # Prometheus scrapes them by service name)
+    metrics = {"metrics.listener": f"http://0.0.0.0:{DOCKER_METRICS_PORT}"}
     return node_configs(
         brokers=brokers,
         controller_port=controller_port,
@@ -206,8 +221,8 @@ def docker_configs(
         host_of=lambda name: name,
         bind_host_of=lambda name: "0.0.0.0",
         dir_of=lambda name: DOCKER_DATA_DIR,
-        broker_overrides=broker_overrides,
-        controller_overrides=controller_overrides,
+        broker_overrides={**metrics, **(broker_overrides or {})},
+        controller_overrides={**metrics, **(controller_overrides or {})},
         per_broker_overrides=per_broker_overrides,
     )
 
@@ -463,6 +478,14 @@ class Cluster:
 
     def log_path(self, node: int | str) -> Path:
         return self.base_dir / f"{node_name(node)}.log"
+
+    def metrics_url(self, node: int | str) -> str:
+        """Where the running node serves /metrics (``metrics.listener`` set, its port perhaps 0):
+        the port it logged last (metrics_listening) since its last start."""
+        found = re.findall(r"metrics_listening\b.*?\bport=(\d+)", self.log_path(node).read_text(errors="replace"))
+        if not found:
+            raise ClusterError(f"{node_name(node)} logged no metrics_listening (is metrics.listener set?)")
+        return f"http://{self.host}:{found[-1]}/metrics"
 
     # ---- configs
     def generate_configs(self) -> dict[str, dict[str, str]]:

@@ -24,6 +24,7 @@ from tools.cluster import (
     Cluster,
     ClusterError,
     docker_configs,
+    prometheus_config,
     render_properties,
 )
 
@@ -40,6 +41,11 @@ def emit_docker(out_dir: Path, brokers: int, port_base: int) -> list[Path]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(render_properties(props, DOCKER_HEADER))
         written.append(path)
+    path = out_dir / "prometheus" / "prometheus.yml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = "".join(f"# {line}\n" for line in DOCKER_HEADER.splitlines())
+    path.write_text(header + prometheus_config(list(docker_configs(brokers, port_base=port_base))))
+    written.append(path)
     return written
 
 

@@ -124,6 +124,7 @@ async def _read(b, image, parts: OrderedDict, req, replica_id: int, by_id: bool,
                 errors = True  # answer at once: the follower must truncate before fetching on
             elif ans.size:
                 pd.records = ans.records
+                b.topic_stats.fetched(name, ans.size, replica_id)
                 total += ans.size
                 remaining -= ans.size
             elif ans.wait:

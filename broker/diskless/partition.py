@@ -29,6 +29,7 @@ from broker.diskless.object_store import ObjectStoreError, open_object_store
 from broker.diskless.orphans import OrphanScanner
 from broker.diskless.reader import BlockCache, read_batches
 from broker.diskless.wal import WalWriter
+from broker.metrics import TopicStats
 from broker.partitions.interface import AppendAnswer, FetchPosition, OffsetAnswer, ReadAnswer, answered
 from broker.replication.peers import PeerClients
 from broker.storage.batch_validation import validate_client_batches
@@ -80,10 +81,12 @@ class DisklessPartition:
                 set_log_append_time(data, pos, h, now_ms)
         fut = self.s.wal.append(self.topic.id, self.info.partition, bytes(data), [h for _, h in batches],
                                 ts_type, now_ms)
-        return self._answer(fut)
+        return self._answer(fut, sum(h.record_count for _, h in batches), len(records))
 
-    async def _answer(self, fut: asyncio.Future) -> AppendAnswer:
+    async def _answer(self, fut: asyncio.Future, messages: int, size: int) -> AppendAnswer:
         r: BatchResult = await fut
+        if r.error_code == 0:
+            self.s.topic_stats.produced(self.topic.name, messages, size)
         return AppendAnswer(r.error_code, r.error_message, r.base_offset, r.log_append_time, r.log_start_offset)
 
     # ------------------------------------------------------------------ fetch
@@ -159,7 +162,7 @@ class DisklessPartition:
 
 class DisklessService:
     def __init__(self, node_id: int, metadata: Any, replicas: Any, coordinator: DisklessCoordinator,
-                 peers: PeerClients, config: DisklessConfig) -> None:
+                 peers: PeerClients, config: DisklessConfig, topic_stats: TopicStats | None = None) -> None:
         """`metadata`: the broker's metadata loader (.image); `replicas`: the ReplicaManager (topic
         configs, which coordinator partitions are here); `coordinator`: this broker's own diskless
         coordinator (called without the network); `peers`: PeerClients with purpose "diskless"
@@ -167,6 +170,7 @@ class DisklessService:
         self.node_id = node_id
         self.metadata = metadata
         self.replicas = replicas
+        self.topic_stats = topic_stats if topic_stats is not None else TopicStats()  # produce counters, /metrics
         self.location = open_object_store(config.storage_url, endpoint=config.s3_endpoint, region=config.s3_region)
         self.peers = peers
         self.client = CoordinatorClient(node_id, metadata, peers, coordinator, replicas)

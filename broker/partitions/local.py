@@ -55,6 +55,7 @@ class LocalPartition:
                 b.log_produce_error(name, p.index, e)
             return answered(AppendAnswer(e.error_code, str(e), record_errors=list(e.record_errors)))
         answer = AppendAnswer(0, None, info.first_offset, info.log_append_time, p.log.log_start_offset)
+        b.topic_stats.produced(name, info.last_offset - info.first_offset + 1, len(records))
         p.notify_data()
         p.maybe_advance_high_watermark()
         # already replicated (a single in-sync replica): answer now, without a task per wait

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from broker.metrics import ChunkReadCounts
 from broker.replication.chunk_replica import ChunkReplica
 from broker.replication.peers import PeerClients
 from broker.storage.errors import StorageError
@@ -81,6 +82,7 @@ class ChunkReads:
         self._chunk_max_ts: dict[tuple, int] = {}
         # connection -> {(topic, partition): (offset redirected, when)}
         self._redirected: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.counts = ChunkReadCounts()  # read by /metrics
 
     async def close(self) -> None:
         await self.peers.close()
@@ -229,6 +231,7 @@ class ChunkReads:
                     R.AbortedTransaction(producer_id=pid, first_offset=first)
                     for pid, first in lg.aborted_transactions(sp.fetch_offset, fi.end_offset)
                 ]
+        self.counts.served(cr.topic, idx, cr.start, fi.total_bytes)
         log.info("chunk_read", topic=cr.topic, partition=idx, chunk_start=cr.start, offset=sp.fetch_offset,
                  bytes=fi.total_bytes, client=ctx.client_id)
         return pd
@@ -246,6 +249,7 @@ class ChunkReads:
             if ctx.connection is not None:
                 seen = self._redirected.setdefault(ctx.connection, {})
                 seen[(info.name, idx)] = (offset, time.monotonic())
+        self.counts.redirects += 1
         log.info("chunk_redirect", topic=info.name, partition=idx, offset=offset, to=to,
                  chunk_start=chunk.start_offset if chunk is not None else None, client=ctx.client_id,
                  api_version=ctx.api_version)
@@ -294,6 +298,7 @@ class ChunkReads:
                 pd.last_stable_offset = _lso(p.log)
             else:
                 pd.high_watermark, pd.last_stable_offset = got.high_watermark, got.last_stable_offset
+            self.counts.proxied(_size(pd.records))
             log.info("chunk_proxy_read", topic=x.topic, partition=x.index, chunk_start=x.chunk.start_offset,
                      offset=x.offset, bytes=_size(pd.records), source=src, client=ctx.client_id,
                      api_version=ctx.api_version)

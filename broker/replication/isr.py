@@ -28,6 +28,7 @@ class IsrManager:
         self._inflight: set[tuple[str, int]] = set()
         self._task: asyncio.Task | None = None
         self._stopping = False
+        self.changes: dict[str, int] = {}  # "shrink"/"expand" -> ISR changes committed
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._shrink_loop())
@@ -93,6 +94,7 @@ class IsrManager:
             log.info("isr_changed", topic=p.topic, partition=p.index, why=why, isr=list(part.isr),
                      partition_epoch=part.partition_epoch)
             p.apply_isr(tuple(part.isr), part.partition_epoch)
+            self.changes[why] = self.changes.get(why, 0) + 1  # /metrics: isrshrinks, isrexpands
             settled = True
         finally:
             self._inflight.discard(key)

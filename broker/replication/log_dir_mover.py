@@ -92,6 +92,8 @@ class LogDirMover:
         self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="replica-move")
         self._slots: asyncio.Semaphore | None = None
         self.moves: dict[Key, Move] = {}
+        self.completed = 0  # moves done and their bytes, for /metrics
+        self.completed_bytes = 0
 
     # ---- requests
     def start(self, key: Key, src: LogDir, dest: LogDir) -> Move:
@@ -149,6 +151,7 @@ class LogDirMover:
                     if left <= CATCH_UP_BYTES or copied == 0:
                         break
                 swapped = await self._swap(m)
+            self.completed, self.completed_bytes = self.completed + 1, self.completed_bytes + m.copied_bytes
             log.info("replica_move_completed", topic=m.key[0], partition=m.key[1], chunk_start=m.key[2],
                      destination=str(m.dest.path), bytes=m.copied_bytes, seconds=round(time.monotonic() - started, 3))
         except (MoveStopped, asyncio.CancelledError):

@@ -73,6 +73,7 @@ from broker.storage.producer_state import (
 )
 from broker.storage.segment import BatchSpan, CorruptSegmentError, LogSegment
 from broker.storage.txn_index import AbortedTxn
+from node.metrics import Histogram
 from protocol.errors import ProtocolError
 from protocol.records.batch import BatchHeader, set_base_offset, set_log_append_time, set_partition_leader_epoch
 from protocol.records.codec import decode_batches
@@ -94,6 +95,8 @@ def _wall_clock_ms() -> int:
 # rolled, often on the event loop, never waits for a disk sync. A thread, not a pool: fsyncs of one
 # disk do not go faster side by side, and one thread keeps the recovery point moving in order.
 _background_flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-flush")
+# the flushes' durations in ms (Kafka's LogFlushRateAndTimeMs); written by that one thread only
+FLUSH_TIMES_MS = Histogram()
 
 
 class AppendOrigin(enum.Enum):
@@ -815,8 +818,10 @@ class Log:
         self._flush_done = _background_flusher.submit(self._background_flush, offset)
 
     def _background_flush(self, offset: int) -> None:
+        started = time.perf_counter()
         try:
             self.flush(offset)
+            FLUSH_TIMES_MS.observe((time.perf_counter() - started) * 1000)
         except StorageError as exc:  # logged by _io_failure when it is an I/O error; a closed log is fine
             log.debug("background_flush_skipped", dir=str(self.dir), error=str(exc))
 
