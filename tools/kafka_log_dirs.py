@@ -21,7 +21,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from tools.admin import Admin, AdminError, admin_for, run_tool
+from tools.admin import Admin, AdminError, ToolArgumentParser, admin_for, run_tool
 from tools.log_dirs import ANY_LOG_DIR, DirInfo, broker_addresses, describe_dirs
 
 MAX_BALANCE_MOVES = 10_000
@@ -141,9 +141,9 @@ async def run(a: argparse.Namespace) -> None:
         print(json.dumps({"version": 1, "partitions": entries}, separators=(",", ":")))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="kafka-log-dirs.sh",
-                                 description="Query the log dirs of brokers, or propose moves that balance them.")
+def build_parser() -> ToolArgumentParser:
+    ap = ToolArgumentParser(prog="kafka-log-dirs.sh",
+                            description="Query the log dirs of brokers, or propose moves that balance them.")
     ap.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]", help="brokers to connect to")
     actions = ap.add_mutually_exclusive_group(required=True)
     actions.add_argument("--describe", action="store_true", help="describe the log dirs and their replicas")
