@@ -525,6 +525,12 @@ STRUCT_ORACLE_DEFECTS = {
     ("aiokafka", "ListOffsetsRequest", 5),
     # kafka.protocol.old declares DescribeLogDirs v0 Partitions as one Int32; Kafka's is []int32.
     ("kafka-python-old", "DescribeLogDirsRequest", 0),
+    # both declare DescribeAcls v2 as v1's layout; Kafka's v2 is its first flexible version
+    # (compact strings, tagged fields), as the kio oracle and Kafka's clients encode it.
+    ("aiokafka", "DescribeAclsRequest", 2),
+    ("aiokafka", "DescribeAclsResponse", 2),
+    ("kafka-python-old", "DescribeAclsRequest", 2),
+    ("kafka-python-old", "DescribeAclsResponse", 2),
 }
 
 
