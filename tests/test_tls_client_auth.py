@@ -18,7 +18,7 @@ from node.client import NodeClient
 from protocol.errors import Errors
 from protocol.generated.metadata import MetadataRequest
 from protocol.generated.write_txn_markers import WriteTxnMarkersRequest
-from tests.conftest import ROOT
+from tests.conftest import ROOT, wait_for
 from tools.certs import make_certs
 from tools.cluster import Cluster
 
@@ -109,7 +109,8 @@ def test_certificate_of_another_ca_fails_the_handshake(mtls, tmp_path):
         except (ssl.SSLError, ConnectionResetError, BrokenPipeError):
             closed = True
     assert closed
-    assert "tls_handshake_failed" in Path(c.log_path(1)).read_text()
+    # the broker logs it as its side of the handshake ends: maybe a moment after our read did
+    wait_for(lambda: "tls_handshake_failed" in Path(c.log_path(1)).read_text(), 10, "the broker to log the failure")
 
     async def still_serving():
         async with NodeClient(c.host, c.broker_port(1), security=c.client_security()) as cl:
