@@ -183,7 +183,7 @@ def main() -> int:
     for brokers, key, label in ((1, "strata1", "strata 1 broker"), (3, "strata3", "strata 3 brokers RF 3")):
         if key in wanted:
             for i, (suffix, root) in enumerate(trees):
-                systems.append((label + suffix, lambda b=brokers, r=root, d=f"{key}-{i}": Strata(work / d, b, r, None if r else overrides)))
+                systems.append((label + suffix, lambda b=brokers, r=root, d=f"{key}-{i}": Strata(work / d, b, code_root=r, overrides=None if r else overrides)))
         if key == "strata1" and "tansu" in wanted:
             binary = find_tansu()
             if binary is None:
