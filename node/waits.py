@@ -10,7 +10,7 @@ step saved there is latency saved under load.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
 import structlog
@@ -47,6 +47,22 @@ def read_next_step(transport: asyncio.Transport, still_wanted: Callable[[], bool
 def _resume(transport: asyncio.Transport, still_wanted: Callable[[], bool]) -> None:
     if still_wanted() and not transport.is_closing():
         transport.resume_reading()
+
+
+class Suspended(RuntimeError):
+    """run_now's coroutine would have waited."""
+
+
+def run_now(coro: Coroutine[Any, Any, Any]) -> Any:
+    """The result of `coro`, run in this call: for a coroutine that finishes without waiting
+    (e.g. a Fetch's reads of local replicas), so that a synchronous call (a data waiter) can run
+    it. Raises Suspended, and closes `coro`, if it would have waited."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    coro.close()
+    raise Suspended("the coroutine waited")
 
 
 def _expire(fut: asyncio.Future, expired: Any) -> None:

@@ -9,17 +9,23 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
 
 from broker.apis import RequestContext, api
 from broker.apis.leadership import serving_partition
 from broker.fetch_sessions import FetchSessionError, SessionPartition
 from broker.partitions.interface import FetchPosition
 from broker.replication.chunk_reads import ChunkAnswers
-from node.waits import wait_within
+from node.waits import Eventual, Suspended, run_now, wait_within
 from protocol.errors import Errors
 from protocol.generated.fetch import FetchResponse
 
 R = FetchResponse
+log = structlog.get_logger(__name__)
 READ_COMMITTED = 1
 
 
@@ -30,10 +36,9 @@ def _replica_id(req, version: int) -> int:
 
 
 @api(1, 4, 17)
-async def fetch(ctx: RequestContext, req) -> FetchResponse:
+async def fetch(ctx: RequestContext, req) -> FetchResponse | Eventual:
     b = ctx.broker
     v = ctx.api_version
-    image = b.metadata.image
     by_id = v >= 13
     requested: OrderedDict = OrderedDict()
     for t in req.topics:
@@ -57,27 +62,102 @@ async def fetch(ctx: RequestContext, req) -> FetchResponse:
     deadline = loop.time() + max(req.max_wait_ms, 0) / 1000
     # partitions answered from inactive chunks (served here, redirected or proxied); the rest below
     chunk = await b.chunk_reads.serve_fetch(ctx, parts, req, replica_id, by_id, _budget(req))
+
+    def read() -> Coroutine[Any, Any, _Read]:
+        return _read(b, b.metadata.image, parts, req, replica_id, by_id, full, chunk)
+
+    def complete(r: _Read) -> bool:
+        return r.total >= req.min_bytes or r.errors or chunk.answer_now or loop.time() >= deadline or not r.wait_on
+
     while True:
-        image = b.metadata.image
-        topics, total, wait_on, errors, sent = await _read(b, image, parts, req, replica_id, by_id, full, chunk)
-        if total >= req.min_bytes or errors or chunk.answer_now or loop.time() >= deadline or not wait_on:
-            break
+        r = await read()
+        if complete(r):
+            return _finish(b, session, r)
+        if r.at_once:
+            return _long_poll(b, session, read, complete, r.wait_on, deadline)
         fut = loop.create_future()
-        for p in wait_on:
+        for p in r.wait_on:
             p.add_data_waiter(fut)
         await wait_within(fut, deadline - loop.time(), False)
-    for sp, pd in sent:  # what the client now knows, for the next incremental response
+
+
+def _finish(b, session, r: _Read) -> FetchResponse:
+    for sp, pd in r.sent:  # what the client now knows, for the next incremental response
         sp.last_high_watermark, sp.last_log_start, sp.last_stable_offset = (
             pd.high_watermark, pd.log_start_offset, pd.last_stable_offset)
     b.fetch_sessions.finish(session)
-    return R(responses=topics, session_id=session.id if session is not None else 0)
+    return R(responses=r.topics, session_id=session.id if session is not None else 0)
+
+
+def _long_poll(b, session, read: Callable[[], Coroutine[Any, Any, _Read]], complete: Callable[[_Read], bool],
+               wait_on: list, deadline: float) -> Eventual:
+    """The long poll of a Fetch whose partitions all read at once (local replicas): the partition
+    that gets data (an append, a high watermark move) reads again in its own call and the answer
+    goes out from there. A follower's long poll is then answered in the very step that appended
+    the leader's batch, not a loop step later behind other connections' work."""
+    loop = asyncio.get_running_loop()
+    answer = Eventual()
+
+    def attempt(final: bool) -> None:
+        if answer.done():
+            return
+        try:
+            r = run_now(read())
+        except Suspended:  # a partition now reads by waiting (it moved): finish in a task
+            loop.create_task(_read_then_answer(b, session, read, answer)).add_done_callback(_log_failure)
+            timer.cancel()
+            return
+        except Exception as e:
+            timer.cancel()
+            answer.set_exception(e)
+            return
+        if final or complete(r):
+            timer.cancel()
+            answer.set_result(_finish(b, session, r))
+        else:
+            park(r.wait_on)
+
+    def park(partitions: list) -> None:
+        wake = Eventual()  # one wake for all: the first partition with data settles it
+        wake.on_done(lambda _: attempt(False))
+        for p in partitions:
+            p.add_data_waiter(wake)
+
+    park(wait_on)
+    timer = loop.call_later(max(0.0, deadline - loop.time()), attempt, True)
+    return answer
+
+
+async def _read_then_answer(b, session, read, answer: Eventual) -> None:
+    try:
+        r = await read()
+    except Exception as e:
+        answer.set_exception(e)
+    else:
+        answer.set_result(_finish(b, session, r))
+
+
+def _log_failure(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("fetch_long_poll_failed", error=repr(task.exception()))
 
 
 def _budget(req) -> int:
     return req.max_bytes if req.max_bytes > 0 else 2**31 - 1
 
 
-async def _read(b, image, parts: OrderedDict, req, replica_id: int, by_id: bool, full: bool, chunk: ChunkAnswers):
+@dataclass(slots=True)
+class _Read:
+    topics: list
+    total: int
+    wait_on: list  # partitions with nothing to read yet: a long poll waits on them
+    errors: bool
+    sent: list  # (session partition, data) of the partitions in the answer
+    at_once: bool  # no partition's read waited: the read can be repeated from a synchronous call
+
+
+async def _read(b, image, parts: OrderedDict, req, replica_id: int, by_id: bool, full: bool,
+                chunk: ChunkAnswers) -> _Read:
     is_follower = replica_id >= 0
     remaining = _budget(req) - chunk.bytes
     total = chunk.bytes
@@ -149,4 +229,4 @@ async def _read(b, image, parts: OrderedDict, req, replica_id: int, by_id: bool,
             if not by_id:
                 t.topic_id = R.FetchableTopicResponse().topic_id
         t.partitions.append(pd)
-    return list(by_topic.values()), total, wait_on, errors, sent
+    return _Read(list(by_topic.values()), total, wait_on, errors, sent, at_once=not waits)
