@@ -12,7 +12,7 @@ from typing import Any
 
 from node.scram import PLAIN, AuthenticationError, ScramClient
 from node.security import PLAINTEXT_CLIENT, ClientSecurity
-from node.waits import READ_SLICE, read_next_step, wait_within
+from node.waits import READ_SLICE, Eventual, read_next_step, wait_within
 from protocol.errors import ProtocolError
 from protocol.framing import DEFAULT_MAX_FRAME, FrameReader, frame
 from protocol.generated import REQUESTS, RESPONSES
@@ -114,9 +114,7 @@ class NodeClient:
     async def request(
         self, body: Any, version: int | None = None, *, timeout: float | None = None, expect_response: bool = True
     ) -> Any:
-        proto = self._protocol
-        if proto is None or self._closed or proto.transport.is_closing():
-            raise ClientError(f"not connected to {self.host}:{self.port}")
+        proto = self._writable()
         key = body.API_KEY
         if self._reauth_at and key not in (17, 36) and asyncio.get_running_loop().time() >= self._reauth_at:
             async with self._reauth_lock:
@@ -144,6 +142,36 @@ class NodeClient:
         finally:
             if fut is not None:
                 self._pending.pop(cid, None)
+
+    def send_nowait(self, body: Any, version: int, *, timeout: float | None = None) -> Eventual | None:
+        """`request`, for a caller that continues in the read callback: the response (or a
+        ClientError) settles the returned Eventual there, a loop step before an awaiting task
+        would see it. None when the request cannot go out without waiting (a re-authentication
+        is due, or the socket's buffer is full): use `request` then."""
+        proto = self._writable()
+        loop = asyncio.get_running_loop()
+        if proto.write_paused or (self._reauth_at and loop.time() >= self._reauth_at):
+            return None
+        key = body.API_KEY
+        cid = next(self._ids) & 0x7FFFFFFF
+        ev = Eventual()
+        self._pending[cid] = (ev, key, version)
+        timer = loop.call_later(timeout or self.timeout, ev.set_exception,
+                                ClientError(f"{RESPONSES[key].NAME} to {self.host}:{self.port} timed out"))
+
+        def settled(_: Eventual) -> None:
+            timer.cancel()
+            self._pending.pop(cid, None)
+
+        ev.on_done(settled)
+        proto.transport.writelines(frame(encode_request(body, version, cid, self.client_id)))
+        return ev
+
+    def _writable(self) -> _ClientProtocol:
+        proto = self._protocol
+        if proto is None or self._closed or proto.transport.is_closing():
+            raise ClientError(f"not connected to {self.host}:{self.port}")
+        return proto
 
     def _answer(self, f: memoryview) -> None:
         """One response frame: resolve its request's future right here, in the read callback

@@ -22,6 +22,7 @@ from broker.storage.errors import StorageError
 from metadata.image import Endpoint
 from node.client import ClientError, NodeClient
 from node.shutdown import stop_task
+from node.waits import Eventual
 from protocol.errors import Errors
 from protocol.generated.fetch import FetchRequest
 
@@ -30,6 +31,7 @@ BACKOFF_S = 0.2
 CATCH_UP_WAIT_MS = 20  # the catch-up lane's max wait
 QUIET_S = 1.0  # a catch-up partition that brought little for this long goes back to the tail lane
 Key = tuple[str, int]
+_RECONNECT, _BACKOFF = "reconnect", "backoff"  # how a lane's chain of fetches ended
 
 
 class _Lane:
@@ -185,34 +187,104 @@ class ReplicaFetcher:
             if client is None:
                 await asyncio.sleep(BACKOFF_S)
                 continue
-            lane.in_flight = {(p.topic, p.index) for p in parts}
             try:
                 version = client.version_for(FetchRequest.API_KEY)
-                resp = await client.request(self._request(version, parts, lane.max_wait_ms), version, timeout=30)
             except ClientError as e:
                 log.debug("follower_fetch_failed", leader=self.leader_id, lane=lane.name, error=str(e))
-                self._cycle_done(lane)
                 await client.close()
                 await asyncio.sleep(BACKOFF_S)
                 continue
-            if resp.error_code:
-                self._cycle_done(lane)
+            chain = asyncio.get_running_loop().create_future()
+            self._send(lane, client, version, parts, chain)
+            outcome = await chain
+            if outcome == _RECONNECT:
+                await client.close()
+            if outcome in (_RECONNECT, _BACKOFF):
                 await asyncio.sleep(BACKOFF_S)
-                continue
-            backoff = False
-            by_key = {(p.topic, p.index): p for p in parts}
-            by_id = {(p.topic_id, p.index): p for p in parts}
-            for t in resp.responses:
-                for pd in t.partitions:
-                    p = by_id.get((t.topic_id, pd.partition_index)) if version >= 13 else by_key.get((t.topic, pd.partition_index))
-                    if p is None or self.partitions.get((p.topic, p.index)) is not p or p.swapping:
-                        continue  # no longer ours to follow from this leader, or moving dirs: fetched again
-                    if not self._handle(p, pd):
-                        backoff = True
-                    self._sort(lane, p, len(pd.records) if pd.records else 0)
-            self._cycle_done(lane)
-            if backoff:
-                await asyncio.sleep(BACKOFF_S)
+
+    def _send(self, lane: _Lane, client: NodeClient, version: int, parts: list[Partition],
+              chain: asyncio.Future) -> None:
+        """One Fetch of `lane`. Its answer is applied in the connection's read callback, and the
+        next Fetch goes out from there while the lane's partitions stay as they are: a follower's
+        acks=all round trip (answer in, appended, next Fetch out) then costs no loop step here.
+        `chain` gets how the chain ended, and the lane's task takes over."""
+        lane.in_flight = {(p.topic, p.index) for p in parts}
+        request = self._request(version, parts, lane.max_wait_ms)
+        try:
+            answer = client.send_nowait(request, version, timeout=30)
+        except ClientError as e:
+            self._ended(lane, chain, _RECONNECT, e)
+            return
+        if answer is None:  # cannot go out at once (socket buffer full, re-authentication due)
+            asyncio.get_running_loop().create_task(self._send_later(lane, client, version, request, parts, chain))
+            return
+        answer.on_done(lambda ev: self._answered(lane, client, version, parts, ev, chain))
+
+    async def _send_later(self, lane: _Lane, client: NodeClient, version: int, request: FetchRequest,
+                          parts: list[Partition], chain: asyncio.Future) -> None:
+        answer = Eventual()
+        try:
+            answer.set_result(await client.request(request, version, timeout=30))
+        except ClientError as e:
+            answer.set_exception(e)
+        self._answered(lane, client, version, parts, answer, chain)
+
+    def _answered(self, lane: _Lane, client: NodeClient, version: int, parts: list[Partition], answer: Eventual,
+                  chain: asyncio.Future) -> None:
+        try:
+            resp = answer.result()
+        except ClientError as e:
+            self._ended(lane, chain, _RECONNECT, e)
+            return
+        if resp.error_code:
+            self._ended(lane, chain, _BACKOFF)
+            return
+        try:
+            backoff = self._apply(lane, version, parts, resp)
+        except Exception:  # a bug must not leave the lane waiting for a chain that ended
+            log.exception("follower_fetch_apply_failed", leader=self.leader_id, lane=lane.name)
+            self._ended(lane, chain, _BACKOFF)
+            return
+        self._cycle_done(lane)
+        stop = backoff or self._stopping or chain.done() or not client.connected
+        nxt = None if stop else self._parts_now(lane)
+        if nxt is not None:
+            self._send(lane, client, version, nxt, chain)
+        elif not chain.done():
+            chain.set_result(_BACKOFF if backoff else None)
+
+    def _ended(self, lane: _Lane, chain: asyncio.Future, outcome: str, error: Exception | None = None) -> None:
+        if error is not None:
+            log.debug("follower_fetch_failed", leader=self.leader_id, lane=lane.name, error=str(error))
+        self._cycle_done(lane)
+        if not chain.done():
+            chain.set_result(outcome)
+
+    def _parts_now(self, lane: _Lane) -> list[Partition] | None:
+        """The lane's next partitions when nothing needs the lane's task: no lane moves pending,
+        no throttle pause, none of them in the other lane's request. None otherwise."""
+        if self._handover or self.throttle.pause():
+            return None
+        other = self.catch_up if lane is self.tail else self.tail
+        mine = [k for k, ln in self._lane_of.items() if ln is lane]
+        if not mine or any(k in other.in_flight for k in mine):
+            return None
+        return [self.partitions[k] for k in mine if k in self.partitions]
+
+    def _apply(self, lane: _Lane, version: int, parts: list[Partition], resp) -> bool:
+        """Apply a Fetch answer to its partitions; True asks for a backoff."""
+        backoff = False
+        by_key = {(p.topic, p.index): p for p in parts}
+        by_id = {(p.topic_id, p.index): p for p in parts}
+        for t in resp.responses:
+            for pd in t.partitions:
+                p = by_id.get((t.topic_id, pd.partition_index)) if version >= 13 else by_key.get((t.topic, pd.partition_index))
+                if p is None or self.partitions.get((p.topic, p.index)) is not p or p.swapping:
+                    continue  # no longer ours to follow from this leader, or moving dirs: fetched again
+                if not self._handle(p, pd):
+                    backoff = True
+                self._sort(lane, p, len(pd.records) if pd.records else 0)
+        return backoff
 
     def _cycle_done(self, lane: _Lane) -> None:
         lane.in_flight = set()
