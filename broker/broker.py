@@ -64,7 +64,7 @@ class Broker:
         # client quotas from the image's ClientQuotaRecords, enforced by the request dispatcher
         self.quotas = ClientQuotas(lambda: self.metadata.image.client_quotas, config.quota_windows)
         self.topic_stats = TopicStats()  # counted by produce and fetch, read by /metrics
-        self.request_metrics = RequestMetrics()
+        self.request_metrics = RequestMetrics(split_fetch=True)
         self.metrics_server: MetricsServer | None = None
         self.metrics_port = 0
 

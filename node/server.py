@@ -151,7 +151,8 @@ class Connection(asyncio.Protocol):
         self.peer = "?"
         self.ip = "?"
         self.transport: asyncio.Transport | None = None
-        self.queue: collections.deque[tuple[bytes, bool, int]] = collections.deque()  # (frame, control, size)
+        # (frame, control, size, the loop time its bytes were read)
+        self.queue: collections.deque[tuple[bytes, bool, int, float]] = collections.deque()
         self.pending: collections.deque[tuple[asyncio.Task, int]] = collections.deque()  # (task, size)
         # their sizes summed as they change (a client pipelining 20,000 ListOffsets made a sum per frame quadratic)
         self.queued_bytes = 0
@@ -166,6 +167,8 @@ class Connection(asyncio.Protocol):
         self.muted_until = 0.0
         self.in_ready = False
         self.last_active = 0.0
+        self.request_read_at = 0.0  # of the request whose handler is starting (see _serve)
+        self.request_control = False
         # bytes this connection holds against the server's budget: queued and in-flight frames
         # plus the reservation for the frame being read
         self.held = 0
@@ -232,7 +235,7 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
-        self.last_active = asyncio.get_running_loop().time()
+        self.last_active = now = asyncio.get_running_loop().time()
         try:
             frames = self.reader.feed(data)
         except ProtocolError as e:
@@ -242,7 +245,7 @@ class Connection(asyncio.Protocol):
         for f in frames:
             size = len(f) + 4
             control = classify(f) if classify is not None else False
-            self.queue.append((f, control, size))
+            self.queue.append((f, control, size, now))
             self.queued_bytes += size
         if frames:
             self.partial_reserved = 0  # the reserved frame is complete: now counted as queued
@@ -287,16 +290,19 @@ class Connection(asyncio.Protocol):
         )
 
     def start_next(self) -> None:
-        f, _, size = self.queue.popleft()
-        task = asyncio.get_running_loop().create_task(self._serve(f))
+        f, control, size, read_at = self.queue.popleft()
+        task = asyncio.get_running_loop().create_task(self._serve(f, control, read_at))
         self.queued_bytes -= size
         self.pending.append((task, size))
         self.pending_bytes += size
         task.add_done_callback(self._flush)  # a failed or cancelled request
 
-    async def _serve(self, f: bytes) -> None:
+    async def _serve(self, f: bytes, control: bool, read_at: float) -> None:
         # The answer goes out from the request's own task, not from a done callback a loop
         # step later (a step that, on a busy loop, waits behind other connections' I/O).
+        # What the handler may read before its first await (the request metrics do): when its
+        # request was read off the socket and whether it is control-plane traffic.
+        self.request_read_at, self.request_control = read_at, control
         auth = self.auth
         if auth is not None and auth.intercepts(f):
             parts = auth.handle(f)
