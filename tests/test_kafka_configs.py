@@ -266,3 +266,32 @@ def test_unreachable_cluster_is_one_line() -> None:
     r = subprocess.run([SCRIPT, "--bootstrap-server", f"127.0.0.1:{port}", "--timeout", "2", "--describe",
                         "--topic", "t"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and len(r.stderr.splitlines()) == 1 and r.stderr.startswith("Error: "), r.stderr
+
+
+def test_broker_catalog_is_kafkas_with_strata_departures() -> None:
+    """The broker configs DescribeConfigs lists: Kafka 4.0's names, types and defaults (as checked
+    against Kafka's config definitions), except where Strata runs with its own default."""
+    from broker.config import QUEUED_MAX_REQUEST_BYTES
+    from metadata.broker_defaults import BROKER_CATALOG, BROKER_DEFAULTS, STRATA_DEFAULTS
+    from node.security import DEFAULT_MECHANISMS
+
+    kafka = {  # name: (type, Kafka 4.0's default)
+        "message.max.bytes": ("INT", "1048588"),
+        "fetch.max.bytes": ("INT", "57671680"),
+        "log.message.timestamp.after.max.ms": ("LONG", "3600000"),  # KIP-1030
+        "log.retention.hours": ("INT", "168"),
+        "log.cleaner.io.max.bytes.per.second": ("DOUBLE", "1.7976931348623157E308"),
+        "offsets.topic.replication.factor": ("SHORT", "3"),
+        "replica.lag.time.max.ms": ("LONG", "30000"),
+        "leader.imbalance.check.interval.seconds": ("LONG", "300"),
+        "group.initial.rebalance.delay.ms": ("INT", "3000"),
+        "log.cleanup.policy": ("LIST", "delete"),
+        "compression.gzip.level": ("INT", "-1"),
+    }
+    for name, want in kafka.items():
+        assert BROKER_CATALOG[name] == want, name
+    assert BROKER_DEFAULTS["queued.max.request.bytes"] == str(QUEUED_MAX_REQUEST_BYTES)
+    assert BROKER_DEFAULTS["sasl.enabled.mechanisms"] == DEFAULT_MECHANISMS
+    assert BROKER_DEFAULTS["num.recovery.threads.per.data.dir"] == "1"
+    assert "sasl.mechanism.inter.broker.protocol" not in BROKER_DEFAULTS  # set, or the first enabled one
+    assert set(STRATA_DEFAULTS) <= set(BROKER_CATALOG)
