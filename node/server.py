@@ -49,6 +49,7 @@ import collections
 import errno
 import itertools
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -455,8 +456,12 @@ class FramedServer:
         limits: ConnectionLimits | None = None,
         classify: Classifier | None = None,
         security: ListenerSecurity | None = None,
+        connection_rate: Callable[[str], float | None] | None = None,
     ) -> None:
         self.handler = handler
+        # an IP's connection_creation_rate quota (connections/s), None for none (KIP-612)
+        self.connection_rate = connection_rate
+        self._ip_tokens: dict[str, tuple[float, float]] = {}  # ip -> (tokens, when)
         self.listener_name = security.name if security is not None else None
         # None: PLAINTEXT (no TLS, no SASL, every connection ANONYMOUS)
         self.security = security if security is not None and security.protocol != "PLAINTEXT" else None
@@ -563,7 +568,24 @@ class FramedServer:
         limit = self.limits.limit_for(ip)
         if self.per_ip[ip] >= limit:
             return f"max.connections.per.ip={limit} reached for {ip}"
+        rate = self.connection_rate(ip) if self.connection_rate is not None else None
+        if rate is not None and not self._take_connection_token(ip, rate):
+            return f"connection_creation_rate={rate:g}/s exceeded for {ip}"
         return None
+
+    def _take_connection_token(self, ip: str, rate: float) -> bool:
+        """A token bucket per IP holding up to a second of the rate (at least one connection)."""
+        now = time.monotonic()
+        cap = max(rate, 1.0)
+        tokens, when = self._ip_tokens.get(ip, (cap, now))
+        tokens = min(cap, tokens + (now - when) * rate)
+        if len(self._ip_tokens) > 100_000:  # many IPs come and go: forget the full buckets
+            self._ip_tokens = {k: v for k, v in self._ip_tokens.items() if v[0] < cap}
+        if tokens < 1.0:
+            self._ip_tokens[ip] = (tokens, now)
+            return False
+        self._ip_tokens[ip] = (tokens - 1.0, now)
+        return True
 
     def admit(self, conn: Connection) -> None:
         self.connections.add(conn)

@@ -8,6 +8,8 @@ is one line and exit 1.
 from __future__ import annotations
 
 import re
+import socket
+import struct
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +22,8 @@ from tools import kafka_configs
 from tools.cluster import Cluster, free_ports
 
 SCRIPT = installed_script("kafka-configs.sh")
+# an ApiVersions v0 request frame: api key 18, version 0, correlation id 1, client id "t"
+API_VERSIONS_V0 = struct.pack(">ihhih", 11, 18, 0, 1, 1) + b"t"
 # a static key in every broker's properties file (server.properties), shown as STATIC_BROKER_CONFIG
 STATIC = {"log.cleaner.threads": "2", "ssl.keystore.password": "not-for-your-eyes"}
 
@@ -316,6 +320,38 @@ def test_ip_connection_quotas(bs: str) -> None:
         "Quota configs for ip '10.1.2.3' are connection_creation_rate=5.0"]
     ok(bs, "--alter", "--ip", "10.1.2.3", "--delete-config", "connection_creation_rate")
     assert ok(bs, "--describe", "--ip", "10.1.2.3") == []
+
+    # enforced by the brokers: connections from 127.0.0.2 beyond 2 a second are closed at once,
+    # other addresses are not held
+    host, port = bs.split(",")[0].rsplit(":", 1)
+    ok(bs, "--alter", "--ip", "127.0.0.2", "--add-config", "connection_creation_rate=2")
+
+    def answered(source: str, n: int) -> int:
+        """How many of n connections opened at once from `source` answer an ApiVersions."""
+        socks, got = [], 0
+        try:
+            for _ in range(n):
+                s = socket.socket()
+                s.settimeout(5)
+                s.bind((source, 0))
+                s.connect((host, int(port)))
+                socks.append(s)
+            for s in socks:
+                s.sendall(API_VERSIONS_V0)
+            for s in socks:
+                try:
+                    got += len(s.recv(4)) == 4
+                except OSError:
+                    pass
+        finally:
+            for s in socks:
+                s.close()
+        return got
+
+    eventually(lambda: _check(1 <= answered("127.0.0.2", 8) <= 3))
+    assert answered("127.0.0.1", 8) == 8
+    ok(bs, "--alter", "--ip", "127.0.0.2", "--delete-config", "connection_creation_rate")
+    eventually(lambda: _check(answered("127.0.0.2", 8) == 8))
     ok(bs, "--alter", "--ip-defaults", "--delete-config", "connection_creation_rate")
     r = kc(bs, "--alter", "--ip", "10.1.2.3", "--delete-config", "connection_creation_rate")
     assert r.returncode == 1 and r.stderr.splitlines() == [
