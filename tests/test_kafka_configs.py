@@ -272,10 +272,17 @@ def test_what_the_cluster_refuses_is_one_line_and_exit_1(bs: str) -> None:
         assert "Traceback" not in r.stderr
 
 
-def test_unreachable_cluster_is_one_line() -> None:
+@pytest.mark.parametrize("args", [
+    ["--describe", "--topic", "t"],
+    ["--describe", "--broker-logger", "1"],
+    ["--alter", "--broker-logger", "1", "--add-config", "root=DEBUG"],
+    ["--describe", "--ip", "10.0.0.1"],
+    ["--alter", "--ip-defaults", "--add-config", "connection_creation_rate=5"],
+])
+def test_unreachable_cluster_is_one_line(args: list[str]) -> None:
     port = free_ports(1, "127.0.0.1")[0]
-    r = subprocess.run([SCRIPT, "--bootstrap-server", f"127.0.0.1:{port}", "--timeout", "2", "--describe",
-                        "--topic", "t"], capture_output=True, text=True, timeout=30)
+    r = subprocess.run([SCRIPT, "--bootstrap-server", f"127.0.0.1:{port}", "--timeout", "2", *args],
+                       capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and len(r.stderr.splitlines()) == 1 and r.stderr.startswith("Error: "), r.stderr
 
 

@@ -504,10 +504,22 @@ def fail_together(cases: list[tuple[str, str | None, list[str], str, str | None]
         fails(script, bs, *args, needle=needle, stdin=stdin)
 
 
-def test_bad_input(cluster: Cluster, bs: str) -> None:
+def test_bad_input(cluster: Cluster, bs: str, tmp_path: Path) -> None:
     create_topic(cluster, "bad", "--partitions", "1", "--replication-factor", "1")
     [dead] = free_ports(1)
     nowhere = f"127.0.0.1:{dead}"
+    records = tmp_path / "records.json"
+    records.write_text(json.dumps({"partitions": [{"topic": "bad", "partition": 0, "offset": 1}]}))
+    plan, bad_plan = tmp_path / "plan.csv", tmp_path / "bad.csv"
+    plan.write_text("bad,0,1\n")
+    bad_plan.write_text("bad;0;1\n")
+    reset = ["--reset-offsets", "--group", "g", "--dry-run", "--from-file"]
+    fail_together([
+        (DELETE_RECORDS, nowhere, ["--offset-json-file", str(records)], "cannot connect", None),
+        (GROUPS, nowhere, [*reset, str(plan)], "cannot connect", None),
+        # a bad file is refused before connecting
+        (GROUPS, nowhere, [*reset, str(bad_plan)], "line 1: 'bad;0;1' is not topic,partition,offset", None),
+    ])
     fail_together([
         (PRODUCER, nowhere, ["--topic", "cp"], "cannot connect", "x\n"),
         (CONSUMER, nowhere, ["--topic", "cp"], "cannot connect", None),

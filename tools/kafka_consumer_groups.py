@@ -368,7 +368,7 @@ def parse_reset_plan(path: str, single_group: str | None) -> dict[str, dict[Topi
     for n, line in enumerate(lines, 1):
         row = _csv_row(line, 3 if no_group else 4)
         if row is None:
-            three = no_group or (single_group is not None and line.count(",") == 2)
+            three = no_group or (single_group is not None and line.count(",") != 3)
             form = "topic,partition,offset" if three else "group,topic,partition,offset"
             shown = line if len(line) <= 60 else line[:60] + "..."
             raise AdminError(f"{path} line {n}: '{shown}' is not {form} (a partition and an offset are "
