@@ -384,7 +384,8 @@ def _csv_row(line: str, fields: int) -> list[str] | None:
     if len(parts) != fields or not all(parts[:-2]):
         return None
     partition, offset = parts[-2:]
-    if not (partition.isdigit() and offset.isdigit() and int(partition) <= 2**31 - 1 and int(offset) <= INT64[1]):
+    if not (partition.isdigit() and offset.isdigit() and len(partition) <= 10 and len(offset) <= 19
+            and int(partition) <= 2**31 - 1 and int(offset) <= INT64[1]):
         return None
     return parts
 
