@@ -7,13 +7,19 @@
     kafka-configs.sh --bootstrap-server H:P --alter --user alice --client app --add-config producer_byte_rate=1024
     kafka-configs.sh --bootstrap-server H:P --alter --user alice \\
         --add-config 'SCRAM-SHA-256=[iterations=8192,password=alice-secret]'
+    kafka-configs.sh --bootstrap-server H:P --alter --ip 10.0.0.1 --add-config connection_creation_rate=5
+    kafka-configs.sh --bootstrap-server H:P --alter --broker-logger 1 --add-config broker.replication=DEBUG
 
 Topics and brokers go through DescribeConfigs / IncrementalAlterConfigs (a broker's configs are
 asked of that broker, as Kafka's admin client does); users' and clients' quotas through
 DescribeClientQuotas / AlterClientQuotas; users' SCRAM credentials through
 Describe/AlterUserScramCredentials, the password salted here (PBKDF2, a random salt) so only the
-salted password travels. Output lines and messages are Kafka's. Bad arguments (an unknown entity
-type, a malformed --add-config, a non-numeric quota) are one line and exit 2, before any connection;
+salted password travels; ips' connection_creation_rate through the client quota APIs too;
+broker loggers (BROKER_LOGGER resources) through DescribeConfigs / IncrementalAlterConfigs sent to
+the broker named. groups and client-metrics, Kafka's other entity types, have nothing behind them
+in Strata (no KIP-848 groups, no KIP-714 telemetry): one line, exit 1. Output lines and messages
+are Kafka's. Bad arguments (an unknown entity type, a malformed --add-config, a non-numeric quota)
+are one line and exit 2, before any connection;
 what the cluster refuses (an unknown config key, a missing topic) is one line and exit 1.
 """
 
