@@ -30,6 +30,7 @@ from broker.replication.throttle import Throttle
 from broker.server import RequestDispatcher, is_control_plane
 from broker.storage.errors import StorageError
 from broker.storage.log_dir import LogDir
+from metadata.client_quotas import ip_connection_rate
 from metadata.image import Endpoint
 from node.loop_lag import LoopLagGauge
 from node.metrics import MetricsServer, RequestMetrics
@@ -64,7 +65,7 @@ class Broker:
         # client quotas from the image's ClientQuotaRecords, enforced by the request dispatcher
         self.quotas = ClientQuotas(lambda: self.metadata.image.client_quotas, config.quota_windows)
         self.topic_stats = TopicStats()  # counted by produce and fetch, read by /metrics
-        self.request_metrics = RequestMetrics()
+        self.request_metrics = RequestMetrics(split_fetch=True)
         self.metrics_server: MetricsServer | None = None
         self.metrics_port = 0
 
@@ -126,7 +127,8 @@ class Broker:
             if sec.sasl is not None:
                 sec = replace(sec, sasl=replace(sec.sasl, scram_lookup=self._scram_credential))
             server = FramedServer(dispatcher, max_frame=self.config.socket_request_max_bytes,
-                                  limits=self.config.connection_limits, classify=is_control_plane, security=sec)
+                                  limits=self.config.connection_limits, classify=is_control_plane, security=sec,
+                                  connection_rate=self._ip_connection_rate)
             self.servers.append(server)
             port = await server.start(lst.bind.host, lst.bind.port)
             if lst.bind == self.config.listener:
@@ -154,6 +156,9 @@ class Broker:
                 return resp.cluster_id
             log.warning("cluster_id_unavailable", error_code=resp.error_code)
             await asyncio.sleep(0.5)
+
+    def _ip_connection_rate(self, ip: str) -> float | None:
+        return ip_connection_rate(self.metadata.image.client_quotas, ip)
 
     async def forward(self, body: Any, version: int | None = None, *, read_only: bool = False) -> Any:
         """Send an admin request to the controller; answer once our image includes its effect

@@ -1,6 +1,10 @@
 """Every broker config DescribeConfigs lists for a broker: Kafka 4.0's names, types and defaults
-(KafkaConfig's definitions), so `kafka-configs.sh --describe --all --broker N` shows what a Kafka
-broker shows. Keys with no default appear only when set. Which keys may change at runtime is
+(KafkaConfig's definitions: ServerConfigs, ServerLogConfigs, ReplicationConfigs, KRaftConfigs,
+SocketServerConfigs, GroupCoordinatorConfig, CleanerConfig, LogConfig, TransactionLogConfig,
+QuotaConfig, BrokerSecurityConfigs; checked against them, with KIP-1030's 4.0 defaults), so
+`kafka-configs.sh --describe --all --broker N` shows what a Kafka broker shows. Where Strata's
+own default departs from Kafka's (STRATA_DEFAULTS), the broker reports the one it runs with.
+Keys with no default appear only when set. Which keys may change at runtime is
 metadata.config_defs.BROKER_CONFIGS; every other key is read-only."""
 
 from __future__ import annotations
@@ -129,10 +133,24 @@ _CATALOG: dict[str, tuple[str, str | None]] = {
 }
 
 
+# Strata's defaults where they depart from Kafka's (README): the value DescribeConfigs reports as
+# DEFAULT_CONFIG is the one the broker uses.
+STRATA_DEFAULTS: dict[str, str | None] = {
+    "num.recovery.threads.per.data.dir": "1",  # Kafka 4.0: 2; opening logs is GIL-bound here
+    "queued.max.request.bytes": str(500 * 1024 * 1024),  # Kafka: -1, unbounded
+    "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",  # Kafka: GSSAPI, not served here
+    # Kafka: GSSAPI; here the listener's first enabled mechanism, so no fixed default
+    "sasl.mechanism.controller.protocol": None,
+    "sasl.mechanism.inter.broker.protocol": None,
+}
+
+
 def _with_topic_synonyms() -> dict[str, tuple[str, str | None]]:
     """The broker keys that set topic defaults take the topic config's type and default
     (log.segment.bytes, message.max.bytes, ...), unless listed above with Kafka's own."""
     out = dict(_CATALOG)
+    for name, default in STRATA_DEFAULTS.items():
+        out[name] = (out[name][0], default)
     for d in TOPIC_CONFIGS.values():
         for syn, mult in d.synonyms:
             if syn not in out and mult == 1:

@@ -10,6 +10,7 @@ brokers resolve and enforce them (broker/quotas/).
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 ENTITY_TYPES = (USER, CLIENT_ID, IP)
@@ -70,4 +71,14 @@ def check_value(entity: Entity, key: str, value: float) -> str | None:
         return f"Quota {key} must be positive, not {value:g}."
     if keys[key] and value != int(value):
         return f"Quota {key} must be a whole number, not {value:g}."
+    return None
+
+
+def ip_connection_rate(quotas: Mapping[Entity, Mapping[str, float]], ip: str) -> float | None:
+    """The connection_creation_rate an IP is held to: its own quota, else the default IP's (Kafka's
+    order), else None (unlimited)."""
+    for entity in (((IP, ip),), ((IP, None),)):
+        rate = quotas.get(entity, {}).get(CONNECTION_CREATION_RATE)
+        if rate is not None:
+            return rate
     return None

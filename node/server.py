@@ -49,6 +49,7 @@ import collections
 import errno
 import itertools
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -151,7 +152,8 @@ class Connection(asyncio.Protocol):
         self.peer = "?"
         self.ip = "?"
         self.transport: asyncio.Transport | None = None
-        self.queue: collections.deque[tuple[bytes, bool, int]] = collections.deque()  # (frame, control, size)
+        # (frame, control, size, the loop time its bytes were read)
+        self.queue: collections.deque[tuple[bytes, bool, int, float]] = collections.deque()
         self.pending: collections.deque[tuple[asyncio.Task, int]] = collections.deque()  # (task, size)
         # their sizes summed as they change (a client pipelining 20,000 ListOffsets made a sum per frame quadratic)
         self.queued_bytes = 0
@@ -166,6 +168,8 @@ class Connection(asyncio.Protocol):
         self.muted_until = 0.0
         self.in_ready = False
         self.last_active = 0.0
+        self.request_read_at = 0.0  # of the request whose handler is starting (see _serve)
+        self.request_control = False
         # bytes this connection holds against the server's budget: queued and in-flight frames
         # plus the reservation for the frame being read
         self.held = 0
@@ -232,7 +236,7 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
-        self.last_active = asyncio.get_running_loop().time()
+        self.last_active = now = asyncio.get_running_loop().time()
         try:
             frames = self.reader.feed(data)
         except ProtocolError as e:
@@ -242,7 +246,7 @@ class Connection(asyncio.Protocol):
         for f in frames:
             size = len(f) + 4
             control = classify(f) if classify is not None else False
-            self.queue.append((f, control, size))
+            self.queue.append((f, control, size, now))
             self.queued_bytes += size
         if frames:
             self.partial_reserved = 0  # the reserved frame is complete: now counted as queued
@@ -287,16 +291,19 @@ class Connection(asyncio.Protocol):
         )
 
     def start_next(self) -> None:
-        f, _, size = self.queue.popleft()
-        task = asyncio.get_running_loop().create_task(self._serve(f))
+        f, control, size, read_at = self.queue.popleft()
+        task = asyncio.get_running_loop().create_task(self._serve(f, control, read_at))
         self.queued_bytes -= size
         self.pending.append((task, size))
         self.pending_bytes += size
         task.add_done_callback(self._flush)  # a failed or cancelled request
 
-    async def _serve(self, f: bytes) -> None:
+    async def _serve(self, f: bytes, control: bool, read_at: float) -> None:
         # The answer goes out from the request's own task, not from a done callback a loop
         # step later (a step that, on a busy loop, waits behind other connections' I/O).
+        # What the handler may read before its first await (the request metrics do): when its
+        # request was read off the socket and whether it is control-plane traffic.
+        self.request_read_at, self.request_control = read_at, control
         auth = self.auth
         if auth is not None and auth.intercepts(f):
             parts = auth.handle(f)
@@ -449,8 +456,12 @@ class FramedServer:
         limits: ConnectionLimits | None = None,
         classify: Classifier | None = None,
         security: ListenerSecurity | None = None,
+        connection_rate: Callable[[str], float | None] | None = None,
     ) -> None:
         self.handler = handler
+        # an IP's connection_creation_rate quota (connections/s), None for none (KIP-612)
+        self.connection_rate = connection_rate
+        self._ip_tokens: dict[str, tuple[float, float]] = {}  # ip -> (tokens, when)
         self.listener_name = security.name if security is not None else None
         # None: PLAINTEXT (no TLS, no SASL, every connection ANONYMOUS)
         self.security = security if security is not None and security.protocol != "PLAINTEXT" else None
@@ -557,7 +568,24 @@ class FramedServer:
         limit = self.limits.limit_for(ip)
         if self.per_ip[ip] >= limit:
             return f"max.connections.per.ip={limit} reached for {ip}"
+        rate = self.connection_rate(ip) if self.connection_rate is not None else None
+        if rate is not None and not self._take_connection_token(ip, rate):
+            return f"connection_creation_rate={rate:g}/s exceeded for {ip}"
         return None
+
+    def _take_connection_token(self, ip: str, rate: float) -> bool:
+        """A token bucket per IP holding up to a second of the rate (at least one connection)."""
+        now = time.monotonic()
+        cap = max(rate, 1.0)
+        tokens, when = self._ip_tokens.get(ip, (cap, now))
+        tokens = min(cap, tokens + (now - when) * rate)
+        if len(self._ip_tokens) > 100_000:  # many IPs come and go: forget the full buckets
+            self._ip_tokens = {k: v for k, v in self._ip_tokens.items() if v[0] < cap}
+        if tokens < 1.0:
+            self._ip_tokens[ip] = (tokens, now)
+            return False
+        self._ip_tokens[ip] = (tokens - 1.0, now)
+        return True
 
     def admit(self, conn: Connection) -> None:
         self.connections.add(conn)

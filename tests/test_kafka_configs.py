@@ -7,6 +7,9 @@ is one line and exit 1.
 
 from __future__ import annotations
 
+import re
+import socket
+import struct
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +22,8 @@ from tools import kafka_configs
 from tools.cluster import Cluster, free_ports
 
 SCRIPT = installed_script("kafka-configs.sh")
+# an ApiVersions v0 request frame: api key 18, version 0, correlation id 1, client id "t"
+API_VERSIONS_V0 = struct.pack(">ihhih", 11, 18, 0, 1, 1) + b"t"
 # a static key in every broker's properties file (server.properties), shown as STATIC_BROKER_CONFIG
 STATIC = {"log.cleaner.threads": "2", "ssl.keystore.password": "not-for-your-eyes"}
 
@@ -233,6 +238,12 @@ def test_client_quotas_and_scram_users(bs: str) -> None:
     ["--alter", "--all", "--topic", "t", "--add-config", "a=b"],
     ["--describe", "--entity-type", "topics", "--entity-type", "brokers"],
     ["--alter", "--topic", "t", "--add-config-file", "/nonexistent/x.properties"],
+    ["--alter", "--ip", "not an address!", "--add-config", "connection_creation_rate=5"],
+    ["--alter", "--ip", "10.0.0.1", "--add-config", "producer_byte_rate=5"],
+    ["--alter", "--ip", "10.0.0.1", "--add-config", "connection_creation_rate=often"],
+    ["--describe", "--entity-type", "broker-loggers"],
+    ["--alter", "--broker-logger", "one", "--add-config", "root=DEBUG"],
+    ["--alter", "--entity-type", "broker-loggers", "--entity-default", "--add-config", "root=DEBUG"],
 ])
 def test_bad_arguments_exit_2_with_one_line(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     # in-process (the arguments are refused before anything is dialled); the script runs the same main()
@@ -261,8 +272,173 @@ def test_what_the_cluster_refuses_is_one_line_and_exit_1(bs: str) -> None:
         assert "Traceback" not in r.stderr
 
 
-def test_unreachable_cluster_is_one_line() -> None:
+@pytest.mark.parametrize("args", [
+    ["--describe", "--topic", "t"],
+    ["--describe", "--broker-logger", "1"],
+    ["--alter", "--broker-logger", "1", "--add-config", "root=DEBUG"],
+    ["--describe", "--ip", "10.0.0.1"],
+    ["--alter", "--ip-defaults", "--add-config", "connection_creation_rate=5"],
+])
+def test_unreachable_cluster_is_one_line(args: list[str]) -> None:
     port = free_ports(1, "127.0.0.1")[0]
-    r = subprocess.run([SCRIPT, "--bootstrap-server", f"127.0.0.1:{port}", "--timeout", "2", "--describe",
-                        "--topic", "t"], capture_output=True, text=True, timeout=30)
+    r = subprocess.run([SCRIPT, "--bootstrap-server", f"127.0.0.1:{port}", "--timeout", "2", *args],
+                       capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and len(r.stderr.splitlines()) == 1 and r.stderr.startswith("Error: "), r.stderr
+
+
+def test_broker_catalog_is_kafkas_with_strata_departures() -> None:
+    """The broker configs DescribeConfigs lists: Kafka 4.0's names, types and defaults (as checked
+    against Kafka's config definitions), except where Strata runs with its own default."""
+    from broker.config import QUEUED_MAX_REQUEST_BYTES
+    from metadata.broker_defaults import BROKER_CATALOG, BROKER_DEFAULTS, STRATA_DEFAULTS
+    from node.security import DEFAULT_MECHANISMS
+
+    kafka = {  # name: (type, Kafka 4.0's default)
+        "message.max.bytes": ("INT", "1048588"),
+        "fetch.max.bytes": ("INT", "57671680"),
+        "log.message.timestamp.after.max.ms": ("LONG", "3600000"),  # KIP-1030
+        "log.retention.hours": ("INT", "168"),
+        "log.cleaner.io.max.bytes.per.second": ("DOUBLE", "1.7976931348623157E308"),
+        "offsets.topic.replication.factor": ("SHORT", "3"),
+        "replica.lag.time.max.ms": ("LONG", "30000"),
+        "leader.imbalance.check.interval.seconds": ("LONG", "300"),
+        "group.initial.rebalance.delay.ms": ("INT", "3000"),
+        "log.cleanup.policy": ("LIST", "delete"),
+        "compression.gzip.level": ("INT", "-1"),
+    }
+    for name, want in kafka.items():
+        assert BROKER_CATALOG[name] == want, name
+    assert BROKER_DEFAULTS["queued.max.request.bytes"] == str(QUEUED_MAX_REQUEST_BYTES)
+    assert BROKER_DEFAULTS["sasl.enabled.mechanisms"] == DEFAULT_MECHANISMS
+    assert BROKER_DEFAULTS["num.recovery.threads.per.data.dir"] == "1"
+    assert "sasl.mechanism.inter.broker.protocol" not in BROKER_DEFAULTS  # set, or the first enabled one
+    assert set(STRATA_DEFAULTS) <= set(BROKER_CATALOG)
+
+
+def test_ip_connection_quotas(bs: str) -> None:
+    """ips: connection_creation_rate per IP or for the default IP, through Alter/DescribeClientQuotas."""
+    assert ok(bs, "--alter", "--ip", "10.1.2.3", "--add-config", "connection_creation_rate=5") == [
+        "Completed updating config for ip 10.1.2.3."]
+    assert ok(bs, "--alter", "--entity-type", "ips", "--entity-default",
+              "--add-config", "connection_creation_rate=100") == ["Completed updating default config for ips in the cluster."]
+    assert ok(bs, "--describe", "--ip", "10.1.2.3") == ["Quota configs for ip '10.1.2.3' are connection_creation_rate=5.0"]
+    assert ok(bs, "--describe", "--entity-type", "ips") == [
+        "Quota configs for the default ip are connection_creation_rate=100.0",
+        "Quota configs for ip '10.1.2.3' are connection_creation_rate=5.0"]
+    ok(bs, "--alter", "--ip", "10.1.2.3", "--delete-config", "connection_creation_rate")
+    assert ok(bs, "--describe", "--ip", "10.1.2.3") == []
+
+    # enforced by the brokers: connections from 127.0.0.2 beyond 2 a second are closed at once,
+    # other addresses are not held
+    host, port = bs.split(",")[0].rsplit(":", 1)
+    ok(bs, "--alter", "--ip", "127.0.0.2", "--add-config", "connection_creation_rate=2")
+
+    def answered(source: str, n: int) -> int:
+        """How many of n connections opened at once from `source` answer an ApiVersions."""
+        socks, got = [], 0
+        try:
+            for _ in range(n):
+                s = socket.socket()
+                s.settimeout(5)
+                s.bind((source, 0))
+                s.connect((host, int(port)))
+                socks.append(s)
+            for s in socks:
+                s.sendall(API_VERSIONS_V0)
+            for s in socks:
+                try:
+                    got += len(s.recv(4)) == 4
+                except OSError:
+                    pass
+        finally:
+            for s in socks:
+                s.close()
+        return got
+
+    eventually(lambda: _check(1 <= answered("127.0.0.2", 8) <= 3))
+    assert answered("127.0.0.1", 8) == 8
+    ok(bs, "--alter", "--ip", "127.0.0.2", "--delete-config", "connection_creation_rate")
+    eventually(lambda: _check(answered("127.0.0.2", 8) == 8))
+    ok(bs, "--alter", "--ip-defaults", "--delete-config", "connection_creation_rate")
+    r = kc(bs, "--alter", "--ip", "10.1.2.3", "--delete-config", "connection_creation_rate")
+    assert r.returncode == 1 and r.stderr.splitlines() == [
+        "Error: Invalid config(s): connection_creation_rate (INVALID_CONFIG)"], r.stderr
+
+
+def test_broker_loggers(bs: str) -> None:
+    """broker-loggers: a broker's logger levels (BROKER_LOGGER resources) read and changed on that
+    broker; a deleted level goes back to the parent's."""
+    lines = ok(bs, "--describe", "--broker-logger", "1")
+    assert lines[0] == "Dynamic configs for broker-logger 1 are:"
+    entries = dict(re.fullmatch(r"  (\S+)=(\S+) sensitive=false synonyms=\{\}", line).groups() for line in lines[1:])
+    assert entries["root"] == "INFO" and entries["broker.broker"] == "INFO", entries
+    assert list(entries) == ["root", *sorted(set(entries) - {"root"})] or list(entries) == sorted(entries)
+    assert ok(bs, "--alter", "--broker-logger", "1", "--add-config", "broker=DEBUG") == [
+        "Completed updating config for broker-logger 1."]
+    entries = dict(line.split()[0].strip().split("=") for line in ok(bs, "--describe", "--broker-logger", "1")[1:])
+    assert entries["broker"] == "DEBUG" and entries["broker.broker"] == "DEBUG" and entries["root"] == "INFO"
+    # the other broker is untouched: levels are per broker
+    other = dict(line.split()[0].strip().split("=") for line in ok(bs, "--describe", "--broker-logger", "2")[1:])
+    assert other["broker.broker"] == "INFO"
+    ok(bs, "--alter", "--broker-logger", "1", "--delete-config", "broker")
+    entries = dict(line.split()[0].strip().split("=") for line in ok(bs, "--describe", "--broker-logger", "1")[1:])
+    assert entries["broker.broker"] == "INFO"
+    # the root's level is every logger's without its own
+    ok(bs, "--alter", "--broker-logger", "2", "--add-config", "root=WARN")
+    other = dict(line.split()[0].strip().split("=") for line in ok(bs, "--describe", "--broker-logger", "2")[1:])
+    assert other["root"] == "WARN" and other["broker.broker"] == "WARN"
+    ok(bs, "--alter", "--broker-logger", "2", "--add-config", "root=INFO")
+    bad = [
+        (["--alter", "--broker-logger", "1", "--add-config", "no.such.logger=DEBUG"],
+         "Invalid broker logger(s): no.such.logger"),
+        (["--alter", "--broker-logger", "1", "--add-config", "root=LOUD"], "is not a supported log level"),
+        (["--alter", "--broker-logger", "1", "--delete-config", "root"], "Removing the log level of the root logger"),
+        (["--describe", "--broker-logger", "9"], "broker 9 is not a live broker"),
+    ]
+    for args, text in bad:
+        r = kc(bs, *args)
+        assert r.returncode == 1, (args, r.stdout, r.stderr)
+        assert len(r.stderr.splitlines()) == 1 and r.stderr.startswith("Error: ") and text in r.stderr, (args, r.stderr)
+
+
+@pytest.mark.parametrize("args", [
+    ["--describe", "--entity-type", "groups", "--entity-name", "g"],
+    ["--alter", "--group", "g", "--add-config", "consumer.session.timeout.ms=45000"],
+    ["--describe", "--entity-type", "client-metrics"],
+    ["--alter", "--client-metrics", "m", "--add-config", "interval.ms=1000"],
+])
+def test_unsupported_entity_types_are_one_line(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """groups and client-metrics: Kafka's entity types with nothing behind them in Strata; said in one
+    line, exit 1, before any connection."""
+    assert kafka_configs.main(["--bootstrap-server", "127.0.0.1:1", *args]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1, err
+    assert err.startswith(f"Error: entity type {'groups' if 'group' in ' '.join(args) else 'client-metrics'} "
+                          "is not supported: "), err
+
+
+def test_logger_levels_filter_by_the_nearest_ancestor(capsys: pytest.CaptureFixture[str]) -> None:
+    """What a BROKER_LOGGER change does in the process: a logger logs at its own level, else its
+    package's, else the root's."""
+    import structlog
+
+    from node import logging as node_logging
+
+    node_logging.configure("INFO")
+    try:
+        a, b = structlog.get_logger("pkg_t.mod_a"), structlog.get_logger("pkg_t.mod_b")
+        a.debug("hidden_a")
+        node_logging.levels.set("pkg_t", node_logging.LEVELS["DEBUG"])
+        node_logging.levels.set("pkg_t.mod_b", node_logging.LEVELS["ERROR"])
+        a.debug("shown_a")
+        b.warning("hidden_b")
+        b.error("shown_b")
+        node_logging.levels.set("pkg_t.mod_b", None)  # DELETE: back to the package's level
+        b.debug("shown_b_again")
+        levels = node_logging.logger_levels()
+        assert levels["root"] == "INFO" and levels["pkg_t"] == "DEBUG" and levels["pkg_t.mod_b"] == "DEBUG"
+    finally:
+        node_logging.levels.set("pkg_t", None)
+    err = capsys.readouterr().err
+    assert "shown_a" in err and "shown_b" in err and "shown_b_again" in err
+    assert "hidden_a" not in err and "hidden_b" not in err

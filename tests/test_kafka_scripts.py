@@ -206,7 +206,7 @@ def table(out: str) -> list[list[str]]:
     return [line.split() for line in out.splitlines() if line.strip()]
 
 
-def test_consumer_groups(cluster: Cluster, bs: str) -> None:
+def test_consumer_groups(cluster: Cluster, bs: str, tmp_path: Path) -> None:
     create_topic(cluster, "cg", "--partitions", "2", "--replication-factor", "2")
     ok(PRODUCER, bs, "--topic", "cg", "--property", "parse.key=true", "--property", "key.separator=:",
        stdin="".join(f"k{i}:v{i}\n" for i in range(20)))
@@ -291,6 +291,30 @@ def test_consumer_groups(cluster: Cluster, bs: str) -> None:
                  "--export")
     ends = {f"cg,{row[2]},{row[4]}" for row in table(groups(bs, "--describe", "--group", "cg-group"))[1:]}
     assert set(out.split()) == ends
+    # --from-file reads what --export writes (Kafka's CSV: topic,partition,offset for one group)
+    plan = tmp_path / "plan.csv"
+    plan.write_text(groups(bs, "--reset-offsets", "--group", "cg-group", "--all-topics", "--to-offset", "2",
+                           "--export"))
+    assert set(plan.read_text().split()) == {"cg,0,2", "cg,1,2"}
+    out = groups(bs, "--reset-offsets", "--group", "cg-group", "--from-file", str(plan), "--execute")
+    assert table(out)[1:] == [["cg-group", "cg", "0", "2"], ["cg-group", "cg", "1", "2"]]
+    assert [row[3] for row in table(groups(bs, "--describe", "--group", "cg-group"))[1:]] == ["2", "2"]
+    # the group form (group,topic,partition,offset), as --export writes for several groups; offsets
+    # past the end are clamped to it as Kafka does
+    plan.write_text("cg-group,cg,0,1\ncg-group,cg,1,999999\nother-group,cg,0,0\n")
+    out = groups(bs, "--reset-offsets", "--group", "cg-group", "--from-file", str(plan), "--dry-run", "--export")
+    end1 = next(row[4] for row in table(groups(bs, "--describe", "--group", "cg-group"))[1:] if row[2] == "1")
+    assert out.split() == ["cg,0,1", f"cg,1,{end1}"]
+    for content, needle in (("cg,zero,1\n", "line 1: 'cg,zero,1' is not topic,partition,offset"),
+                            ("cg,0,1\ncg,0\n", "line 2: 'cg,0' is not topic,partition,offset"),
+                            ("x,cg,0,1\n", "No reset plan for group cg-group found"),
+                            ("cg,7,1\n", "partition cg-7 does not exist")):
+        plan.write_text(content)
+        fails(GROUPS, bs, "--reset-offsets", "--group", "cg-group", "--from-file", str(plan), "--execute",
+              needle=needle)
+    fails(GROUPS, bs, "--reset-offsets", "--group", "cg-group", "--from-file", str(tmp_path / "none.csv"),
+          "--dry-run", needle="cannot read")
+    assert [row[3] for row in table(groups(bs, "--describe", "--group", "cg-group"))[1:]] == ["2", "2"]
     out = groups(bs, "--reset-offsets", "--group", "cg-group", "--all-topics", "--to-datetime",
                  "2000-01-01T00:00:00.000", "--dry-run")
     assert [row[3] for row in table(out)[1:]] == ["0", "0"]
@@ -480,10 +504,22 @@ def fail_together(cases: list[tuple[str, str | None, list[str], str, str | None]
         fails(script, bs, *args, needle=needle, stdin=stdin)
 
 
-def test_bad_input(cluster: Cluster, bs: str) -> None:
+def test_bad_input(cluster: Cluster, bs: str, tmp_path: Path) -> None:
     create_topic(cluster, "bad", "--partitions", "1", "--replication-factor", "1")
     [dead] = free_ports(1)
     nowhere = f"127.0.0.1:{dead}"
+    records = tmp_path / "records.json"
+    records.write_text(json.dumps({"partitions": [{"topic": "bad", "partition": 0, "offset": 1}]}))
+    plan, bad_plan = tmp_path / "plan.csv", tmp_path / "bad.csv"
+    plan.write_text("bad,0,1\n")
+    bad_plan.write_text("bad;0;1\n")
+    reset = ["--reset-offsets", "--group", "g", "--dry-run", "--from-file"]
+    fail_together([
+        (DELETE_RECORDS, nowhere, ["--offset-json-file", str(records)], "cannot connect", None),
+        (GROUPS, nowhere, [*reset, str(plan)], "cannot connect", None),
+        # a bad file is refused before connecting
+        (GROUPS, nowhere, [*reset, str(bad_plan)], "line 1: 'bad;0;1' is not topic,partition,offset", None),
+    ])
     fail_together([
         (PRODUCER, nowhere, ["--topic", "cp"], "cannot connect", "x\n"),
         (CONSUMER, nowhere, ["--topic", "cp"], "cannot connect", None),

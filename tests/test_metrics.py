@@ -4,6 +4,7 @@ down and coming back, the controller reports itself active, and bad HTTP input g
 
 from __future__ import annotations
 
+import asyncio
 import re
 import socket
 import urllib.error
@@ -14,6 +15,9 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from node.client import NodeClient
+from protocol.generated.api_versions import ApiVersionsRequest
+from protocol.generated.fetch import FetchRequest
 from tests.conftest import wait_for
 from tools.cluster import CONTROLLER
 
@@ -54,6 +58,19 @@ def raw_exchange(url: str, data: bytes) -> bytes:
     with socket.create_connection((u.hostname, u.port), timeout=5) as s:
         s.sendall(data)
         return s.recv(4096)
+
+
+def queued_over_250ms(samples: dict, request: str) -> float:
+    name = "kafka_network_requestmetrics_requestqueuetimems_bucket"
+    return value(samples, name, request=request, le="+Inf") - value(samples, name, request=request, le="250")
+
+
+async def fetch_then_api_versions(host: str, port: int, topic: str, end: int) -> None:
+    F = FetchRequest
+    fetch = F(replica_id=-1, max_wait_ms=600, min_bytes=1, max_bytes=1 << 20, topics=[F.FetchTopic(
+        topic=topic, partitions=[F.FetchPartition(partition=0, fetch_offset=end, partition_max_bytes=1 << 20)])])
+    async with NodeClient(host, port, timeout=10) as cl:
+        await asyncio.gather(cl.request(fetch, 4), cl.request(ApiVersionsRequest(), 0))
 
 
 def test_metrics_endpoints(cluster_factory) -> None:
@@ -101,6 +118,22 @@ def test_metrics_endpoints(cluster_factory) -> None:
     assert value(s, "strata_chunk_redirects_total") == 0
     assert value(s, "strata_replica_moves_in_flight") == 0
     assert ("strata_replica_moves_completed_total", frozenset()) in s
+
+    # queue time is from the request's bytes being read to its handler's start: an ApiVersions
+    # pipelined behind a consumer Fetch that long-polls 600 ms waits for it (one request per
+    # connection at a time) and is counted so; before, it counted from the Fetch's answer being written
+    slow_before = queued_over_250ms(scrape(url), "ApiVersions")
+    asyncio.run(fetch_then_api_versions(c.host, c.broker_port(leader), "m", produced))
+    s = scrape(url)
+    assert queued_over_250ms(s, "ApiVersions") == slow_before + 1
+
+    # Fetch is counted as Kafka counts it: under Fetch and under FetchFollower or FetchConsumer
+    fetches = {r: value(s, "kafka_network_requestmetrics_requests_total", request=r)
+               for r in ("Fetch", "FetchConsumer", "FetchFollower")}
+    assert fetches["FetchConsumer"] >= 1 and fetches["FetchFollower"] >= 1, fetches
+    assert fetches["Fetch"] == fetches["FetchConsumer"] + fetches["FetchFollower"], fetches
+    for r in ("FetchConsumer", "FetchFollower"):  # queue time is counted at the start (long polls in flight)
+        assert value(s, "kafka_network_requestmetrics_requestqueuetimems_count", request=r) >= fetches[r] > 0
 
     # a follower killed: the leader shrinks it out of the ISR (replica.lag.time.max.ms) and counts
     # one under-replicated partition, then none once it is back

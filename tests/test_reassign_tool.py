@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import time
 from collections import Counter
@@ -273,10 +274,12 @@ def configs(bs: str, kind: str, name: str) -> dict[str, str]:
     return {k: e.value for k, e in entries.items()}
 
 
-def produce(bs: str, topic: str, values: list[bytes], partition: int = 0) -> None:
+def produce(bs: str, topic: str, values: list[bytes], partition: int = 0, batch_size: int = 1000000) -> None:
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bs, "acks": "all", "linger.ms": 5, "message.timeout.ms": 60000})
+    # a follower fetches at least one whole batch: small batches let a throttle show
+    p = Producer({"bootstrap.servers": bs, "acks": "all", "linger.ms": 5, "message.timeout.ms": 60000,
+                  "batch.size": batch_size})
     errors: list[Any] = []
     for v in values:
         while True:
@@ -496,3 +499,102 @@ def test_execute_verify_moves_all_data(cluster: Cluster, bs: str, tmp_path: Path
         for b in (1, 2):
             if not cluster.is_running(b):
                 cluster.start_node(b)
+
+
+def alter_broker_config(bs: str, broker: str, key: str, value: str | None) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
+    res = ConfigResource(ResourceType.BROKER, broker,
+                         incremental_configs=[ConfigEntry(key, value, incremental_operation=op)])
+    a = admin(bs)  # the client must outlive the futures
+    for f in a.incremental_alter_configs([res]).values():
+        f.result(30)
+
+
+PROGRESS = re.compile(r"Progress of (.+): (\d+) / (\d+) bytes copied \((\d+)%\), (ETA unknown|ETA 0s|[\d.]+ MB/s, ETA \w+)$")
+
+
+def progress_lines(out: str, name: str) -> list[tuple[int, int]]:
+    """(copied, total) of each progress line about `name`; every progress line has the format."""
+    got = []
+    for line in out.splitlines():
+        if line.startswith("Progress of "):
+            m = PROGRESS.fullmatch(line)
+            assert m, line
+            if m.group(1) == name:
+                got.append((int(m.group(2)), int(m.group(3))))
+    return got
+
+
+def test_verify_wait_shows_progress_and_times_out_with_one_line(bs: str, tmp_path: Path) -> None:
+    """A throttled reassignment takes a few seconds: --verify --wait prints bytes copied / total and
+    an ETA for each new replica until it completes (exit 0); with a --timeout too short it stops
+    with one line and exit 1, leaving the reassignment running."""
+    create_topic(bs, "waiting", [[1, 2]])
+    produce(bs, "waiting", [b"%06d" % i + b"w" * 994 for i in range(800)], batch_size=16384)  # ~800 KB
+    f = write(tmp_path, "wait.json", reassignment(("waiting", 0, [3, 4])))
+    try:
+        ok(bs, "--execute", "--reassignment-json-file", f, "--throttle", "100000")  # ~7 s (after a 1 s burst)
+        r = run(bs, "--verify", "--wait", "--timeout", "1200", "--reassignment-json-file", f)
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert r.stderr.splitlines() == [
+            "Error: timed out after 1200 ms waiting for the reassignment to complete; still in progress: waiting-0 "
+            "(REQUEST_TIMED_OUT)"
+        ], r.stderr
+        assert progress_lines(r.stdout, "partition waiting-0 to broker 3"), r.stdout
+        assert "Status of partition reassignment:" not in r.stdout
+
+        out = ok(bs, "--verify", "--wait", "--reassignment-json-file", f)
+        for b in (3, 4):
+            seen = progress_lines(out, f"partition waiting-0 to broker {b}")
+            assert seen, out
+            assert [c for c, _ in seen] == sorted(c for c, _ in seen), seen  # bytes only grow
+            assert all(0 <= c <= t and t >= 800_000 for c, t in seen), seen
+        assert re.search(r"MB/s, ETA \d", out), out  # a rate seen, an ETA given
+        assert out.splitlines()[-4:] == [
+            "Status of partition reassignment:",
+            "Reassignment of partition waiting-0 is completed.",
+            "Clearing broker-level throttles on brokers 1,2,3,4",
+            "Clearing topic-level throttles on topic waiting",
+        ]
+    finally:
+        run(bs, "--cancel", "--reassignment-json-file", f)
+    no_reassignments(bs)
+    assert replicas_of(bs, "waiting") == {0: [3, 4]}
+    # once done, --wait returns at once with the status
+    assert ok(bs, "--verify", "--wait", "--reassignment-json-file", f).startswith("Status of partition reassignment:")
+
+
+def test_verify_wait_follows_a_log_dir_move(cluster: Cluster, bs: str, tmp_path: Path) -> None:
+    """A replica moving between broker 1's log dirs at intra.broker.throttled.rate: --verify --wait
+    prints its progress until it is in the file's dir."""
+    create_topic(bs, "dirmove", [[1]])
+    produce(bs, "dirmove", [b"%06d" % i + b"d" * 994 for i in range(3000)])  # ~3 MB
+    dirs = sorted(str(p) for p in cluster.node_dir(1).glob("logs-*"))
+    [src] = [d for d in dirs if (Path(d) / "dirmove-0-0").is_dir()]
+    [dest] = [d for d in dirs if d != src]
+    plan = {"version": 1, "partitions": [{"topic": "dirmove", "partition": 0, "replicas": [1], "log_dirs": [dest]}]}
+    f = write(tmp_path, "dirs.json", plan)
+    alter_broker_config(bs, "1", "intra.broker.throttled.rate", "1000000")  # ~3 s
+    try:
+        out = ok(bs, "--execute", "--reassignment-json-file", f)
+        assert out.splitlines()[-1] == "Successfully started log directory move for: dirmove-0-1", out
+        out = ok(bs, "--verify", "--wait", "--reassignment-json-file", f)
+        seen = progress_lines(out, f"replica dirmove-0-1 to {dest}")
+        assert seen and all(0 < c <= t for c, t in seen), out
+        assert out.splitlines()[-4:-2] == [
+            "Status of log directory reassignment:",
+            "Reassignment of replica dirmove-0-1 is completed.",
+        ], out
+    finally:
+        alter_broker_config(bs, "1", "intra.broker.throttled.rate", None)
+    assert (Path(dest) / "dirmove-0-0").is_dir()
+    assert len(consume(bs, "dirmove", 3000)) == 3000
+
+
+def test_wait_is_a_verify_option(tmp_path: Path, nowhere: str) -> None:
+    f = write(tmp_path, "f.json", reassignment(("t", 0, [1])))
+    assert "--wait" in fails(nowhere, "--execute", "--wait", "--reassignment-json-file", f, code=2)
+    assert "--timeout" in fails(nowhere, "--verify", "--timeout", "10", "--reassignment-json-file", f, code=2)
+    assert "cannot connect to" in fails(nowhere, "--verify", "--wait", "--reassignment-json-file", f)

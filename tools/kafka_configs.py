@@ -7,26 +7,34 @@
     kafka-configs.sh --bootstrap-server H:P --alter --user alice --client app --add-config producer_byte_rate=1024
     kafka-configs.sh --bootstrap-server H:P --alter --user alice \\
         --add-config 'SCRAM-SHA-256=[iterations=8192,password=alice-secret]'
+    kafka-configs.sh --bootstrap-server H:P --alter --ip 10.0.0.1 --add-config connection_creation_rate=5
+    kafka-configs.sh --bootstrap-server H:P --alter --broker-logger 1 --add-config broker.replication=DEBUG
 
 Topics and brokers go through DescribeConfigs / IncrementalAlterConfigs (a broker's configs are
 asked of that broker, as Kafka's admin client does); users' and clients' quotas through
 DescribeClientQuotas / AlterClientQuotas; users' SCRAM credentials through
 Describe/AlterUserScramCredentials, the password salted here (PBKDF2, a random salt) so only the
-salted password travels. Output lines and messages are Kafka's. Bad arguments (an unknown entity
-type, a malformed --add-config, a non-numeric quota) are one line and exit 2, before any connection;
+salted password travels; ips' connection_creation_rate through the client quota APIs too;
+broker loggers (BROKER_LOGGER resources) through DescribeConfigs / IncrementalAlterConfigs sent to
+the broker named. groups and client-metrics, Kafka's other entity types, have nothing behind them
+in Strata (no KIP-848 groups, no KIP-714 telemetry): one line, exit 1. Output lines and messages
+are Kafka's. Bad arguments (an unknown entity type, a malformed --add-config, a non-numeric quota)
+are one line and exit 2, before any connection;
 what the cluster refuses (an unknown config key, a missing topic) is one line and exit 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import re
+import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from metadata.client_quotas import CLIENT_KEYS
+from metadata.client_quotas import CLIENT_KEYS, IP_KEYS
 from node.config import ConfigError, load_properties
 from node.scram import MECHANISM_NAMES, SCRAM_MECHANISMS, salted_password
 from protocol.errors import Errors, error_name
@@ -39,12 +47,21 @@ from protocol.generated.incremental_alter_configs import IncrementalAlterConfigs
 from tools.admin import AdminError, ToolArgumentParser, admin_for, broker_error, run_tool
 from tools.brokers import Brokers
 
-TOPICS, BROKERS, USERS, CLIENTS = "topics", "brokers", "users", "clients"
-ENTITY_TYPES = (TOPICS, CLIENTS, USERS, BROKERS)
-TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+TOPICS, BROKERS, USERS, CLIENTS, IPS = "topics", "brokers", "users", "clients", "ips"
+BROKER_LOGGERS, CLIENT_METRICS, GROUPS = "broker-loggers", "client-metrics", "groups"
+ENTITY_TYPES = (TOPICS, CLIENTS, USERS, BROKERS, IPS, BROKER_LOGGERS, CLIENT_METRICS, GROUPS)
+# Kafka's entity types Strata has nothing behind: what the tool says instead
+UNSUPPORTED = {
+    GROUPS: "group configs (consumer.session.timeout.ms, share.*) are for KIP-848 consumer and share groups; "
+            "Strata serves the classic group protocol only, whose timeouts each member sends in JoinGroup",
+    CLIENT_METRICS: "client metrics subscriptions need KIP-714 client telemetry (GetTelemetrySubscriptions, "
+                    "PushTelemetry), which Strata does not serve",
+}
+TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE = 2, 4, 8
+RESOURCE_TYPES = {TOPICS: TOPIC_RESOURCE, BROKERS: BROKER_RESOURCE, BROKER_LOGGERS: BROKER_LOGGER_RESOURCE}
 SOURCE_NAMES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
                 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG"}
-QUOTA_ENTITY = {USERS: "user", CLIENTS: "client-id"}
+QUOTA_ENTITY = {USERS: "user", CLIENTS: "client-id", IPS: "ip"}
 SET, DELETE = 0, 1
 DEFAULT_ITERATIONS = 4096  # Kafka's
 # Kafka splits --add-config on commas outside square brackets
@@ -90,9 +107,13 @@ def build_parser() -> ToolArgumentParser:
     ap.add_argument("--entity-default", action=_Entity, kind="default", nargs=0,
                     help="the default entity of the type before it (clients/users/brokers)")
     for flag, etype, help_ in (("--topic", TOPICS, "The topic's name."), ("--broker", BROKERS, "The broker's ID."),
-                               ("--user", USERS, "The user's principal name."), ("--client", CLIENTS, "The client's ID.")):
+                               ("--user", USERS, "The user's principal name."), ("--client", CLIENTS, "The client's ID."),
+                               ("--broker-logger", BROKER_LOGGERS, "The broker's ID for its logger config."),
+                               ("--ip", IPS, "The IP address."), ("--group", GROUPS, "The group's ID."),
+                               ("--client-metrics", CLIENT_METRICS, "The client metrics config resource name.")):
         ap.add_argument(flag, action=_Entity, kind="name", entity_type=etype, help=help_)
-    for flag, etype in (("--broker-defaults", BROKERS), ("--user-defaults", USERS), ("--client-defaults", CLIENTS)):
+    for flag, etype in (("--broker-defaults", BROKERS), ("--user-defaults", USERS), ("--client-defaults", CLIENTS),
+                        ("--ip-defaults", IPS)):
         ap.add_argument(flag, action=_Entity, kind="default", entity_type=etype, nargs=0,
                         help=f"The config defaults for all {etype}.")
     ap.add_argument("--add-config", metavar="k1=v1,k2=[v1,v2],k3=v3",
@@ -116,6 +137,20 @@ def parse_add_config(value: str) -> dict[str, str]:
             val = val[1:-1]
         out[key.strip()] = val
     return out
+
+
+def _is_ip(name: str) -> bool:
+    """Kafka's check of an ip entity: an IP address, or a host name that resolves."""
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        pass
+    try:
+        socket.getaddrinfo(name, None)
+        return True
+    except (OSError, UnicodeError):
+        return False
 
 
 def _java_double(v: float) -> str:
@@ -154,17 +189,23 @@ class Command:
         if len(names) > len(types):
             raise ValueError("More entity names specified than entity types")
         head = types[0]
-        if head == TOPICS and "" in names:
-            raise ValueError("--entity-default is not valid for topics")
-        if head == BROKERS and names and names[0] and not names[0].isdigit():
+        if head in (TOPICS, BROKER_LOGGERS, GROUPS, CLIENT_METRICS) and "" in names:
+            raise ValueError(f"--entity-default is not valid for {head}")
+        if head in (BROKERS, BROKER_LOGGERS) and names and names[0] and not names[0].isdigit():
             raise ValueError(f"The entity name for {head} must be a valid integer broker id, found: {names[0]}")
+        if head == IPS and names and names[0] and not _is_ip(names[0]):
+            raise ValueError(f"The entity name for {head} must be a valid IP or resolvable host, but it is: "
+                             f"{names[0][:60]}")
+        if head == BROKER_LOGGERS and not names:
+            raise ValueError(f"An entity name must be specified with --{'describe' if a.describe else 'alter'} "
+                             f"of {head}")
         if a.describe:
             if a.add_config or a.add_config_file or a.delete_config:
                 raise ValueError("--describe takes no --add-config, --add-config-file or --delete-config")
             return
         if a.all:
             raise ValueError("--all is only valid with --describe")
-        if head in (TOPICS,) and not names:
+        if head in (TOPICS, GROUPS, CLIENT_METRICS) and not names:
             raise ValueError(f"--entity-name must be specified with --alter of {head}")
         if len(names) != len(types):
             raise ValueError("--entity-name or --entity-default must be specified with each --entity-type for --alter")
@@ -186,6 +227,20 @@ class Command:
             raise ValueError(f"Invalid config(s) to both add and delete: {', '.join(both)}")
         if head in (USERS, CLIENTS):
             self._check_quota_keys(head)
+        if head == IPS:
+            unknown = [k for k in list(self.add) + self.delete if k not in IP_KEYS]
+            if unknown:
+                raise ValueError(f"Only connection quota configs can be added for '{IPS}' using --bootstrap-server. "
+                                 f"Unexpected config names: {','.join(unknown)}")
+            self._check_numbers(self.add)
+
+    def _check_numbers(self, keys: Iterable[str]) -> None:
+        for k in keys:
+            v = self.add[k]
+            try:
+                float(v)
+            except ValueError:
+                raise ValueError(f"Cannot parse quota configuration value for {k}: {v}") from None
 
     def _check_quota_keys(self, head: str) -> None:
         scram = set(SCRAM_MECHANISMS) if head == USERS and CLIENTS not in self.types and "" not in self.names else set()
@@ -193,13 +248,9 @@ class Command:
         if unknown:
             raise ValueError(f"Only quota configs can be added for '{head}' using --bootstrap-server. "
                              f"Unexpected config names: {', '.join(unknown)}")
+        self._check_numbers([k for k in self.add if k in CLIENT_KEYS])
         for k, v in self.add.items():
-            if k in CLIENT_KEYS:
-                try:
-                    float(v)
-                except ValueError:
-                    raise ValueError(f"Cannot parse quota configuration value for {k}: {v}") from None
-            else:
+            if k not in CLIENT_KEYS:
                 m = _CREDENTIAL.fullmatch(v)
                 if not m:
                     raise ValueError(f"Invalid credential property {k}={v}")
@@ -212,10 +263,10 @@ class Command:
 async def resource_configs(brokers: Brokers, etype: str, name: str, synonyms: bool) -> list[Any]:
     """DescribeConfigs entries of one topic or broker ('' = the cluster default), by name; a
     broker's configs come from that broker."""
-    rtype = TOPIC_RESOURCE if etype == TOPICS else BROKER_RESOURCE
+    rtype = RESOURCE_TYPES[etype]
     req = DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
         resource_type=rtype, resource_name=name, configuration_keys=None)], include_synonyms=synonyms)
-    if etype == BROKERS and name:
+    if etype in (BROKERS, BROKER_LOGGERS) and name:
         resp = await brokers.send(int(name), req)
     else:
         resp = await brokers.admin.request(req)
@@ -225,8 +276,9 @@ async def resource_configs(brokers: Brokers, etype: str, name: str, synonyms: bo
     return sorted(r.configs, key=lambda c: c.name)
 
 
-def _dynamic_source(etype: str, name: str) -> int:
-    return 1 if etype == TOPICS else 2 if name else 3
+def _dynamic_source(etype: str, name: str) -> int | None:
+    """The source --describe shows without --all (None: every entry, as for broker loggers)."""
+    return None if etype == BROKER_LOGGERS else 1 if etype == TOPICS else 2 if name else 3
 
 
 async def describe_resources(brokers: Brokers, etype: str, name: str | None, describe_all: bool) -> None:
@@ -237,7 +289,7 @@ async def describe_resources(brokers: Brokers, etype: str, name: str | None, des
             await brokers.topics([])
             entities = [str(b) for b in sorted(brokers.addresses)] + [""]
     else:
-        if not describe_all:
+        if not describe_all and etype != BROKER_LOGGERS:  # a broker logger's broker answers for itself
             if etype == TOPICS:
                 known = name in await brokers.topics([name])
             else:
@@ -254,7 +306,7 @@ async def describe_resources(brokers: Brokers, etype: str, name: str | None, des
             print(f"{'All' if describe_all else 'Dynamic'} configs for {etype[:-1]} {entity} are:")
         wanted = _dynamic_source(etype, entity)
         for c in await resource_configs(brokers, etype, entity, True):
-            if describe_all or c.config_source == wanted:
+            if describe_all or wanted is None or c.config_source == wanted:
                 syn = ", ".join(f"{SOURCE_NAMES.get(s.source, 'UNKNOWN')}:{s.name}={_v(s.value)}" for s in c.synonyms)
                 print(f"  {c.name}={_v(c.value)} sensitive={str(c.is_sensitive).lower()} synonyms={{{syn}}}")
 
@@ -304,7 +356,7 @@ async def quota_configs(brokers: Brokers, cmd: Command) -> list[tuple[dict[str, 
 
 def _entity_text(entity: dict[str, str | None]) -> str:
     parts = []
-    for key, word in (("user", "user-principal"), ("client-id", "client-id")):
+    for key, word in (("user", "user-principal"), ("client-id", "client-id"), ("ip", "ip")):
         if key in entity:
             parts.append(f"the default {word}" if not entity[key] else f"{word} '{entity[key]}'")
     return ", ".join(parts)
@@ -315,7 +367,7 @@ async def describe_quotas_and_scram(brokers: Brokers, cmd: Command) -> None:
     for entity, values in sorted(found, key=lambda f: sorted((k, v or "") for k, v in f[0].items())):
         text = ", ".join(f"{k}={_java_double(v)}" for k, v in sorted(values.items()))
         print(f"Quota configs for {_entity_text(entity)} are {text}")
-    if CLIENTS in cmd.types or "" in cmd.names:
+    if CLIENTS in cmd.types or IPS in cmd.types or "" in cmd.names:
         return
     users = [DescribeUserScramCredentialsRequest.UserName(name=n) for n in cmd.names] or None
     resp = await brokers.admin.request(DescribeUserScramCredentialsRequest(users=users))
@@ -367,12 +419,30 @@ async def alter_scram(brokers: Brokers, user: str, add: dict[str, str], delete: 
             raise broker_error(f"altering user {r.user}", r.error_code, r.error_message)
 
 
+async def alter_loggers(brokers: Brokers, cmd: Command, broker: str) -> None:
+    """As Kafka: every logger named must exist on that broker; the change goes to that broker."""
+    known = {c.name for c in await resource_configs(brokers, BROKER_LOGGERS, broker, False)}
+    invalid = [k for k in cmd.delete if k not in known] + [k for k in cmd.add if k not in known]
+    if invalid:
+        raise AdminError(f"Invalid broker logger(s): {','.join(invalid)}", Errors.INVALID_CONFIG)
+    R = IncrementalAlterConfigsRequest
+    ops = [R.AlterableConfig(name=k, config_operation=SET, value=v) for k, v in cmd.add.items()]
+    ops += [R.AlterableConfig(name=k, config_operation=DELETE, value="") for k in cmd.delete]
+    resp = await brokers.send(int(broker), R(resources=[R.AlterConfigsResource(
+        resource_type=BROKER_LOGGER_RESOURCE, resource_name=broker, configs=ops)]))
+    for r in resp.responses:
+        if r.error_code:
+            raise broker_error(f"altering the loggers of broker {broker}", r.error_code, r.error_message)
+
+
 async def run(cmd: Command) -> None:
     a, head = cmd.a, cmd.types[0]
     name = cmd.names[0] if cmd.names else None
+    if head in UNSUPPORTED:
+        raise AdminError(f"entity type {head} is not supported: {UNSUPPORTED[head]}")
     async with admin_for(a, a.timeout) as admin, Brokers(admin) as brokers:
         if a.describe:
-            if head in (TOPICS, BROKERS):
+            if head in (TOPICS, BROKERS, BROKER_LOGGERS):
                 await describe_resources(brokers, head, name, a.all)
             else:
                 await describe_quotas_and_scram(brokers, cmd)
@@ -380,6 +450,8 @@ async def run(cmd: Command) -> None:
         assert name is not None  # --alter names every entity (checked with the arguments)
         if head in (TOPICS, BROKERS):
             await alter_resource(brokers, cmd, head, name)
+        elif head == BROKER_LOGGERS:
+            await alter_loggers(brokers, cmd, name)
         else:
             scram_add = {k: v for k, v in cmd.add.items() if k in SCRAM_MECHANISMS}
             scram_delete = [k for k in cmd.delete if k in SCRAM_MECHANISMS]

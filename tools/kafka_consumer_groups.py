@@ -6,6 +6,7 @@ their offsets, with the options and output of Kafka's ConsumerGroupCommand.
   --reset-offsets (--group G ... | --all-groups) (--topic T[:P,P] ... | --all-topics)
       (--to-earliest | --to-latest | --to-current | --to-offset N | --shift-by N |
        --to-datetime YYYY-MM-DDTHH:mm:SS.sss[zone] | --by-duration PnDTnHnMnS) [--dry-run | --execute] [--export]
+  --reset-offsets (--group G ... | --all-groups) --from-file CSV [--dry-run | --execute] [--export]
   --delete (--group G ... | --all-groups)
   --delete-offsets --group G --topic T[:P,P] ...
 
@@ -286,6 +287,8 @@ async def reset_action(brokers: Brokers, a: argparse.Namespace) -> None:
 
 
 async def partitions_to_reset(brokers: Brokers, group: str, a: argparse.Namespace) -> list[TopicPartition]:
+    if a.from_file is not None and not (a.all_topics or a.topic):
+        return []  # as Kafka: the file names the partitions
     if a.all_topics:
         return sorted(await committed_offsets(brokers, group))
     whole = [t for t in a.topic if ":" not in t]
@@ -311,6 +314,8 @@ def parse_topic_partitions(arg: str) -> tuple[str, list[int]]:
 
 async def new_offsets(brokers: Brokers, group: str, tps: list[TopicPartition], a: argparse.Namespace
                       ) -> dict[TopicPartition, int]:
+    if a.from_file is not None:
+        return await plan_from_file(brokers, group, a.reset_plan, a.from_file)
     if not tps:
         return {}
     if a.to_earliest:
@@ -345,6 +350,56 @@ async def new_offsets(brokers: Brokers, group: str, tps: list[TopicPartition], a
     if empty:
         out.update(await brokers.offsets(empty, LATEST))
     return out
+
+
+def parse_reset_plan(path: str, single_group: str | None) -> dict[str, dict[TopicPartition, int]]:
+    """Kafka's reset CSV: "topic,partition,offset" lines when one --group is given and the first
+    line has that form, else "group,topic,partition,offset" lines. group -> partition -> offset."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = [line.strip() for line in f.read().split("\n")]
+    except OSError as e:
+        raise AdminError(f"cannot read {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise AdminError(f"{path} is not UTF-8 text: {e.reason} at byte {e.start}") from None
+    lines = [line for line in lines if line]
+    no_group = single_group is not None and bool(lines) and _csv_row(lines[0], 3) is not None
+    plan: dict[str, dict[TopicPartition, int]] = {}
+    for n, line in enumerate(lines, 1):
+        row = _csv_row(line, 3 if no_group else 4)
+        if row is None:
+            three = no_group or (single_group is not None and line.count(",") != 3)
+            form = "topic,partition,offset" if three else "group,topic,partition,offset"
+            shown = line if len(line) <= 60 else line[:60] + "..."
+            raise AdminError(f"{path} line {n}: '{shown}' is not {form} (a partition and an offset are "
+                             "non-negative integers)")
+        group = single_group if no_group else row[0]
+        topic, partition, offset = row[-3:]
+        plan.setdefault(group, {})[(topic, int(partition))] = int(offset)
+    return plan
+
+
+def _csv_row(line: str, fields: int) -> list[str] | None:
+    parts = line.split(",")
+    if len(parts) != fields or not all(parts[:-2]):
+        return None
+    partition, offset = parts[-2:]
+    if not (partition.isdigit() and offset.isdigit() and len(partition) <= 10 and len(offset) <= 19
+            and int(partition) <= 2**31 - 1 and int(offset) <= INT64[1]):
+        return None
+    return parts
+
+
+async def plan_from_file(brokers: Brokers, group: str, plans: dict[str, dict[TopicPartition, int]], path: str
+                         ) -> dict[TopicPartition, int]:
+    wanted = plans.get(group)
+    if wanted is None:
+        raise AdminError(f"No reset plan for group {group} found in {path}")
+    known = set(await brokers.partitions_of({t for t, _ in wanted}))
+    for tp in sorted(wanted):
+        if tp not in known:
+            raise AdminError(f"partition {tp_str(tp)} does not exist", Errors.UNKNOWN_TOPIC_OR_PARTITION)
+    return await clamp(brokers, wanted)
 
 
 async def clamp(brokers: Brokers, wanted: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
@@ -479,6 +534,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="to the first offset at or after this time")
     scen.add_argument("--by-duration", type=parse_duration, metavar="PnDTnHnMnS",
                       help="to the first offset at or after now minus this duration")
+    scen.add_argument("--from-file", metavar="CSV",
+                      help="to the offsets of a CSV file (topic,partition,offset or group,topic,partition,offset "
+                      "lines, as --export writes them)")
     ap.add_argument("--timeout", type=ranged_int(1, 2**31 - 1), default=5000, metavar="MS",
                     help="how long to wait for the cluster (ms, default 5000)")
     return ap
@@ -502,7 +560,7 @@ def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     if a.state is not None and not (a.list or a.describe):
         ap.error("Option --state is only allowed with --describe and --list")
     scenario = (a.to_earliest or a.to_latest or a.to_current or a.to_offset is not None or a.shift_by is not None
-                or a.to_datetime is not None or a.by_duration is not None)
+                or a.to_datetime is not None or a.by_duration is not None or a.from_file is not None)
     if (scenario or a.all_topics or a.dry_run or a.execute or a.export) and not a.reset_offsets:
         ap.error("reset scenarios, --all-topics, --dry-run, --execute and --export are only allowed with "
                  "--reset-offsets")
@@ -526,8 +584,8 @@ def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
             ap.error("Option --reset-offsets takes one of these options: --all-groups, --group")
         if not scenario:
             ap.error("Option --reset-offsets requires one of the following scenarios: --to-datetime, --by-duration, "
-                     "--to-earliest, --to-latest, --shift-by, --to-current, --to-offset")
-        if bool(a.topic) == a.all_topics:
+                     "--to-earliest, --to-latest, --shift-by, --from-file, --to-current, --to-offset")
+        if a.topic and a.all_topics or (a.from_file is None and not (a.topic or a.all_topics)):
             ap.error("One of the reset scopes should be defined: --all-topics, --topic.")
         if not (a.dry_run or a.execute):
             print("WARN: No action will be performed as the --execute option is missing. "
@@ -537,6 +595,8 @@ def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
 async def run(a: argparse.Namespace) -> None:
     action = (list_action if a.list else describe_action if a.describe else delete_action if a.delete
               else reset_action if a.reset_offsets else delete_offsets_action)
+    if a.from_file is not None:  # a bad file fails the same way with or without a cluster
+        a.reset_plan = parse_reset_plan(a.from_file, a.group[0] if a.group and len(a.group) == 1 else None)
     async with admin_for(a, a.timeout / 1000) as admin, Brokers(admin) as brokers:
         await action(brokers, a)
 

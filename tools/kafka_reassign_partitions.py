@@ -10,6 +10,11 @@ progress line (bytes copied / total) per move still under way.
 Files are read and checked before anything is sent, and the cluster is checked (topics,
 partitions, broker ids) before anything is changed. Errors print one line on stderr and exit 1;
 bad arguments exit 2. --verify exits 0 whether or not the reassignment is done, as Kafka's does.
+Strata's --verify --wait [--timeout MS] waits until the file's partitions are no longer being
+reassigned or moved between log dirs, printing a progress line per copy under way every second
+(bytes copied / total, rate and ETA), then prints --verify's status: exit 0 if everything is where
+the file says, 1 (one line) otherwise or when --timeout passes. --execute prints the same lines
+while it waits to send log dir moves.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import random
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from protocol.errors import Errors, error_message, error_name
@@ -43,8 +49,10 @@ from tools.admin import (
     run_tool,
 )
 from tools.log_dirs import alter_dirs, broker_addresses, check_log_dir, describe_dirs, is_retriable_move_error
+from tools.progress import Copy, ProgressTracker
 
 ANY_LOG_DIR = "any"
+WAIT_INTERVAL = 1.0  # seconds between --verify --wait rounds (and --execute's progress lines)
 JSON_VERSION = 1  # the only version of both file formats
 RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4  # ConfigResource types
 OP_SET, OP_DELETE = 0, 1  # IncrementalAlterConfigs operations
@@ -62,7 +70,7 @@ ACTIONS = ("generate", "execute", "verify", "cancel", "list")
 PERMITTED = {
     "generate": {"topics_to_move_json_file", "broker_list", "disable_rack_aware"},
     "execute": {"reassignment_json_file", "throttle", "replica_alter_log_dirs_throttle", "additional", "timeout"},
-    "verify": {"reassignment_json_file", "preserve_throttles"},
+    "verify": {"reassignment_json_file", "preserve_throttles", "wait", "timeout"},
     "cancel": {"reassignment_json_file", "preserve_throttles", "timeout"},
     "list": set(),
 }
@@ -498,9 +506,14 @@ async def execute(admin: Admin, a: argparse.Namespace) -> None:
         print(f"Successfully started partition reassignment{plural(len(changed or proposed))} for {names}")
     # ... then again for those, until the reassignment has created them or --timeout passes
     deadline = time.monotonic() + (a.timeout if a.timeout is not None else 10000) / 1000
+    tracker, shown = ProgressTracker(), time.monotonic()
     while pending and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
         pending = await send_log_dir_moves(admin, addresses, pending)
+        if pending and time.monotonic() - shown >= WAIT_INTERVAL:  # the copies the moves wait for
+            shown = time.monotonic()
+            for c in await reassignment_copies(admin, await list_reassignments(admin, {tp for tp, _ in pending})):
+                print(tracker.line(c), flush=True)
     if pending:
         culprits = ", ".join(f"{tp_str(tp)} on broker {b}" for tp, b in sorted(pending))
         raise AdminError(f"timed out waiting for the replicas {culprits} to be created to move them to their log dirs",
@@ -530,13 +543,18 @@ async def send_log_dir_moves(admin: Admin, addresses: dict, dirs: Mapping[tuple[
 
 async def verify(admin: Admin, a: argparse.Namespace) -> None:
     targets = parse_reassignment_file(a.reassignment_json_file)
+    dirs = parse_log_dirs(a.reassignment_json_file)
+    if a.wait:
+        await wait_for_completion(admin, targets, dirs, a.timeout)
     ongoing = await list_reassignments(admin)
     view = await cluster_view(admin, (tp[0] for tp, _ in targets))
     lines = ["Status of partition reassignment:"]
+    unfinished = []
     for tp, target in sorted(targets):
         current = view.partition(tp)
         if tp in ongoing:
             lines.append(f"Reassignment of partition {tp_str(tp)} is still in progress.")
+            unfinished.append(tp_str(tp))
         elif current == target:
             lines.append(f"Reassignment of partition {tp_str(tp)} is completed.")
         else:
@@ -544,20 +562,98 @@ async def verify(admin: Admin, a: argparse.Namespace) -> None:
                 f"There is no active reassignment of partition {tp_str(tp)}, but replica set is "
                 f"{ids_str(current)} rather than {ids_str(target)}."
             )
-    dirs = parse_log_dirs(a.reassignment_json_file)
+            unfinished.append(tp_str(tp))
     if dirs:
-        lines += await verify_log_dirs(admin, dirs)
+        status = await log_dir_status(admin, dirs)
+        lines += status.lines
+        unfinished += [f"{tp_str(tp)}-{b}" for tp, b in sorted(status.elsewhere)]
     print("\n".join(lines))
     # As Kafka: throttles go only once no reassignment at all is left, since a throttle set for
     # another reassignment cannot be told apart from ours.
     if not ongoing and not a.preserve_throttles:
         await clear_throttles(admin, targets, view)
+    if a.wait and unfinished:
+        raise AdminError(f"the reassignment ended without reaching the file's assignment for {', '.join(unfinished)}")
 
 
-async def verify_log_dirs(admin: Admin, dirs: Mapping[tuple[TP, int], str]) -> list[str]:
+async def wait_for_completion(admin: Admin, targets: Sequence[tuple[TP, list[int]]],
+                              dirs: Mapping[tuple[TP, int], str], timeout_ms: int | None) -> None:
+    """--verify --wait: until no partition of the file is being reassigned and no replica of it is
+    being moved between log dirs, print a progress line per copy under way every WAIT_INTERVAL
+    seconds; AdminError once `timeout_ms` (if given) has passed."""
+    tps = [tp for tp, _ in targets]
+    deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+    tracker = ProgressTracker()
+    while True:
+        ongoing = await list_reassignments(admin, tps)
+        copies = await reassignment_copies(admin, ongoing)
+        moving: set[tuple[TP, int]] = set()
+        if dirs:
+            status = await log_dir_status(admin, dirs)
+            copies += status.copies
+            # a replica not yet in its dir is waited for while a move copies it or while its
+            # partition's reassignment may still create it (then the move starts)
+            moving = status.moving | {key for key in status.elsewhere if key[0] in ongoing}
+        if not ongoing and not moving:
+            return
+        for c in copies:
+            print(tracker.line(c), flush=True)
+        if deadline is not None and time.monotonic() >= deadline:
+            names = [tp_str(tp) for tp in sorted(ongoing)] + [f"{tp_str(tp)}-{b}" for tp, b in sorted(moving)]
+            raise AdminError(f"timed out after {timeout_ms} ms waiting for the reassignment to complete; still in "
+                             f"progress: {', '.join(names)}", Errors.REQUEST_TIMED_OUT)
+        await asyncio.sleep(WAIT_INTERVAL)
+
+
+async def reassignment_copies(admin: Admin, ongoing: Mapping[TP, Any]) -> list[Copy]:
+    """Each adding replica of an ongoing reassignment: its bytes (DescribeLogDirs on its broker)
+    against the leader's, for the partition's active chunk (the one a reassignment moves)."""
+    if not ongoing:
+        return []
+    md = await admin.metadata(sorted({t for t, _ in ongoing}))
+    leaders = {(t.name, p.partition_index): p.leader_id for t in md.topics for p in t.partitions}
+    addresses = {b.node_id: (b.host, b.port) for b in md.brokers}
+    wanted: dict[int, dict[str, set[int]]] = {}
+    for tp, r in ongoing.items():
+        for b in (leaders.get(tp, -1), *r.adding_replicas):
+            if b in addresses:
+                wanted.setdefault(b, {}).setdefault(tp[0], set()).add(tp[1])
+    sizes: dict[tuple[TP, int], dict[int, int]] = {}  # (partition, broker) -> chunk start -> bytes
+    for b, parts in sorted(wanted.items()):
+        try:
+            infos = await describe_dirs(admin, addresses, b, partitions={t: sorted(ps) for t, ps in parts.items()})
+        except AdminError:
+            continue  # a broker gone away: its copies are left out of this round
+        for d in infos:
+            for r in d.replicas:
+                if not r.is_future:
+                    chunks = sizes.setdefault(((r.topic, r.partition), b), {})
+                    chunks[r.chunk_start] = chunks.get(r.chunk_start, 0) + r.size
+    copies = []
+    for tp, r in sorted(ongoing.items()):
+        lead = sizes.get((tp, leaders.get(tp, -1)))
+        if not lead:
+            continue
+        start = max(lead)
+        for b in r.adding_replicas:
+            copied = sizes.get((tp, b), {}).get(start, 0)
+            copies.append(Copy(f"partition {tp_str(tp)} to broker {b}", copied, lead[start]))
+    return copies
+
+
+@dataclass
+class LogDirStatus:
+    lines: list[str]  # --verify's lines
+    copies: list[Copy]  # the moves copying now
+    moving: set[tuple[TP, int]]  # (partition, broker) with a move copying
+    elsewhere: set[tuple[TP, int]]  # (partition, broker) not (yet) in the file's log dir
+
+
+async def log_dir_status(admin: Admin, dirs: Mapping[tuple[TP, int], str]) -> LogDirStatus:
     """The seed's check: DescribeLogDirs on each broker holding a replica with a log dir."""
     addresses = await broker_addresses(admin)
-    lines = ["Status of log directory reassignment:"]
+    status = LogDirStatus(["Status of log directory reassignment:"], [], set(), set())
+    lines = status.lines
     by_broker: dict[int, dict[str, list[int]]] = {}
     for (tp, b) in dirs:
         by_broker.setdefault(b, {}).setdefault(tp[0], []).append(tp[1])
@@ -565,6 +661,7 @@ async def verify_log_dirs(admin: Admin, dirs: Mapping[tuple[TP, int], str]) -> l
         if b not in addresses:
             for t, ps in sorted(parts.items()):
                 lines += [f"Unable to check the log dir of replica {t}-{p}-{b}: broker {b} is not live." for p in ps]
+                status.elsewhere |= {((t, p), b) for p in ps}
             continue
         infos = await describe_dirs(admin, addresses, b, partitions=parts)
         for t, ps in sorted(parts.items()):
@@ -573,12 +670,17 @@ async def verify_log_dirs(admin: Admin, dirs: Mapping[tuple[TP, int], str]) -> l
                 live = [(d, r) for d in infos for r in d.replicas if (r.topic, r.partition) == (t, p) and not r.is_future]
                 future = [(d, r) for d in infos for r in d.replicas if (r.topic, r.partition) == (t, p) and r.is_future]
                 name = f"replica {t}-{p}-{b}"
+                done = bool(live) and not future and all(_same_dir(d.path, want) for d, _ in live)
+                if not done:
+                    status.elsewhere.add(((t, p), b))
                 if future:
                     copied = sum(r.size for _, r in future)
                     total = sum(r.size for _, r in live) or copied
                     lines.append(f"Reassignment of {name} is still in progress: {copied} / {total} bytes copied "
                                  f"to {future[0][0].path}.")
-                elif live and all(_same_dir(d.path, want) for d, _ in live):
+                    status.copies.append(Copy(f"{name} to {future[0][0].path}", copied, total))
+                    status.moving.add(((t, p), b))
+                elif done:
                     lines.append(f"Reassignment of {name} is completed.")
                 elif live:
                     lines.append(f"Reassignment of {name} is not started: it is in {live[0][0].path}, not {want}.")
@@ -587,7 +689,7 @@ async def verify_log_dirs(admin: Admin, dirs: Mapping[tuple[TP, int], str]) -> l
                                  "There is likely an offline log directory on the broker.")
                 else:
                     lines.append(f"Partition {t}-{p} cannot be found in any live log directory on broker {b}.")
-    return lines
+    return status
 
 
 def _same_dir(a: str, b: str) -> bool:
@@ -672,8 +774,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--additional", action="store_true", help="with --execute: add to the ongoing reassignments")
     ap.add_argument("--preserve-throttles", action="store_true", help="with --verify/--cancel: leave throttles alone")
     ap.add_argument(
-        "--timeout", type=ranged_int(*INT32), metavar="MS",
-        help="with --execute: how long to retry log dir moves of replicas not created yet (default 10000)",
+        "--wait", action="store_true",
+        help="with --verify: wait until the reassignment and log dir moves are done, printing their progress "
+        "(bytes copied / total, ETA); exit 1 if they end elsewhere than the file says or --timeout passes",
+    )
+    ap.add_argument(
+        "--timeout", type=ranged_int(0, INT32[1]), metavar="MS",
+        help="with --execute: how long to retry log dir moves of replicas not created yet (default 10000); "
+        "with --verify --wait: how long to wait (default: no limit)",
     )
     return ap
 
@@ -687,6 +795,8 @@ def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> str:
     for dest in sorted(optional - PERMITTED[action]):
         if getattr(a, dest) not in (None, False):
             ap.error(f"option --{dest.replace('_', '-')} can't be used with --{action}")
+    if action == "verify" and a.timeout is not None and not a.wait:
+        ap.error("option --timeout can't be used with --verify without --wait")
     return action
 
 

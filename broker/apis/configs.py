@@ -1,21 +1,28 @@
 """DescribeConfigs from the image (topic overrides, this broker's properties, Kafka's defaults);
-AlterConfigs and IncrementalAlterConfigs are forwarded to the controller."""
+AlterConfigs and IncrementalAlterConfigs are forwarded to the controller, except for broker loggers
+(broker_loggers.py), answered here."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from broker.apis import RequestContext, api
+from broker.apis import RequestContext, api, broker_loggers
 from metadata import config_defs as defs
 from metadata.broker_defaults import BROKER_CATALOG, BROKER_DEFAULTS, broker_synonyms, is_sensitive
 from metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
 from protocol.errors import Errors
+from protocol.generated.alter_configs import AlterConfigsResponse
 from protocol.generated.describe_configs import DescribeConfigsResponse
+from protocol.generated.incremental_alter_configs import IncrementalAlterConfigsResponse
 
 R = DescribeConfigsResponse
 # Kafka's ConfigSource and ConfigType numbers.
 DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 2, 3
 STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 4, 5
+UNSUPPORTED = {  # Kafka's resource types with nothing behind them here
+    16: "client metrics resources are not supported: Strata does not serve KIP-714 client telemetry",
+    32: "group configs are not supported: Strata serves the classic group protocol only (no KIP-848 groups)",
+}
 CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7, "PASSWORD": 9}
 
 
@@ -29,9 +36,11 @@ async def describe_configs(ctx: RequestContext, req) -> DescribeConfigsResponse:
             _topic(ctx, req, res, r)
         elif res.resource_type == BROKER_RESOURCE:
             _broker(ctx, req, res, r)
+        elif res.resource_type == broker_loggers.BROKER_LOGGER:
+            broker_loggers.describe(res, ctx.broker.config.node_id, r)
         else:
             r.error_code = Errors.INVALID_REQUEST
-            r.error_message = f"resource type {res.resource_type} is not supported"
+            r.error_message = UNSUPPORTED.get(res.resource_type, f"resource type {res.resource_type} is not supported")
     return R(results=results)
 
 
@@ -128,9 +137,30 @@ def _broker(ctx: RequestContext, req, res, r) -> None:
 
 @api(33, 0, 2)
 async def alter_configs(ctx: RequestContext, req):
-    return await ctx.broker.forward(req, ctx.api_version)
+    """As Kafka: log levels change only through IncrementalAlterConfigs."""
+    A = AlterConfigsResponse
+    return await _split(ctx, req, lambda res: A.AlterConfigsResourceResponse(
+        error_code=Errors.INVALID_REQUEST, error_message="AlterConfigs does not support broker loggers: use "
+        "IncrementalAlterConfigs", resource_type=res.resource_type, resource_name=res.resource_name), A)
 
 
 @api(44, 0, 1)
 async def incremental_alter_configs(ctx: RequestContext, req):
-    return await ctx.broker.forward(req, ctx.api_version)
+    """Broker loggers are answered here; the other resources go to the controller."""
+    me = ctx.broker.config.node_id
+    return await _split(ctx, req, lambda res: broker_loggers.alter(res, me, req.validate_only),
+                        IncrementalAlterConfigsResponse)
+
+
+async def _split(ctx: RequestContext, req, local, response_cls):
+    loggers = [res for res in req.resources if res.resource_type == broker_loggers.BROKER_LOGGER]
+    if not loggers:
+        return await ctx.broker.forward(req, ctx.api_version)
+    answers = [local(res) for res in loggers]
+    others = [res for res in req.resources if res.resource_type != broker_loggers.BROKER_LOGGER]
+    if not others:
+        return response_cls(throttle_time_ms=0, responses=answers)
+    req.resources = others
+    resp = await ctx.broker.forward(req, ctx.api_version)
+    resp.responses = list(resp.responses) + answers
+    return resp

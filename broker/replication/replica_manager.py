@@ -43,6 +43,7 @@ from broker.storage.log import Log
 from broker.storage.log_dir import LogDir
 from broker.storage.replica_move import recover_moves, remove_tree
 from metadata import MetadataDelta, MetadataImage, PartitionInfo
+from metadata.broker_defaults import BROKER_DEFAULTS
 from metadata.config_defs import effective_topic_configs
 from metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, ChunkInfo, TopicInfo
 from protocol.errors import Errors
@@ -92,7 +93,8 @@ class ReplicaManager:
         # logs of replicas a coming delta gives us, opened in threads before it is published
         # (Kafka's num.recovery.threads.per.data.dir, per online dir)
         self._preopened: dict[Key, tuple[LogDir, Log, bool]] = {}
-        threads = int(config.props.get("num.recovery.threads.per.data.dir", "1")) * max(1, len(log_dirs))
+        key = "num.recovery.threads.per.data.dir"
+        threads = int(config.props.get(key, BROKER_DEFAULTS[key])) * max(1, len(log_dirs))
         self._open_threads = max(1, threads)
         self._open_pool = ThreadPoolExecutor(self._open_threads, thread_name_prefix="log-open")
         self._recover_moves(log_dirs)
