@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaException
 
 ROOT = Path(__file__).resolve().parent.parent
 # `tests` (a package) and the project packages import from the repo root even when pytest is
@@ -23,9 +24,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+
 from tools.cluster import Cluster  # noqa: E402
 
 ClusterFactory = Callable[..., Cluster]
+
 
 
 def wait_for(
@@ -50,6 +53,26 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last!r})" if last else ""))
         time.sleep(interval)
+
+
+def wait_for_kafka(pred: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    """wait_for, also counting a confluent-kafka error (a leader moving, a broker down during a
+    failover) as "not yet"."""
+    return wait_for(pred, timeout, what, retry_on=(KafkaException, AssertionError, OSError))
+
+
+def eventually(check: Callable[[], Any], timeout: float = 30.0, interval: float = 0.2) -> Any:
+    """Retry `check` until it neither raises AssertionError nor returns False (metadata reaching
+    every broker, a tool's output settling), and return what it returned. An assert-style check
+    returning None passes; a comparison returning False is "not yet", not a pass."""
+    done: list[Any] = []
+
+    def passed() -> bool:
+        done.append(check())
+        return done[-1] is not False
+
+    wait_for(passed, timeout, "a check to pass", interval, (AssertionError,))
+    return done[-1]
 
 
 def installed_script(name: str) -> str:
