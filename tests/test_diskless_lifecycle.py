@@ -29,13 +29,12 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import FAST_FENCING, wait_for
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedS3, s3_server  # noqa: F401
 from tools.cluster import Cluster
 
 RACKS = {1: "r1", 2: "r2", 3: "r3"}
 COORDINATORS = {"diskless.metadata.topic.num.partitions": "2"}
-FAST_FENCING = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
 PARTITIONS = 4  # partitions i and i+1 map to different coordinators (crc32(topic id) + i mod 2)
 
 
