@@ -2,7 +2,9 @@
 coordinator owns and has no live batch in (state.py's file_tasks); broker/diskless/file_cleaner.py
 hands them on (DisklessHandOverFile, answered by hand_over() here on the next owner) or deletes
 them, and reports each through done(). Their status is this replica's own (not in the log, as the
-seed says)."""
+seed says); a file deleted from object storage is then pruned from every replica's state (a
+DisklessFilesPrunedRecord in the log), so the state does not keep a row for every file ever
+written."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from broker.coordinator.diskless.materializer import Materializer
 from broker.coordinator.diskless.partition import DisklessCoordinatorPartition as Partition
 from broker.coordinator.diskless.state import DELETED, HANDED_OVER, DisklessState, FileTask
 from protocol.generated.metadata_records.diskless_file_handed_over_record import DisklessFileHandedOverRecord
+from protocol.generated.metadata_records.diskless_files_pruned_record import DisklessFilesPrunedRecord
 from protocol.generated.metadata_records.diskless_records_deleted_record import DisklessRecordsDeletedRecord
 from protocol.generated.metadata_records.diskless_topic_deleted_record import DisklessTopicDeletedRecord
 
@@ -82,13 +85,20 @@ class FileLifecycle:
         return await self.states.run(index, DisklessState.file_tasks, index)
 
     async def done(self, index: int, object_key: str, deleted: bool) -> None:
-        """The leader handed the file on (or deleted it): remembered in this replica's state only."""
+        """The leader handed the file on (remembered in this replica's state only) or deleted it
+        from object storage: then every replica forgets it (DisklessFilesPrunedRecord). A prune
+        that does not make it leaves the rows: the next leader deletes the file again (a missing
+        key is no error) and prunes it then."""
         ps = self.partitions.get(index)
         if ps is None:
             return
         await self.states.run(index, DisklessState.set_file_status, object_key, DELETED if deleted else HANDED_OVER,
                               wall_clock_ms())
         if deleted:
+            err, led = self.status(index)
+            if not err and led is ps:
+                code = await self.write(ps, [DisklessFilesPrunedRecord(object_keys=[object_key])])
+                log.info("diskless_file_pruned", coordinator=index, key=object_key, error=code)
             ps.files_deleted += 1
         else:
             ps.files_handed_over += 1
