@@ -39,7 +39,7 @@ from metadata.acls import (
     WRITE,
     Authorizer,
 )
-from node.authz import ALWAYS, Denied, deny_items, log_denied, top_level_error
+from node.authz import ALWAYS, ITEM_ERRORS, Denied, deleted_topic_names, deny_items, log_denied, top_level_error
 from protocol.errors import Errors
 from protocol.generated import RESPONSES
 
@@ -88,21 +88,19 @@ def authorize(check: Check, api_key: int, version: int, body: Any, topic_name: C
     if api_key == 0:
         return _produce(check, version, body)
     if api_key == 1:
-        return _per_topic(1, check, body, READ, "topics", "partitions", topic_name, _fetch_error)
-    if api_key == 2:
-        return _per_topic(2, check, body, DESCRIBE, "topics", "partitions", topic_name, _list_offsets_error)
-    if api_key == 23:
-        return _per_topic(23, check, body, DESCRIBE, "topics", "partitions", topic_name, _ofle_error)
+        return _per_topic(1, check, body, READ, topic_name)
+    if api_key in (2, 23):
+        return _per_topic(api_key, check, body, DESCRIBE, topic_name)
     if api_key == 3:
         return _metadata(check, version, body)
     if api_key == 19:
         return _create_topics(check, body)
     if api_key == 8 or api_key in GROUP_KEYED:
         if not check.allowed(READ, GROUP, body.group_id):
-            raise Denied(_offset_commit_all(body, GROUP_DENIED) if api_key == 8 else
+            raise Denied(ITEM_ERRORS[8].answer(8, body, GROUP_DENIED) if api_key == 8 else
                          top_level_error(api_key, version, GROUP_DENIED))
         if api_key == 8:
-            return _per_topic(8, check, body, READ, "topics", "partitions", topic_name, _offset_commit_error)
+            return _per_topic(8, check, body, READ, topic_name)
         return None
     if api_key == 9:
         if version >= 8:
@@ -176,22 +174,20 @@ def _add_partitions_to_txn(check: Check, version: int, body: Any) -> None:
 
 
 def _topic_names(api_key: int, body: Any) -> list[str]:
-    if api_key == 20:
-        return [t.name for t in body.topics] if body.topics else list(body.topic_names)
-    return [t.name for t in body.topics]
+    return deleted_topic_names(body) if api_key == 20 else [t.name for t in body.topics]
 
 
 def _produce(check: Check, version: int, body: Any) -> Finish | None:
     if body.transactional_id and not check.allowed(WRITE, TRANSACTIONAL_ID, body.transactional_id):
-        R = RESPONSES[0]
-        raise Denied(R(responses=[R.TopicProduceResponse(name=t.name, partition_responses=[
-            R.PartitionProduceResponse(index=p.index, error_code=TXN_DENIED) for p in t.partition_data])
-            for t in body.topic_data]))
-    return _per_topic(0, check, body, WRITE, "topic_data", "partition_data", lambda t: t.name, _produce_error)
+        raise Denied(ITEM_ERRORS[0].answer(0, body, TXN_DENIED))
+    return _per_topic(0, check, body, WRITE, lambda t: t.name)
 
 
-def _per_topic(api_key: int, check: Check, body: Any, op: int, field: str, parts: str, topic_name: Callable[[Any], str | None],
-               error: Callable[[Any, list], Any]) -> Finish | None:
+def _per_topic(api_key: int, check: Check, body: Any, op: int, topic_name: Callable[[Any], str | None]) -> Finish | None:
+    """Take the topics refused `op` out of the request; they answer TOPIC_AUTHORIZATION_FAILED
+    on every partition."""
+    items = ITEM_ERRORS[api_key]
+    field = items.request
     topics = getattr(body, field) or []
     refused = [t for t in topics if not check.allowed(op, TOPIC, topic_name(t) or "")]
     if not refused:
@@ -200,47 +196,9 @@ def _per_topic(api_key: int, check: Check, body: Any, op: int, field: str, parts
     setattr(body, field, [t for t in topics if t not in refused])
 
     def finish(resp: Any) -> Any:
-        error(resp, refused)
+        getattr(resp, items.response).extend(items.mirror.answer(refused, TOPIC_DENIED))
         return resp
     return finish
-
-
-def _produce_error(resp: Any, refused: list) -> None:
-    R = RESPONSES[0]
-    resp.responses += [R.TopicProduceResponse(name=t.name, partition_responses=[
-        R.PartitionProduceResponse(index=p.index, error_code=TOPIC_DENIED) for p in t.partition_data]) for t in refused]
-
-
-def _fetch_error(resp: Any, refused: list) -> None:
-    R = RESPONSES[1]
-    resp.responses += [R.FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=[
-        R.PartitionData(partition_index=p.partition, error_code=TOPIC_DENIED) for p in t.partitions]) for t in refused]
-
-
-def _list_offsets_error(resp: Any, refused: list) -> None:
-    R = RESPONSES[2]
-    resp.topics += [R.ListOffsetsTopicResponse(name=t.name, partitions=[
-        R.ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=TOPIC_DENIED)
-        for p in t.partitions]) for t in refused]
-
-
-def _ofle_error(resp: Any, refused: list) -> None:
-    R = RESPONSES[23]
-    resp.topics += [R.OffsetForLeaderTopicResult(topic=t.topic, partitions=[
-        R.EpochEndOffset(partition=p.partition, error_code=TOPIC_DENIED) for p in t.partitions]) for t in refused]
-
-
-def _offset_commit_error(resp: Any, refused: list, code: int = TOPIC_DENIED) -> None:
-    R = RESPONSES[8]
-    resp.topics += [R.OffsetCommitResponseTopic(name=t.name, partitions=[
-        R.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
-        for p in t.partitions]) for t in refused]
-
-
-def _offset_commit_all(body: Any, code: int) -> Any:
-    resp = RESPONSES[8]()
-    _offset_commit_error(resp, body.topics, code)
-    return resp
 
 
 def _metadata(check: Check, version: int, body: Any) -> Finish | None:
@@ -307,21 +265,15 @@ def _config_resource_ok(check: Check, op: int) -> Callable[[Any], bool]:
     return lambda r: check.allowed(op, TOPIC, r.resource_name) if r.resource_type == 2 else check.cluster(op)
 
 
-def _describe_configs(check: Check, body: Any) -> Finish | None:
-    R = RESPONSES[32]
-    return _filter(body, "resources", _config_resource_ok(check, DESCRIBE_CONFIGS), "results", lambda r: R.DescribeConfigsResult(
-        error_code=TOPIC_DENIED if r.resource_type == 2 else CLUSTER_DENIED, error_message="Authorization failed.",
-        resource_type=r.resource_type, resource_name=r.resource_name))
+def _configs(api_key: int, op: int, results: str, result: str) -> Callable[[Check, Any], Finish | None]:
+    """DescribeConfigs / AlterConfigs / IncrementalAlterConfigs: each refused resource answers its
+    own error (a topic's TOPIC_, a broker's CLUSTER_AUTHORIZATION_FAILED)."""
+    cls = getattr(RESPONSES[api_key], result)
 
-
-def _alter_configs(api_key: int) -> Callable[[Check, Any], Finish | None]:
     def run(check: Check, body: Any) -> Finish | None:
-        R = RESPONSES[api_key]
-        return _filter(body, "resources", _config_resource_ok(check, ALTER_CONFIGS), "responses",
-                       lambda r: R.AlterConfigsResourceResponse(
-                           error_code=TOPIC_DENIED if r.resource_type == 2 else CLUSTER_DENIED,
-                           error_message="Authorization failed.", resource_type=r.resource_type,
-                           resource_name=r.resource_name))
+        return _filter(body, "resources", _config_resource_ok(check, op), results, lambda r: cls(
+            error_code=TOPIC_DENIED if r.resource_type == 2 else CLUSTER_DENIED, error_message="Authorization failed.",
+            resource_type=r.resource_type, resource_name=r.resource_name))
     return run
 
 
@@ -359,6 +311,7 @@ def _describe_topic_partitions(check: Check, body: Any) -> Finish | None:
 
 
 PER_RESOURCE: dict[int, Callable[[Check, Any], Finish | None]] = {
-    15: _describe_groups, 16: _list_groups, 32: _describe_configs, 33: _alter_configs(33), 42: _delete_groups,
-    44: _alter_configs(44), 75: _describe_topic_partitions,
+    15: _describe_groups, 16: _list_groups, 32: _configs(32, DESCRIBE_CONFIGS, "results", "DescribeConfigsResult"),
+    33: _configs(33, ALTER_CONFIGS, "responses", "AlterConfigsResourceResponse"), 42: _delete_groups,
+    44: _configs(44, ALTER_CONFIGS, "responses", "AlterConfigsResourceResponse"), 75: _describe_topic_partitions,
 }

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 import structlog
 
 from client.cluster import EARLIEST, ClusterClient, StrataClientError, TopicMeta
+from client.fetch import FETCH_VERSION, fetch_request
 from client.group import PROTOCOL_NAME, PROTOCOL_TYPE, assign, decode_assignment, encode_assignment, encode_subscription
 from node.client import ClientError
 from protocol.errors import Errors, error_name
-from protocol.generated.fetch import FetchRequest
 from protocol.generated.find_coordinator import FindCoordinatorRequest
 from protocol.generated.heartbeat import HeartbeatRequest
 from protocol.generated.join_group import JoinGroupRequest
@@ -359,18 +359,9 @@ class OrderedConsumer:
         if leader < 0:
             self._metadata_at = 0.0
             return {}
-        F = FetchRequest
-        by_topic: dict[str, list] = {}
-        for t, p in tps:
-            by_topic.setdefault(t, []).append(F.FetchPartition(partition=p, current_leader_epoch=-1,
-                                                               fetch_offset=self._position[(t, p)],
-                                                               last_fetched_epoch=-1, log_start_offset=-1,
-                                                               partition_max_bytes=self._max_bytes))
-        req = F(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=50 << 20, isolation_level=0,
-                session_id=0, session_epoch=-1,
-                topics=[F.FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
-                forgotten_topics_data=[], rack_id="")
-        resp = await self._cluster.request(leader, req, 12)
+        req = fetch_request({tp: self._position[tp] for tp in tps}, isolation_level=0, max_bytes=50 << 20,
+                            partition_max_bytes=self._max_bytes, max_wait_ms=max_wait_ms)
+        resp = await self._cluster.request(leader, req, FETCH_VERSION)
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         for tr in resp.responses:
             for pd in tr.partitions:

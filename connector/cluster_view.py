@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from metadata.read_replicas import hash_order
 from node.client import ClientError, NodeClient
 from protocol.generated.list_offsets import ListOffsetsRequest
 from protocol.generated.metadata import MetadataRequest
@@ -34,6 +35,14 @@ class ChunkView:
     stop: int | None  # last readable offset (inclusive); None for the active chunk
     brokers: tuple[int, ...]
     active: bool
+
+    def read_order(self, topic: str, partition: int, client_id: str) -> list[int]:
+        """The brokers to read this chunk from, in order: the active chunk's leader first; an
+        inactive chunk's replicas in an order hashed from the chunk and the client (readers
+        spread over the replicas, each one asking the same replica first every time)."""
+        if self.active:
+            return [b for b in self.brokers if b >= 0]
+        return hash_order(sorted(self.brokers), topic, partition, self.start, client_id)
 
 
 @dataclass(frozen=True)

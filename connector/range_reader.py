@@ -16,13 +16,13 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
+from client.fetch import FETCH_VERSION, fetch_request
 from connector.arrow_records import AbortedTransactions, records_to_arrow
 from connector.cluster_view import SourceError
 from node.client import ClientError, NodeClient
 from protocol.errors import ProtocolError
 from protocol.generated.fetch import FetchRequest
 
-FETCH_VERSION = 12  # topic names (not ids), last stable offset, aborted transactions, preferred replica
 OFFSET_OUT_OF_RANGE = 1
 MAX_REDIRECTS = 8  # a chain of preferred-replica answers longer than this is a loop
 
@@ -113,11 +113,5 @@ class RangeReader:
             )
 
     def _request(self, topic: str, partition: int, offset: int) -> FetchRequest:
-        R = FetchRequest
-        return R(
-            replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=self.max_bytes,
-            isolation_level=self.isolation_level, session_id=0, session_epoch=-1,
-            topics=[R.FetchTopic(topic=topic, partitions=[
-                R.FetchPartition(partition=partition, fetch_offset=offset, partition_max_bytes=self.max_bytes)])],
-            forgotten_topics_data=[], rack_id="",
-        )
+        return fetch_request({(topic, partition): offset}, isolation_level=self.isolation_level,
+                             max_bytes=self.max_bytes, partition_max_bytes=self.max_bytes)

@@ -24,7 +24,6 @@ import pyarrow as pa
 
 from connector.cluster_view import READ_COMMITTED, READ_UNCOMMITTED, ClusterView, SourceError, parse_bootstrap
 from connector.range_reader import RangeReader
-from metadata.read_replicas import hash_order
 from protocol.records import Header, Record
 
 __all__ = ["READ_COMMITTED", "READ_UNCOMMITTED", "ChunkReader", "ReaderError"]
@@ -72,9 +71,7 @@ class ChunkReader:
                     continue
                 if lo > offset:
                     raise ReaderError(f"offsets [{offset}, {lo}) of {topic}-{partition} are in no chunk (deleted?)")
-                brokers = [b for b in c.brokers if b >= 0] if c.active else hash_order(
-                    sorted(c.brokers), topic, partition, c.start, self.client_id)
-                for batch in reader.read(topic, partition, lo, hi, brokers):
+                for batch in reader.read(topic, partition, lo, hi, c.read_order(topic, partition, self.client_id)):
                     yield from _records(batch)
                 offset = hi
         except SourceError as e:

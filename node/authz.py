@@ -4,6 +4,8 @@ when the response has one at that version. Shared by the broker and the controll
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -37,58 +39,119 @@ def top_level_error(api_key: int, version: int, code: int) -> Any:
     return resp if back.error_code == code else None
 
 
+@dataclass(frozen=True)
+class Mirror:
+    """How one level of a response answers one level of its request: one `cls` per request item,
+    with `keys` copied (response field -> request field; None: the item itself, a bare partition
+    index), and either the error on it or, with `nested` (request list, response list, Mirror),
+    the level below answering it."""
+
+    cls: type
+    keys: Mapping[str, str | None] = field(default_factory=dict)
+    nested: tuple[str, str, Mirror] | None = None
+    error: str = "error_code"
+    message: bool = False  # the item carries an error_message too
+
+    def answer(self, items: Iterable[Any], code: int) -> list[Any]:
+        out = []
+        for x in items:
+            fields = {r: x if q is None else getattr(x, q) for r, q in self.keys.items()}
+            if self.nested is not None:
+                below, into, inner = self.nested
+                fields[into] = inner.answer(getattr(x, below), code)
+            else:
+                fields[self.error] = code
+                if self.message:
+                    fields["error_message"] = "Authorization failed."
+            out.append(self.cls(**fields))
+        return out
+
+
+@dataclass(frozen=True)
+class ItemErrors:
+    """A response's per-item errors for a request: `response` field <- `request` field."""
+
+    request: str
+    response: str
+    mirror: Mirror
+
+    def answer(self, api_key: int, body: Any, code: int) -> Any:
+        """The whole response, every item of the request refused with `code`."""
+        return RESPONSES[api_key](**{self.response: self.mirror.answer(getattr(body, self.request) or [], code)})
+
+
+def _topic_partitions(topic: type, part: type, topic_keys: Mapping[str, str], parts: tuple[str, str] = (
+        "partitions", "partitions"), index: tuple[str, str] = ("partition_index", "partition_index")) -> Mirror:
+    """Topics answered partition by partition (`index`: response field, request field)."""
+    return Mirror(topic, topic_keys, (parts[0], parts[1], Mirror(part, {index[0]: index[1]})))
+
+
+def _item_class(R: type, *fields: str) -> type:
+    """The struct of response `R` having all of `fields` (generated names differ by version)."""
+    return next(c for c in vars(R).values() if isinstance(c, type) and set(fields) <= set(getattr(c, "_fields", ())))
+
+
+def _diskless_partitions(R: type) -> ItemErrors:
+    return ItemErrors("topics", "topics", _topic_partitions(_item_class(R, "topic_id", "partitions"),
+                                                            _item_class(R, "partition_index", "error_code"),
+                                                            {"topic_id": "topic_id"}))
+
+
+def _item_errors() -> dict[int, ItemErrors]:
+    R = RESPONSES
+    created_chunk = _item_class(R[1077], "error_code", "partition_id")
+    return {
+        0: ItemErrors("topic_data", "responses", _topic_partitions(
+            R[0].TopicProduceResponse, R[0].PartitionProduceResponse, {"name": "name"},
+            ("partition_data", "partition_responses"), ("index", "index"))),
+        1: ItemErrors("topics", "responses", _topic_partitions(
+            R[1].FetchableTopicResponse, R[1].PartitionData, {"topic": "topic", "topic_id": "topic_id"},
+            index=("partition_index", "partition"))),
+        2: ItemErrors("topics", "topics", _topic_partitions(
+            R[2].ListOffsetsTopicResponse, R[2].ListOffsetsPartitionResponse, {"name": "name"})),
+        8: ItemErrors("topics", "topics", _topic_partitions(
+            R[8].OffsetCommitResponseTopic, R[8].OffsetCommitResponsePartition, {"name": "name"})),
+        23: ItemErrors("topics", "topics", _topic_partitions(
+            R[23].OffsetForLeaderTopicResult, R[23].EpochEndOffset, {"topic": "topic"}, index=("partition", "partition"))),
+        27: ItemErrors("markers", "markers", Mirror(R[27].WritableTxnMarkerResult, {"producer_id": "producer_id"}, (
+            "topics", "topics", _topic_partitions(R[27].WritableTxnMarkerTopicResult,
+                                                  R[27].WritableTxnMarkerPartitionResult, {"name": "name"},
+                                                  ("partition_indexes", "partitions"), ("partition_index", None))))),
+        30: ItemErrors("creations", "results", Mirror(R[30].AclCreationResult, message=True)),
+        31: ItemErrors("filters", "filter_results", Mirror(R[31].DeleteAclsFilterResult, message=True)),
+        1076: ItemErrors("topic_partitions", "results", Mirror(R[1076].CreateChunksTopicPartitionResult, {
+            "topic_name": "topic_name", "partition_id": "partition_id"})),
+        1077: ItemErrors("chunks", "results", Mirror(created_chunk, {k: k for k in (
+            "topic_name", "partition_id", "start_offset") if k in created_chunk._fields})),
+        1093: ItemErrors("topics", "topics", Mirror(R[1093].DisklessCreatablePartitionsResult, {"topic_id": "topic_id"})),
+        1094: ItemErrors("topics", "responses", Mirror(R[1094].DisklessDeletableTopicResult, {"topic_id": "topic_id"})),
+        1095: ItemErrors("batches", "batches", Mirror(R[1095].DisklessCommitBatchResult)),
+        **{k: _diskless_partitions(R[k]) for k in (1096, 1097, 1098)},
+        1100: ItemErrors("files", "files", Mirror(R[1100].DisklessDescribeFileResult, {"object_key": "object_key"})),
+    }
+
+
+ITEM_ERRORS = _item_errors()
+TOPIC_KEYED = frozenset({0, 1, 2, 8})  # the broker refuses these per topic (broker/authz.py), not whole
+
+
 def deny_items(api_key: int, version: int, body: Any, code: int) -> Any:
     """Every item of an inter-node or admin request answered with `code`."""
     R = RESPONSES[api_key]
-    if api_key == 27:
-        return R(markers=[R.WritableTxnMarkerResult(producer_id=m.producer_id, topics=[
-            R.WritableTxnMarkerTopicResult(name=t.name, partitions=[
-                R.WritableTxnMarkerPartitionResult(partition_index=p, error_code=code)
-                for p in t.partition_indexes]) for t in m.topics]) for m in body.markers])
-    if api_key == 1076:
-        return R(results=[R.CreateChunksTopicPartitionResult(topic_name=x.topic_name, partition_id=x.partition_id,
-                                                             error_code=code) for x in body.topic_partitions])
-    if api_key == 1077:
-        item = next(c for c in vars(R).values() if isinstance(c, type) and "error_code" in getattr(c, "_fields", ()))
-        return R(results=[item(**{k: getattr(x, k) for k in ("topic_name", "partition_id", "start_offset")
-                                  if k in item._fields}, error_code=code) for x in body.chunks])
-    if api_key == 1093:
-        return R(topics=[R.DisklessCreatablePartitionsResult(topic_id=t.topic_id, error_code=code) for t in body.topics])
-    if api_key == 1094:
-        return R(responses=[R.DisklessDeletableTopicResult(topic_id=t.topic_id, error_code=code) for t in body.topics])
-    if api_key == 1095:
-        return R(batches=[R.DisklessCommitBatchResult(error_code=code) for _ in body.batches])
-    if api_key in (1096, 1097, 1098):
-        topic_cls, part_cls = _nested_pair(R)
-        return R(topics=[topic_cls(topic_id=t.topic_id, partitions=[
-            part_cls(partition_index=p.partition_index, error_code=code) for p in t.partitions]) for t in body.topics])
-    if api_key == 1100:
-        return R(files=[R.DisklessDescribeFileResult(object_key=f.object_key, error_code=code) for f in body.files])
-    if api_key == 23:
-        return R(topics=[R.OffsetForLeaderTopicResult(topic=t.topic, partitions=[
-            R.EpochEndOffset(partition=p.partition, error_code=code) for p in t.partitions]) for t in body.topics])
-    if api_key == 30:
-        return R(results=[R.AclCreationResult(error_code=code, error_message="Authorization failed.")
-                          for _ in body.creations])
-    if api_key == 31:
-        return R(filter_results=[R.DeleteAclsFilterResult(error_code=code, error_message="Authorization failed.")
-                                 for _ in body.filters])
+    if api_key in ITEM_ERRORS and api_key not in TOPIC_KEYED:
+        return ITEM_ERRORS[api_key].answer(api_key, body, code)
     if api_key == 51:
         users = dict.fromkeys(x.name for x in [*body.deletions, *body.upsertions])
         return R(results=[R.AlterUserScramCredentialsResult(user=u, error_code=code, error_message="Authorization failed.")
                           for u in users])
     if api_key == 20:
-        names = [t.name for t in body.topics] if body.topics else list(body.topic_names)
-        return R(responses=[R.DeletableTopicResult(name=n, error_code=code) for n in names])
+        return R(responses=[R.DeletableTopicResult(name=n, error_code=code) for n in deleted_topic_names(body)])
     return top_level_error(api_key, version, code)
 
 
-def _nested_pair(R: type) -> tuple[type, type]:
-    """(topic result class, partition result class) of a Diskless* response."""
-    structs = [c for c in vars(R).values() if isinstance(c, type) and hasattr(c, "_fields")]
-    topic = next(c for c in structs if "partitions" in c._fields)
-    part = next(c for c in structs if "partition_index" in c._fields and "error_code" in c._fields)
-    return topic, part
+def deleted_topic_names(body: Any) -> list[str]:
+    """The topics a DeleteTopics request names (v6+ by name or id, earlier by name)."""
+    return [t.name for t in body.topics] if body.topics else list(body.topic_names)
 
 
 def log_denied(principal: str, peer: str, api_key: int, **items: object) -> None:

@@ -56,7 +56,8 @@ def test_authorizer_rules():
 # ---------------------------------------------------------------- the cluster
 @pytest.fixture(scope="module")
 def acl_cluster(tmp_path_factory) -> Cluster:
-    c = Cluster(tmp_path_factory.mktemp("acls"), brokers=1, secure="SASL_SSL", acls=True)
+    c = Cluster(tmp_path_factory.mktemp("acls"), brokers=1, secure="SASL_SSL", acls=True,
+                broker_overrides={"group.initial.rebalance.delay.ms": 0})  # a consumer joins at once
     try:
         c.start(timeout=60)
         yield c

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from node.client import NodeClient
-from tests.conftest import wait_for
+from tests.conftest import FAST_FENCING, wait_for
 from tools.cluster import CONTROLLER, Cluster
 
 # ------------------------------------------------------------------------------------ helpers
@@ -173,7 +173,7 @@ N_RESTART = 20_000
 @pytest.mark.parametrize("acks", ["all", "1"])
 @pytest.mark.parametrize("how", ["sigterm", "kill9"])
 def test_broker_restart_keeps_every_acknowledged_message(cluster_factory, how, acks):
-    c = cluster_factory(brokers=3)
+    c = cluster_factory(brokers=3, broker_overrides=FAST_FENCING, controller_overrides=FAST_FENCING)
     topic = f"restart-{how}-{acks}"
     create_topic(c.bootstrap, topic, partitions=3)
     assert set(leader_of(c.bootstrap, topic).values()) == {1, 2, 3}, "expected one partition per broker"
@@ -218,7 +218,7 @@ def _broker_ready(c: Cluster, b: int) -> bool:
 
 # -------------------------------------------------------------------------------- 2. torn tail
 def test_torn_and_garbage_tails_are_cut_at_the_last_whole_batch(cluster_factory):
-    c = cluster_factory(brokers=1)
+    c = cluster_factory(brokers=1, broker_overrides=FAST_FENCING, controller_overrides=FAST_FENCING)
     topic = "torn"
     create_topic(c.bootstrap, topic, partitions=3)
     values = {p: [] for p in range(3)}

@@ -11,10 +11,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import FAST_FENCING
 from tests.test_diskless_acceptance import CONTROLLER, PARTITIONS, RACKS, TOPIC, _create_topic, _overrides, _read_all
 from tools.cluster import Cluster
-
-FAST_FENCING = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
 
 
 def _cluster(tmp_path: Path) -> Cluster:

@@ -230,3 +230,39 @@ def test_snapshot_prunes_log_and_seeds_new_replica(tmp_path: Path) -> None:
 
 async def _async(value: Any) -> Any:
     return value
+
+
+def test_a_snapshot_is_installed_from_ranged_reads_never_whole(tmp_path: Path) -> None:
+    """download() streams the object to disk in chunks: no read larger than a chunk, the file
+    byte for byte the stored one, fsynced; a missing snapshot is a SnapshotError."""
+    from broker.coordinator.diskless.snapshots import SnapshotError, SnapshotStore
+    from broker.diskless.object_store import LocalObjectStore, StoreLocation
+
+    class Recording(LocalObjectStore):  # the real local store, counting what each read asked for
+        reads: list[int] = []
+
+        async def get_range(self, key: str, start: int, end: int) -> bytes:
+            self.reads.append(end - start)
+            return await super().get_range(key, start, end)
+
+        async def get(self, key: str) -> bytes:
+            raise AssertionError("a snapshot is never read whole")
+
+    store = Recording(tmp_path / "objects")
+    snapshots = SnapshotStore(StoreLocation(store, "wal"))
+    data = bytes(range(256)) * 1000 + b"tail"  # 256,004 bytes
+
+    async def go() -> tuple[int, int]:
+        await snapshots.put("tid", 0, 42, data)
+        size = await snapshots.download("tid", 0, 42, tmp_path / "in.sqlite", chunk_bytes=64 << 10)
+        try:
+            await snapshots.download("tid", 0, 43, tmp_path / "none.sqlite")
+        except SnapshotError as e:
+            assert "43" in str(e)
+        else:
+            raise AssertionError("a missing snapshot downloaded")
+        return size, len(store.reads)
+
+    size, reads = asyncio.run(go())
+    assert size == len(data) and (tmp_path / "in.sqlite").read_bytes() == data
+    assert reads == 4 and max(store.reads) <= 64 << 10

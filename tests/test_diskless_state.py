@@ -141,3 +141,17 @@ def test_retention_offsets_and_file_ownership(tmp_path: Path) -> None:
     rebuilt = DisklessState(tmp_path / "rebuilt.sqlite")
     rebuilt.apply(list(enumerate(log)))
     assert rebuilt.dump() == state.dump()
+
+    # a file deleted from object storage is pruned from every replica's state: its file,
+    # handover and status rows go; a file with live batches is never pruned
+    from protocol.generated.metadata_records.diskless_files_pruned_record import DisklessFilesPrunedRecord
+
+    pruned = DisklessFilesPrunedRecord(object_keys=["wal/1", "wal/3"])
+    state.apply([(len(log), pruned)])
+    log.append(pruned)
+    assert {k: s for k, _, _, _, s in state.file_details(0)} == {"wal/2": HANDED_OVER, "wal/3": "live"}
+    assert state.known_files(["wal/1", "wal/2", "wal/3"]) == {"wal/2", "wal/3"}
+    assert not state._db.execute("SELECT 1 FROM file_work WHERE object_key = 'wal/1'").fetchone()
+    rebuilt = DisklessState(tmp_path / "rebuilt-after-prune.sqlite")
+    rebuilt.apply(list(enumerate(log)))
+    assert rebuilt.dump() == state.dump()

@@ -9,15 +9,11 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.conftest import wait_for as _wait_for
+from tests.conftest import wait_for_kafka as wait_for
 from tools.cluster import Cluster
-
-
-def wait_for(pred, timeout: float = 30.0, what: str = "condition"):
-    return _wait_for(pred, timeout, what, retry_on=(KafkaException, AssertionError, OSError))
 
 pytestmark = pytest.mark.slow
 N = 200_000

@@ -41,6 +41,7 @@ from node.client import NodeClient
 from protocol.errors import Errors
 from protocol.primitives import uvarint
 from protocol.records import decode_batches
+from tests.conftest import FAST_FENCING
 from tools.cluster import Cluster
 
 E = Errors
@@ -555,7 +556,8 @@ def broker(tmp_path_factory):
         "group.initial.rebalance.delay.ms": 50,
         "offsets.topic.num.partitions": 6,
         "group.min.session.timeout.ms": 500,
-    })
+        **FAST_FENCING,
+    }, controller_overrides=FAST_FENCING)  # a test restarts the broker with kill -9
     c.start()
     asyncio.run(_setup(c))
     yield c

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import struct
 import threading
 import time
@@ -30,9 +31,8 @@ from protocol.generated.offset_fetch import OffsetFetchRequest
 from tests.conftest import wait_for as _wait_for
 from tools.cluster import Cluster
 
-
-def wait_for(pred, timeout: float = 30.0, what: str = "condition"):
-    return _wait_for(pred, timeout, what, retry_on=(Exception,))
+# any client error (a coordinator moving, a member rejoining) means "not yet" here
+wait_for = functools.partial(_wait_for, retry_on=(Exception,))
 
 pytestmark = pytest.mark.slow
 

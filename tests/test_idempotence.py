@@ -18,13 +18,13 @@ from node.client import NodeClient
 from protocol.generated.init_producer_id import InitProducerIdRequest
 from protocol.generated.produce import ProduceRequest
 from protocol.records import Record, encode_batch, iter_batches
+from tests.conftest import FAST_FENCING
 from tests.tcp_proxy import TcpProxy
 from tools.cluster import Cluster
 
 pytestmark = pytest.mark.slow
 
 N = 50_000
-FAST = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
 
 
 @pytest.fixture(scope="module")
@@ -245,7 +245,7 @@ def test_raw_duplicate_produce_is_appended_once_and_answered_with_the_first_offs
 
 # ------------------------------------------------------------------------------------- leader kill
 def test_leader_kill_9_mid_produce_leaves_no_duplicates(tmp_path: Path):
-    c = Cluster(tmp_path / "kill", brokers=3, verbose=False, broker_overrides=FAST,
+    c = Cluster(tmp_path / "kill", brokers=3, verbose=False, broker_overrides=FAST_FENCING,
                 controller_overrides={"broker.session.timeout.ms": "3000"})
     proxies = {b: TcpProxy(c.host, c.broker_port(b)) for b in c.broker_ids}
     for b, px in proxies.items():

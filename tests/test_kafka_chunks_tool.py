@@ -9,8 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from confluent_kafka import Producer
 from node.client import NodeClient
 from protocol.generated.alter_partition_reassignments import AlterPartitionReassignmentsRequest
 from protocol.generated.create_chunks import CreateChunksRequest as CC
-from tests.conftest import installed_script
+from tests.conftest import eventually, installed_script
 from tools.cluster import Cluster
 
 CHUNKS = installed_script("kafka-chunks.sh")
@@ -72,16 +71,6 @@ def describe(bs: str, topic: str) -> list[dict]:
             parts.append({**fields, "chunks": []})
     return parts
 
-
-def eventually(check: Callable[[], Any], timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return check()
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
 
 
 def create_topic(bs: str, name: str, replicas: list[int]) -> None:

@@ -11,13 +11,11 @@ import re
 import socket
 import struct
 import subprocess
-import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import installed_script
+from tests.conftest import eventually, installed_script
 from tools import kafka_configs
 from tools.cluster import Cluster, free_ports
 
@@ -47,17 +45,6 @@ def ok(bs: str, *args: str) -> list[str]:
     assert r.returncode == 0 and r.stderr == "", f"kafka-configs.sh {' '.join(args)}: {r.returncode} {r.stderr}"
     return r.stdout.splitlines()
 
-
-def eventually(check: Callable[[], Any], timeout: float = 15.0) -> Any:
-    """A change reaches every broker's metadata image shortly after the controller commits it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return check()
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
 
 
 def create_topic(bs: str, name: str) -> None:

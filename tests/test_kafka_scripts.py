@@ -26,7 +26,7 @@ from kafka import KafkaConsumer
 from client.partitioner import murmur2
 from node.client import NodeClient
 from protocol.generated.metadata import MetadataRequest
-from tests.conftest import installed_script, wait_for
+from tests.conftest import FAST_FENCING, installed_script, wait_for
 from tools import (
     kafka_broker_api_versions,
     kafka_chunks,
@@ -60,7 +60,9 @@ MODULES = {
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     # One cluster for the module: each test uses its own topics and groups.
     c = Cluster(tmp_path_factory.mktemp("kafka-scripts"), brokers=3, verbose=False,
-                broker_overrides={"group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 3})
+                broker_overrides={"group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 3,
+                                  **FAST_FENCING},
+                controller_overrides=FAST_FENCING)  # a test kills broker 3 and starts it again
     try:
         c.start()
         yield c

@@ -6,13 +6,11 @@ Errors are one line on stderr with the Kafka error name and exit 1; bad argument
 from __future__ import annotations
 
 import subprocess
-import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import installed_script
+from tests.conftest import eventually, installed_script
 from tools.cluster import Cluster, free_ports
 
 SCRIPT = installed_script("kafka-topics.sh")
@@ -39,17 +37,6 @@ def fails(bootstrap: str, *args: str, code: str) -> str:
     assert "Traceback" not in r.stderr
     return lines[0]
 
-
-def eventually(check: Callable[[], Any], timeout: float = 15.0) -> Any:
-    """Metadata reaches every broker shortly after the controller commits; retry until it has."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return check()
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
 
 
 def parse_describe(out: str) -> dict[str, dict]:

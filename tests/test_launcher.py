@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, ClusterFactory
+from tests.conftest import FAST_FENCING, ROOT, ClusterFactory
 from tools.admin import Admin
 from tools.cluster import CONTROLLER, Cluster, ClusterError, port_open
 
@@ -146,7 +146,8 @@ def test_start_and_stop(cluster_factory: ClusterFactory) -> None:
     c.stop()  # idempotent
 
 
-def test_kill_and_restart_broker(cluster: Cluster) -> None:
+def test_kill_and_restart_broker(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory(broker_overrides=FAST_FENCING, controller_overrides=FAST_FENCING)
     old = cluster.pid(2)
     assert cluster.kill(2) == -signal.SIGKILL
     assert not cluster.is_running(2) and not alive(old)

@@ -24,10 +24,8 @@ from node.client import NodeClient
 from protocol.errors import Errors
 from protocol.generated.alter_replica_log_dirs import AlterReplicaLogDirsRequest
 from protocol.generated.describe_log_dirs import DescribeLogDirsRequest
-from tests.conftest import wait_for
+from tests.conftest import FAST_FENCING, wait_for
 from tools.cluster import Cluster
-
-FAST = {"broker.heartbeat.interval.ms": "300", "broker.session.timeout.ms": "3000"}
 
 
 def request(c: Cluster, broker: int, body, version: int | None = None):
@@ -111,7 +109,7 @@ def replica_dirs(c: Cluster, broker: int, topic: str) -> list[str]:
 
 @pytest.fixture
 def one_broker(tmp_path):
-    c = Cluster(tmp_path / "c", brokers=1, verbose=False, broker_overrides=FAST)
+    c = Cluster(tmp_path / "c", brokers=1, verbose=False, broker_overrides=FAST_FENCING, controller_overrides=FAST_FENCING)
     c.start()
     yield c
     c.stop()
@@ -177,7 +175,7 @@ def test_move_while_producing_and_bad_input(one_broker):
 
 @pytest.mark.parametrize("step", ["copying", "caught_up", "renamed"])
 def test_kill_9_during_a_move_recovers_one_live_replica(tmp_path, step):
-    c = Cluster(tmp_path / "c", brokers=1, verbose=False, broker_overrides=FAST)
+    c = Cluster(tmp_path / "c", brokers=1, verbose=False, broker_overrides=FAST_FENCING, controller_overrides=FAST_FENCING)
     try:
         c.start()
         a = AdminClient({"bootstrap.servers": c.bootstrap})
@@ -211,7 +209,7 @@ def test_move_rate_follows_intra_broker_throttled_rate_and_a_second_move_replace
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
     dirs = [tmp_path / f"d{i}" for i in range(3)]
-    c = Cluster(tmp_path / "c", brokers=1, verbose=False, broker_overrides=FAST,
+    c = Cluster(tmp_path / "c", brokers=1, verbose=False, broker_overrides=FAST_FENCING, controller_overrides=FAST_FENCING,
                 per_broker_overrides={1: {"log.dirs": ",".join(map(str, dirs))}})
     try:
         c.start()

@@ -18,7 +18,8 @@ from protocol.generated.metadata import MetadataRequest
 from protocol.generated.partition_leader_epochs_for_partitions import PartitionLeaderEpochsForPartitionsRequest
 from protocol.generated.produce import ProduceRequest
 from protocol.records import Record, encode_batch
-from tests.test_kafka_topics import eventually, fails, ok, parse_describe
+from tests.conftest import eventually
+from tests.test_kafka_topics import fails, ok, parse_describe
 from tools.cluster import Cluster
 
 FAST_DELETE = {"partition.deletion.check.interval.ms": 300}

@@ -14,14 +14,14 @@ import re
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from tests.conftest import installed_script
+from tests.conftest import eventually, installed_script
 from tools.admin import Admin
 from tools.cluster import Cluster, free_ports
 from tools.kafka_reassign_partitions import (
@@ -79,16 +79,6 @@ def write(tmp_path: Path, name: str, content: Any) -> str:
 def reassignment(*parts: tuple[str, int, list[int]]) -> dict:
     return {"version": 1, "partitions": [{"topic": t, "partition": p, "replicas": r} for t, p, r in parts]}
 
-
-def eventually(check: Callable[[], Any], timeout: float = 30.0, interval: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return check()
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(interval)
 
 
 # ================================================================ no cluster needed

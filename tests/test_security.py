@@ -33,7 +33,7 @@ pytestmark = pytest.mark.timeout(180)
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory) -> Cluster:
     c = Cluster(tmp_path_factory.mktemp("secure"), brokers=1, secure="SASL_SSL",
-                broker_overrides={"connections.max.reauth.ms": 4000})
+                broker_overrides={"connections.max.reauth.ms": 4000, "group.initial.rebalance.delay.ms": 0})
     try:
         c.start(timeout=60)
         yield c

@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
-from tests.conftest import ClusterFactory, installed_script
+from tests.conftest import ClusterFactory, eventually, installed_script
 from tools.admin import Admin
 from tools.cluster import Cluster
 
@@ -41,17 +40,6 @@ CHUNKS = installed_script("kafka-chunks.sh")
 def run(bs: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([REASSIGN, "--bootstrap-server", bs, *args], capture_output=True, text=True, timeout=90)
 
-
-def eventually(check: Callable[[], Any], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            assert check()
-            return
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.25)
 
 
 def replicas_of(bs: str, topic: str) -> dict[int, list[int]]:

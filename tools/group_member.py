@@ -18,11 +18,10 @@ from protocol.errors import Errors, error_message
 from protocol.generated.heartbeat import HeartbeatRequest
 from protocol.generated.join_group import JoinGroupRequest
 from protocol.generated.leave_group import LeaveGroupRequest
-from protocol.generated.offset_commit import OffsetCommitRequest
-from protocol.generated.offset_fetch import OffsetFetchRequest
 from protocol.generated.sync_group import SyncGroupRequest
 from tools.admin import AdminError
-from tools.brokers import Brokers, TopicPartition
+from tools.brokers import Brokers, TopicPartition, tp_str
+from tools.group_offsets import OFFSET_FETCH_VERSION, offset_commit_request, offset_fetch_request, partition_results
 
 PROTOCOL_TYPE = "consumer"
 ASSIGNOR = "range"
@@ -133,36 +132,23 @@ class GroupMember:
                     self.member_id = ""
 
     async def committed(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-        F = OffsetFetchRequest
-        by_topic: dict[str, list[int]] = {}
-        for t, p in tps:
-            by_topic.setdefault(t, []).append(p)
-        resp = await self._coord(F(group_id=self.group, topics=[F.OffsetFetchRequestTopic(name=t, partition_indexes=ps)
-                                                                for t, ps in by_topic.items()]), 7)
+        resp = await self._coord(offset_fetch_request(self.group, tps), OFFSET_FETCH_VERSION)
         if resp.error_code:
             raise AdminError(f"cannot fetch the offsets of group '{self.group}': {error_message(resp.error_code)}",
                              resp.error_code)
-        return {(t.name, p.partition_index): p.committed_offset for t in resp.topics for p in t.partitions
-                if p.error_code == 0 and p.committed_offset >= 0}
+        return {tp: p.committed_offset for tp, p in partition_results(resp) if p.error_code == 0 and p.committed_offset >= 0}
 
     async def commit(self, positions: dict[TopicPartition, int]) -> None:
         if not positions:
             return
-        R = OffsetCommitRequest
-        by_topic: dict[str, list] = {}
-        for (t, p), off in sorted(positions.items()):
-            by_topic.setdefault(t, []).append(R.OffsetCommitRequestPartition(partition_index=p, committed_offset=off,
-                                                                             committed_metadata=""))
-        resp = await self._coord(R(group_id=self.group, generation_id_or_member_epoch=self.generation,
-                                   member_id=self.member_id, topics=[R.OffsetCommitRequestTopic(name=t, partitions=ps)
-                                                                     for t, ps in by_topic.items()]), 8)
-        for t in resp.topics:
-            for p in t.partitions:
-                if p.error_code in _REJOIN:
-                    self.rejoin = True
-                elif p.error_code:
-                    raise AdminError(f"cannot commit the offset of {t.name}-{p.partition_index} for group "
-                                     f"'{self.group}': {error_message(p.error_code)}", p.error_code)
+        resp = await self._coord(offset_commit_request(self.group, positions, generation=self.generation,
+                                                       member_id=self.member_id), 8)
+        for tp, p in partition_results(resp):
+            if p.error_code in _REJOIN:
+                self.rejoin = True
+            elif p.error_code:
+                raise AdminError(f"cannot commit the offset of {tp_str(tp)} for group "
+                                 f"'{self.group}': {error_message(p.error_code)}", p.error_code)
 
     async def leave(self) -> None:
         if self._hb is not None:

@@ -31,10 +31,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from client.fetch import FETCH_VERSION, fetch_request
 from connector.cluster_view import ClusterView, PartitionView, SourceError
-from metadata.read_replicas import hash_order
 from protocol.errors import ERRORS, Errors, ProtocolError, error_message
-from protocol.generated.fetch import FetchRequest
 from protocol.records import decode_batches
 from protocol.records.aborted import AbortedTransactions
 from protocol.records.control import CONTROL_ABORT
@@ -44,7 +43,6 @@ from tools.console import int_prop, is_true, key_value, merged, read_properties,
 from tools.group_member import GroupMember
 
 ISOLATION = {"read_uncommitted": 0, "read_committed": 1}
-FETCH_VERSION = 12  # topic names, last stable offset, aborted transactions, preferred_read_replica
 METADATA_MAX_AGE = 5.0
 
 
@@ -132,9 +130,9 @@ class ChunkAwareFetcher:
         if tp in self.preferred:
             return self.preferred[tp]
         c = pv.chunk_for(self.positions[tp])
-        if c.active:
+        if c.active:  # only its leader
             return c.brokers[0] if c.brokers and c.brokers[0] >= 0 else -1
-        order = hash_order(sorted(c.brokers), tp[0], tp[1], c.start, self.client_id)
+        order = c.read_order(tp[0], tp[1], self.client_id)
         bad = self.failed.get(tp, set())
         ok = [b for b in order if b not in bad] or order
         return ok[0] if ok else -1
@@ -153,16 +151,8 @@ class ChunkAwareFetcher:
         return [item for r in results for item in r]
 
     async def _fetch_from(self, broker: int, tps: list[TopicPartition], view: ClusterView) -> list:
-        F = FetchRequest
-        topics: dict[str, list] = {}
-        for t, p in tps:
-            topics.setdefault(t, []).append(F.FetchPartition(partition=p, current_leader_epoch=-1,
-                                                             fetch_offset=self.positions[(t, p)], last_fetched_epoch=-1,
-                                                             log_start_offset=-1, partition_max_bytes=self.max_bytes))
-        req = F(replica_id=-1, max_wait_ms=self.max_wait_ms, min_bytes=1, max_bytes=50 << 20,
-                isolation_level=self.isolation, session_id=0, session_epoch=-1,
-                topics=[F.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
-                forgotten_topics_data=[], rack_id="")
+        req = fetch_request({tp: self.positions[tp] for tp in tps}, isolation_level=self.isolation,
+                            max_bytes=50 << 20, partition_max_bytes=self.max_bytes, max_wait_ms=self.max_wait_ms)
         host, port = view.brokers.get(broker, (None, None))
         try:
             if host is None:

@@ -33,9 +33,7 @@ from protocol.errors import Errors, error_message, error_name
 from protocol.generated.delete_groups import DeleteGroupsRequest
 from protocol.generated.describe_groups import DescribeGroupsRequest
 from protocol.generated.list_groups import ListGroupsRequest
-from protocol.generated.offset_commit import OffsetCommitRequest
 from protocol.generated.offset_delete import OffsetDeleteRequest
-from protocol.generated.offset_fetch import OffsetFetchRequest
 from tools.admin import (
     INT64,
     AdminError,
@@ -46,6 +44,7 @@ from tools.admin import (
     run_tool,
 )
 from tools.brokers import EARLIEST, LATEST, Brokers, Coordinator, TopicPartition, tp_str
+from tools.group_offsets import OFFSET_FETCH_VERSION, offset_commit_request, offset_fetch_request, partition_results
 
 MISSING = "-"
 STATES = ["PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty"]
@@ -105,17 +104,15 @@ async def describe_group(brokers: Brokers, group: str) -> Group:
 
 
 async def committed_offsets(brokers: Brokers, group: str) -> dict[TopicPartition, int]:
-    resp = await brokers.to_coordinator(group, OffsetFetchRequest(group_id=group, topics=None), 7)
+    resp = await brokers.to_coordinator(group, offset_fetch_request(group, None), OFFSET_FETCH_VERSION)
     if resp.error_code and resp.error_code != Errors.GROUP_ID_NOT_FOUND:
         raise broker_error(f"cannot fetch the offsets of group '{group}'", resp.error_code)
     out = {}
-    for t in resp.topics:
-        for p in t.partitions:
-            if p.error_code:
-                raise broker_error(f"cannot fetch the offset of group '{group}' for {t.name}-{p.partition_index}",
-                                   p.error_code)
-            if p.committed_offset >= 0:
-                out[(t.name, p.partition_index)] = p.committed_offset
+    for tp, p in partition_results(resp):
+        if p.error_code:
+            raise broker_error(f"cannot fetch the offset of group '{group}' for {tp_str(tp)}", p.error_code)
+        if p.committed_offset >= 0:
+            out[tp] = p.committed_offset
     return out
 
 
@@ -413,20 +410,10 @@ async def clamp(brokers: Brokers, wanted: dict[TopicPartition, int]) -> dict[Top
 async def commit(brokers: Brokers, group: str, plan: dict[TopicPartition, int]) -> None:
     if not plan:
         return
-    R = OffsetCommitRequest
-    by_topic: dict[str, list] = {}
-    for (t, p), off in sorted(plan.items()):
-        by_topic.setdefault(t, []).append(R.OffsetCommitRequestPartition(partition_index=p, committed_offset=off,
-                                                                         committed_metadata=""))
-    # generation -1 and no member: an admin's commit to a group without members
-    resp = await brokers.to_coordinator(group, R(group_id=group, generation_id_or_member_epoch=-1, member_id="",
-                                                 topics=[R.OffsetCommitRequestTopic(name=t, partitions=ps)
-                                                         for t, ps in by_topic.items()]))
-    for t in resp.topics:
-        for p in t.partitions:
-            if p.error_code:
-                raise broker_error(f"cannot commit the offset of group '{group}' for {t.name}-{p.partition_index}",
-                                   p.error_code)
+    resp = await brokers.to_coordinator(group, offset_commit_request(group, plan))
+    for tp, p in partition_results(resp):
+        if p.error_code:
+            raise broker_error(f"cannot commit the offset of group '{group}' for {tp_str(tp)}", p.error_code)
 
 
 # ---------------------------------------------------------------- --delete, --delete-offsets

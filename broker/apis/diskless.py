@@ -187,6 +187,6 @@ async def describe_files(ctx: RequestContext, req: Any) -> DisklessDescribeFiles
 async def hand_over_file(ctx: RequestContext, req: Any) -> DisklessHandOverFileResponse:
     if calling_broker(ctx) is None:
         return DisklessHandOverFileResponse(error_code=Errors.CLUSTER_AUTHORIZATION_FAILED, error_message=REFUSED)
-    code = await _coordinator(ctx).hand_over(req.to_coordinator, req.object_key, req.file_size, req.owner_ids,
+    code = await _coordinator(ctx).files.hand_over(req.to_coordinator, req.object_key, req.file_size, req.owner_ids,
                                              req.from_coordinator)
     return DisklessHandOverFileResponse(error_code=code, error_message=_message(code))

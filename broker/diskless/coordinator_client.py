@@ -210,7 +210,7 @@ class CoordinatorClient:
         if leader < 0:
             return Errors.COORDINATOR_NOT_AVAILABLE
         if leader == self.node_id:
-            return await self.local.hand_over(to_index, object_key, size, owners, from_index)
+            return await self.local.files.hand_over(to_index, object_key, size, owners, from_index)
         try:
             resp = await self._send(leader, HO(object_key=object_key, file_size=size, owner_ids=list(owners),
                                                from_coordinator=from_index, to_coordinator=to_index))

@@ -37,7 +37,7 @@ RETRY_LOG_EVERY = 100  # a failing handover or deletion is logged on its 1st, 10
 class FileCleaner:
     def __init__(self, coordinator: Any, client: Any, store: ObjectStore, deletion_grace_ms: int,
                  orphan_grace_ms: int) -> None:
-        """`coordinator`: this broker's DisklessCoordinator (file_tasks, file_done, led_partitions);
+        """`coordinator`: this broker's DisklessCoordinator (led_partitions, and its `files`: version, tasks, done);
         `client`: the CoordinatorClient (hand_over, describe_files to other coordinators)."""
         self.coordinator = coordinator
         self.client = client
@@ -73,12 +73,12 @@ class FileCleaner:
                     log.exception("diskless_file_work_failed", coordinator=index)
 
     async def run_once(self, index: int) -> None:
-        version = self.coordinator.files_version(index)
+        version = self.coordinator.files.version(index)
         now = time.monotonic()
         looked = self._looked.get(index)
         if version is None or (looked is not None and looked[0] == version and now < looked[1]):
             return
-        tasks = await self.coordinator.file_tasks(index)
+        tasks = await self.coordinator.files.tasks(index)
         if tasks is None:
             return
         owned, waiting = tasks
@@ -103,7 +103,7 @@ class FileCleaner:
                                  error=code, attempts=failures)
                     continue
                 self._failures.pop((index, t.object_key), None)
-                await self.coordinator.file_done(index, t.object_key, deleted=False)
+                await self.coordinator.files.done(index, t.object_key, deleted=False)
                 log.info("diskless_file_handed_over", coordinator=index, key=t.object_key, to=target)
                 continue
             due = self._due.setdefault((index, t.object_key), now + self.deletion_grace_s)
@@ -119,7 +119,7 @@ class FileCleaner:
                 continue
             self._failures.pop((index, t.object_key), None)
             self._due.pop((index, t.object_key), None)
-            await self.coordinator.file_done(index, t.object_key, deleted=True)
+            await self.coordinator.files.done(index, t.object_key, deleted=True)
             log.info("diskless_file_deleted", coordinator=index, key=t.object_key, bytes=t.size)
         for t in waiting:
             since = self._waiting.setdefault((index, t.object_key), now)

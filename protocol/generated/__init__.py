@@ -65,6 +65,7 @@ import protocol.generated.metadata_records.client_quota_record as metadata_recor
 import protocol.generated.metadata_records.config_record as metadata_records_config_record
 import protocol.generated.metadata_records.diskless_file_committed_record as metadata_records_diskless_file_committed_record
 import protocol.generated.metadata_records.diskless_file_handed_over_record as metadata_records_diskless_file_handed_over_record
+import protocol.generated.metadata_records.diskless_files_pruned_record as metadata_records_diskless_files_pruned_record
 import protocol.generated.metadata_records.diskless_partition_created_record as metadata_records_diskless_partition_created_record
 import protocol.generated.metadata_records.diskless_records_deleted_record as metadata_records_diskless_records_deleted_record
 import protocol.generated.metadata_records.diskless_topic_deleted_record as metadata_records_diskless_topic_deleted_record
@@ -262,6 +263,7 @@ METADATA_RECORDS = {
     1102: metadata_records_diskless_file_committed_record.DisklessFileCommittedRecord,
     1103: metadata_records_diskless_records_deleted_record.DisklessRecordsDeletedRecord,
     1110: metadata_records_diskless_file_handed_over_record.DisklessFileHandedOverRecord,
+    1111: metadata_records_diskless_files_pruned_record.DisklessFilesPrunedRecord,
 }
 RequestHeader = request_header.RequestHeader
 ResponseHeader = response_header.ResponseHeader

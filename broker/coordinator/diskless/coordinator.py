@@ -15,26 +15,19 @@ Loading (when this broker becomes the leader): wait until the high watermark cov
 local log (every record a new leader holds is committed or the leadership goes), catch SQLite up
 (a missing or stale file is rebuilt from the log), then build the view from it.
 
-Every `diskless.coordinator.snapshot.interval.records` records, the leader snapshots its state
-into object storage and cuts the log at the previous snapshot (snapshots.py); a replica behind the
-cut starts from the newest snapshot.
-
 The coordinator also keeps its partitions in line with the cluster metadata: a diskless partition
 mapped to it (PartitionRecord's DisklessCoordinator) that it does not know is created
 (DisklessPartitionCreatedRecord), a topic it knows that the metadata no longer has is deleted
-(DisklessDeleteTopics' operation). Retention runs here too: every log.retention.check.interval.ms
-the leader finds, in its SQLite state, the batches each partition's retention.ms / retention.bytes
-remove and appends one DisklessRecordsDeletedRecord per partition (what DeleteRecords appends).
+(DisklessDeleteTopics' operation).
 
-WAL files: the state tells which files a coordinator owns and has no live batch in (state.py's
-file_tasks); broker/diskless/file_cleaner.py hands them on or deletes them, through hand_over()
-and file_done() here. Their status is this replica's own (not in the log, as the seed says).
+Beside it, each getting the coordinator's parts it uses: retention (retention.py), the WAL files'
+handover and deletion (file_lifecycle.py, `self.files`) and snapshots of the state
+(snapshot_taker.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -44,43 +37,33 @@ from uuid import UUID
 import structlog
 
 from broker.coordinator import metadata_caught_up, wall_clock_ms
+from broker.coordinator.diskless.file_lifecycle import FileLifecycle
 from broker.coordinator.diskless.materializer import CATCH_UP_ERRORS, Materializer
-from broker.coordinator.diskless.snapshots import SnapshotError, SnapshotStore, take_bytes
+from broker.coordinator.diskless.partition import DisklessCoordinatorPartition as Partition
+from broker.coordinator.diskless.retention import DisklessRetention
+from broker.coordinator.diskless.snapshot_taker import SnapshotTaker
+from broker.coordinator.diskless.snapshots import SnapshotStore
 from broker.coordinator.diskless.state import (
-    DELETED,
-    HANDED_OVER,
     BatchLookup,
     DisklessState,
-    FileTask,
     FoundBatches,
-    RetentionLimits,
 )
 from broker.coordinator.diskless.view import BatchResult, CoordinatorView
 from broker.coordinator.internal_topic import create_internal_topic
-from broker.coordinator.partitioned import CoordinatorPartition, PartitionedCoordinator, state_write_error
+from broker.coordinator.partitioned import PartitionedCoordinator, state_write_error
 from broker.diskless.config import DisklessConfig
 from broker.diskless.object_store import open_object_store
-from broker.storage.cleaner import retention_applies
-from broker.storage.config import LogConfig
-from broker.storage.errors import StorageError
 from metadata.diskless import DISKLESS_METADATA_TOPIC
 from metadata.records import encode_record
 from protocol.errors import Errors
 from protocol.generated.diskless_create_partitions import DisklessCreatePartitionsRequest as CP
 from protocol.generated.diskless_describe_files import DisklessDescribeFilesResponse as DF
-from protocol.generated.metadata_records.diskless_file_handed_over_record import DisklessFileHandedOverRecord
-from protocol.generated.metadata_records.diskless_records_deleted_record import DisklessRecordsDeletedRecord
-from protocol.generated.metadata_records.diskless_topic_deleted_record import DisklessTopicDeletedRecord
 
 log = structlog.get_logger(__name__)
-
-# records after which a file may have no live batch left here, or a new owner
-_FREES_FILES = (DisklessRecordsDeletedRecord, DisklessTopicDeletedRecord, DisklessFileHandedOverRecord)
 
 RECONCILE_INTERVAL_MS = 200
 MAX_FILE_DETAILS = 10_000  # per coordinator in a DisklessDescribeFiles answer (the newest files)
 SNAPSHOT_CHECK_INTERVAL_MS = 200
-SNAPSHOT_RETRY_S = 1.0
 LOAD_RETRY_S = 1.0
 LIST_EARLIEST, LIST_LATEST, LIST_MAX_TIMESTAMP = -2, -1, -3
 
@@ -89,21 +72,7 @@ async def _answered(code: int) -> int:
     return code
 
 
-class _CoordinatorPartition(CoordinatorPartition):
-    def __init__(self, index: int, epoch: int) -> None:
-        super().__init__(index, epoch)
-        self.view: CoordinatorView | None = None
-        self.last_append: asyncio.Future | None = None  # resolves when the newest append replicated
-        self.retention: asyncio.Task | None = None  # the running retention pass
-        self.files_handed_over = 0  # by this broker since it took the lead
-        self.files_deleted = 0
-        self.files_changed = 0  # bumped by each write that may leave a file without live batches
-        self.snapshot_task: asyncio.Task | None = None
-        self.snapshot_offset = 0  # of the newest snapshot this leader knows of
-        self.snapshot_ms = -1  # when this leader took its newest snapshot
-
-
-class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
+class DisklessCoordinator(PartitionedCoordinator[Partition]):
     topic = DISKLESS_METADATA_TOPIC
     event = "diskless"
     reload_on_new_epoch = True
@@ -124,10 +93,18 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
         self.states = Materializer(replicas, Path(log_dir) / "diskless-coordinator", self._load_buffer_size,
                                    self.snapshots)
         self.states.start()
+        self.files = FileLifecycle(self._partitions, self.status, self._wait_previous, self._write, self.states)
+        self.retention = DisklessRetention(replicas.topic_config, self.states, self._write, self._owns, self._spawn)
+        self.snapshot_taker = SnapshotTaker(config.coordinator_snapshot_interval_records,
+                                            lambda index: self.replicas.get(self.topic, index), self.states,
+                                            self.snapshots, self._owns, self._spawn)
+        led = self._partitions.values
         self._every(RECONCILE_INTERVAL_MS, self._reconcile, "diskless_reconcile_failed")
-        self._every(config.retention_check_interval_ms, self._retention, "diskless_retention_failed")
+        self._every(config.retention_check_interval_ms, lambda: self.retention.check(led()),
+                    "diskless_retention_failed")
         self._every(config.gauges_interval_ms, lambda: self._spawn(self._log_gauges()), "diskless_gauges_failed")
-        self._every(SNAPSHOT_CHECK_INTERVAL_MS, self._snapshot_due, "diskless_snapshot_check_failed")
+        self._every(SNAPSHOT_CHECK_INTERVAL_MS, lambda: self.snapshot_taker.check(led()),
+                    "diskless_snapshot_check_failed")
         self._watch_leadership()
 
     def shutdown(self) -> None:
@@ -135,16 +112,16 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
         self.states.close()
 
     # ------------------------------------------------------------------ partitions
-    def _new_partition(self, index: int, epoch: int) -> _CoordinatorPartition:
-        return _CoordinatorPartition(index, epoch)
+    def _new_partition(self, index: int, epoch: int) -> Partition:
+        return Partition(index, epoch)
 
-    def _forget(self, ps: _CoordinatorPartition) -> None:
+    def _forget(self, ps: Partition) -> None:
         ps.view = None
         if ps.retention is not None:
             ps.retention.cancel()
         self.states.drop_staged(ps.index)
 
-    async def _load(self, ps: _CoordinatorPartition, p: Any) -> None:  # type: ignore[override]
+    async def _load(self, ps: Partition, p: Any) -> None:  # type: ignore[override]
         await metadata_caught_up(self.metadata)
         started = time.monotonic()
         while self._owns(ps) and p.high_watermark < p.log.log_end_offset:
@@ -170,7 +147,7 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
         log.info("diskless_partition_loaded", partition=ps.index, epoch=ps.epoch, applied_offset=local.applied,
                  partitions=len(view.partitions), ms=round((time.monotonic() - started) * 1000))
 
-    def _reload(self, ps: _CoordinatorPartition) -> None:
+    def _reload(self, ps: Partition) -> None:
         """The view went ahead of the log (an append failed): rebuild it from the log."""
         if not self._owns(ps) or ps.loading:
             return
@@ -208,7 +185,7 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
     def led_partitions(self) -> list[int]:
         return sorted(self._partitions)
 
-    def status(self, index: int) -> tuple[int, _CoordinatorPartition | None]:
+    def status(self, index: int) -> tuple[int, Partition | None]:
         if not self.active:
             return Errors.COORDINATOR_NOT_AVAILABLE, None
         ps = self._partitions.get(index)
@@ -219,14 +196,13 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
         return 0, ps
 
     # ------------------------------------------------------------------ the seven steps
-    async def _write(self, ps: _CoordinatorPartition, records: list[Any]) -> int:
+    async def _write(self, ps: Partition, records: list[Any]) -> int:
         """Append `records` (one batch, now), wait for replication, apply to SQLite. 0 or the error."""
         code = await self._write_now(ps, records)
-        if any(isinstance(r, _FREES_FILES) for r in records):
-            ps.files_changed += 1  # the file worker looks again (the apply is queued before its read)
+        self.files.note_write(ps, records)
         return code
 
-    def _write_now(self, ps: _CoordinatorPartition, records: list[Any]) -> Awaitable[int]:
+    def _write_now(self, ps: Partition, records: list[Any]) -> Awaitable[int]:
         """Append `records` now, before the caller's next await, so the log holds them in the
         order the view checked them; the awaitable waits for replication and the SQLite apply."""
         if not records:
@@ -239,7 +215,7 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
         ps.last_append = done
         return self._replicated(ps, done)
 
-    async def _replicated(self, ps: _CoordinatorPartition, done: asyncio.Future) -> int:
+    async def _replicated(self, ps: Partition, done: asyncio.Future) -> int:
         code = await done
         if code:
             self.states.drop_staged(ps.index)
@@ -248,7 +224,7 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
         self.states.apply_soon(ps.index)  # every later read of the state runs after it
         return 0
 
-    async def _wait_previous(self, ps: _CoordinatorPartition) -> int:
+    async def _wait_previous(self, ps: Partition) -> int:
         """An operation that wrote nothing still answers only after the records it was checked
         against (the pending ones) are committed."""
         if ps.last_append is not None and not ps.last_append.done():
@@ -388,56 +364,6 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
                 found[i] = a
         return [f if f is not None else FoundBatches(Errors.UNKNOWN_SERVER_ERROR, -1, -1, []) for f in found]
 
-    # ------------------------------------------------------------------ WAL file lifecycle
-    async def hand_over(self, index: int, object_key: str, size: int, owners: list[int], from_coordinator: int) -> int:
-        """DisklessHandOverFile: coordinator `index` owns the file from now on (its log says so:
-        a new leader knows it). Idempotent: a file it owns already is answered at once."""
-        err, ps = self.status(index)
-        if err:
-            return err
-        assert ps is not None
-        code = await self._wait_previous(ps)
-        if code:
-            return code
-        if await self.states.run(index, DisklessState.owns_file, object_key, index):
-            return 0
-        err, ps = self.status(index)
-        if err:
-            return err
-        assert ps is not None
-        record = DisklessFileHandedOverRecord(object_key=object_key, file_size=size, owner_ids=list(owners),
-                                              from_coordinator=from_coordinator)
-        code = await self._write(ps, [record])
-        log.info("diskless_file_taken_over", coordinator=index, key=object_key, from_coordinator=from_coordinator,
-                 error=code)
-        return code
-
-    def files_version(self, index: int) -> tuple[int, int] | None:
-        """Changes when coordinator `index`'s files may need work (a new leadership, a deletion, a
-        handover), None when this broker does not lead it."""
-        ps = self._partitions.get(index)
-        return None if ps is None else (ps.epoch, ps.files_changed)
-
-    async def file_tasks(self, index: int) -> tuple[list[FileTask], list[FileTask]] | None:
-        """(owned, waiting) files of coordinator `index` with no live batch left (state.py), or
-        None when this broker does not lead it (loaded)."""
-        err, _ = self.status(index)
-        if err:
-            return None
-        return await self.states.run(index, DisklessState.file_tasks, index)
-
-    async def file_done(self, index: int, object_key: str, deleted: bool) -> None:
-        """The leader handed the file on (or deleted it): remembered in this replica's state only."""
-        ps = self._partitions.get(index)
-        if ps is None:
-            return
-        await self.states.run(index, DisklessState.set_file_status, object_key, DELETED if deleted else HANDED_OVER,
-                              wall_clock_ms())
-        if deleted:
-            ps.files_deleted += 1
-        else:
-            ps.files_handed_over += 1
-
     async def coordinator_state(self, index: int, gauges: bool = True) -> Any:
         """A coordinator's gauges as DisklessDescribeFiles answers them (without `gauges`: only
         its oldest live file, one cheap read)."""
@@ -509,96 +435,6 @@ class DisklessCoordinator(PartitionedCoordinator[_CoordinatorPartition]):
                      oldest_file_ms=c.oldest_file_timestamp_ms, owned_files=c.owned_files,
                      pending_handovers=c.pending_handovers, pending_deletions=c.pending_deletions,
                      files_handed_over=c.files_handed_over, files_deleted=c.files_deleted)
-
-    # ------------------------------------------------------------------ retention
-    def _retention(self) -> None:
-        for ps in list(self._partitions.values()):
-            if ps.view is not None and not ps.loading and (ps.retention is None or ps.retention.done()):
-                ps.retention = self._spawn(self._retention_pass(ps))
-
-    async def _retention_pass(self, ps: _CoordinatorPartition) -> None:
-        try:
-            await self._enforce_retention(ps)
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # tried again next interval
-            log.exception("diskless_retention_failed", coordinator=ps.index)
-
-    async def _enforce_retention(self, ps: _CoordinatorPartition) -> None:
-        """One retention pass over a coordinator's partitions: the new log start offsets from
-        SQLite, appended as DisklessRecordsDeletedRecords in one batch."""
-        assert ps.view is not None
-        limits = []
-        configs: dict[str, tuple[int, int] | None] = {}
-        for (tid, part), pv in ps.view.partitions.items():
-            if pv.name not in configs:
-                cfg = self.replicas.topic_config(pv.name)
-                lc = LogConfig.from_properties(cfg) if retention_applies(cfg) else None
-                configs[pv.name] = (lc.retention_ms, lc.retention_bytes) if lc is not None else None
-            limit = configs[pv.name]
-            if limit is not None and (limit[0] >= 0 or limit[1] >= 0):
-                limits.append(RetentionLimits(tid, part, *limit))
-        if not limits:
-            return
-        # a scan of the batches: beside the applies (a stale answer only deletes less)
-        found = await self.states.run_beside(ps.index, DisklessState.retention_offsets, limits, wall_clock_ms())
-        if not found or not self._owns(ps) or ps.view is None:
-            return
-        records = []
-        for tid, part, offset in found:
-            err, _, record = ps.view.delete_records(tid, part, offset)
-            if record is not None:
-                records.append(record)
-        code = await self._write(ps, records)
-        log.info("diskless_retention", coordinator=ps.index, partitions=len(records), error=code)
-
-    # ------------------------------------------------------------------ snapshots
-    def _snapshot_due(self) -> None:
-        """Snapshot each loaded partition this broker leads whose log holds `interval` records."""
-        interval = self.config.coordinator_snapshot_interval_records
-        if interval <= 0:
-            return
-        for ps in list(self._partitions.values()):
-            if ps.loading or ps.view is None or ps.snapshot_task is not None:
-                continue
-            p = self.replicas.get(self.topic, ps.index)
-            since = max(p.log.log_start_offset, ps.snapshot_offset) if p is not None else 0
-            if p is not None and p.is_leader and p.high_watermark - since >= interval:
-                ps.snapshot_task = self._spawn(self._snapshot(ps, p))
-
-    async def _snapshot(self, ps: _CoordinatorPartition, p: Any) -> None:
-        """Copy the state point-in-time and store the copy; then raise the log start to the
-        previous snapshot's offset (every replica follows the leader's log start): a replica
-        less than an interval behind goes on from the log, one further behind installs the
-        newest snapshot. So the log holds about two intervals of records."""
-        started = time.monotonic()
-        try:
-            taken = await self.states.copy(ps.index)
-            if taken is None:
-                return
-            data = await self._loop.run_in_executor(None, take_bytes, taken[0])
-            offset = taken[1]
-            topic_id = str(p.topic_id)
-            stored = await self.snapshots.offsets(topic_id, ps.index)
-            if stored and offset <= stored[-1]:
-                ps.snapshot_offset = stored[-1]
-                return  # nothing applied since the last snapshot
-            await self.snapshots.put(topic_id, ps.index, offset, data)
-            ps.snapshot_offset = offset
-            ps.snapshot_ms = wall_clock_ms()
-            cut = stored[-1] if stored else 0
-            start = p.log.log_start_offset
-            if self._owns(ps) and start < cut <= p.high_watermark:
-                start = await self._loop.run_in_executor(None, p.log.delete_records_before, cut)
-            await self.snapshots.prune(topic_id, ps.index)
-            log.info("diskless_snapshot_taken", partition=ps.index, offset=offset, bytes=len(data),
-                     log_start_offset=start, log_end_offset=p.log.log_end_offset,
-                     ms=round((time.monotonic() - started) * 1000))
-        except (SnapshotError, StorageError, OSError, sqlite3.Error) as e:
-            log.warning("diskless_snapshot_failed", partition=ps.index, error=str(e))
-            await asyncio.sleep(SNAPSHOT_RETRY_S)
-        finally:
-            ps.snapshot_task = None
 
     # ------------------------------------------------------------------ metadata reconciliation
     def _has_diskless(self, image) -> bool:

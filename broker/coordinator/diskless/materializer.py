@@ -36,7 +36,6 @@ from broker.coordinator.diskless.snapshots import (
     SnapshotStore,
     check_snapshot,
     copy_database,
-    write_file,
 )
 from broker.coordinator.diskless.state import DisklessState
 from broker.storage.errors import StorageError
@@ -334,10 +333,9 @@ class Materializer:
                 raise SnapshotError(f"no snapshot in [{start}, {hw}] for a database at {local.applied} "
                                     f"(stored: {stored[-KEEP:]})")
             offset = usable[-1]
-            data = await self.snapshots.get(topic_id, index, offset)
             path = state_path(self.root, index)
             tmp = path.with_suffix(".snapshot-in")
-            await self._loop.run_in_executor(self._copies, write_file, tmp, data)
+            size = await self.snapshots.download(topic_id, index, offset, tmp, self._copies)
             await self._loop.run_in_executor(self._copies, check_snapshot, tmp, offset)
             if self._local.get(index) is not local:  # the replica left meanwhile
                 tmp.unlink(missing_ok=True)
@@ -350,7 +348,7 @@ class Materializer:
             local.last_job += 1  # what applies queued before tell no longer counts
             before, local.applied = local.applied, offset
             local.staged = []
-            log.info("diskless_snapshot_installed", partition=index, offset=offset, bytes=len(data),
+            log.info("diskless_snapshot_installed", partition=index, offset=offset, bytes=size,
                      log_start_offset=start, previous_applied_offset=before)
 
     async def run_beside(self, index: int, fn: Any, *args: Any) -> Any:

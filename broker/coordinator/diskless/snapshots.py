@@ -19,9 +19,12 @@ applies (WAL mode: a writer does not wait for readers) and the event loop go on.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
+from concurrent.futures import Executor
 from pathlib import Path
+from typing import BinaryIO
 
 import structlog
 
@@ -31,6 +34,7 @@ from broker.diskless.object_store import ObjectStoreError, StoreLocation
 log = structlog.get_logger(__name__)
 
 KEEP = 2  # snapshots kept per partition
+DOWNLOAD_CHUNK_BYTES = 8 << 20  # a replica installing a snapshot holds at most this much of it
 SUFFIX = ".sqlite"
 
 
@@ -82,12 +86,10 @@ def take_bytes(path: Path) -> bytes:
         path.unlink(missing_ok=True)
 
 
-def write_file(path: Path, data: bytes) -> None:
-    """Write `data` to `path` and fsync it (blocking)."""
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+def _sync_close(f: BinaryIO) -> None:
+    f.flush()
+    os.fsync(f.fileno())
+    f.close()
 
 
 class SnapshotStore:
@@ -122,11 +124,31 @@ class SnapshotStore:
         except ObjectStoreError as e:
             raise SnapshotError(f"storing snapshot {offset}: {e}") from None
 
-    async def get(self, topic_id: str, index: int, offset: int) -> bytes:
+    async def download(self, topic_id: str, index: int, offset: int, dest: Path,
+                       executor: Executor | None = None, chunk_bytes: int = DOWNLOAD_CHUNK_BYTES) -> int:
+        """Stream a snapshot into `dest` (fsynced), one ranged read of `chunk_bytes` at a time: a
+        database of any size never sits whole in memory. Its size in bytes."""
+        key = self.key(topic_id, index, offset)
+        loop = asyncio.get_running_loop()
         try:
-            return await self.store.get(self.key(topic_id, index, offset))
+            found = [o for o in await self.store.list(key) if o.key == key]
+            if not found:
+                raise SnapshotError(f"snapshot {offset} is gone")
+            size = found[0].size
+            f = await loop.run_in_executor(executor, open, dest, "wb")
+            try:
+                pos = 0
+                while pos < size:
+                    data = await self.store.get_range(key, pos, min(pos + chunk_bytes, size))
+                    if not data:
+                        raise SnapshotError(f"snapshot {offset} ended at byte {pos} of {size}")
+                    await loop.run_in_executor(executor, f.write, data)
+                    pos += len(data)
+            finally:
+                await loop.run_in_executor(executor, _sync_close, f)
         except ObjectStoreError as e:
             raise SnapshotError(f"reading snapshot {offset}: {e}") from None
+        return size
 
     async def prune(self, topic_id: str, index: int) -> None:
         """Delete all but the KEEP newest snapshots of the partition."""

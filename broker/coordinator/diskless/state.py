@@ -17,6 +17,7 @@ from uuid import UUID
 
 from protocol.generated.metadata_records.diskless_file_committed_record import DisklessFileCommittedRecord
 from protocol.generated.metadata_records.diskless_file_handed_over_record import DisklessFileHandedOverRecord
+from protocol.generated.metadata_records.diskless_files_pruned_record import DisklessFilesPrunedRecord
 from protocol.generated.metadata_records.diskless_partition_created_record import DisklessPartitionCreatedRecord
 from protocol.generated.metadata_records.diskless_records_deleted_record import DisklessRecordsDeletedRecord
 from protocol.generated.metadata_records.diskless_topic_deleted_record import DisklessTopicDeletedRecord
@@ -254,6 +255,14 @@ class DisklessState:
             db.execute("INSERT OR IGNORE INTO handed_over VALUES (?, ?, ?, ?, ?)",
                        (record.object_key, record.file_size, ",".join(str(o) for o in record.owner_ids),
                         record.from_coordinator, offset))
+        elif isinstance(record, DisklessFilesPrunedRecord):
+            # gone from object storage: nothing left to hand on, delete or describe. Only files
+            # without a live batch (a file some partition still reads from is never pruned).
+            for key in record.object_keys:
+                if db.execute("SELECT 1 FROM files WHERE object_key = ? AND deleted = 0", (key,)).fetchone():
+                    continue
+                for table in ("files", "handed_over", "file_work"):
+                    db.execute(f"DELETE FROM {table} WHERE object_key = ?", (key,))
 
     def _mark_empty_files_deleted(self) -> None:
         # `deleted`: no live batch of this coordinator left in the file; its owner hands it on
