@@ -27,6 +27,7 @@ from protocol.generated.fetch import FetchResponse
 R = FetchResponse
 log = structlog.get_logger(__name__)
 READ_COMMITTED = 1
+SYNC_ANSWER_BYTES = 64 * 1024  # a long poll's answer up to this size goes out in the call that woke it
 
 
 def _replica_id(req, version: int) -> int:
@@ -113,7 +114,13 @@ def _long_poll(b, session, read: Callable[[], Coroutine[Any, Any, _Read]], compl
             return
         if final or complete(r):
             timer.cancel()
-            answer.set_result(_finish(b, session, r))
+            if r.total > SYNC_ANSWER_BYTES:
+                # a large answer (a follower catching up) goes out a step later: the call that
+                # brought the data (a bulk append) finishes first, and the work queued behind it
+                # does not also wait for a megabyte written to a socket
+                loop.call_soon(answer.set_result, _finish(b, session, r))
+            else:
+                answer.set_result(_finish(b, session, r))
         else:
             park(r.wait_on)
 
