@@ -11,7 +11,7 @@ import structlog
 
 from controller.apis import Apis
 from controller.config import ControllerConfig
-from controller.controller import Controller, FatalError
+from controller.controller import Controller, FatalError, NotControllerError
 from controller.metrics import collect as controller_metrics
 from controller.partition_counts import PartitionDeleter
 from controller.server import ControllerServer
@@ -27,8 +27,12 @@ async def _fencing_loop(apis: Apis) -> None:
     sessions = apis.controller.sessions
     while True:
         await asyncio.sleep(sessions.check_interval())
+        if not apis.controller.active:
+            continue  # a standby keeps no sessions; the active controller fences
         try:
             await apis.cluster.fence_expired()
+        except NotControllerError:
+            continue
         except FatalError:
             return
         except Exception:
@@ -41,12 +45,30 @@ async def _rebalance_loop(apis: Apis) -> None:
     interval = apis.controller.config.leader_imbalance_check_interval_s
     while True:
         await asyncio.sleep(interval)
+        if not apis.controller.active:
+            continue
         try:
             await apis.partitions.rebalance_leaders()
+        except NotControllerError:
+            continue
         except FatalError:
             return
         except Exception:
             log.exception("leader_rebalance_failed")
+
+
+async def _bootstrap_when_active(apis: Apis, credentials: list) -> None:
+    """bootstrap.scram.credentials are written by whichever voter first becomes active."""
+    if not credentials:
+        return
+    while True:
+        if apis.controller.active:
+            try:
+                await apis.scram.bootstrap(credentials)
+                return
+            except NotControllerError:
+                pass
+        await asyncio.sleep(0.05)
 
 
 async def run(config: ControllerConfig) -> int:
@@ -64,7 +86,15 @@ async def run(config: ControllerConfig) -> int:
     controller.on_fatal = on_fatal
     # Blocking start-up work runs before anything is served, so it holds up no one.
     report = controller.open()
+    if len(config.voters) == 1:
+        # A quorum of one elects itself: be active before listening, so the first request finds
+        # a serving controller, as before the quorum existed.
+        controller.start()
+        await controller.wait_active()
     apis = Apis.create(controller)
+    single = len(config.voters) == 1
+    if single:
+        await apis.scram.bootstrap(list(config.bootstrap_scram))
     server = ControllerServer(apis, config.max_request_bytes)
     bound = []
     try:
@@ -87,11 +117,14 @@ async def run(config: ControllerConfig) -> int:
             await server.stop()
             controller.log.close()
             raise
-    await apis.scram.bootstrap(list(config.bootstrap_scram))
+    if len(config.voters) > 1:
+        controller.start()  # the other voters must reach our listener to elect anyone
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     deleter = PartitionDeleter(controller)
+    bootstrap = loop.create_task(_bootstrap_when_active(apis, [] if single else list(config.bootstrap_scram)))
     background = [
+        bootstrap,
         loop.create_task(_fencing_loop(apis)),
         loop.create_task(deleter.run(config.partition_deletion_check_interval_ms / 1000)),
     ]
