@@ -134,6 +134,7 @@ class MetadataLoader:
             if part.error_code in LEADER_MOVED:
                 # a voter that does not lead: follow its hint, or find the leader again
                 hint = part.current_leader.leader_id if part.current_leader is not None else -1
+                log.info("metadata_leader_moved", error_code=part.error_code, hint=hint)
                 self.channel.leader_moved(hint if hint >= 0 else None)
                 await asyncio.sleep(0.05 if hint >= 0 else 0.2)
                 continue

@@ -40,6 +40,7 @@ from tools.cluster import Cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST_RAFT = {"controller.quorum.election.timeout.ms": 300, "controller.quorum.fetch.timeout.ms": 1000}
+SESSION_MS = 4000  # broker.session.timeout.ms: the controller's setting (and the brokers' to match)
 CT = CreateTopicsRequest
 
 
@@ -95,8 +96,9 @@ def leaders_by_epoch(c: Cluster) -> dict[int, set[int]]:
 
 @pytest.fixture(scope="module")
 def quorum_cluster(tmp_path_factory) -> Cluster:
-    c = Cluster(tmp_path_factory.mktemp("quorum"), brokers=3, controllers=3, controller_overrides=FAST_RAFT,
-                broker_overrides={"broker.session.timeout.ms": 4000, "broker.heartbeat.interval.ms": 500,
+    c = Cluster(tmp_path_factory.mktemp("quorum"), brokers=3, controllers=3,
+                controller_overrides={**FAST_RAFT, "broker.session.timeout.ms": SESSION_MS},
+                broker_overrides={"broker.session.timeout.ms": SESSION_MS, "broker.heartbeat.interval.ms": 500,
                                   "default.replication.factor": 3, "min.insync.replicas": 2},
                 verbose=False)
     try:
@@ -203,7 +205,7 @@ def test_broker_dies_while_active_controller_is_down(quorum_cluster):
     p.send(topic, b"after").get(60)
     took = time.monotonic() - died
     p.close()
-    assert took < 4.0 + 5, f"acks=all writes resumed {took:.1f} s after the broker died"
+    assert took < SESSION_MS / 1000 + 5, f"acks=all writes resumed {took:.1f} s after the broker died"
     c.start_node(old)
     c.start_node(leader_of)
 
@@ -288,11 +290,13 @@ def test_network_partition_minority_never_commits(tmp_path):
         voters = ",".join(f"{b}@{c.host}:{c.ports[b] if a == b else links[(a, b)].port}" for b in c.controller_ids)
         c.per_controller_overrides[a] = {"controller.quorum.voters": voters}
     rng = random.Random(19)
+    isolated_leader_rounds = 0
     try:
         c.start()
         for rnd in range(20):
             leader = wait_for(lambda: c.active_controller(timeout=0.5), 20, "a leader")
             lonely = rng.choice(c.controller_ids)
+            truncations = _count(c, lonely, "raft_truncated_on_divergence")
             for (a, b), link in links.items():
                 if lonely in (a, b):
                     link.cut()
@@ -317,13 +321,19 @@ def test_network_partition_minority_never_commits(tmp_path):
             assert r.topics[0].error_code in (0, Errors.TOPIC_ALREADY_EXISTS), r
             for link in links.values():
                 link.heal()
-            # on heal the voters converge to the majority's log
+            # on heal the voters converge to the majority's log; an isolated leader had appended
+            # the write it never acknowledged, and cuts it off
             wait_for(lambda: _converged(c), 20, f"round {rnd}: voters converged")
+            if lonely == leader:
+                isolated_leader_rounds += 1
+                assert _count(c, lonely, "raft_truncated_on_divergence") > truncations, \
+                    f"round {rnd}: the old leader {lonely} did not truncate to the majority's log"
         leader = c.active_controller()
         records = metadata_log(c, leader)
         names = {r.name for _, r in records if type(r).__name__ == "TopicRecord"}
         assert not {n for n in names if n.startswith("minority-")}, "a minority write was committed"
         assert {f"majority-{i}" for i in range(20)} <= names
+        assert isolated_leader_rounds >= 1  # (2/3)^20: practically always several
         by_epoch = leaders_by_epoch(c)
         assert by_epoch, "no election was logged"
         assert all(len(v) == 1 for v in by_epoch.values()), f"two leaders in one epoch: {by_epoch}"
@@ -331,6 +341,10 @@ def test_network_partition_minority_never_commits(tmp_path):
         c.stop()
         for link in links.values():
             link.close()
+
+
+def _count(c: Cluster, cid: int, event: str) -> int:
+    return c.log_path(cid).read_text(errors="replace").count(f"event='{event}'")
 
 
 def _leads(c: Cluster, cid: int) -> bool:

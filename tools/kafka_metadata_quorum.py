@@ -138,7 +138,6 @@ def build_parser() -> argparse.ArgumentParser:
     where = ap.add_mutually_exclusive_group(required=True)
     where.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]", help="brokers to connect to")
     where.add_argument("--bootstrap-controller", metavar="HOST:PORT[,...]", help="controllers to connect to")
-    ap.add_argument("--command-config", metavar="FILE", help="client properties (security)")
     ap.add_argument("--timeout", type=float, default=30.0, help=argparse.SUPPRESS)
     sub = ap.add_subparsers(dest="command", required=True)
     d = sub.add_parser("describe", help="describe the quorum")
