@@ -110,7 +110,7 @@ async def run(config: ControllerConfig) -> int:
         raise OSError(f"cannot listen on {where}: {e.strerror or e}") from None
     metrics = None
     if config.metrics_listener is not None:
-        metrics = MetricsServer([server.request_metrics.families, lambda: controller_metrics(controller.image)])
+        metrics = MetricsServer([server.request_metrics.families, lambda: controller_metrics(controller.image, controller.active)])
         try:
             await metrics.start(*config.metrics_listener)
         except OSError:

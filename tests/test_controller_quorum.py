@@ -271,6 +271,39 @@ def _installed() -> bool:
         return False
 
 
+def test_voter_behind_the_log_start_loads_a_snapshot(tmp_path):
+    """A voter that was down while the others snapshotted and deleted old segments is sent the
+    leader's snapshot (FetchSnapshot), replaces its log with it, catches up, and restarts from it."""
+    c = Cluster(tmp_path / "c", brokers=1, controllers=3, verbose=False,
+                controller_overrides={**FAST_RAFT, "metadata.log.max.record.bytes.between.snapshots": 2000})
+    try:
+        c.start()
+        leader = c.active_controller()
+        behind = next(x for x in c.controller_ids if x != leader)
+        c.terminate(behind)
+        from kafka.admin import KafkaAdminClient, NewTopic
+
+        a = KafkaAdminClient(bootstrap_servers=c.bootstrap)
+        for i in range(4):
+            a.create_topics([NewTopic(f"snap-{i}-{j}", 1, 1) for j in range(10)])
+        a.close()
+        others = [x for x in c.controller_ids if x != behind]
+        wait_for(lambda: all("log_segments_deleted=1" in c.log_path(x).read_text() for x in others), 20,
+                 "the running voters snapshotted and deleted old segments")
+        c.start_node(behind)
+        wait_for(lambda: "event='raft_snapshot_loaded'" in c.log_path(behind).read_text(), 20,
+                 "the returning voter loading the leader's snapshot")
+        wait_for(lambda: _converged(c) and quorum(c, c.active_controller()).current_voters, 20, "voters converged")
+        # what it wrote (the snapshot as its own, the log restarted at its end) opens again
+        c.terminate(behind)
+        c.start_node(behind)
+        wait_for(lambda: _converged(c) and len(quorum(c, c.active_controller()).current_voters) == 3, 20,
+                 "voters converged after the restart")
+        assert "cannot start" not in c.log_path(behind).read_text()
+    finally:
+        c.stop()
+
+
 # ---------------------------------------------------------------- network partitions
 PARTITION_RAFT = {"controller.quorum.election.timeout.ms": 150, "controller.quorum.fetch.timeout.ms": 500}
 

@@ -586,7 +586,18 @@ class Cluster:
             cluster_id=self.cluster_id if self.controllers > 1 else None,
         )
 
+    def _stored_cluster_id(self) -> str | None:
+        """The cluster id a controller's metadata dir was formatted with (a kept `make run` dir)."""
+        for cid in self.controller_ids:
+            meta = self.node_dir(cid) / "metadata" / "meta.properties"
+            with contextlib.suppress(OSError):
+                for line in meta.read_text().splitlines():
+                    if line.startswith("cluster.id="):
+                        return line.split("=", 1)[1].strip()
+        return None
+
     def write_configs(self) -> dict[str, Path]:
+        self.cluster_id = self._stored_cluster_id() or self.cluster_id
         out = {}
         for name, props in self.generate_configs().items():
             path = self.config_path(name)
