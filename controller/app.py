@@ -91,6 +91,9 @@ async def run(config: ControllerConfig) -> int:
         # a serving controller, as before the quorum existed.
         controller.start()
         await controller.wait_active()
+        if controller.fatal_error is not None:
+            await controller.close()
+            return EXIT_FATAL
     apis = Apis.create(controller)
     single = len(config.voters) == 1
     if single:

@@ -156,7 +156,7 @@ class Controller:
 
     async def wait_active(self) -> None:
         """Return once this controller is the active one (used by a single voter before it listens)."""
-        while not self.active:
+        while not self.active and self.fatal_error is None:
             await self._activated.wait()
 
     # ---- what the Raft client tells us (RaftListener)
@@ -281,6 +281,7 @@ class Controller:
     def _fatal(self, exc: BaseException, event: str) -> None:
         if self.fatal_error is None:
             self.fatal_error = exc
+            self._activated.set()  # wakes a start-up waiting to be active: it is not going to be
             log.critical(event, error=repr(exc))
             if self.on_fatal is not None:
                 self.on_fatal(exc)

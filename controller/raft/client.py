@@ -140,6 +140,7 @@ class RaftClient:
         self._changed = asyncio.Event()  # log appended, high watermark or state moved
         self._state_changed = asyncio.Event()
         self._peers: dict[int, NodeClient] = {}
+        self._connect_locks: dict[int, asyncio.Lock] = {}
         self._task: asyncio.Task | None = None
         self._side_tasks: set[asyncio.Task] = set()
         self._closed = False
@@ -644,14 +645,17 @@ class RaftClient:
     # ---- talking to the other voters
     async def _ask(self, voter: int, body: Any, timeout: float, version: int | None = None) -> Any | None:
         """One request to a voter; None if it cannot be reached or did not answer in time."""
-        client = self._peers.get(voter)
+        client = None
         try:
-            if client is None or not client.connected:
-                host, port = self.voters[voter]
-                client = NodeClient(host, port, client_id=f"raft-{self.node_id}", timeout=timeout,
-                                    security=self.security)
-                self._peers[voter] = client
-                await client.connect()
+            # one connection per voter, shared by the driving task and the leader's announcements
+            async with self._connect_locks.setdefault(voter, asyncio.Lock()):
+                client = self._peers.get(voter)
+                if client is None or not client.connected:
+                    host, port = self.voters[voter]
+                    client = NodeClient(host, port, client_id=f"raft-{self.node_id}", timeout=timeout,
+                                        security=self.security)
+                    self._peers[voter] = client
+                    await client.connect()
             return await client.request(body, version, timeout=timeout)
         except (ClientError, TimeoutError, OSError, ProtocolError) as e:
             log.debug("raft_peer_unreachable", voter=voter, api=type(body).__name__, error=str(e))
