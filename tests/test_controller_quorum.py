@@ -1,8 +1,9 @@
 """The controller quorum (issue 19): three controllers run KRaft's Raft; real processes, real
 clients.
 
-- kill -9 of the active controller while topics are created in a loop: a new one is active
-  within 5 s, no acknowledged CreateTopics is lost, none is applied twice, brokers keep serving.
+- kill -9 of the active controller while topics are created in a loop and a broker restarts
+  (ISR changes): a new one is active within 5 s, no acknowledged CreateTopics is lost, none is
+  applied twice, brokers keep serving.
 - a broker dies while the old active controller is down: acks=all writes resume within the
   broker session timeout + 5 s.
 - kafka-python's describe_metadata_quorum and the kafka-metadata-quorum.sh clone.
@@ -151,6 +152,10 @@ def test_kill_active_controller_under_topic_creation(quorum_cluster):
     t = threading.Thread(target=lambda: run(creator()), daemon=True)
     t.start()
     wait_for(lambda: len(acked) >= 5, 30, "topics created before the kill")
+    # ISR changes at the same time: a broker restarts (kill -9) while the controller fails over
+    bounced = c.broker_ids[0]
+    restart = threading.Thread(target=lambda: c.restart(bounced, hard=True), daemon=True)
+    restart.start()
     killed_at = time.monotonic()
     c.kill(old)
     new = wait_for(lambda: (x := c.active_controller(timeout=0.5)) not in (None, old) and x, 15, "a new leader")
@@ -159,6 +164,8 @@ def test_kill_active_controller_under_topic_creation(quorum_cluster):
     before = len(acked)
     wait_for(lambda: len(acked) > before, 15, "a topic created through the new controller")
     assert took < 5, f"a new controller was elected {took:.1f} s after the kill"
+    restart.join(60)
+    assert c.is_running(bounced)
     time.sleep(1)
     stop.set()
     t.join(30)
