@@ -174,7 +174,7 @@ def _body(key: int):
         27: lambda: R(markers=[R.WritableTxnMarker(producer_id=1, producer_epoch=0, transaction_result=True, topics=[
             R.WritableTxnMarkerTopic(name="t", partition_indexes=[0])], coordinator_epoch=0)]),
         52: lambda: R(topics=[R.TopicData(topic_name="__cluster_metadata", partitions=[R.PartitionData(
-            partition_index=0, candidate_epoch=99, candidate_id=100, last_offset_epoch=99, last_offset=10**9)])]),
+            partition_index=0, replica_epoch=99, replica_id=100, last_offset_epoch=99, last_offset=10**9)])]),
         53: lambda: R(topics=[R.TopicData(topic_name="__cluster_metadata", partitions=[R.PartitionData(
             partition_index=0, leader_id=100, leader_epoch=99)])]),
         54: lambda: R(topics=[R.TopicData(topic_name="__cluster_metadata", partitions=[R.PartitionData(

@@ -32,7 +32,7 @@ async def vote(apis: Apis, req: Request) -> VoteResponse:
         parts = []
         for p in t.partitions:
             if _ours(t.topic_name, p.partition_index):
-                err, granted = await raft.handle_vote(p.candidate_id, p.candidate_epoch, p.last_offset_epoch,
+                err, granted = await raft.handle_vote(p.replica_id, p.replica_epoch, p.last_offset_epoch,
                                                       p.last_offset)
             else:
                 err, granted = Errors.UNKNOWN_TOPIC_OR_PARTITION, False

@@ -280,7 +280,7 @@ class RaftClient:
         deadline = time.monotonic() + rules.election_timeout(self.election_timeout_ms)
         req = VoteRequest(cluster_id=self.cluster_id, topics=[VoteRequest.TopicData(
             topic_name=METADATA_TOPIC, partitions=[VoteRequest.PartitionData(
-                partition_index=0, candidate_epoch=epoch, candidate_id=self.node_id,
+                partition_index=0, replica_epoch=epoch, replica_id=self.node_id,
                 last_offset_epoch=self.log.last_epoch, last_offset=self.log.end_offset)])])
         loop = asyncio.get_running_loop()
         pending = {loop.create_task(self._ask(v, req, self.election_timeout_ms / 1000)): v

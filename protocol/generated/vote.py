@@ -84,16 +84,16 @@ class VoteRequest(Message):
     class PartitionData(Struct):
         __slots__ = (
             "partition_index",
-            "candidate_epoch",
-            "candidate_id",
+            "replica_epoch",
+            "replica_id",
             "last_offset_epoch",
             "last_offset",
             "unknown_tags",
         )
         _fields = (
             "partition_index",
-            "candidate_epoch",
-            "candidate_id",
+            "replica_epoch",
+            "replica_id",
             "last_offset_epoch",
             "last_offset",
         )
@@ -101,15 +101,15 @@ class VoteRequest(Message):
         def __init__(
             self,
             partition_index=0,
-            candidate_epoch=0,
-            candidate_id=0,
+            replica_epoch=0,
+            replica_id=0,
             last_offset_epoch=0,
             last_offset=0,
             unknown_tags=None,
         ):
             self.partition_index = partition_index
-            self.candidate_epoch = candidate_epoch
-            self.candidate_id = candidate_id
+            self.replica_epoch = replica_epoch
+            self.replica_id = replica_id
             self.last_offset_epoch = last_offset_epoch
             self.last_offset = last_offset
             self.unknown_tags = unknown_tags
@@ -202,8 +202,8 @@ def _d_VoteRequest_PartitionData_v0(buf, pos):
     f = None
     try:
         f = "PartitionIndex"
-        v_partition_index, v_candidate_epoch, v_candidate_id, v_last_offset_epoch, v_last_offset = (
-            _st_iiiiq.unpack_from(buf, pos)
+        v_partition_index, v_replica_epoch, v_replica_id, v_last_offset_epoch, v_last_offset = _st_iiiiq.unpack_from(
+            buf, pos
         )
         pos += 24
         f = "<tagged fields>"
@@ -227,7 +227,7 @@ def _d_VoteRequest_PartitionData_v0(buf, pos):
     except _DECODE_ERRORS as e:
         raise _malformed(e, "PartitionData." + str(f), pos) from None
     return _c_VoteRequest_PartitionData(
-        v_partition_index, v_candidate_epoch, v_candidate_id, v_last_offset_epoch, v_last_offset, unknown
+        v_partition_index, v_replica_epoch, v_replica_id, v_last_offset_epoch, v_last_offset, unknown
     ), pos
 
 
@@ -323,7 +323,7 @@ def _d_VoteRequest_VoteRequest_v0(buf, pos):
 
 def _e_VoteRequest_PartitionData_v0(o, parts):
     w = parts.append
-    w(_st_iiiiq.pack(o.partition_index, o.candidate_epoch, o.candidate_id, o.last_offset_epoch, o.last_offset))
+    w(_st_iiiiq.pack(o.partition_index, o.replica_epoch, o.replica_id, o.last_offset_epoch, o.last_offset))
     if o.unknown_tags:
         write_tags(parts, None, o.unknown_tags)
     else:
