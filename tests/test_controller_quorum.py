@@ -355,10 +355,9 @@ def test_network_partition_minority_never_commits(tmp_path):
             assert new != lonely
             if lonely == leader:
                 assert new != leader
-            # the majority commits without it
-            r = run(ask(c.host, c.ports[new], CT(topics=[CT.CreatableTopic(
-                name=f"majority-{rnd}", num_partitions=1, replication_factor=1)], timeout_ms=5000), timeout=10))
-            assert r.topics[0].error_code in (0, Errors.TOPIC_ALREADY_EXISTS), r
+            # the majority commits without it (NOT_CONTROLLER while its new leader activates)
+            wait_for(lambda majority=majority, rnd=rnd: _create_on(c, majority, f"majority-{rnd}"), 20,
+                     f"round {rnd}: a write committed by the majority")
             for link in links.values():
                 link.heal()
             # on heal the voters converge to the majority's log; an isolated leader had appended
@@ -381,6 +380,18 @@ def test_network_partition_minority_never_commits(tmp_path):
         c.stop()
         for link in links.values():
             link.close()
+
+
+def _create_on(c: Cluster, voters: list[int], name: str) -> bool:
+    """CreateTopics sent to whichever of `voters` leads; True once created (or found created)."""
+    leader = next((x for x in voters if _leads(c, x)), None)
+    if leader is None:
+        return False
+    r = run(ask(c.host, c.ports[leader], CT(topics=[CT.CreatableTopic(
+        name=name, num_partitions=1, replication_factor=1)], timeout_ms=5000), timeout=10))
+    code = r.topics[0].error_code
+    assert code in (0, Errors.TOPIC_ALREADY_EXISTS, Errors.NOT_CONTROLLER), r
+    return code != Errors.NOT_CONTROLLER
 
 
 def _count(c: Cluster, cid: int, event: str) -> int:
