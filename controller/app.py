@@ -16,6 +16,7 @@ from controller.metrics import collect as controller_metrics
 from controller.partition_counts import PartitionDeleter
 from controller.server import ControllerServer
 from node.metrics import MetricsServer
+from node.scram import SCRAM_MECHANISMS, ScramCredential, make_credential
 
 log = structlog.get_logger(__name__)
 
@@ -55,6 +56,12 @@ async def _rebalance_loop(apis: Apis) -> None:
             return
         except Exception:
             log.exception("leader_rebalance_failed")
+
+
+def bootstrap_credentials(entries: tuple[tuple[str, str, str, int], ...]) -> dict[tuple[str, int], ScramCredential]:
+    """bootstrap.scram.credentials as SCRAM credentials, by (user, mechanism id)."""
+    return {(name, SCRAM_MECHANISMS[mech][0]): make_credential(mech, password, iterations)
+            for mech, name, password, iterations in entries}
 
 
 async def _bootstrap_when_active(apis: Apis, credentials: list) -> None:
@@ -99,11 +106,21 @@ async def run(config: ControllerConfig) -> int:
     if single:
         await apis.scram.bootstrap(list(config.bootstrap_scram))
     server = ControllerServer(apis, config.max_request_bytes)
+    bootstrapped = bootstrap_credentials(config.bootstrap_scram)
+
+    def scram_lookup(user: str, mechanism: int) -> ScramCredential | None:
+        # The configured bootstrap credentials count until the metadata holds credentials: the
+        # voters of a new quorum authenticate to each other with them to elect the leader that
+        # writes them (Kafka's format step puts them in every voter's bootstrap snapshot). Once
+        # written, only the metadata counts (a deleted user stays deleted).
+        scram = controller.image.scram
+        return scram.get((user, mechanism)) if scram else bootstrapped.get((user, mechanism))
+
     bound = []
     try:
         for e, sec in zip(config.listeners, config.securities, strict=True):
             if sec.sasl is not None:
-                sec = replace(sec, sasl=replace(sec.sasl, scram_lookup=lambda u, m: controller.image.scram.get((u, m))))
+                sec = replace(sec, sasl=replace(sec.sasl, scram_lookup=scram_lookup))
             port = await server.start(e.host, e.port, sec)
             bound.append(f"{e.listener}://{e.host}:{port} ({sec.protocol})")
     except OSError as e:
