@@ -287,6 +287,10 @@ def test_describe_quorum_kafka_python_and_tool(quorum_cluster):
     bad = subprocess.run([*cmd, "--bootstrap-controller", "127.0.0.1:1", "describe", "--status"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    for args in (["--bootstrap-controller", "nohost", "describe", "--status"], ["--bootstrap-server", c.bootstrap,
+                                                                              "describe"]):
+        bad = subprocess.run([*cmd, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
 
 
 def _installed() -> bool:

@@ -150,6 +150,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = build_parser()
     a = ap.parse_tool_args(argv)
+    if a.bootstrap_controller is not None:
+        try:
+            parse_bootstrap(a.bootstrap_controller)
+        except AdminError as e:
+            ap.error(f"--bootstrap-controller: {e}")
     return run_tool(run(a))
 
 
