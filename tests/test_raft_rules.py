@@ -11,6 +11,7 @@ import pytest
 
 from controller.metadata_log import EpochCache, MetadataLog
 from controller.raft import rules
+from controller.raft.leader_state import LeaderState
 from controller.raft.quorum_state import ElectionState, QuorumStateError, QuorumStateFile
 from protocol.errors import ProtocolError
 from protocol.generated.metadata_records.no_op_record import NoOpRecord
@@ -37,6 +38,24 @@ def test_vote_goes_to_a_log_at_least_as_long():
     assert not rules.log_at_least_as_long(2, 100, 3, 10)
     assert not rules.log_at_least_as_long(3, 9, 3, 10)
     assert rules.majority(1) == 1 and rules.majority(3) == 2 and rules.majority(5) == 3
+
+
+def test_leader_state_tracks_voters_and_observers():
+    s = LeaderState(1, [1, 2, 3], epoch=4, epoch_start=10, now_mono=100.0)
+    assert s.is_voter(2) and not s.is_voter(1) and not s.is_voter(7)
+    assert s.high_watermark(11, current=9) == 9  # nobody else has the leader's first record yet
+    s.record_fetch(7, 5, 11)  # a broker: an observer, never counted for commits
+    assert s.high_watermark(11, current=9) == 9 and list(s.observers) == [7]
+    s.record_fetch(3, 11, 11)
+    assert s.high_watermark(11, current=9) == 11 and s.fetched(3) and not s.fetched(2)
+    assert s.by_progress() == [3, 2]
+    # check-quorum: voter 2 never fetched; the leader and voter 3 are a majority while 3 fetches
+    last = s.progress[3].last_fetch_mono
+    assert s.heard_from_majority(last + 1.0, within=1.5)
+    assert not s.heard_from_majority(last + 2.0, within=1.5)
+    view = s.view([1, 2, 3], 11, 11)
+    assert [(v, p.end_offset) for v, p in view.voters] == [(1, 11), (2, -1), (3, 11)]
+    assert [o for o, _ in view.observers] == [7] and view.leader_id == 1 and view.epoch == 4
 
 
 def test_election_timeouts_are_random_within_one_to_two_timeouts():

@@ -19,13 +19,14 @@ import asyncio
 import enum
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import structlog
 
 from controller.metadata_log import MetadataLog, OffsetOutOfRange
 from controller.raft import rules
+from controller.raft.leader_state import LeaderState, QuorumView
 from controller.raft.quorum_state import ElectionState, QuorumStateFile
 from controller.snapshots import SnapshotStore
 from metadata.image import METADATA_TOPIC, METADATA_TOPIC_ID
@@ -70,16 +71,6 @@ class RaftListener(Protocol):
 
 
 @dataclass
-class ReplicaProgress:
-    """What the leader knows of one replica (voter or observer)."""
-
-    end_offset: int = -1
-    last_fetch_ms: int = -1
-    last_caught_up_ms: int = -1
-    last_fetch_mono: float = 0.0
-
-
-@dataclass
 class FetchResult:
     error: int = 0
     records: bytes = b""
@@ -87,22 +78,6 @@ class FetchResult:
     log_start: int = 0
     diverging: tuple[int, int] | None = None  # (epoch, end offset)
     snapshot: tuple[int, int] | None = None  # (end offset, epoch)
-
-
-@dataclass
-class QuorumView:
-    """DescribeQuorum's answer, as this voter sees it."""
-
-    error: int
-    leader_id: int
-    epoch: int
-    high_watermark: int
-    voters: list[tuple[int, ReplicaProgress]] = field(default_factory=list)
-    observers: list[tuple[int, ReplicaProgress]] = field(default_factory=list)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class RaftClient:
@@ -133,10 +108,7 @@ class RaftClient:
         self.leader_id = -1
         self.voted_id = -1
         self.high_watermark = 0
-        # leader only
-        self.epoch_start = 0  # the log end when this leader took over: its first offset
-        self.progress: dict[int, ReplicaProgress] = {}
-        self.observers: dict[int, ReplicaProgress] = {}
+        self.leader_state: LeaderState | None = None  # while leading
         self._changed = asyncio.Event()  # log appended, high watermark or state moved
         self._state_changed = asyncio.Event()
         self._peers: dict[int, NodeClient] = {}
@@ -207,6 +179,8 @@ class RaftClient:
         """Move to a new state, persisted before the caller acts on it or answers."""
         was = (self.role, self.epoch, self.leader_id)
         self.role, self.epoch, self.leader_id, self.voted_id = role, epoch, leader_id, voted_id
+        if role != Role.LEADER:
+            self.leader_state = None
         if role == Role.FOLLOWER:
             self._last_leader_contact = time.monotonic()
         if role in (Role.UNATTACHED, Role.VOTED):
@@ -328,10 +302,7 @@ class RaftClient:
                 await self._become_candidate()
 
     async def _become_leader(self, epoch: int) -> None:
-        self.epoch_start = self.log.end_offset
-        now = time.monotonic()
-        self.progress = {v: ReplicaProgress(last_fetch_mono=now) for v in self.voters if v != self.node_id}
-        self.observers = {}
+        self.leader_state = LeaderState(self.node_id, list(self.voters), epoch, self.log.end_offset, time.monotonic())
         await self._transition(Role.LEADER, epoch, self.node_id, self.node_id)
         log.info("raft_leader_elected", epoch=epoch, log_end=self.log.end_offset, high_watermark=self.high_watermark)
         self._spawn(self._begin_quorum_epoch(epoch))
@@ -358,14 +329,14 @@ class RaftClient:
                     return
                 if p is not None and not p.error_code:
                     left.discard(v)
-            left = {v for v in left if self.progress.get(v, ReplicaProgress()).end_offset < 0}
+            state = self.leader_state
+            left = {v for v in left if state is not None and not state.fetched(v)}
             if left:
                 await asyncio.sleep(min(self.election_timeout_ms / 4000, 0.2))
 
     async def _send_end_quorum_epoch(self) -> None:
-        others = [v for v in self.voters if v != self.node_id]
-        # the most caught-up voters first
-        others.sort(key=lambda v: -self.progress.get(v, ReplicaProgress()).end_offset)
+        state = self.leader_state
+        others = state.by_progress() if state is not None else [v for v in self.voters if v != self.node_id]
         req = EndQuorumEpochRequest(cluster_id=self.cluster_id, topics=[EndQuorumEpochRequest.TopicData(
             topic_name=METADATA_TOPIC, partitions=[EndQuorumEpochRequest.PartitionData(
                 partition_index=0, leader_id=self.node_id, leader_epoch=self.epoch, preferred_successors=others)])])
@@ -380,13 +351,12 @@ class RaftClient:
             await asyncio.wait_for(ev.wait(), period / 4)
         except TimeoutError:
             pass
-        if self.role != Role.LEADER:
+        state = self.leader_state
+        if self.role != Role.LEADER or state is None:
             return
-        now = time.monotonic()
-        heard = 1 + sum(1 for p in self.progress.values() if now - p.last_fetch_mono <= period * 1.5)
-        if heard < rules.majority(len(self.voters)):
+        if not state.heard_from_majority(time.monotonic(), period * 1.5):
             log.warning("raft_leader_resigns", epoch=self.epoch, reason="no fetch from a majority",
-                        heard_from=heard, voters=len(self.voters))
+                        voters=len(self.voters))
             await self._transition(Role.RESIGNED, self.epoch, -1, self.node_id)
             self._election_at = time.monotonic() + rules.election_timeout(self.election_timeout_ms)
 
@@ -495,8 +465,9 @@ class RaftClient:
             await self._changed.wait()
 
     def _update_high_watermark(self) -> None:
-        ends = [self.log.end_offset] + [p.end_offset for p in self.progress.values()]
-        hw = rules.high_watermark(ends, len(self.voters), self.epoch_start, self.high_watermark)
+        if self.leader_state is None:
+            return
+        hw = self.leader_state.high_watermark(self.log.end_offset, self.high_watermark)
         if hw != self.high_watermark:
             self.high_watermark = hw
             self._notify_data()
@@ -519,9 +490,10 @@ class RaftClient:
                            current_leader_epoch: int, max_wait_ms: int, max_bytes: int) -> FetchResult:
         if err := self._epoch_error(current_leader_epoch):
             return FetchResult(error=err)
-        if self.role != Role.LEADER:
+        state = self.leader_state
+        if self.role != Role.LEADER or state is None:
             return FetchResult(error=Errors.NOT_LEADER_OR_FOLLOWER)
-        voter = replica_id in self.voters and replica_id != self.node_id
+        voter = state.is_voter(replica_id)
         out = FetchResult(log_start=self.log.start_offset)
         if fetch_offset < self.log.start_offset:
             out.error = Errors.OFFSET_OUT_OF_RANGE
@@ -542,13 +514,13 @@ class RaftClient:
                     out.diverging = (ep, max(end, 0))
                     out.high_watermark = self.high_watermark
                     return out
-            self._record_fetch(self.progress.setdefault(replica_id, ReplicaProgress()), fetch_offset)
+            state.record_fetch(replica_id, fetch_offset, self.log.end_offset)
             self._update_high_watermark()
             if max_wait_ms > 0 and fetch_offset >= self.log.end_offset:
                 await self._wait_change(max_wait_ms / 1000, lambda: self.log.end_offset > fetch_offset)
             upto = None
         else:
-            self._record_fetch(self.observers.setdefault(replica_id, ReplicaProgress()), fetch_offset)
+            state.record_fetch(replica_id, fetch_offset, self.log.end_offset)
             if max_wait_ms > 0 and fetch_offset >= self.high_watermark:
                 await self._wait_change(max_wait_ms / 1000, lambda: self.high_watermark > fetch_offset)
             upto = self.high_watermark  # observers (brokers) see committed records only
@@ -562,13 +534,6 @@ class RaftClient:
         out.high_watermark = self.high_watermark
         out.log_start = self.log.start_offset
         return out
-
-    def _record_fetch(self, p: ReplicaProgress, offset: int) -> None:
-        p.end_offset = offset
-        p.last_fetch_ms = _now_ms()
-        p.last_fetch_mono = time.monotonic()
-        if offset >= self.log.end_offset:
-            p.last_caught_up_ms = p.last_fetch_ms
 
     async def _wait_change(self, timeout: float, done: Callable[[], bool]) -> None:
         deadline = time.monotonic() + timeout
@@ -635,12 +600,9 @@ class RaftClient:
         return 0
 
     def describe(self) -> QuorumView:
-        if self.role != Role.LEADER:
+        if self.role != Role.LEADER or self.leader_state is None:
             return QuorumView(Errors.NOT_LEADER_OR_FOLLOWER, self.leader_id, self.epoch, self.high_watermark)
-        now = _now_ms()
-        me = ReplicaProgress(self.log.end_offset, now, now)
-        voters = [(v, me if v == self.node_id else self.progress.get(v, ReplicaProgress())) for v in sorted(self.voters)]
-        return QuorumView(0, self.node_id, self.epoch, self.high_watermark, voters, sorted(self.observers.items()))
+        return self.leader_state.view(list(self.voters), self.log.end_offset, self.high_watermark)
 
     # ---- talking to the other voters
     async def _ask(self, voter: int, body: Any, timeout: float, version: int | None = None) -> Any | None:
