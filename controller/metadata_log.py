@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import functools
 import os
 import re
 import time
 from array import array
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -39,6 +40,7 @@ from protocol.records import Record, encode_batch, iter_batches
 
 log = structlog.get_logger(__name__)
 
+T = TypeVar("T")
 PARTITION_DIR = f"{METADATA_TOPIC}-0"
 _SEGMENT_RE = re.compile(r"(\d{20})\.log")
 
@@ -61,6 +63,18 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _serialized(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """One change of the log at a time: an append works out its offsets from the log end before
+    it writes, so a leader's append and a follower's (after a lost epoch) must not interleave."""
+
+    @functools.wraps(fn)
+    async def run(self: MetadataLog, *args: Any, **kwargs: Any) -> T:
+        async with self._mutex:
+            return await fn(self, *args, **kwargs)
+
+    return run
 
 
 class EpochCache:
@@ -119,6 +133,7 @@ class MetadataLog:
         # One writer thread keeps appends in order and off the loop; reads use the default pool.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="metadata-log")
         self._appended = asyncio.Event()
+        self._mutex = asyncio.Lock()
 
     # ---- state
     @property
@@ -272,6 +287,7 @@ class MetadataLog:
             base_timestamp=int(time.time() * 1000),
         )
 
+    @_serialized
     async def append(self, records: list, epoch: int) -> tuple[int, int]:
         """Write one batch holding `records` in leader epoch `epoch` and fsync it. Returns
         (base offset, bytes written). Any OSError is fatal to the caller: the file may now hold a
@@ -284,6 +300,7 @@ class MetadataLog:
         self._index([(0, base, base + len(records), epoch)], data)
         return base, len(data)
 
+    @_serialized
     async def append_batches(self, data: bytes) -> int:
         """A follower's append of the leader's batches as they came: every batch is checked
         (CRC, offsets following on from the log end) before anything is written. Returns the
@@ -315,6 +332,7 @@ class MetadataLog:
         seg.size += len(data)
         self._notify()
 
+    @_serialized
     async def truncate_to(self, offset: int) -> int:
         """Cut the log so it ends at the batch boundary at or below `offset` (a follower's
         uncommitted tail the leader does not have). Returns the new log end."""
@@ -350,6 +368,7 @@ class MetadataLog:
         fsync_dir(self.dir)
         return fd
 
+    @_serialized
     async def reset(self, start_offset: int, epoch: int) -> None:
         """Drop the whole log and start it empty at `start_offset` (a follower that loaded the
         leader's snapshot ending there, in `epoch`)."""
@@ -433,6 +452,7 @@ class MetadataLog:
             raise OffsetOutOfRange(offset) from None  # the segment went to a snapshot meanwhile
 
     # ---- roll and truncate (snapshots)
+    @_serialized
     async def roll(self) -> None:
         """Start a new segment at the log end, so a snapshot there can drop whole files."""
         seg = self._segments[-1]
@@ -450,6 +470,7 @@ class MetadataLog:
             os.close(old_fd)
         return fd
 
+    @_serialized
     async def truncate_before(self, offset: int) -> int:
         """Make `offset` the log start (a snapshot covers what is before it) and delete the
         segment files wholly below it. Returns how many files were deleted."""
