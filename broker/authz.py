@@ -49,7 +49,7 @@ TXN_DENIED = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 INTER_NODE = frozenset({27, 1076, 1077, 1093, 1094, 1095, 1096, 1097, 1098, 1100, 1110})
 GROUP_KEYED = frozenset({11, 12, 13, 14})  # JoinGroup, Heartbeat, LeaveGroup, SyncGroup
 TXN_KEYED = frozenset({25, 26})  # AddOffsetsToTxn, EndTxn
-READS = frozenset({15, 16, 29, 32, 35, 46, 48, 50, 60, 61, 65, 66, 75, 1253})
+READS = frozenset({15, 16, 29, 32, 35, 46, 48, 50, 55, 60, 61, 65, 66, 75, 1253})
 
 
 @dataclass

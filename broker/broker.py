@@ -43,11 +43,10 @@ log = structlog.get_logger(__name__)
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        host, port = config.controller[1], config.controller[2]
-        self.channel = ControllerChannel(host, port, config.node_id, config.controller_security)
+        self.channel = ControllerChannel(config.voters, config.node_id, config.controller_security)
         # The metadata fetch long-polls: its own connection keeps heartbeats and forwarded
         # admin requests from queueing behind it (responses on a connection come in order).
-        self.metadata_channel = ControllerChannel(host, port, config.node_id, config.controller_security)
+        self.metadata_channel = ControllerChannel(config.voters, config.node_id, config.controller_security)
         self.metadata = MetadataLoader(self.metadata_channel, config.node_id)
         self.log_dirs = [LogDir(p) for p in config.log_dirs]
         self.lifecycle = BrokerLifecycle(config, self.channel, self.metadata, self.log_dirs)
@@ -183,8 +182,9 @@ class Broker:
 
     async def shutdown(self, *, controlled: bool = True) -> None:
         log.info("broker_stopping", controlled=controlled)
-        # Without a reachable controller nobody can move leadership: do not wait for it.
-        if controlled and self.lifecycle.broker_epoch >= 0 and self.channel.connected:
+        # Without a reachable controller nobody can move leadership: do not wait for it (with a
+        # quorum, another voter may lead now: try, within the timeout).
+        if controlled and self.lifecycle.broker_epoch >= 0 and (self.channel.connected or self.channel.quorum):
             await self.lifecycle.controlled_shutdown(timeout=10)
         steps = [
             *(("server", s.stop()) for s in self.servers),

@@ -29,7 +29,7 @@ class BrokerConfig:
     node_id: int
     listener: Endpoint  # the inter-broker listener (inter.broker.listener.name): peers dial it
     advertised: Endpoint
-    controller: tuple[int, str, int]  # (node id, host, port) of the controller to follow
+    voters: dict[int, tuple[str, int]]  # controller.quorum.voters: node id -> (host, port)
     log_dirs: tuple[Path, ...]
     rack: str | None
     num_partitions: int
@@ -83,13 +83,12 @@ class BrokerConfig:
         voters = cfg.quorum_voters
         if not voters:
             raise ConfigError("controller.quorum.voters is required")
-        cid = min(voters)
         _check_diskless(cfg)
         return cls(
             node_id=cfg.node_id,
             listener=listener,
             advertised=advertised,
-            controller=(cid, *voters[cid]),
+            voters=voters,
             log_dirs=tuple(cfg.log_dirs),
             rack=cfg.props.get("broker.rack"),
             num_partitions=cfg.int("num.partitions", 1),

@@ -1,47 +1,124 @@
-"""The broker's connection to the controller: reconnects with backoff, shared by registration,
-heartbeats, metadata fetches and forwarded admin requests."""
+"""The broker's connection to the active controller: reconnects with backoff, shared by
+registration, heartbeats, metadata fetches and forwarded admin requests.
+
+With a quorum (`controller.quorum.voters` of several entries) the channel follows the leader, as
+a KRaft broker does: it asks a voter for the leader (DescribeQuorum), keeps talking to it, and on
+a lost connection or a NOT_CONTROLLER answer (a standby, or a leader that just lost its epoch:
+nothing was applied) finds the leader again and sends once more. Leader hints from Fetch answers
+(`leader_moved`) move it at once."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import structlog
 
 from node.client import ClientError, NodeClient
 from node.security import ClientSecurity
+from protocol.errors import Errors
+from protocol.generated.describe_quorum import DescribeQuorumRequest
 
 log = structlog.get_logger(__name__)
 
+METADATA_TOPIC = "__cluster_metadata"
+NOT_CONTROLLER_RETRY_S = 30.0  # how long a request keeps looking for an active controller
+
+
+def is_not_controller(resp: Any) -> bool:
+    """NOT_CONTROLLER at the top or on any item (one or two levels down)."""
+    if getattr(resp, "error_code", 0) == Errors.NOT_CONTROLLER:
+        return True
+    for name in getattr(resp, "_fields", ()):
+        items = getattr(resp, name, None)
+        if not isinstance(items, list):
+            continue
+        for item in items:
+            if getattr(item, "error_code", 0) == Errors.NOT_CONTROLLER:
+                return True
+            for sub in getattr(item, "_fields", ()):
+                inner = getattr(item, sub, None)
+                if isinstance(inner, list) and any(getattr(x, "error_code", 0) == Errors.NOT_CONTROLLER for x in inner):
+                    return True
+    return False
+
 
 class ControllerChannel:
-    def __init__(self, host: str, port: int, node_id: int, security: ClientSecurity | None = None) -> None:
-        self.host = host
+    def __init__(self, voters: dict[int, tuple[str, int]], node_id: int, security: ClientSecurity | None = None) -> None:
+        self.voters = dict(voters)
         self.security = security
-        self.port = port
         self.client_id = f"broker-{node_id}"
+        self._order = sorted(self.voters)
+        self._leader: int | None = self._order[0] if len(self._order) == 1 else None
+        self._next = 0  # round robin over voters while no leader is known
         self._client: NodeClient | None = None
+        self._client_voter: int | None = None
         self._lock = asyncio.Lock()
         self._closed = False
 
+    @property
+    def leader(self) -> int | None:
+        return self._leader
+
+    def leader_moved(self, leader_id: int | None) -> None:
+        """A hint (from a Fetch answer) that another voter leads, or (None) that ours no longer does."""
+        if leader_id is not None and leader_id not in self.voters:
+            leader_id = None
+        if leader_id != self._leader:
+            log.info("controller_leader_hint", leader=leader_id, previous=self._leader)
+            self._leader = leader_id if len(self._order) > 1 else self._order[0]
+
+    async def _find_leader(self) -> int:
+        """Ask voters in turn who leads; returns a voter to try (the leader if one answered)."""
+        for _ in range(len(self._order)):
+            vid = self._order[self._next % len(self._order)]
+            self._next += 1
+            host, port = self.voters[vid]
+            client = NodeClient(host, port, client_id=self.client_id, timeout=2, security=self.security)
+            try:
+                await client.connect()
+                req = DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
+                    topic_name=METADATA_TOPIC, partitions=[DescribeQuorumRequest.PartitionData(partition_index=0)])])
+                resp = await client.request(req, timeout=2)
+                part = resp.topics[0].partitions[0]
+                if part.leader_id in self.voters:
+                    return part.leader_id
+            except (ClientError, TimeoutError, IndexError):
+                continue
+            finally:
+                await client.close()
+        return self._order[self._next % len(self._order)]
+
     async def _connected(self) -> NodeClient:
         async with self._lock:
-            if self._client is not None and self._client.connected:
+            if self._client is not None and self._client.connected and self._client_voter == self._leader:
                 return self._client
+            if self._client is not None:
+                await self._client.close()
+                self._client = None
             delay = 0.05
             warned = False
             while not self._closed:
+                target = self._leader
+                if target is None:
+                    target = await self._find_leader()
+                host, port = self.voters[target]
                 try:
                     self._client = await NodeClient(
-                        self.host, self.port, client_id=self.client_id, timeout=30, security=self.security
+                        host, port, client_id=self.client_id, timeout=30, security=self.security
                     ).connect()
+                    self._client_voter = target
+                    self._leader = target
                     if warned:
-                        log.info("controller_reachable", controller=f"{self.host}:{self.port}")
+                        log.info("controller_reachable", controller=f"{host}:{port}", node=target)
                     return self._client
                 except ClientError as e:
                     if not warned:
-                        log.warning("waiting_for_controller", controller=f"{self.host}:{self.port}", error=str(e))
+                        log.warning("waiting_for_controller", controller=f"{host}:{port}", error=str(e))
                         warned = True
+                    if len(self._order) > 1:
+                        self._leader = None
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 1.0)
             raise ClientError("controller channel closed")
@@ -49,17 +126,35 @@ class ControllerChannel:
     async def request(
         self, body: Any, version: int | None = None, *, timeout: float | None = None, retry: bool = True
     ) -> Any:
-        """Send to the controller; with retry, a lost connection is re-established and the
-        request sent again (only for requests safe to repeat)."""
+        """Send to the active controller; with retry, a lost connection is re-established and the
+        request sent again (only for requests safe to repeat). A NOT_CONTROLLER answer is always
+        sent again, to the leader found meanwhile (nothing was applied)."""
+        deadline = time.monotonic() + max(timeout or 0, NOT_CONTROLLER_RETRY_S)
+        delay = 0.05
         while True:
             client = await self._connected()
             try:
-                return await client.request(body, version, timeout=timeout)
+                resp = await client.request(body, version, timeout=timeout)
             except ClientError:
+                if len(self._order) > 1:
+                    self._leader = None
                 if not retry or self._closed:
                     raise
                 await client.close()
                 await asyncio.sleep(0.1)
+                continue
+            if is_not_controller(resp) and time.monotonic() < deadline and not self._closed:
+                if len(self._order) > 1 and self._leader == self._client_voter:
+                    self._leader = None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+                continue
+            return resp
+
+    @property
+    def quorum(self) -> bool:
+        """More than one voter: losing the connection does not mean no controller is reachable."""
+        return len(self._order) > 1
 
     @property
     def connected(self) -> bool:

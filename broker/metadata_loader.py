@@ -29,6 +29,7 @@ log = structlog.get_logger(__name__)
 Publisher = Callable[[MetadataDelta, MetadataImage], Awaitable[None] | None]
 Preparer = Callable[[MetadataDelta, MetadataImage], Awaitable[None]]
 OFFSET_OUT_OF_RANGE = 1
+LEADER_MOVED = frozenset({6, 74, 75})  # NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH
 
 
 class MetadataLoader:
@@ -130,6 +131,13 @@ class MetadataLoader:
                     log.warning("metadata_snapshot_fetch_failed", error=str(e))
                     await asyncio.sleep(0.2)
                 continue
+            if part.error_code in LEADER_MOVED:
+                # a voter that does not lead: follow its hint, or find the leader again
+                hint = part.current_leader.leader_id if part.current_leader is not None else -1
+                log.info("metadata_leader_moved", error_code=part.error_code, hint=hint)
+                self.channel.leader_moved(hint if hint >= 0 else None)
+                await asyncio.sleep(0.05 if hint >= 0 else 0.2)
+                continue
             if part.error_code:
                 log.warning("metadata_fetch_error", error_code=part.error_code)
                 await asyncio.sleep(0.2)
@@ -190,7 +198,7 @@ class MetadataLoader:
                         partitions=[
                             R.PartitionSnapshot(
                                 partition=0,
-                                current_leader_epoch=epoch,
+                                current_leader_epoch=-1,
                                 snapshot_id=R.SnapshotId(end_offset=end_offset, epoch=epoch),
                                 position=len(data),
                             )

@@ -11,11 +11,12 @@ import structlog
 
 from controller.apis import Apis
 from controller.config import ControllerConfig
-from controller.controller import Controller, FatalError
+from controller.controller import Controller, FatalError, NotControllerError
 from controller.metrics import collect as controller_metrics
 from controller.partition_counts import PartitionDeleter
 from controller.server import ControllerServer
 from node.metrics import MetricsServer
+from node.scram import SCRAM_MECHANISMS, ScramCredential, make_credential
 
 log = structlog.get_logger(__name__)
 
@@ -27,8 +28,12 @@ async def _fencing_loop(apis: Apis) -> None:
     sessions = apis.controller.sessions
     while True:
         await asyncio.sleep(sessions.check_interval())
+        if not apis.controller.active:
+            continue  # a standby keeps no sessions; the active controller fences
         try:
             await apis.cluster.fence_expired()
+        except NotControllerError:
+            continue
         except FatalError:
             return
         except Exception:
@@ -41,12 +46,36 @@ async def _rebalance_loop(apis: Apis) -> None:
     interval = apis.controller.config.leader_imbalance_check_interval_s
     while True:
         await asyncio.sleep(interval)
+        if not apis.controller.active:
+            continue
         try:
             await apis.partitions.rebalance_leaders()
+        except NotControllerError:
+            continue
         except FatalError:
             return
         except Exception:
             log.exception("leader_rebalance_failed")
+
+
+def bootstrap_credentials(entries: tuple[tuple[str, str, str, int], ...]) -> dict[tuple[str, int], ScramCredential]:
+    """bootstrap.scram.credentials as SCRAM credentials, by (user, mechanism id)."""
+    return {(name, SCRAM_MECHANISMS[mech][0]): make_credential(mech, password, iterations)
+            for mech, name, password, iterations in entries}
+
+
+async def _bootstrap_when_active(apis: Apis, credentials: list) -> None:
+    """bootstrap.scram.credentials are written by whichever voter first becomes active."""
+    if not credentials:
+        return
+    while True:
+        if apis.controller.active:
+            try:
+                await apis.scram.bootstrap(credentials)
+                return
+            except NotControllerError:
+                pass
+        await asyncio.sleep(0.05)
 
 
 async def run(config: ControllerConfig) -> int:
@@ -64,13 +93,34 @@ async def run(config: ControllerConfig) -> int:
     controller.on_fatal = on_fatal
     # Blocking start-up work runs before anything is served, so it holds up no one.
     report = controller.open()
+    if len(config.voters) == 1:
+        # A quorum of one elects itself: be active before listening, so the first request finds
+        # a serving controller, as before the quorum existed.
+        controller.start()
+        await controller.wait_active()
+        if controller.fatal_error is not None:
+            await controller.close()
+            return EXIT_FATAL
     apis = Apis.create(controller)
+    single = len(config.voters) == 1
+    if single:
+        await apis.scram.bootstrap(list(config.bootstrap_scram))
     server = ControllerServer(apis, config.max_request_bytes)
+    bootstrapped = bootstrap_credentials(config.bootstrap_scram)
+
+    def scram_lookup(user: str, mechanism: int) -> ScramCredential | None:
+        # The configured bootstrap credentials count until the metadata holds credentials: the
+        # voters of a new quorum authenticate to each other with them to elect the leader that
+        # writes them (Kafka's format step puts them in every voter's bootstrap snapshot). Once
+        # written, only the metadata counts (a deleted user stays deleted).
+        scram = controller.image.scram
+        return scram.get((user, mechanism)) if scram else bootstrapped.get((user, mechanism))
+
     bound = []
     try:
         for e, sec in zip(config.listeners, config.securities, strict=True):
             if sec.sasl is not None:
-                sec = replace(sec, sasl=replace(sec.sasl, scram_lookup=lambda u, m: controller.image.scram.get((u, m))))
+                sec = replace(sec, sasl=replace(sec.sasl, scram_lookup=scram_lookup))
             port = await server.start(e.host, e.port, sec)
             bound.append(f"{e.listener}://{e.host}:{port} ({sec.protocol})")
     except OSError as e:
@@ -80,18 +130,21 @@ async def run(config: ControllerConfig) -> int:
         raise OSError(f"cannot listen on {where}: {e.strerror or e}") from None
     metrics = None
     if config.metrics_listener is not None:
-        metrics = MetricsServer([server.request_metrics.families, lambda: controller_metrics(controller.image)])
+        metrics = MetricsServer([server.request_metrics.families, lambda: controller_metrics(controller.image, controller.active)])
         try:
             await metrics.start(*config.metrics_listener)
         except OSError:
             await server.stop()
             controller.log.close()
             raise
-    await apis.scram.bootstrap(list(config.bootstrap_scram))
+    if len(config.voters) > 1:
+        controller.start()  # the other voters must reach our listener to elect anyone
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     deleter = PartitionDeleter(controller)
+    bootstrap = loop.create_task(_bootstrap_when_active(apis, [] if single else list(config.bootstrap_scram)))
     background = [
+        bootstrap,
         loop.create_task(_fencing_loop(apis)),
         loop.create_task(deleter.run(config.partition_deletion_check_interval_ms / 1000)),
     ]

@@ -48,6 +48,9 @@ class ControllerConfig:
     # authorizer.class.name set: every request but ApiVersions and SASL needs CLUSTER_ACTION
     authorizer: Authorizer | None = None
     metrics_listener: tuple[str, int] | None = None  # metrics.listener: where /metrics is served
+    election_timeout_ms: int = 1000  # controller.quorum.election.timeout.ms
+    fetch_timeout_ms: int = 2000  # controller.quorum.fetch.timeout.ms
+    voter_security: ClientSecurity | None = None  # how this voter dials the others' controller listener
 
     @property
     def metadata_dir(self) -> Path:
@@ -78,8 +81,6 @@ class ControllerConfig:
         voters = cfg.quorum_voters
         if node_id not in voters:
             raise ConfigError(f"controller.quorum.voters: this node ({node_id}) is not one of the voters")
-        if len(voters) != 1:
-            raise ConfigError("controller.quorum.voters: only a quorum of one voter (this node) is supported for now")
         broker_listener = (cfg.props.get("inter.broker.listener.name") or "").strip().upper() or None
         cluster_id = cfg.props.get("cluster.id") or None
         if cluster_id is not None:
@@ -108,6 +109,9 @@ class ControllerConfig:
             bootstrap_scram=tuple(parse_bootstrap(cfg.props.get("bootstrap.scram.credentials", ""))),
             authorizer=authorizer(cfg),
             metrics_listener=parse_metrics_listener(cfg.props.get("metrics.listener")),
+            election_timeout_ms=cfg.int("controller.quorum.election.timeout.ms", 1000),
+            fetch_timeout_ms=cfg.int("controller.quorum.fetch.timeout.ms", 2000),
+            voter_security=node_client_security(cfg, names[0], "sasl.mechanism.controller.protocol"),
         )
         for key, value, lo, hi in [
             ("num.partitions", out.num_partitions, 1, 2**31 - 1),
@@ -118,6 +122,8 @@ class ControllerConfig:
             ("leader.imbalance.check.interval.seconds", out.leader_imbalance_check_interval_s, 1, 2**31 - 1),
             ("socket.request.max.bytes", out.max_request_bytes, 1, 2**31 - 1),
             ("partition.deletion.check.interval.ms", out.partition_deletion_check_interval_ms, 1, 2**31 - 1),
+            ("controller.quorum.election.timeout.ms", out.election_timeout_ms, 1, 2**31 - 1),
+            ("controller.quorum.fetch.timeout.ms", out.fetch_timeout_ms, 1, 2**31 - 1),
         ]:
             if not lo <= value <= hi:
                 raise ConfigError(f"{key}: {value} is out of range ({lo} to {hi})")

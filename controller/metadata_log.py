@@ -5,6 +5,11 @@ One controller operation is one batch, so an operation is all or nothing on disk
 written and fsynced (in a thread, never on the event loop) before the operation is acknowledged
 and before Fetch can see it, so brokers never read records that a crash could take back.
 
+With a Raft quorum the log may hold records not yet committed: a follower appends the leader's
+batches as they came (`append_batches`) and cuts its tail where it diverged from the leader
+(`truncate_to`); each batch carries its leader epoch, and the log keeps where each epoch starts
+(Kafka's leader-epoch cache) to answer "where does epoch E end" (`end_offset_for_epoch`).
+
 Recovery on open validates every batch (length, magic, CRC, contiguous offsets) and truncates
 the log at the first bad one: a torn tail is an append whose fsync never finished, so it was
 never acknowledged. An in-memory index (per segment: base offsets and file positions of every
@@ -16,14 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import functools
 import os
 import re
 import time
 from array import array
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -34,6 +40,7 @@ from protocol.records import Record, encode_batch, iter_batches
 
 log = structlog.get_logger(__name__)
 
+T = TypeVar("T")
 PARTITION_DIR = f"{METADATA_TOPIC}-0"
 _SEGMENT_RE = re.compile(r"(\d{20})\.log")
 
@@ -58,6 +65,52 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _serialized(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """One change of the log at a time: an append works out its offsets from the log end before
+    it writes, so a leader's append and a follower's (after a lost epoch) must not interleave."""
+
+    @functools.wraps(fn)
+    async def run(self: MetadataLog, *args: Any, **kwargs: Any) -> T:
+        async with self._mutex:
+            return await fn(self, *args, **kwargs)
+
+    return run
+
+
+class EpochCache:
+    """Where each leader epoch starts in the log: [(epoch, start offset)], both increasing."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[int, int]] = []
+
+    def assign(self, epoch: int, offset: int) -> None:
+        if not self.entries or epoch > self.entries[-1][0]:
+            self.entries.append((epoch, offset))
+
+    def truncate_from(self, offset: int) -> None:
+        """Forget epochs that start at or after `offset` (the log was cut there)."""
+        while self.entries and self.entries[-1][1] >= offset:
+            self.entries.pop()
+
+    def last_epoch(self) -> int:
+        return self.entries[-1][0] if self.entries else 0
+
+    def epoch_at(self, offset: int) -> int:
+        """The epoch of the record at `offset` (0 if before every known epoch)."""
+        i = bisect.bisect_right([o for _, o in self.entries], offset) - 1
+        return self.entries[i][0] if i >= 0 else 0
+
+    def end_offset_for(self, epoch: int, log_end: int) -> tuple[int, int]:
+        """(the largest epoch <= `epoch`, the offset where it ends): Kafka's OffsetForLeaderEpoch
+        answer; (-1, -1) if every known epoch is larger."""
+        for i in range(len(self.entries) - 1, -1, -1):
+            e, _ = self.entries[i]
+            if e <= epoch:
+                end = self.entries[i + 1][1] if i + 1 < len(self.entries) else log_end
+                return e, end
+        return -1, -1
+
+
 class _Segment:
     __slots__ = ("base_offset", "end_offset", "path", "size", "bases", "positions")
 
@@ -71,15 +124,16 @@ class _Segment:
 
 
 class MetadataLog:
-    def __init__(self, log_dir: Path, *, leader_epoch: int = 1) -> None:
+    def __init__(self, log_dir: Path) -> None:
         self.dir = log_dir / PARTITION_DIR
-        self.leader_epoch = leader_epoch
+        self.epochs = EpochCache()
         self._segments: list[_Segment] = []
         self._start = 0
         self._fd: int | None = None
         # One writer thread keeps appends in order and off the loop; reads use the default pool.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="metadata-log")
         self._appended = asyncio.Event()
+        self._mutex = asyncio.Lock()
 
     # ---- state
     @property
@@ -99,11 +153,18 @@ class MetadataLog:
         return [s.base_offset for s in self._segments]
 
     # ---- open and recovery (at start, before anything is served)
-    def open(self, start_offset: int) -> dict[str, Any]:
-        """Recover the segments; `start_offset` is where the latest snapshot ends (0 if none).
-        Returns facts for the start-up log line."""
+    @property
+    def last_epoch(self) -> int:
+        return self.epochs.last_epoch()
+
+    def open(self, start_offset: int, start_epoch: int = 0) -> dict[str, Any]:
+        """Recover the segments; `start_offset` is where the latest snapshot ends (0 if none),
+        `start_epoch` the epoch of its last record. Returns facts for the start-up log line."""
         self.dir.mkdir(parents=True, exist_ok=True)
         self._start = start_offset
+        self.epochs = EpochCache()
+        if start_offset > 0 and start_epoch > 0:
+            self.epochs.assign(start_epoch, 0)
         report: dict[str, Any] = {"truncated_bytes": 0, "deleted_segments": 0}
         for p in self.dir.glob("*.log.tmp"):
             p.unlink()
@@ -178,6 +239,7 @@ class MetadataLog:
                     break
                 seg.bases.append(h.base_offset)
                 seg.positions.append(pos)
+                self.epochs.assign(h.partition_leader_epoch, h.base_offset)
                 expected = h.last_offset + 1
                 seg.size = pos + h.size
         except ProtocolError as e:
@@ -216,29 +278,124 @@ class MetadataLog:
                 yield data[seg.positions[i] : end]
 
     # ---- append
-    def encode(self, records: list, base_offset: int) -> bytes:
+    @staticmethod
+    def encode(records: list, base_offset: int, epoch: int) -> bytes:
         return encode_batch(
             [Record(value=encode_record(r)) for r in records],
             base_offset=base_offset,
-            partition_leader_epoch=self.leader_epoch,
+            partition_leader_epoch=epoch,
             base_timestamp=int(time.time() * 1000),
         )
 
-    async def append(self, records: list) -> tuple[int, int]:
-        """Write one batch holding `records` and fsync it. Returns (base offset, bytes written).
-        Any OSError is fatal to the caller: the file may now hold a torn batch."""
+    @_serialized
+    async def append(self, records: list, epoch: int) -> tuple[int, int]:
+        """Write one batch holding `records` in leader epoch `epoch` and fsync it. Returns
+        (base offset, bytes written). Any OSError is fatal to the caller: the file may now hold a
+        torn batch."""
         if not records:
             raise ValueError("an append needs at least one record")
-        seg = self._segments[-1]
-        base = seg.end_offset
-        data = self.encode(records, base)
+        base = self.end_offset
+        data = self.encode(records, base, epoch)
         await asyncio.get_running_loop().run_in_executor(self._writer, self._write, data)
-        seg.bases.append(base)
-        seg.positions.append(seg.size)
-        seg.size += len(data)
-        seg.end_offset = base + len(records)
-        self._notify()
+        self._index([(0, base, base + len(records), epoch)], data)
         return base, len(data)
+
+    @_serialized
+    async def append_batches(self, data: bytes) -> int:
+        """A follower's append of the leader's batches as they came: every batch is checked
+        (CRC, offsets following on from the log end) before anything is written. Returns the
+        new log end. Raises ProtocolError for bad batches, OSError for a failed write."""
+        expected = self.end_offset
+        found = []
+        size = 0
+        for pos, h in iter_batches(data, check_crc=True, allow_partial_tail=True):
+            if h.base_offset != expected or h.record_count < 1 or h.last_offset_delta != h.record_count - 1:
+                raise ProtocolError(f"batch at {h.base_offset} does not follow the log end {expected}")
+            found.append((pos, h.base_offset, h.last_offset + 1, h.partition_leader_epoch))
+            expected = h.last_offset + 1
+            size = pos + h.size
+        if not found:
+            return self.end_offset
+        data = bytes(data[:size])
+        await asyncio.get_running_loop().run_in_executor(self._writer, self._write, data)
+        self._index(found, data)
+        return self.end_offset
+
+    def _index(self, batches: list[tuple[int, int, int, int]], data: bytes) -> None:
+        """Record appended batches: (position in `data`, base offset, end offset, epoch)."""
+        seg = self._segments[-1]
+        for pos, base, end, epoch in batches:
+            seg.bases.append(base)
+            seg.positions.append(seg.size + pos)
+            seg.end_offset = end
+            self.epochs.assign(epoch, base)
+        seg.size += len(data)
+        self._notify()
+
+    @_serialized
+    async def truncate_to(self, offset: int) -> int:
+        """Cut the log so it ends at the batch boundary at or below `offset` (a follower's
+        uncommitted tail the leader does not have). Returns the new log end."""
+        if offset >= self.end_offset:
+            return self.end_offset
+        offset = max(offset, self._start)
+        doomed = []
+        while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+            doomed.append(self._segments.pop().path)
+        seg = self._segments[-1]
+        # the first batch to drop: the one holding `offset` (cut at its start) or the next
+        i = max(bisect.bisect_right(seg.bases, offset) - 1, 0)
+        if i < len(seg.bases):
+            seg.size = seg.positions[i]
+            seg.end_offset = seg.bases[i]
+            del seg.bases[i:]
+            del seg.positions[i:]
+        old_fd = self._fd
+        self._fd = await asyncio.get_running_loop().run_in_executor(
+            self._writer, self._cut, doomed, seg.path, seg.size, old_fd)
+        self.epochs.truncate_from(seg.end_offset)
+        log.warning("metadata_log_truncated_to", offset=seg.end_offset, deleted_segments=len(doomed))
+        return seg.end_offset
+
+    def _cut(self, doomed: list[Path], path: Path, size: int, old_fd: int | None) -> int:
+        if old_fd is not None:
+            os.close(old_fd)
+        for p in doomed:
+            p.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+        fsync_dir(self.dir)
+        return fd
+
+    @_serialized
+    async def reset(self, start_offset: int, epoch: int) -> None:
+        """Drop the whole log and start it empty at `start_offset` (a follower that loaded the
+        leader's snapshot ending there, in `epoch`)."""
+        doomed = [s.path for s in self._segments]
+        seg = _Segment(start_offset, self.dir / segment_name(start_offset))
+        old_fd = self._fd
+        self._fd = await asyncio.get_running_loop().run_in_executor(
+            self._writer, self._replace_all, doomed, seg.path, old_fd)
+        self._segments = [seg]
+        self._start = start_offset
+        self.epochs = EpochCache()
+        self.epochs.assign(epoch, start_offset)
+        self._notify()
+
+    def _replace_all(self, doomed: list[Path], path: Path, old_fd: int | None) -> int:
+        if old_fd is not None:
+            os.close(old_fd)
+        for p in doomed:
+            if p != path:
+                p.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.fsync(fd)
+        fsync_dir(self.dir)
+        return fd
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        return self.epochs.end_offset_for(epoch, self.end_offset)
 
     def _write(self, data: bytes) -> None:
         assert self._fd is not None
@@ -263,12 +420,13 @@ class MetadataLog:
             pass
 
     # ---- read
-    async def read(self, offset: int, max_bytes: int) -> bytes:
+    async def read(self, offset: int, max_bytes: int, upto: int | None = None) -> bytes:
         """Whole batches starting with the one holding `offset`, at most max_bytes unless the
-        first batch alone is larger (it is returned whole, as Kafka does)."""
+        first batch alone is larger (it is returned whole, as Kafka does), none at or past
+        `upto` (a batch boundary: the high watermark, for readers of committed records only)."""
         if offset < self._start or offset > self.end_offset:
             raise OffsetOutOfRange(offset)
-        if offset == self.end_offset:
+        if offset == self.end_offset or (upto is not None and offset >= upto):
             return b""
         k = bisect.bisect_right([s.base_offset for s in self._segments], offset) - 1
         seg = self._segments[k]
@@ -278,6 +436,10 @@ class MetadataLog:
         start = seg.positions[i]
         first_end = seg.positions[i + 1] if i + 1 < len(seg.positions) else seg.size
         limit = start + max(max_bytes, 0)
+        if upto is not None and upto < seg.end_offset:
+            j = bisect.bisect_left(seg.bases, upto)
+            limit = min(limit, seg.positions[j]) if j < len(seg.positions) else limit
+            first_end = min(first_end, seg.positions[j]) if j < len(seg.positions) else first_end
         if seg.size <= limit:
             end = seg.size
         else:
@@ -290,6 +452,7 @@ class MetadataLog:
             raise OffsetOutOfRange(offset) from None  # the segment went to a snapshot meanwhile
 
     # ---- roll and truncate (snapshots)
+    @_serialized
     async def roll(self) -> None:
         """Start a new segment at the log end, so a snapshot there can drop whole files."""
         seg = self._segments[-1]
@@ -307,6 +470,7 @@ class MetadataLog:
             os.close(old_fd)
         return fd
 
+    @_serialized
     async def truncate_before(self, offset: int) -> int:
         """Make `offset` the log start (a snapshot covers what is before it) and delete the
         segment files wholly below it. Returns how many files were deleted."""

@@ -8,12 +8,12 @@ from node.metrics import Family
 PREFIX = "kafka_controller_kafkacontroller_"
 
 
-def collect(image: MetadataImage) -> list[Family]:
+def collect(image: MetadataImage, active: bool) -> list[Family]:
     partitions = [p for t in image.topics.values() for p in t.partitions.values()]
     fenced = sum(1 for b in image.brokers.values() if b.fenced)
     return [
-        # one controller, active while it serves (Strata has no standby controllers)
-        Family(PREFIX + "activecontrollercount", "gauge", "1 on the active controller.").add(1),
+        # 1 on the quorum leader once it serves, 0 on standbys (their sum over a cluster is 1)
+        Family(PREFIX + "activecontrollercount", "gauge", "1 on the active controller.").add(1 if active else 0),
         Family(PREFIX + "offlinepartitionscount", "gauge", "Partitions without a leader.")
         .add(sum(1 for p in partitions if p.leader < 0)),
         Family(PREFIX + "preferredreplicaimbalancecount", "gauge", "Partitions not led by their first replica.")

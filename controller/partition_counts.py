@@ -35,7 +35,7 @@ from typing import Any
 
 import structlog
 
-from controller.controller import Batch, Controller, FatalError
+from controller.controller import Batch, Controller, FatalError, NotControllerError
 from controller.errors import ApiError, Errors
 from metadata.image import MetadataImage, TopicInfo
 from node.client import ClientError, NodeClient
@@ -127,8 +127,12 @@ class PartitionDeleter:
         try:
             while True:
                 await asyncio.sleep(interval_s)
+                if not self.ctl.active:
+                    continue  # only the active controller acts
                 try:
                     await self.check_once()
+                except NotControllerError:
+                    continue
                 except FatalError:
                     return
                 except Exception:

@@ -7,10 +7,14 @@ serve closes that connection, logged once by the server; other connections are n
 
 from __future__ import annotations
 
+from typing import Any
+
 import structlog
 
 from controller.apis import Apis, handlers
 from controller.apis.api_versions import unsupported_version_response
+from controller.controller import NotControllerError
+from controller.not_controller import not_controller_body
 from metadata.acls import CLUSTER, CLUSTER_ACTION, CLUSTER_NAME
 from node.authz import ALWAYS, deny_items, log_denied
 from node.metrics import RequestMetrics
@@ -22,6 +26,8 @@ from protocol.headers import API_VERSIONS_KEY, UnsupportedRequest, decode_reques
 
 log = structlog.get_logger(__name__)
 CONTROLLER_PIPELINE = 100
+# Served by every voter, active or not: the quorum's own traffic and what finds the leader.
+QUORUM_APIS = frozenset({1, 17, 18, 36, 52, 53, 54, 55, 59})
 
 
 class ControllerServer:
@@ -62,7 +68,21 @@ class ControllerServer:
                 else (f"{name} v{version} is not served (the controller serves v{entry[0]}-{entry[1]})")
             )
             raise UnsupportedRequest(reason, key, version, req.correlation_id)
-        body = await entry[2](self.apis, req)
+        ctl = self.apis.controller
+        if key not in QUORUM_APIS and not ctl.active:
+            return self._not_controller(key, version, req)
+        try:
+            body = await entry[2](self.apis, req)
+        except NotControllerError:
+            return self._not_controller(key, version, req)
+        return encode_response(key, version, req.correlation_id, body)
+
+    def _not_controller(self, key: int, version: int, req: Any) -> list | None:
+        """A standby (or a leader that just lost its epoch) answers NOT_CONTROLLER: the sender
+        finds the active controller and sends again (nothing was applied here)."""
+        body = not_controller_body(key, version, req.body)
+        if body is None:
+            return None
         return encode_response(key, version, req.correlation_id, body)
 
     async def start(self, host: str, port: int, security: ListenerSecurity | None = None) -> int:

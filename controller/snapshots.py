@@ -32,6 +32,7 @@ from protocol.generated.metadata_records.topic_record import TopicRecord
 from protocol.generated.metadata_records.undeleted_partition_count_record import UndeletedPartitionCountRecord
 from protocol.generated.metadata_records.user_scram_credential_record import UserScramCredentialRecord
 from protocol.records import Record, decode_batches, encode_batch, iter_batches
+from protocol.records.batch import BATCH_HEADER_SIZE, read_header
 
 SUFFIX = ".checkpoint"
 _NAME_RE = re.compile(r"(\d{20})\.checkpoint")
@@ -172,6 +173,15 @@ class SnapshotStore:
 
     def path(self, end_offset: int) -> Path:
         return self.dir / snapshot_name(end_offset)
+
+    def epoch(self, end_offset: int) -> int:
+        """The leader epoch a snapshot's batches carry (that of its last record); 0 if empty."""
+        try:
+            with open(self.path(end_offset), "rb") as f:
+                head = f.read(BATCH_HEADER_SIZE)
+        except OSError:
+            return 0
+        return read_header(head).partition_leader_epoch if len(head) == BATCH_HEADER_SIZE else 0
 
     def write(self, data: bytes, end_offset: int) -> int:
         """Blocking (run it in a thread). Returns the size written."""

@@ -16,6 +16,8 @@ class TcpProxy:
     - `hold()` / `release()`: while held, the node's answers wait in the proxy and arrive in order
       on release, as over a link that stalls: a broker behind a held controller connection keeps
       serving clients from a metadata image that no longer moves.
+    - `cut()` / `heal()`: a network partition: open connections are reset and new ones refused
+      until healed (a quorum test cuts the links between controllers).
     """
 
     def __init__(self, host: str, target_port: int) -> None:
@@ -29,7 +31,18 @@ class TcpProxy:
         self._socks: list[socket.socket] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._cut = False
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def cut(self) -> None:
+        with self._lock:
+            self._cut = True
+            socks, self._socks = self._socks, []
+        for sock in socks:
+            _drop(sock)
+
+    def heal(self) -> None:
+        self._cut = False
 
     def hold(self) -> None:
         self._flowing.clear()
@@ -43,6 +56,9 @@ class TcpProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            if self._cut:
+                _drop(client)
+                continue
             try:
                 upstream = socket.create_connection((self.host, self.target_port), timeout=5)
                 upstream.settimeout(None)
@@ -65,11 +81,7 @@ class TcpProxy:
         except OSError:
             pass
         for sock in (src, dst):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            sock.close()
+            _drop(sock)
 
     def close(self) -> None:
         self._closed = True
@@ -77,8 +89,12 @@ class TcpProxy:
         self._listener.close()
         with self._lock:
             for sock in self._socks:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                sock.close()
+                _drop(sock)
+
+
+def _drop(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()

@@ -174,6 +174,12 @@ def _body(key: int):
             R.OffsetForLeaderPartition(partition=0, leader_epoch=0)])]),
         27: lambda: R(markers=[R.WritableTxnMarker(producer_id=1, producer_epoch=0, transaction_result=True, topics=[
             R.WritableTxnMarkerTopic(name="t", partition_indexes=[0])], coordinator_epoch=0)]),
+        52: lambda: R(topics=[R.TopicData(topic_name="__cluster_metadata", partitions=[R.PartitionData(
+            partition_index=0, replica_epoch=99, replica_id=100, last_offset_epoch=99, last_offset=10**9)])]),
+        53: lambda: R(topics=[R.TopicData(topic_name="__cluster_metadata", partitions=[R.PartitionData(
+            partition_index=0, leader_id=100, leader_epoch=99)])]),
+        54: lambda: R(topics=[R.TopicData(topic_name="__cluster_metadata", partitions=[R.PartitionData(
+            partition_index=0, leader_id=100, leader_epoch=99)])]),
         56: lambda: R(broker_id=1, broker_epoch=1, topics=[R.TopicData(topic_name="t", topic_id=U, partitions=[
             R.PartitionData(partition_index=0, new_isr_with_epochs=[R.BrokerState(broker_id=1, broker_epoch=1)])])]),
         59: lambda: R(replica_id=1, topics=[R.TopicSnapshot(name="__cluster_metadata", partitions=[
@@ -225,7 +231,8 @@ BROKER_INTER_NODE = {1: "follower Fetch", 23: "follower OffsetForLeaderEpoch", 2
                      1110: "DisklessHandOverFile"}
 CONTROLLER_INTER_NODE = {62: "BrokerRegistration", 63: "BrokerHeartbeat", 56: "AlterPartition",
                          67: "AllocateProducerIds", 73: "AssignReplicasToDirs", 1: "metadata Fetch",
-                         59: "FetchSnapshot", 1076: "CreateChunks", 1077: "AlterChunkAssignments"}
+                         59: "FetchSnapshot", 1076: "CreateChunks", 1077: "AlterChunkAssignments",
+                         52: "Vote", 53: "BeginQuorumEpoch", 54: "EndQuorumEpoch"}
 
 
 @pytest.mark.parametrize("key", list(BROKER_INTER_NODE), ids=list(BROKER_INTER_NODE.values()))

@@ -42,7 +42,8 @@ def mounts(service: dict) -> dict[str, str]:
 
 def test_services(compose: dict) -> None:
     default = {n for n, s in compose["services"].items() if not s.get("profiles")}
-    assert default == set(EXPECTED) == {"controller", "broker-1", "broker-2", "broker-3"}
+    assert default == set(EXPECTED) == {"controller", "controller-101", "controller-102", "broker-1", "broker-2",
+                                        "broker-3"}
 
 
 def test_metrics_profile_scrapes_every_node(compose: dict) -> None:
@@ -81,7 +82,7 @@ def test_service_runs_its_generated_config(compose: dict, name: str) -> None:
 def test_log_dirs_are_volumes(compose: dict, name: str) -> None:
     svc = compose["services"][name]
     dirs = EXPECTED[name]["log.dirs"].split(",")
-    assert len(dirs) == (1 if name == CONTROLLER else 2)
+    assert len(dirs) == (1 if name.startswith(CONTROLLER) else 2)
     m = mounts(svc)
     volumes = [m.get(d) for d in dirs]
     assert all(volumes), f"{name}: every log dir {dirs} needs a volume, has {m}"
@@ -95,13 +96,21 @@ def test_log_dirs_are_volumes(compose: dict, name: str) -> None:
 def test_ports_hosts_and_voters(compose: dict) -> None:
     services = compose["services"]
     ctl = EXPECTED[CONTROLLER]
-    [cl] = parse_listeners(ctl["listeners"])
-    assert cl.listener in ctl["controller.listener.names"].split(",")
-    assert parse_voters(ctl["controller.quorum.voters"]) == {CONTROLLER_ID: (CONTROLLER, cl.port)}
-    assert int(ctl["node.id"]) == CONTROLLER_ID
-    assert str(cl.port) in [str(p) for p in services[CONTROLLER].get("expose", [])]
+    controllers = {CONTROLLER_ID + k: CONTROLLER if k == 0 else f"{CONTROLLER}-{CONTROLLER_ID + k}" for k in range(3)}
+    voters = {}
+    for cid, name in controllers.items():
+        props = EXPECTED[name]
+        [cl] = parse_listeners(props["listeners"])
+        assert cl.listener in props["controller.listener.names"].split(",")
+        assert int(props["node.id"]) == cid
+        assert str(cl.port) in [str(p) for p in services[name].get("expose", [])]
+        assert props["controller.quorum.voters"] == ctl["controller.quorum.voters"]
+        # the voters of one quorum format their metadata dirs with one cluster id
+        assert props["cluster.id"] == ctl["cluster.id"]
+        voters[cid] = (name, cl.port)
+    assert parse_voters(ctl["controller.quorum.voters"]) == voters
 
-    seen_ports = {cl.port}
+    seen_ports = {port for _, port in voters.values()}
     for i in (1, 2, 3):
         name = f"broker-{i}"
         props = EXPECTED[name]
@@ -113,7 +122,7 @@ def test_ports_hosts_and_voters(compose: dict) -> None:
         assert listen.host == "0.0.0.0"
         # published 1:1, so a client that resolves the service name reaches the advertised port
         assert services[name]["ports"] == [f"{adv.port}:{adv.port}"]
-        assert CONTROLLER in (services[name].get("depends_on") or [])
+        assert set(controllers.values()) <= set(services[name].get("depends_on") or [])
         assert adv.port not in seen_ports
         seen_ports.add(adv.port)
 

@@ -1,4 +1,4 @@
-"""Launch a Strata cluster (1 controller + N brokers) as local processes.
+"""Launch a Strata cluster (1 or more controllers + N brokers) as local processes.
 
 One launcher for `make run` (tools/devcluster.py), the test fixtures (tests/conftest.py) and the
 docker configs (`docker_configs`, checked against docker-compose.yml by a test), so the three
@@ -12,8 +12,8 @@ Layout under base_dir::
     broker-1/server.properties
     broker-1/logs-0/, broker-1/logs-1/         the broker's two log.dirs (JBOD)
 
-Node ids: the controller is 100, brokers are 1..N. Nodes are addressed by id or by name
-("controller", "broker-2"). Every process is killed when the Cluster is stopped, garbage
+Node ids: the controllers are 100, 101, ... (a quorum of `controllers` voters), brokers are
+1..N. Nodes are addressed by id or by name ("controller" for 100, "controller-101", "broker-2"). Every process is killed when the Cluster is stopped, garbage
 collected, or the interpreter exits; on Linux a node also dies with the thread that started it
 (PR_SET_PDEATHSIG), so even a SIGKILLed test run leaves no broker holding a port.
 """
@@ -21,6 +21,7 @@ collected, or the interpreter exits; on Linux a node also dies with the thread t
 from __future__ import annotations
 
 import asyncio
+import base64
 import concurrent.futures
 import contextlib
 import os
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 import weakref
 from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path, PurePath, PurePosixPath
@@ -38,12 +40,14 @@ from typing import Any
 
 CONTROLLER_ID = 100
 CONTROLLER = "controller"
+MAX_CONTROLLERS = 99  # controller ids are 100..198
 # `make run` defaults: brokers on 9092, 9093, ... (Kafka's client port first, so the usual
-# bootstrap localhost:9092 works), the controller just below them on 9091.
+# bootstrap localhost:9092 works), the controllers just below them on 9091, 9090, ...
 DEFAULT_PORT_BASE = 9092
 # Docker: host names are the compose service names, every config lives at one path.
 DOCKER_CONFIG_PATH = "/etc/strata/server.properties"
 DOCKER_DATA_DIR = PurePosixPath("/var/lib/strata")
+DOCKER_CLUSTER_ID = "c3RyYXRhLWRvY2tlci1xdQ"  # the compose cluster's voters format with one id
 
 Overrides = Mapping[str, Any]
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -57,10 +61,20 @@ class ClusterError(RuntimeError):
     """A node failed to start or to become ready; the message holds the tail of its log."""
 
 
+def is_controller_id(nid: int) -> bool:
+    return CONTROLLER_ID <= nid < CONTROLLER_ID + MAX_CONTROLLERS
+
+
+def controller_ids(controllers: int) -> list[int]:
+    return [CONTROLLER_ID + k for k in range(controllers)]
+
+
 def node_name(node: int | str) -> str:
     if isinstance(node, str):
         return node
-    return CONTROLLER if node == CONTROLLER_ID else f"broker-{node}"
+    if node == CONTROLLER_ID:
+        return CONTROLLER
+    return f"controller-{node}" if is_controller_id(node) else f"broker-{node}"
 
 
 def node_id(node: int | str) -> int:
@@ -68,6 +82,8 @@ def node_id(node: int | str) -> int:
         return node
     if node == CONTROLLER:
         return CONTROLLER_ID
+    if node.startswith("controller-") and node[11:].isdigit() and is_controller_id(int(node[11:])):
+        return int(node[11:])
     if node.startswith("broker-") and node[7:].isdigit():
         return int(node[7:])
     raise ValueError(f"unknown node {node!r}")
@@ -91,7 +107,7 @@ def _apply(props: dict[str, str], overrides: Overrides | None) -> None:
 def node_configs(
     *,
     brokers: int,
-    controller_port: int,
+    controller_ports: Mapping[int, int],
     broker_ports: Mapping[int, int],
     host_of: Callable[[str], str],
     bind_host_of: Callable[[str], str],
@@ -100,29 +116,38 @@ def node_configs(
     controller_overrides: Overrides | None = None,
     per_broker_overrides: Mapping[int, Overrides] | None = None,
     lname: str = "PLAINTEXT",
+    per_controller_overrides: Mapping[int, Overrides] | None = None,
+    cluster_id: str | None = None,
 ) -> dict[str, dict[str, str]]:
     """server.properties of every node, by node name. Pure: no I/O. `lname` names the brokers'
     listener (security_overrides names it after its protocol).
 
     host_of(name) is the host a node advertises (and others dial), bind_host_of(name) the host it
-    listens on, dir_of(name) the directory its data lives under.
+    listens on, dir_of(name) the directory its data lives under. `controller_ports` ({controller
+    id: port}) holds one entry per voter of the quorum; voters must format their log dirs with
+    one cluster id (`cluster_id`, as kafka-storage.sh format --cluster-id on each).
     """
-    chost = host_of(CONTROLLER)
-    voters = f"{CONTROLLER_ID}@{chost}:{controller_port}"
+    voters = ",".join(f"{cid}@{host_of(node_name(cid))}:{port}" for cid, port in sorted(controller_ports.items()))
     topic_defaults = {"num.partitions": "1", "default.replication.factor": "1"}
     _apply(topic_defaults, {k: v for k, v in (broker_overrides or {}).items() if k in SHARED_TOPIC_DEFAULTS})
 
-    controller = {
-        "process.roles": "controller",
-        "node.id": str(CONTROLLER_ID),
-        "listeners": f"CONTROLLER://{bind_host_of(CONTROLLER)}:{controller_port}",
-        "controller.listener.names": "CONTROLLER",
-        "controller.quorum.voters": voters,
-        "log.dirs": str(dir_of(CONTROLLER) / "metadata"),
-        **topic_defaults,
-    }
-    _apply(controller, controller_overrides)
-    configs = {CONTROLLER: controller}
+    configs = {}
+    for cid, port in sorted(controller_ports.items()):
+        name = node_name(cid)
+        controller = {
+            "process.roles": "controller",
+            "node.id": str(cid),
+            "listeners": f"CONTROLLER://{bind_host_of(name)}:{port}",
+            "controller.listener.names": "CONTROLLER",
+            "controller.quorum.voters": voters,
+            "log.dirs": str(dir_of(name) / "metadata"),
+            **topic_defaults,
+        }
+        if cluster_id is not None:
+            controller["cluster.id"] = cluster_id
+        _apply(controller, controller_overrides)
+        _apply(controller, (per_controller_overrides or {}).get(cid))
+        configs[name] = controller
 
     for i in range(1, brokers + 1):
         name = node_name(i)
@@ -188,6 +213,11 @@ def fixed_ports(brokers: int, port_base: int = DEFAULT_PORT_BASE) -> tuple[int, 
     return port_base - 1, {i: port_base + i - 1 for i in range(1, brokers + 1)}
 
 
+def fixed_controller_ports(controllers: int, port_base: int = DEFAULT_PORT_BASE) -> dict[int, int]:
+    """{controller id: port}: the first controller on port_base - 1, the next ones below it."""
+    return {cid: port_base - 1 - k for k, cid in enumerate(controller_ids(controllers))}
+
+
 DOCKER_METRICS_PORT = 9404  # the JMX exporter's customary port
 
 
@@ -202,6 +232,7 @@ def prometheus_config(node_names: list[str]) -> str:
 def docker_configs(
     brokers: int = 3,
     *,
+    controllers: int = 3,
     port_base: int = DEFAULT_PORT_BASE,
     broker_overrides: Overrides | None = None,
     controller_overrides: Overrides | None = None,
@@ -210,13 +241,14 @@ def docker_configs(
     """The configs docker-compose.yml mounts: service name = node name = host name; each node
     listens on all interfaces of its container on a port distinct across the cluster (so the
     ports can be published 1:1 and a host client that resolves the service names reaches them)."""
-    controller_port, broker_ports = fixed_ports(brokers, port_base)
+    _, broker_ports = fixed_ports(brokers, port_base)
     # every node serves /metrics on the same port of its own container (the `metrics` profile's
     # Prometheus scrapes them by service name)
     metrics = {"metrics.listener": f"http://0.0.0.0:{DOCKER_METRICS_PORT}"}
     return node_configs(
         brokers=brokers,
-        controller_port=controller_port,
+        controller_ports=fixed_controller_ports(controllers, port_base),
+        cluster_id=DOCKER_CLUSTER_ID if controllers > 1 else None,
         broker_ports=broker_ports,
         host_of=lambda name: name,
         bind_host_of=lambda name: "0.0.0.0",
@@ -287,6 +319,20 @@ def _run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
         return ex.submit(asyncio.run, coro).result()
 
 
+async def _quorum_leader(host: str, port: int, security: Any) -> int | None:
+    from node.client import NodeClient
+    from protocol.generated.describe_quorum import DescribeQuorumRequest as DQ
+
+    client = await NodeClient(host, port, client_id="strata-cluster", timeout=2, security=security).connect()
+    try:
+        resp = await client.request(DQ(topics=[DQ.TopicData(topic_name="__cluster_metadata", partitions=[
+            DQ.PartitionData(partition_index=0)])]), timeout=2)
+        p = resp.topics[0].partitions[0]
+        return p.leader_id if not p.error_code else None
+    finally:
+        await client.close()
+
+
 async def _metadata_brokers(host: str, port: int, timeout: float, client_props: Mapping[str, str]) -> set[int]:
     from node.security import properties_client_security  # lazy: generating configs needs no protocol package
     from tools.admin import Admin
@@ -343,12 +389,14 @@ def _reap(procs: dict[str, subprocess.Popen], grace: float = 5.0, say: Callable[
 
 
 class Cluster:
-    """1 controller + N brokers as subprocesses; a context manager.
+    """`controllers` controllers (a Raft quorum; ids 100, 101, ...) + N brokers as subprocesses;
+    a context manager.
 
     Ports: explicit `ports` ({node id: port}) win, else `port_base` (brokers on port_base..,
-    controller on port_base - 1), else random free ports, chosen once so restarts keep them.
-    Overrides: `broker_overrides` apply to every broker, `per_broker_overrides[id]` to one (after
-    the former), `controller_overrides` to the controller; a value of None removes a key.
+    controllers on port_base - 1, - 2, ...), else random free ports, chosen once so restarts keep
+    them. Overrides: `broker_overrides` apply to every broker, `per_broker_overrides[id]` to one
+    (after the former), `controller_overrides` to every controller, `per_controller_overrides[id]`
+    to one; a value of None removes a key.
     `nofile` ({node id: n}) starts that node under `ulimit -n n` (soft and hard RLIMIT_NOFILE);
     change it between restarts to restart a node under another limit. `code_root` runs the nodes
     from another source tree (default: this one).
@@ -371,9 +419,17 @@ class Cluster:
         secure: str | None = None,
         acls: bool = False,
         code_root: Path | None = None,
+        controllers: int = 1,
+        per_controller_overrides: Mapping[int, Overrides] | None = None,
     ) -> None:
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
+        if not 1 <= controllers <= MAX_CONTROLLERS:
+            raise ValueError(f"a cluster needs 1 to {MAX_CONTROLLERS} controllers")
+        self.controllers = controllers
+        # the voters of one quorum format with one cluster id (chosen once: restarts keep it)
+        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self.per_controller_overrides = {int(k): dict(v) for k, v in (per_controller_overrides or {}).items()}
         self.base_dir = Path(base_dir).absolute()
         self.brokers = brokers
         self.host = host
@@ -394,10 +450,10 @@ class Cluster:
         self.code_root = Path(code_root) if code_root is not None else REPO_ROOT  # another tree's nodes (a bench's A/B)
         # role -> module run with `python -m`; another module (a profiling wrapper, a stub) can stand in
         self.modules = {"controller": "controller", "broker": "broker", **(modules or {})}
-        ids = [CONTROLLER_ID, *range(1, brokers + 1)]
+        ids = [*controller_ids(controllers), *range(1, brokers + 1)]
         if port_base is not None:
-            cport, bports = fixed_ports(brokers, port_base)
-            chosen = {CONTROLLER_ID: cport, **bports}
+            _, bports = fixed_ports(brokers, port_base)
+            chosen = {**fixed_controller_ports(controllers, port_base), **bports}
         else:
             chosen = dict(zip(ids, free_ports(len(ids), host), strict=True))
         chosen.update(ports or {})
@@ -413,7 +469,11 @@ class Cluster:
     # ---- addresses
     @property
     def node_names(self) -> list[str]:
-        return [CONTROLLER] + [node_name(i) for i in self.broker_ids]
+        return [node_name(i) for i in self.controller_ids] + [node_name(i) for i in self.broker_ids]
+
+    @property
+    def controller_ids(self) -> list[int]:
+        return controller_ids(self.controllers)
 
     @property
     def broker_ids(self) -> list[int]:
@@ -421,7 +481,26 @@ class Cluster:
 
     @property
     def controller_port(self) -> int:
+        """The first controller's port (the only one's, in a cluster of one controller)."""
         return self.ports[CONTROLLER_ID]
+
+    def active_controller(self, timeout: float = 10.0) -> int | None:
+        """The quorum leader's id as a running controller reports it (DescribeQuorum), or None
+        if none answers with a leader within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for cid in self.controller_ids:
+                if not self.is_running(cid):
+                    continue
+                try:
+                    leader = _run_sync(_quorum_leader(self.host, self.ports[cid], self.client_security()))
+                except Exception:  # any failure: ask the next one
+                    continue
+                if leader is not None and leader >= 0 and self.is_running(leader):
+                    return leader
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.1)
 
     def broker_port(self, broker_id: int) -> int:
         return self.ports[broker_id]
@@ -492,7 +571,7 @@ class Cluster:
         """server.properties of every node, by node name. Pure: no I/O."""
         return node_configs(
             brokers=self.brokers,
-            controller_port=self.controller_port,
+            controller_ports={i: self.ports[i] for i in self.controller_ids},
             broker_ports={i: self.ports[i] for i in self.broker_ids},
             host_of=lambda name: self.host,
             bind_host_of=lambda name: self.host,
@@ -503,9 +582,22 @@ class Cluster:
             controller_overrides=self.controller_overrides,
             per_broker_overrides=self.per_broker_overrides,
             lname=self.secure or "PLAINTEXT",
+            per_controller_overrides=self.per_controller_overrides,
+            cluster_id=self.cluster_id if self.controllers > 1 else None,
         )
 
+    def _stored_cluster_id(self) -> str | None:
+        """The cluster id a controller's metadata dir was formatted with (a kept `make run` dir)."""
+        for cid in self.controller_ids:
+            meta = self.node_dir(cid) / "metadata" / "meta.properties"
+            with contextlib.suppress(OSError):
+                for line in meta.read_text().splitlines():
+                    if line.startswith("cluster.id="):
+                        return line.split("=", 1)[1].strip()
+        return None
+
     def write_configs(self) -> dict[str, Path]:
+        self.cluster_id = self._stored_cluster_id() or self.cluster_id
         out = {}
         for name, props in self.generate_configs().items():
             path = self.config_path(name)
@@ -543,11 +635,11 @@ class Cluster:
             if busy:
                 raise ClusterError(f"ports already in use on {self.host}: {', '.join(busy)} (another cluster running?)")
             deadline = time.monotonic() + timeout
-            # All at once: a broker started before the controller waits for it, so the brokers'
-            # interpreter start overlaps the controller's (about a second off every cluster start).
-            for nid in (CONTROLLER_ID, *self.broker_ids):
+            # All at once: a broker started before the controllers waits for them, so the brokers'
+            # interpreter start overlaps the controllers' (about a second off every cluster start).
+            for nid in (*self.controller_ids, *self.broker_ids):
                 self._spawn(nid)
-            self._wait_ready([CONTROLLER_ID], deadline, timeout)
+            self._wait_ready(self.controller_ids, deadline, timeout)
             self._wait_ready(self.broker_ids, deadline, timeout)
         except BaseException:
             self.stop()
@@ -597,9 +689,9 @@ class Cluster:
     def stop(self, timeout: float = 30.0) -> None:
         """Stop brokers first (SIGTERM, SIGKILL after `timeout`), then the controller, so brokers
         can still reach it while shutting down. Idempotent."""
-        brokers = {n: p for n, p in self._procs.items() if n != CONTROLLER}
+        brokers = {n: p for n, p in self._procs.items() if not is_controller_id(node_id(n))}
         _reap(brokers, timeout, self._say)
-        _reap({n: p for n, p in self._procs.items() if n == CONTROLLER}, timeout, self._say)
+        _reap({n: p for n, p in self._procs.items() if is_controller_id(node_id(n))}, timeout, self._say)
 
     def __enter__(self) -> Cluster:
         return self.start()
@@ -614,7 +706,7 @@ class Cluster:
 
     def _spawn(self, nid: int) -> subprocess.Popen:
         name = node_name(nid)
-        module = self.modules["controller" if nid == CONTROLLER_ID else "broker"]
+        module = self.modules["controller" if is_controller_id(nid) else "broker"]
         # -P: the cwd (base_dir, holding a "controller" directory) must not shadow our packages.
         args = ["-P", "-m", module, "--config", str(self.config_path(name))]
         if sys.platform == "linux" and threading.current_thread() is threading.main_thread():
@@ -642,8 +734,8 @@ class Cluster:
 
     def _check(self, nid: int, expected: set[int]) -> str | None:
         """None when the node is ready, else why not."""
-        if nid == CONTROLLER_ID:
-            return None if port_open(self.host, self.controller_port) else "not listening yet"
+        if is_controller_id(nid):
+            return None if port_open(self.host, self.ports[nid]) else "not listening yet"
         try:
             seen = _run_sync(_metadata_brokers(self.host, self.broker_port(nid), 5.0, self.client_props()))
         except Exception as e:  # any failure just means "not ready yet"; the deadline bounds it
@@ -687,11 +779,12 @@ class Cluster:
         name = node_name(nid)
         parts = [f"{name} {what}", f"---- last lines of {self.log_path(name)}:", tail(self.log_path(name))]
         # A dead controller explains every broker that cannot come up.
-        if nid != CONTROLLER_ID and not self.is_running(CONTROLLER_ID) and self.process(CONTROLLER_ID) is not None:
-            parts += [
-                f"---- the controller is not running; last lines of {self.log_path(CONTROLLER)}:",
-                tail(self.log_path(CONTROLLER)),
-            ]
+        for cid in self.controller_ids:
+            if nid != cid and not self.is_running(cid) and self.process(cid) is not None:
+                parts += [
+                    f"---- {node_name(cid)} is not running; last lines of {self.log_path(cid)}:",
+                    tail(self.log_path(cid)),
+                ]
         return "\n".join(parts)
 
 
@@ -704,7 +797,10 @@ __all__ = [
     "Cluster",
     "ClusterError",
     "docker_configs",
+    "controller_ids",
+    "fixed_controller_ports",
     "fixed_ports",
+    "is_controller_id",
     "free_ports",
     "node_configs",
     "node_id",

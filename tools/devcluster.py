@@ -1,8 +1,9 @@
-"""`make run`: a local Strata cluster (1 controller + 3 brokers) until Ctrl-C.
+"""`make run`: a local Strata cluster (3 controllers + 3 brokers) until Ctrl-C.
 
 Data and generated configs live under ./data and are kept between runs, so topics survive a
 restart. Ports are fixed so the bootstrap address stays the same from run to run: brokers on
-9092, 9093, 9094 (--port-base moves them), the controller on 9091 (port base - 1).
+9092, 9093, 9094 (--port-base moves them), the controllers (a Raft quorum, ids 100, 101, 102) on
+9091, 9090, 9089 (port base - 1, - 2, - 3).
 
 `--emit-docker DIR` writes the configs docker-compose.yml mounts (DIR/<service>/server.properties)
 from the same generator and exits; tests/test_docker_compose.py checks the committed ones.
@@ -34,9 +35,10 @@ DOCKER_HEADER = (
 )
 
 
-def emit_docker(out_dir: Path, brokers: int, port_base: int) -> list[Path]:
+def emit_docker(out_dir: Path, brokers: int, port_base: int, controllers: int) -> list[Path]:
     written = []
-    for name, props in docker_configs(brokers, port_base=port_base).items():
+    configs = docker_configs(brokers, controllers=controllers, port_base=port_base)
+    for name, props in configs.items():
         path = out_dir / name / "server.properties"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(render_properties(props, DOCKER_HEADER))
@@ -44,7 +46,7 @@ def emit_docker(out_dir: Path, brokers: int, port_base: int) -> list[Path]:
     path = out_dir / "prometheus" / "prometheus.yml"
     path.parent.mkdir(parents=True, exist_ok=True)
     header = "".join(f"# {line}\n" for line in DOCKER_HEADER.splitlines())
-    path.write_text(header + prometheus_config(list(docker_configs(brokers, port_base=port_base))))
+    path.write_text(header + prometheus_config(list(configs)))
     written.append(path)
     return written
 
@@ -74,6 +76,8 @@ def print_client_settings(cluster: Cluster) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m tools.devcluster", description=__doc__.split("\n\n")[0])
     ap.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3)")
+    ap.add_argument("--controllers", type=int, default=3, choices=(1, 3, 5),
+                    help="number of controllers, the voters of the metadata quorum (default 3)")
     ap.add_argument(
         "--data", type=Path, default=Path("data"), help="data directory, kept between runs (default ./data)"
     )
@@ -81,7 +85,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--port-base",
         type=int,
         default=DEFAULT_PORT_BASE,
-        help=f"first broker port; brokers use PORT_BASE.., the controller PORT_BASE-1 (default {DEFAULT_PORT_BASE})",
+        help=f"first broker port; brokers use PORT_BASE.., the controllers PORT_BASE-1 and down (default {DEFAULT_PORT_BASE})",
     )
     ap.add_argument("--host", default="127.0.0.1", help="host to listen on and advertise (default 127.0.0.1)")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the cluster to come up")
@@ -91,7 +95,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.brokers < 1:
         ap.error("--brokers must be at least 1")
-    if not 1 < args.port_base < 65536 - args.brokers:
+    if not args.controllers < args.port_base < 65536 - args.brokers:
         ap.error("--port-base leaves no room for the controller and brokers")
     return args
 
@@ -99,7 +103,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.emit_docker is not None:
-        for path in emit_docker(args.emit_docker, args.brokers, args.port_base):
+        for path in emit_docker(args.emit_docker, args.brokers, args.port_base, args.controllers):
             print(f"wrote {path}")
         if args.brokers != 3:
             print("note: docker-compose.yml defines 3 brokers; add services for the others", file=sys.stderr)
@@ -115,10 +119,11 @@ def main(argv: list[str] | None = None) -> int:
 
     data = Path("data-secure") if args.secure and args.data == Path("data") else args.data
     cluster = Cluster(data, brokers=args.brokers, host=args.host, port_base=args.port_base,
-                      secure="SASL_SSL" if args.secure else None)
+                      secure="SASL_SSL" if args.secure else None, controllers=args.controllers)
     signal.signal(signal.SIGTERM, on_signal)
     print(
-        f"Starting Strata: controller on {args.host}:{cluster.controller_port}, {args.brokers} brokers, data in {cluster.base_dir}"
+        f"Starting Strata: {args.controllers} controller(s) on {args.host}:"
+        f"{','.join(str(cluster.ports[c]) for c in cluster.controller_ids)}, {args.brokers} brokers, data in {cluster.base_dir}"
     )
     try:
         cluster.start(timeout=args.timeout)

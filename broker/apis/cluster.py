@@ -26,3 +26,10 @@ async def describe_cluster(ctx: RequestContext, req) -> DescribeClusterResponse:
     return DescribeClusterResponse(
         cluster_id=b.cluster_id, controller_id=b.config.node_id, brokers=brokers, endpoint_type=req.endpoint_type or 1
     )
+
+
+@api(55, 0, 2)
+async def describe_quorum(ctx: RequestContext, req):
+    """DescribeQuorum (kafka-metadata-quorum.sh, admin clients): answered by the quorum leader,
+    as a Kafka broker forwards it to the active controller."""
+    return await ctx.broker.forward(req, ctx.api_version, read_only=True)

@@ -72,14 +72,15 @@ def handlers() -> dict[int, tuple[int, int, Handler]]:
         fetch,
         partitions,
         producer_ids,
+        quorum,
         scram,
         topics,
     )
 
     table: dict[int, tuple[int, int, Handler]] = {}
     for module in (
-        acls, api_versions, chunks, client_quotas, cluster, configs, dir_assignment, fetch, partitions, producer_ids, scram,
-        topics,
+        acls, api_versions, chunks, client_quotas, cluster, configs, dir_assignment, fetch, partitions, producer_ids,
+        quorum, scram, topics,
     ):
         table.update(module.HANDLERS)
     return table

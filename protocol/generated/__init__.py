@@ -14,6 +14,7 @@ import protocol.generated.alter_replica_log_dirs as alter_replica_log_dirs
 import protocol.generated.alter_user_scram_credentials as alter_user_scram_credentials
 import protocol.generated.api_versions as api_versions
 import protocol.generated.assign_replicas_to_dirs as assign_replicas_to_dirs
+import protocol.generated.begin_quorum_epoch as begin_quorum_epoch
 import protocol.generated.broker_heartbeat as broker_heartbeat
 import protocol.generated.broker_registration as broker_registration
 import protocol.generated.create_acls as create_acls
@@ -31,6 +32,7 @@ import protocol.generated.describe_configs as describe_configs
 import protocol.generated.describe_groups as describe_groups
 import protocol.generated.describe_log_dirs as describe_log_dirs
 import protocol.generated.describe_producers as describe_producers
+import protocol.generated.describe_quorum as describe_quorum
 import protocol.generated.describe_topic_partitions as describe_topic_partitions
 import protocol.generated.describe_transactions as describe_transactions
 import protocol.generated.describe_user_scram_credentials as describe_user_scram_credentials
@@ -43,6 +45,7 @@ import protocol.generated.diskless_find_batches as diskless_find_batches
 import protocol.generated.diskless_hand_over_file as diskless_hand_over_file
 import protocol.generated.diskless_list_offsets as diskless_list_offsets
 import protocol.generated.elect_leaders as elect_leaders
+import protocol.generated.end_quorum_epoch as end_quorum_epoch
 import protocol.generated.end_txn as end_txn
 import protocol.generated.fetch as fetch
 import protocol.generated.fetch_snapshot as fetch_snapshot
@@ -97,6 +100,7 @@ import protocol.generated.sasl_authenticate as sasl_authenticate
 import protocol.generated.sasl_handshake as sasl_handshake
 import protocol.generated.sync_group as sync_group
 import protocol.generated.txn_offset_commit as txn_offset_commit
+import protocol.generated.vote as vote
 import protocol.generated.write_txn_markers as write_txn_markers
 
 REQUESTS = {
@@ -144,6 +148,10 @@ REQUESTS = {
     49: alter_client_quotas.AlterClientQuotasRequest,
     50: describe_user_scram_credentials.DescribeUserScramCredentialsRequest,
     51: alter_user_scram_credentials.AlterUserScramCredentialsRequest,
+    52: vote.VoteRequest,
+    53: begin_quorum_epoch.BeginQuorumEpochRequest,
+    54: end_quorum_epoch.EndQuorumEpochRequest,
+    55: describe_quorum.DescribeQuorumRequest,
     56: alter_partition.AlterPartitionRequest,
     59: fetch_snapshot.FetchSnapshotRequest,
     60: describe_cluster.DescribeClusterRequest,
@@ -212,6 +220,10 @@ RESPONSES = {
     49: alter_client_quotas.AlterClientQuotasResponse,
     50: describe_user_scram_credentials.DescribeUserScramCredentialsResponse,
     51: alter_user_scram_credentials.AlterUserScramCredentialsResponse,
+    52: vote.VoteResponse,
+    53: begin_quorum_epoch.BeginQuorumEpochResponse,
+    54: end_quorum_epoch.EndQuorumEpochResponse,
+    55: describe_quorum.DescribeQuorumResponse,
     56: alter_partition.AlterPartitionResponse,
     59: fetch_snapshot.FetchSnapshotResponse,
     60: describe_cluster.DescribeClusterResponse,

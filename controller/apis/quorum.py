@@ -1,0 +1,121 @@
+"""The quorum's own APIs: Vote (52), BeginQuorumEpoch (53), EndQuorumEpoch (54) between voters,
+and DescribeQuorum (55) for tools and admin clients. Thin: the Raft client decides."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from controller.apis import Apis
+from controller.errors import Errors
+from metadata.image import METADATA_TOPIC
+from protocol.generated.begin_quorum_epoch import BeginQuorumEpochRequest, BeginQuorumEpochResponse
+from protocol.generated.describe_quorum import DescribeQuorumRequest, DescribeQuorumResponse
+from protocol.generated.end_quorum_epoch import EndQuorumEpochRequest, EndQuorumEpochResponse
+from protocol.generated.vote import VoteRequest, VoteResponse
+from protocol.headers import Request
+
+ZERO_UUID = UUID(int=0)
+
+
+def _ours(topic: str, partition: int) -> bool:
+    return topic == METADATA_TOPIC and partition == 0
+
+
+async def vote(apis: Apis, req: Request) -> VoteResponse:
+    ctl = apis.controller
+    raft = ctl.raft
+    body = req.body
+    if body.cluster_id is not None and body.cluster_id != ctl.cluster_id:
+        return VoteResponse(error_code=Errors.INCONSISTENT_CLUSTER_ID, topics=[])
+    topics = []
+    for t in body.topics:
+        parts = []
+        for p in t.partitions:
+            if _ours(t.topic_name, p.partition_index):
+                err, granted = await raft.handle_vote(p.replica_id, p.replica_epoch, p.last_offset_epoch,
+                                                      p.last_offset)
+            else:
+                err, granted = Errors.UNKNOWN_TOPIC_OR_PARTITION, False
+            parts.append(VoteResponse.PartitionData(partition_index=p.partition_index, error_code=err,
+                                                    leader_id=raft.leader_id, leader_epoch=raft.epoch,
+                                                    vote_granted=granted))
+        topics.append(VoteResponse.TopicData(topic_name=t.topic_name, partitions=parts))
+    return VoteResponse(error_code=0, topics=topics)
+
+
+async def begin_quorum_epoch(apis: Apis, req: Request) -> BeginQuorumEpochResponse:
+    ctl = apis.controller
+    raft = ctl.raft
+    body = req.body
+    R = BeginQuorumEpochResponse
+    if body.cluster_id is not None and body.cluster_id != ctl.cluster_id:
+        return R(error_code=Errors.INCONSISTENT_CLUSTER_ID, topics=[])
+    topics = []
+    for t in body.topics:
+        parts = []
+        for p in t.partitions:
+            err = (await raft.handle_begin_epoch(p.leader_id, p.leader_epoch)
+                   if _ours(t.topic_name, p.partition_index) else Errors.UNKNOWN_TOPIC_OR_PARTITION)
+            parts.append(R.PartitionData(partition_index=p.partition_index, error_code=err,
+                                         leader_id=raft.leader_id, leader_epoch=raft.epoch))
+        topics.append(R.TopicData(topic_name=t.topic_name, partitions=parts))
+    return R(error_code=0, topics=topics)
+
+
+async def end_quorum_epoch(apis: Apis, req: Request) -> EndQuorumEpochResponse:
+    ctl = apis.controller
+    raft = ctl.raft
+    body = req.body
+    R = EndQuorumEpochResponse
+    if body.cluster_id is not None and body.cluster_id != ctl.cluster_id:
+        return R(error_code=Errors.INCONSISTENT_CLUSTER_ID, topics=[])
+    topics = []
+    for t in body.topics:
+        parts = []
+        for p in t.partitions:
+            err = (await raft.handle_end_epoch(p.leader_id, p.leader_epoch, list(p.preferred_successors))
+                   if _ours(t.topic_name, p.partition_index) else Errors.UNKNOWN_TOPIC_OR_PARTITION)
+            parts.append(R.PartitionData(partition_index=p.partition_index, error_code=err,
+                                         leader_id=raft.leader_id, leader_epoch=raft.epoch))
+        topics.append(R.TopicData(topic_name=t.topic_name, partitions=parts))
+    return R(error_code=0, topics=topics)
+
+
+async def describe_quorum(apis: Apis, req: Request) -> DescribeQuorumResponse:
+    ctl = apis.controller
+    R = DescribeQuorumResponse
+    view = ctl.raft.describe()
+
+    def states(entries: list) -> list:
+        return [R.ReplicaState(replica_id=rid, replica_directory_id=ZERO_UUID, log_end_offset=p.end_offset,
+                               last_fetch_timestamp=p.last_fetch_ms, last_caught_up_timestamp=p.last_caught_up_ms)
+                for rid, p in entries]
+
+    topics = []
+    for t in req.body.topics:
+        parts = []
+        for p in t.partitions:
+            if not _ours(t.topic_name, p.partition_index):
+                parts.append(R.PartitionData(partition_index=p.partition_index,
+                                             error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                                             error_message="only __cluster_metadata-0 has a quorum",
+                                             leader_id=-1, leader_epoch=-1, high_watermark=-1,
+                                             current_voters=[], observers=[]))
+                continue
+            parts.append(R.PartitionData(
+                partition_index=p.partition_index, error_code=view.error,
+                error_message="this controller is not the quorum leader" if view.error else None,
+                leader_id=view.leader_id, leader_epoch=view.epoch, high_watermark=view.high_watermark,
+                current_voters=states(view.voters), observers=states(view.observers)))
+        topics.append(R.TopicData(topic_name=t.topic_name, partitions=parts))
+    nodes = [R.Node(node_id=vid, listeners=[R.Listener(name=ctl.config.listeners[0].listener, host=host, port=port)])
+             for vid, (host, port) in sorted(ctl.config.voters.items())]
+    return R(error_code=0, error_message=None, topics=topics, nodes=nodes)
+
+
+HANDLERS = {
+    52: (VoteRequest.MIN_VERSION, VoteRequest.MAX_VERSION, vote),
+    53: (BeginQuorumEpochRequest.MIN_VERSION, BeginQuorumEpochRequest.MAX_VERSION, begin_quorum_epoch),
+    54: (EndQuorumEpochRequest.MIN_VERSION, EndQuorumEpochRequest.MAX_VERSION, end_quorum_epoch),
+    55: (DescribeQuorumRequest.MIN_VERSION, DescribeQuorumRequest.MAX_VERSION, describe_quorum),
+}
