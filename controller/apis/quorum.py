@@ -3,6 +3,8 @@ and DescribeQuorum (55) for tools and admin clients. Thin: the Raft client decid
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
 from uuid import UUID
 
 from controller.apis import Apis
@@ -21,64 +23,53 @@ def _ours(topic: str, partition: int) -> bool:
     return topic == METADATA_TOPIC and partition == 0
 
 
-async def vote(apis: Apis, req: Request) -> VoteResponse:
+async def _each_partition(apis: Apis, req: Request, R: Any, answer: Callable[[Any], Awaitable[dict]]) -> Any:
+    """A voter request's frame: the cluster id checked, then each partition answered by
+    `answer(p)` (the fields beyond its index, error code and the current leader), or
+    UNKNOWN_TOPIC_OR_PARTITION for a partition that is not the metadata log's."""
     ctl = apis.controller
     raft = ctl.raft
     body = req.body
     if body.cluster_id is not None and body.cluster_id != ctl.cluster_id:
-        return VoteResponse(error_code=Errors.INCONSISTENT_CLUSTER_ID, topics=[])
+        return R(error_code=Errors.INCONSISTENT_CLUSTER_ID, topics=[])
     topics = []
     for t in body.topics:
         parts = []
         for p in t.partitions:
-            if _ours(t.topic_name, p.partition_index):
-                err, granted = await raft.handle_vote(p.replica_id, p.replica_epoch, p.last_offset_epoch,
-                                                      p.last_offset)
-            else:
-                err, granted = Errors.UNKNOWN_TOPIC_OR_PARTITION, False
-            parts.append(VoteResponse.PartitionData(partition_index=p.partition_index, error_code=err,
-                                                    leader_id=raft.leader_id, leader_epoch=raft.epoch,
-                                                    vote_granted=granted))
-        topics.append(VoteResponse.TopicData(topic_name=t.topic_name, partitions=parts))
-    return VoteResponse(error_code=0, topics=topics)
+            fields = (await answer(p) if _ours(t.topic_name, p.partition_index)
+                      else {"error_code": Errors.UNKNOWN_TOPIC_OR_PARTITION})
+            parts.append(R.PartitionData(partition_index=p.partition_index, leader_id=raft.leader_id,
+                                         leader_epoch=raft.epoch, **fields))
+        topics.append(R.TopicData(topic_name=t.topic_name, partitions=parts))
+    return R(error_code=0, topics=topics)
+
+
+async def vote(apis: Apis, req: Request) -> VoteResponse:
+    raft = apis.controller.raft
+
+    async def answer(p: Any) -> dict:
+        err, granted = await raft.handle_vote(p.replica_id, p.replica_epoch, p.last_offset_epoch, p.last_offset)
+        return {"error_code": err, "vote_granted": granted}
+
+    return await _each_partition(apis, req, VoteResponse, answer)
 
 
 async def begin_quorum_epoch(apis: Apis, req: Request) -> BeginQuorumEpochResponse:
-    ctl = apis.controller
-    raft = ctl.raft
-    body = req.body
-    R = BeginQuorumEpochResponse
-    if body.cluster_id is not None and body.cluster_id != ctl.cluster_id:
-        return R(error_code=Errors.INCONSISTENT_CLUSTER_ID, topics=[])
-    topics = []
-    for t in body.topics:
-        parts = []
-        for p in t.partitions:
-            err = (await raft.handle_begin_epoch(p.leader_id, p.leader_epoch)
-                   if _ours(t.topic_name, p.partition_index) else Errors.UNKNOWN_TOPIC_OR_PARTITION)
-            parts.append(R.PartitionData(partition_index=p.partition_index, error_code=err,
-                                         leader_id=raft.leader_id, leader_epoch=raft.epoch))
-        topics.append(R.TopicData(topic_name=t.topic_name, partitions=parts))
-    return R(error_code=0, topics=topics)
+    raft = apis.controller.raft
+
+    async def answer(p: Any) -> dict:
+        return {"error_code": await raft.handle_begin_epoch(p.leader_id, p.leader_epoch)}
+
+    return await _each_partition(apis, req, BeginQuorumEpochResponse, answer)
 
 
 async def end_quorum_epoch(apis: Apis, req: Request) -> EndQuorumEpochResponse:
-    ctl = apis.controller
-    raft = ctl.raft
-    body = req.body
-    R = EndQuorumEpochResponse
-    if body.cluster_id is not None and body.cluster_id != ctl.cluster_id:
-        return R(error_code=Errors.INCONSISTENT_CLUSTER_ID, topics=[])
-    topics = []
-    for t in body.topics:
-        parts = []
-        for p in t.partitions:
-            err = (await raft.handle_end_epoch(p.leader_id, p.leader_epoch, list(p.preferred_successors))
-                   if _ours(t.topic_name, p.partition_index) else Errors.UNKNOWN_TOPIC_OR_PARTITION)
-            parts.append(R.PartitionData(partition_index=p.partition_index, error_code=err,
-                                         leader_id=raft.leader_id, leader_epoch=raft.epoch))
-        topics.append(R.TopicData(topic_name=t.topic_name, partitions=parts))
-    return R(error_code=0, topics=topics)
+    raft = apis.controller.raft
+
+    async def answer(p: Any) -> dict:
+        return {"error_code": await raft.handle_end_epoch(p.leader_id, p.leader_epoch, list(p.preferred_successors))}
+
+    return await _each_partition(apis, req, EndQuorumEpochResponse, answer)
 
 
 async def describe_quorum(apis: Apis, req: Request) -> DescribeQuorumResponse:
