@@ -8,6 +8,7 @@ launcher itself kills them if the interpreter exits first.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from confluent_kafka import KafkaException
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +50,11 @@ def _cache_bytecode_outside_the_tree() -> None:
 _cache_bytecode_outside_the_tree()
 
 from tools.cluster import Cluster  # noqa: E402
+
+# Storage and coordinator code run inside test processes logs through structlog's default setup,
+# which prints debug events too: a background flush finishing after its test printed lines into
+# the run's output. Tests see INFO and above, as the nodes log by default.
+structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
 
 ClusterFactory = Callable[..., Cluster]
 
