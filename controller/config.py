@@ -111,7 +111,9 @@ class ControllerConfig:
             metrics_listener=parse_metrics_listener(cfg.props.get("metrics.listener")),
             election_timeout_ms=cfg.int("controller.quorum.election.timeout.ms", 1000),
             fetch_timeout_ms=cfg.int("controller.quorum.fetch.timeout.ms", 2000),
-            voter_security=node_client_security(cfg, names[0], "sasl.mechanism.controller.protocol"),
+            # only a voter with others to dial needs credentials of its own for their listener
+            voter_security=node_client_security(cfg, names[0], "sasl.mechanism.controller.protocol")
+            if len(voters) > 1 else None,
         )
         for key, value, lo, hi in [
             ("num.partitions", out.num_partitions, 1, 2**31 - 1),

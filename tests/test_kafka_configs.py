@@ -411,6 +411,7 @@ def test_logger_levels_filter_by_the_nearest_ancestor(capsys: pytest.CaptureFixt
 
     from node import logging as node_logging
 
+    saved = structlog.get_config()  # the node's setup, for this test only: later tests print as before
     node_logging.configure("INFO")
     try:
         a, b = structlog.get_logger("pkg_t.mod_a"), structlog.get_logger("pkg_t.mod_b")
@@ -426,6 +427,7 @@ def test_logger_levels_filter_by_the_nearest_ancestor(capsys: pytest.CaptureFixt
         assert levels["root"] == "INFO" and levels["pkg_t"] == "DEBUG" and levels["pkg_t.mod_b"] == "DEBUG"
     finally:
         node_logging.levels.set("pkg_t", None)
+        structlog.configure(**saved)
     err = capsys.readouterr().err
     assert "shown_a" in err and "shown_b" in err and "shown_b_again" in err
     assert "hidden_a" not in err and "hidden_b" not in err

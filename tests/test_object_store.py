@@ -114,9 +114,14 @@ def test_block_cache_reads_and_evicts(tmp_path: Path) -> None:
     asyncio.run(run())
 
 
-def test_snapshot_store(store: ObjectStore) -> None:
+def test_snapshot_store(store: ObjectStore, tmp_path: Path) -> None:
     """Coordinator snapshots (README "Diskless topics"): stored per topic id and partition, listed
     by applied offset, the two newest kept, outside the WAL prefix."""
+
+    async def get(snaps: SnapshotStore, tid: str, index: int, offset: int) -> bytes:
+        dest = tmp_path / f"{tid}-{index}-{offset}"
+        await snaps.download(tid, index, offset, dest)
+        return dest.read_bytes()
 
     async def run() -> None:
         snaps = SnapshotStore(StoreLocation(store, "wal"))
@@ -126,12 +131,12 @@ def test_snapshot_store(store: ObjectStore) -> None:
             await snaps.put(tid, 0, offset, f"db at {offset}".encode())
         await snaps.put(tid, 1, 5, b"another partition")
         assert await snaps.offsets(tid, 0) == [90, 1200, 30000]
-        assert await snaps.get(tid, 0, 1200) == b"db at 1200"
+        assert await get(snaps, tid, 0, 1200) == b"db at 1200"
         await snaps.prune(tid, 0)
         assert await snaps.offsets(tid, 0) == [1200, 30000]
         assert await snaps.offsets(tid, 1) == [5]
         with pytest.raises(SnapshotError):
-            await snaps.get(tid, 0, 90)
+            await get(snaps, tid, 0, 90)
         # a listing of WAL files (the orphan scan's) never sees a snapshot
         assert all(not o.key.startswith("diskless-snapshots") for o in await store.list("wal/"))
         await store.close()

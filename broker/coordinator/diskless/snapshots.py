@@ -131,7 +131,8 @@ class SnapshotStore:
         key = self.key(topic_id, index, offset)
         loop = asyncio.get_running_loop()
         try:
-            found = [o for o in await self.store.list(key) if o.key == key]
+            # listed by its dir: S3 servers differ on a prefix that is a whole key (SeaweedFS lists nothing)
+            found = [o for o in await self.store.list(self._dir(topic_id, index)) if o.key == key]
             if not found:
                 raise SnapshotError(f"snapshot {offset} is gone")
             size = found[0].size
