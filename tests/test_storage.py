@@ -943,3 +943,24 @@ def test_out_of_descriptors_is_retriable_and_keeps_the_dir_online(tmp_path):
     assert errors == []  # the dir's handler never heard of it: the dir stays online
     lg.append_as_leader(batch(3), 0, NOW)  # descriptors are back: service resumes
     assert record_offsets(lg) == list(range(6))
+
+
+def test_a_checkpoint_racing_the_logs_deletion_keeps_the_dir_online(tmp_path, monkeypatch):
+    """The checkpoint writes outside the log's lock: a replica deleted meanwhile (its topic
+    deleted) makes that write fail with ENOENT, which is no disk error, so the dir's handler must
+    not hear of it (it took the whole log dir offline)."""
+    import broker.storage.log as log_module
+
+    errors = []
+    lg = Log.open(tmp_path / "orders-0-0", LogConfig(), io_error_handler=lambda d, e: errors.append(e))
+    lg.append_as_leader(batch(3), 0, NOW)
+    lg.update_high_watermark(3)
+    real_write = log_module.write_log_state
+
+    def deleted_first(path, state, *, sync=True):
+        lg.delete()  # what a topic deletion on the loop does between the snapshot and the write
+        real_write(path, state, sync=sync)
+
+    monkeypatch.setattr(log_module, "write_log_state", deleted_first)
+    assert lg.checkpoint() is False
+    assert errors == [] and not lg.dir.exists()

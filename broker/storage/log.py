@@ -549,7 +549,13 @@ class Log:
             state = self._state()
             if state == self._durable_state:
                 return False
-        write_log_state(self.dir / LOG_STATE_CHECKPOINT, state, sync=sync)
+        try:
+            write_log_state(self.dir / LOG_STATE_CHECKPOINT, state, sync=sync)
+        except OSError:
+            with self._lock:
+                if self._closed:  # deleted or closed meanwhile (its dir may be gone): no disk is at fault
+                    return False
+            raise
         self._durable_state = state
         return True
 
