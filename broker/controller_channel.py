@@ -15,6 +15,7 @@ from typing import Any
 
 import structlog
 
+from metadata.image import METADATA_TOPIC
 from node.client import ClientError, NodeClient
 from node.security import ClientSecurity
 from protocol.errors import Errors
@@ -22,7 +23,6 @@ from protocol.generated.describe_quorum import DescribeQuorumRequest
 
 log = structlog.get_logger(__name__)
 
-METADATA_TOPIC = "__cluster_metadata"
 NOT_CONTROLLER_RETRY_S = 30.0  # how long a request keeps looking for an active controller
 
 

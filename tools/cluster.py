@@ -320,12 +320,13 @@ def _run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
 
 
 async def _quorum_leader(host: str, port: int, security: Any) -> int | None:
+    from metadata.image import METADATA_TOPIC
     from node.client import NodeClient
     from protocol.generated.describe_quorum import DescribeQuorumRequest as DQ
 
     client = await NodeClient(host, port, client_id="strata-cluster", timeout=2, security=security).connect()
     try:
-        resp = await client.request(DQ(topics=[DQ.TopicData(topic_name="__cluster_metadata", partitions=[
+        resp = await client.request(DQ(topics=[DQ.TopicData(topic_name=METADATA_TOPIC, partitions=[
             DQ.PartitionData(partition_index=0)])]), timeout=2)
         p = resp.topics[0].partitions[0]
         return p.leader_id if not p.error_code else None

@@ -28,6 +28,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from metadata.image import METADATA_TOPIC
 from node.client import ClientError, NodeClient
 from protocol.generated.describe_quorum import DescribeQuorumRequest
 from tools.admin import (
@@ -39,8 +40,6 @@ from tools.admin import (
     parse_bootstrap,
     run_tool,
 )
-
-METADATA_TOPIC = "__cluster_metadata"
 
 
 def _request() -> DescribeQuorumRequest:

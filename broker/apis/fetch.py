@@ -13,8 +13,6 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
 from broker.apis import RequestContext, api
 from broker.apis.leadership import serving_partition
 from broker.fetch_sessions import FetchSessionError, SessionPartition
@@ -25,7 +23,6 @@ from protocol.errors import Errors
 from protocol.generated.fetch import FetchResponse
 
 R = FetchResponse
-log = structlog.get_logger(__name__)
 READ_COMMITTED = 1
 SYNC_ANSWER_BYTES = 64 * 1024  # a long poll's answer up to this size goes out in the call that woke it
 
@@ -105,7 +102,7 @@ def _long_poll(b, session, read: Callable[[], Coroutine[Any, Any, _Read]], compl
         try:
             r = run_now(read())
         except Suspended:  # a partition now reads by waiting (it moved): finish in a task
-            loop.create_task(_read_then_answer(b, session, read, answer)).add_done_callback(_log_failure)
+            loop.create_task(_read_then_answer(b, session, read, answer))
             timer.cancel()
             return
         except Exception as e:
@@ -136,17 +133,13 @@ def _long_poll(b, session, read: Callable[[], Coroutine[Any, Any, _Read]], compl
 
 
 async def _read_then_answer(b, session, read, answer: Eventual) -> None:
+    # every failure goes to `answer`: the connection reports it (request_failed) and closes
     try:
         r = await read()
     except Exception as e:
         answer.set_exception(e)
     else:
         answer.set_result(_finish(b, session, r))
-
-
-def _log_failure(task: asyncio.Task) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("fetch_long_poll_failed", error=repr(task.exception()))
 
 
 def _budget(req) -> int:
