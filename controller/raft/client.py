@@ -520,7 +520,8 @@ class RaftClient:
                 await self._wait_change(max_wait_ms / 1000, lambda: self.log.end_offset > fetch_offset)
             upto = None
         else:
-            state.record_fetch(replica_id, fetch_offset, self.log.end_offset)
+            if replica_id >= 0:  # as Kafka: a fetch without a replica id (a reader, not a replica) is no observer
+                state.record_fetch(replica_id, fetch_offset, self.log.end_offset)
             if max_wait_ms > 0 and fetch_offset >= self.high_watermark:
                 await self._wait_change(max_wait_ms / 1000, lambda: self.high_watermark > fetch_offset)
             upto = self.high_watermark  # observers (brokers) see committed records only
