@@ -32,7 +32,7 @@ from broker.storage.errors import StorageError
 from broker.storage.log_dir import LogDir
 from metadata.client_quotas import ip_connection_rate
 from metadata.image import Endpoint
-from node.loop_lag import LoopLagGauge
+from node.loop_lag import LagAdmission, LoopLagGauge
 from node.metrics import MetricsServer, RequestMetrics
 from node.server import FramedServer
 from protocol.generated.describe_cluster import DescribeClusterRequest
@@ -58,7 +58,8 @@ class Broker:
         self.servers: list[FramedServer] = []  # one per listener
         self.isr: IsrManager | None = None
         self.port = 0
-        self.loop_lag = LoopLagGauge(config.loop_lag_log_interval_ms / 1000)
+        self.admission = LagAdmission(config.admission_lag_target_ms) if config.admission_lag_target_ms > 0 else None
+        self.loop_lag = LoopLagGauge(config.loop_lag_log_interval_ms / 1000, admission=self.admission)
         self._tasks: set[asyncio.Task] = set()
         self.producer_ids = ProducerIdManager.for_broker(self)
         # client quotas from the image's ClientQuotaRecords, enforced by the request dispatcher
@@ -127,7 +128,7 @@ class Broker:
                 sec = replace(sec, sasl=replace(sec.sasl, scram_lookup=self._scram_credential))
             server = FramedServer(dispatcher, max_frame=self.config.socket_request_max_bytes,
                                   limits=self.config.connection_limits, classify=is_control_plane, security=sec,
-                                  connection_rate=self._ip_connection_rate)
+                                  connection_rate=self._ip_connection_rate, admission=self.admission)
             self.servers.append(server)
             port = await server.start(lst.bind.host, lst.bind.port)
             if lst.bind == self.config.listener:

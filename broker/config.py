@@ -48,6 +48,7 @@ class BrokerConfig:
     fetch_session_cache_slots: int
     connection_limits: ConnectionLimits
     loop_lag_log_interval_ms: int
+    admission_lag_target_ms: int  # 0: large client requests are never held back for loop lag
     props: dict[str, str]
     # every client listener, the inter-broker one among them; how this broker dials its peers'
     # inter-broker listener and the controller's listener
@@ -105,6 +106,7 @@ class BrokerConfig:
             fetch_session_cache_slots=cfg.int("max.incremental.fetch.session.cache.slots", 1000),
             connection_limits=ConnectionLimits.from_config(cfg, queued_max_request_bytes=QUEUED_MAX_REQUEST_BYTES),
             loop_lag_log_interval_ms=cfg.int("loop.lag.log.interval.ms", 30000),
+            admission_lag_target_ms=cfg.int("admission.lag.target.ms", 1),
             props=dict(cfg.props),
             listeners=tuple(listeners),
             inter_broker_security=node_client_security(cfg, inter, "sasl.mechanism.inter.broker.protocol"),
@@ -148,6 +150,7 @@ def _check_diskless(cfg: NodeConfig) -> None:
                  "diskless.coordinator.gauges.interval.ms"):
         if name in cfg.props and cfg.int(name, 1) < 1:
             raise ConfigError(f"{name} must be at least 1")
-    for name in ("diskless.coordinator.file.deletion.grace.ms", "diskless.coordinator.orphan.scan.grace.period.ms"):
+    for name in ("diskless.coordinator.file.deletion.grace.ms", "diskless.coordinator.orphan.scan.grace.period.ms",
+                 "admission.lag.target.ms"):
         if name in cfg.props and cfg.int(name, 0) < 0:
             raise ConfigError(f"{name} must be at least 0")

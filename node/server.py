@@ -15,6 +15,12 @@ is sent; KIP-219 mutes it further while a client is throttled):
   high-water mark: a slow reader is not fed more work than it takes away). Within the step's
   budget a request starts from the read callback that completed it: its task runs in the step
   right after the reads; when no connection waits for its turn, a request starts at once.
+- **Held back while the loop is late** (`admission.lag.target.ms`, node/loop_lag.LagAdmission):
+  a client request of 64 KiB or more (a bulk produce) whose turn comes while the event loop runs
+  later than the target mutes its connection for a few times the lag and waits its turn again,
+  for at most 100 ms in all: a loop that stays late paces large requests, never stops them.
+  A saturating producer then cannot keep the loop busy with megabytes while small requests and
+  replication wait behind them and behind the other processes holding the CPU.
 - **Control plane first.** The handler may classify a request as control plane (the broker:
   follower fetches, group and transaction coordinator requests); such a request starts as soon
   as it is read, ahead of any client request waiting for its turn and outside the budget.
@@ -57,6 +63,7 @@ import structlog
 
 from node.config import ConfigError, NodeConfig
 from node.logging import RateLimitedLog
+from node.loop_lag import LagAdmission
 from node.sasl import PASS_ON, Authenticator
 from node.security import ANONYMOUS, ListenerSecurity
 from node.waits import READ_SLICE, Eventual, read_next_step
@@ -167,6 +174,7 @@ class Connection(asyncio.Protocol):
         self.write_paused = False
         self.muted_until = 0.0
         self.in_ready = False
+        self.held_back = 0.0  # seconds the next request has waited for loop lag (LagAdmission)
         self.last_active = 0.0
         self.request_read_at = 0.0  # of the request whose handler is starting (see _serve)
         self.request_control = False
@@ -457,8 +465,10 @@ class FramedServer:
         classify: Classifier | None = None,
         security: ListenerSecurity | None = None,
         connection_rate: Callable[[str], float | None] | None = None,
+        admission: LagAdmission | None = None,
     ) -> None:
         self.handler = handler
+        self.admission = admission
         # an IP's connection_creation_rate quota (connections/s), None for none (KIP-612)
         self.connection_rate = connection_rate
         self._ip_tokens: dict[str, tuple[float, float]] = {}  # ip -> (tokens, when)
@@ -668,10 +678,16 @@ class FramedServer:
         self._started = 0
         self._start_ready()
 
-    @staticmethod
-    def _start_one(conn: Connection) -> None:
+    def _start_one(self, conn: Connection) -> None:
         conn.in_ready = False
+        if self.admission is not None and conn.queue and not conn.queue[0][1]:
+            hold = self.admission.hold_for(conn.queue[0][2], conn.held_back)
+            if hold:
+                conn.held_back += hold
+                conn.mute_for(hold)  # its unmute makes it ready again, at the tail
+                return
         if conn.can_start():
+            conn.held_back = 0.0
             conn.start_next()
             conn._maybe_ready()  # a deeper pipeline rejoins at the tail: one request per turn
             conn._update_reading()

@@ -240,3 +240,60 @@ def test_request_memory_budget_never_stalls_a_lone_pipelining_client() -> None:
             await server.stop()
 
     asyncio.run(run())
+
+
+def test_large_requests_wait_while_the_loop_is_late_small_ones_do_not() -> None:
+    """admission.lag.target.ms: while something keeps the event loop late, a connection's large
+    requests are held back (muted a few times the lag) and a small request from another
+    connection goes ahead of them; a loop that stays late paces the large requests but serves
+    every one; on a loop that is not late none is held back."""
+    from node.loop_lag import LagAdmission
+    from node.server import FramedServer
+
+    big = 70 * 1024
+
+    async def serve(stall: bool) -> tuple[list[int], int]:
+        loop = asyncio.get_running_loop()
+        handled: list[int] = []
+
+        async def handler(f: bytes, conn) -> list:
+            handled.append(len(f))
+            return [bytes(f[:1])]
+
+        admission = LagAdmission(target_ms=1)
+        admission.start()
+        stalling = True
+
+        def hog() -> None:  # another process holding the CPU, as the loop sees it: 8 ms late
+            if stalling:
+                time.sleep(0.008)
+                loop.call_later(0.002, hog)
+
+        if stall:
+            hog()
+        server = FramedServer(handler, admission=admission)
+        port = await server.start("127.0.0.1", 0)
+        try:
+            r1, w1 = await asyncio.open_connection("127.0.0.1", port)
+            r2, w2 = await asyncio.open_connection("127.0.0.1", port)
+            w1.write(b"".join(big.to_bytes(4, "big") + b"\x01" * big for _ in range(10)))
+            await asyncio.wait_for(r1.readexactly(5), 10)  # the first large one is handled
+            w2.write(b"\0\0\0\x01\x02")
+            assert await asyncio.wait_for(r2.readexactly(5), 10) == b"\0\0\0\x01\x02"
+            for _ in range(9):  # still late all along: each large request waits once, then runs
+                await asyncio.wait_for(r1.readexactly(5), 10)
+            for w in (w1, w2):
+                w.close()
+        finally:
+            stalling = False
+            admission.stop()
+            await server.stop()
+        return handled, admission.delayed
+
+    handled, delayed = asyncio.run(serve(stall=True))
+    assert delayed >= 5, f"{delayed} large requests held back while the loop ran 8 ms late"
+    assert handled.index(1) < 9, f"the small request waited behind the large ones: {handled}"
+    assert len(handled) == 11
+    handled, delayed = asyncio.run(serve(stall=False))
+    assert delayed == 0, f"{delayed} large requests held back on a loop that was not late"
+    assert len(handled) == 11
