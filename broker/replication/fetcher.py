@@ -10,8 +10,11 @@ bytes as they came, numbered already.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import structlog
 
@@ -30,6 +33,8 @@ log = structlog.get_logger(__name__)
 BACKOFF_S = 0.2
 CATCH_UP_WAIT_MS = 20  # the catch-up lane's max wait
 QUIET_S = 1.0  # a catch-up partition that brought little for this long goes back to the tail lane
+THREAD_APPEND_BYTES = 64 * 1024  # a Fetch answer with this many record bytes is appended on a thread
+APPEND_THREADS = 4  # per broker, shared by its fetchers
 Key = tuple[str, int]
 _RECONNECT, _BACKOFF = "reconnect", "backoff"  # how a lane's chain of fetches ended
 
@@ -60,12 +65,14 @@ class ReplicaFetcher:
     less than 1/32 of its max bytes for a second."""
 
     def __init__(self, leader_id: int, config: BrokerConfig, leader_endpoint: Callable[[int], Endpoint | None],
-                 broker_epoch: Callable[[], int], throttle: Throttle) -> None:
+                 broker_epoch: Callable[[], int], throttle: Throttle, append_pool: ThreadPoolExecutor) -> None:
         self.leader_id = leader_id
         self.config = config
         self.leader_endpoint = leader_endpoint
         self.broker_epoch = broker_epoch
         self.throttle = throttle
+        self.append_pool = append_pool
+        self.applying: dict[Key, concurrent.futures.Future] = {}  # partitions being appended on a thread
         self.partitions: dict[Key, Partition] = {}
         wait = config.replica_fetch_wait_max_ms
         self.tail = _Lane("tail", wait)
@@ -240,11 +247,46 @@ class ReplicaFetcher:
             self._ended(lane, chain, _BACKOFF)
             return
         try:
-            backoff = self._apply(lane, version, parts, resp)
+            plan = self._plan(version, parts, resp)
+            if sum(len(pd.records) for _, pd in plan if pd.records) >= THREAD_APPEND_BYTES:
+                # a file write can block for tens of milliseconds (ext4 under writeback): a large
+                # one goes to a thread, and the loop serves the other lanes and clients meanwhile
+                applying = self.append_pool.submit(self._handle_all, plan)
+                for p, _ in plan:
+                    self.applying[(p.topic, p.index)] = applying
+                done = asyncio.wrap_future(applying)
+                done.add_done_callback(lambda f: self._appended(lane, client, version, plan, f, chain))
+                return
+            appended = self._handle_all(plan)
         except Exception:  # a bug must not leave the lane waiting for a chain that ended
             log.exception("follower_fetch_apply_failed", leader=self.leader_id, lane=lane.name)
             self._ended(lane, chain, _BACKOFF)
             return
+        self._next(lane, client, version, plan, appended, chain)
+
+    def _appended(self, lane: _Lane, client: NodeClient, version: int, plan: list, done: asyncio.Future,
+                  chain: asyncio.Future) -> None:
+        for p, _ in plan:
+            key = (p.topic, p.index)
+            if self.applying.get(key) is not None and self.applying[key].done():
+                del self.applying[key]
+        if done.cancelled() or done.exception() is not None:
+            if not done.cancelled():
+                log.error("follower_fetch_apply_failed", leader=self.leader_id, lane=lane.name,
+                          exc_info=done.exception())
+            self._ended(lane, chain, _BACKOFF)
+            return
+        self._next(lane, client, version, plan, done.result(), chain)
+
+    def _next(self, lane: _Lane, client: NodeClient, version: int, plan: list, appended: list[int | None],
+              chain: asyncio.Future) -> None:
+        """After a Fetch answer is applied: count it against the throttle, sort its partitions into
+        lanes, send the lane's next Fetch."""
+        for (p, pd), nbytes in zip(plan, appended, strict=True):
+            if nbytes:
+                self.throttle.record(p.topic, p.index, nbytes)
+            self._sort(lane, p, len(pd.records) if pd.records else 0)
+        backoff = None in appended
         self._cycle_done(lane)
         stop = backoff or self._stopping or chain.done() or not client.connected
         nxt = None if stop else self._parts_now(lane)
@@ -271,9 +313,9 @@ class ReplicaFetcher:
             return None
         return [self.partitions[k] for k in mine if k in self.partitions]
 
-    def _apply(self, lane: _Lane, version: int, parts: list[Partition], resp) -> bool:
-        """Apply a Fetch answer to its partitions; True asks for a backoff."""
-        backoff = False
+    def _plan(self, version: int, parts: list[Partition], resp) -> list[tuple[Partition, Any]]:
+        """A Fetch answer's partition results paired with the partitions to apply them to."""
+        plan = []
         by_key = {(p.topic, p.index): p for p in parts}
         by_id = {(p.topic_id, p.index): p for p in parts}
         for t in resp.responses:
@@ -281,10 +323,14 @@ class ReplicaFetcher:
                 p = by_id.get((t.topic_id, pd.partition_index)) if version >= 13 else by_key.get((t.topic, pd.partition_index))
                 if p is None or self.partitions.get((p.topic, p.index)) is not p or p.swapping:
                     continue  # no longer ours to follow from this leader, or moving dirs: fetched again
-                if not self._handle(p, pd):
-                    backoff = True
-                self._sort(lane, p, len(pd.records) if pd.records else 0)
-        return backoff
+                plan.append((p, pd))
+        return plan
+
+    def _handle_all(self, plan: list[tuple[Partition, Any]]) -> list[int | None]:
+        """Apply each result to its partition's log (on the loop, or on an append thread: this
+        touches the logs only, which have their own lock): the bytes each appended, None for one
+        that asks for a backoff."""
+        return [self._handle(p, pd) for p, pd in plan]
 
     def _cycle_done(self, lane: _Lane) -> None:
         lane.in_flight = set()
@@ -310,23 +356,22 @@ class ReplicaFetcher:
             self._handover[key] = want
             self._quiet_since.pop(key, None)
 
-    def _handle(self, p: Partition, pd) -> bool:
-        """Apply one partition's fetch result; False asks for a backoff."""
+    def _handle(self, p: Partition, pd) -> int | None:
+        """Apply one partition's fetch result: the bytes appended, None to ask for a backoff."""
         lg = p.log
         if pd.error_code == Errors.OFFSET_OUT_OF_RANGE:
-            return self._out_of_range(p, pd)
+            return 0 if self._out_of_range(p, pd) else None
         if pd.error_code:
             log.debug("follower_fetch_partition_error", topic=p.topic, partition=p.index, error_code=pd.error_code)
-            return False
+            return None
         de = pd.diverging_epoch
         if de is not None and de.epoch >= 0:
             self._truncate_diverged(p, de.epoch, de.end_offset)
-            return True
+            return 0
+        appended = 0
         try:
             if pd.records:
-                info = lg.append_as_follower(pd.records)
-                if info.bytes:
-                    self.throttle.record(p.topic, p.index, info.bytes)
+                appended = lg.append_as_follower(pd.records).bytes
             if pd.log_start_offset > lg.log_start_offset:
                 lg.update_high_watermark(min(pd.high_watermark, lg.log_end_offset))
                 if pd.log_start_offset <= lg.high_watermark:
@@ -334,9 +379,9 @@ class ReplicaFetcher:
             lg.update_high_watermark(min(pd.high_watermark, lg.log_end_offset))
         except StorageError as e:
             log.warning("follower_append_failed", topic=p.topic, partition=p.index, error=str(e))
-            return False
+            return None
         p.caught_up_at = time.monotonic()
-        return True
+        return appended
 
     def _truncate_diverged(self, p: Partition, leader_epoch: int, leader_end: int) -> None:
         lg = p.log
@@ -372,6 +417,7 @@ class ReplicaFetcherManager:
         self.broker_epoch = broker_epoch
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.throttle = throttle
+        self.append_pool = ThreadPoolExecutor(max_workers=APPEND_THREADS, thread_name_prefix="follower-append")
         self._following: dict[tuple[str, int], int] = {}
 
     def follow(self, p: Partition, leader_id: int) -> None:
@@ -383,9 +429,20 @@ class ReplicaFetcherManager:
         f = self.fetchers.get(leader_id)
         if f is None:
             f = self.fetchers[leader_id] = ReplicaFetcher(leader_id, self.config, self.leader_endpoint,
-                                                          self.broker_epoch, self.throttle)
+                                                          self.broker_epoch, self.throttle, self.append_pool)
         f.add(p)
         self._following[key] = leader_id
+
+    def settle(self, p: Partition) -> None:
+        """Wait for an append of `p` under way on a thread (blocking: at most one write). Called
+        before its role changes: an old leader's batch must not land after it became leader or
+        started following another (as Kafka's fetcher removal waits for the fetch being processed)."""
+        key = (p.topic, p.index)
+        for f in self.fetchers.values():
+            applying = f.applying.get(key)
+            if applying is not None and not applying.done():
+                log.debug("follower_append_settle", topic=p.topic, partition=p.index)
+                concurrent.futures.wait([applying])
 
     def unfollow(self, p: Partition) -> None:
         old = self._following.pop((p.topic, p.index), None)
@@ -396,6 +453,7 @@ class ReplicaFetcherManager:
         for f in list(self.fetchers.values()):
             await f.stop()
         self.fetchers.clear()
+        await asyncio.to_thread(self.append_pool.shutdown)  # appends under way finish first
 
 
 class _Empty:

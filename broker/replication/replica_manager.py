@@ -398,6 +398,8 @@ class ReplicaManager:
         self._check_dir(topic, info.topic_id, info.partition, info.start_offset, info.replicas, info.directories)
         self._maybe_move((topic, info.partition, info.start_offset))
         was_leader, old_epoch = p.is_leader, p.leader_epoch
+        if self.fetchers is not None:
+            self.fetchers.settle(p)
         p.update(info)
         if p.is_leader and not p.filling_prefix and self.chunk_fetcher is not None:
             # [start, previous chunk's end] belongs to both chunks: the leader holds it before writes
@@ -650,6 +652,7 @@ class ReplicaManager:
         if self.partitions.get((p.topic, p.index)) is p:
             del self.partitions[(p.topic, p.index)]
         if self.fetchers is not None:
+            self.fetchers.settle(p)
             self.fetchers.unfollow(p)
         if self.chunk_fetcher is not None:
             self.chunk_fetcher.cancel(p.topic, p.index, p.log.chunk_start)
