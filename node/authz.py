@@ -1,6 +1,11 @@
 """Answers for requests an authorizer refused, built from the request: Kafka's
 CLUSTER_AUTHORIZATION_FAILED (or the code given) on every item, or on the top-level error field
-when the response has one at that version. Shared by the broker and the controller."""
+when the response has one at that version. Shared by the broker and the controller.
+
+The walker under it (`error_items`: one error and message on every item, shaped by a table of
+`ItemErrors`) also answers a controller's NOT_CONTROLLER (controller/not_controller.py), with
+ADMIN_ITEM_ERRORS added: shapes an authorizer never answers whole, as it checks those requests
+per resource (broker/authz.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from protocol.generated import RESPONSES
 log = structlog.get_logger(__name__)
 limited = RateLimitedLog(log)
 ALWAYS = frozenset({17, 18, 36})  # SaslHandshake, ApiVersions, SaslAuthenticate: before any principal is known
+DENIED_MESSAGE = "Authorization failed."
 
 
 class Denied(Exception):
@@ -25,7 +31,7 @@ class Denied(Exception):
         self.response = response
 
 
-def top_level_error(api_key: int, version: int, code: int) -> Any:
+def top_level_error(api_key: int, version: int, code: int, message: str = DENIED_MESSAGE) -> Any:
     """A response with only its top-level error_code set, if the field is on the wire at this
     version (a field the version lacks would be dropped and the denial read as success)."""
     cls = RESPONSES[api_key]
@@ -34,7 +40,7 @@ def top_level_error(api_key: int, version: int, code: int) -> Any:
     resp = cls()
     resp.error_code = code
     if hasattr(resp, "error_message"):
-        resp.error_message = "Authorization failed."
+        resp.error_message = message
     back = cls.decode(resp.encode(version), version)
     return resp if back.error_code == code else None
 
@@ -43,47 +49,52 @@ def top_level_error(api_key: int, version: int, code: int) -> Any:
 class Mirror:
     """How one level of a response answers one level of its request: one `cls` per request item,
     with `keys` copied (response field -> request field; None: the item itself, a bare partition
-    index), and either the error on it or, with `nested` (request list, response list, Mirror),
-    the level below answering it."""
+    index), the error in field `error` (None: none at this level) and, with `nested` (request
+    list, response list, Mirror), the level below answering (or only copying) it."""
 
     cls: type
     keys: Mapping[str, str | None] = field(default_factory=dict)
     nested: tuple[str, str, Mirror] | None = None
-    error: str = "error_code"
+    error: str | None = "error_code"
     message: bool = False  # the item carries an error_message too
 
-    def answer(self, items: Iterable[Any], code: int) -> list[Any]:
+    def answer(self, items: Iterable[Any], code: int, message: str) -> list[Any]:
         out = []
         for x in items:
             fields = {r: x if q is None else getattr(x, q) for r, q in self.keys.items()}
             if self.nested is not None:
                 below, into, inner = self.nested
-                fields[into] = inner.answer(getattr(x, below), code)
-            else:
+                fields[into] = inner.answer(getattr(x, below), code, message)
+            if self.error is not None:
                 fields[self.error] = code
                 if self.message:
-                    fields["error_message"] = "Authorization failed."
+                    fields["error_message"] = message
             out.append(self.cls(**fields))
         return out
 
 
 @dataclass(frozen=True)
 class ItemErrors:
-    """A response's per-item errors for a request: `response` field <- `request` field."""
+    """A response's per-item errors for a request: `response` field <- `request` field (with
+    `top_level`, the response's own error_code set too)."""
 
     request: str
     response: str
     mirror: Mirror
+    top_level: bool = False
 
-    def answer(self, api_key: int, body: Any, code: int) -> Any:
-        """The whole response, every item of the request refused with `code`."""
-        return RESPONSES[api_key](**{self.response: self.mirror.answer(getattr(body, self.request) or [], code)})
+    def answer(self, api_key: int, body: Any, code: int, message: str = DENIED_MESSAGE) -> Any:
+        """The whole response, every item of the request answered with `code`."""
+        fields = {self.response: self.mirror.answer(getattr(body, self.request) or [], code, message)}
+        if self.top_level:
+            fields["error_code"] = code
+        return RESPONSES[api_key](**fields)
 
 
 def _topic_partitions(topic: type, part: type, topic_keys: Mapping[str, str], parts: tuple[str, str] = (
         "partitions", "partitions"), index: tuple[str, str] = ("partition_index", "partition_index")) -> Mirror:
     """Topics answered partition by partition (`index`: response field, request field)."""
-    return Mirror(topic, topic_keys, (parts[0], parts[1], Mirror(part, {index[0]: index[1]})))
+    return Mirror(topic, topic_keys, (parts[0], parts[1], Mirror(part, {index[0]: index[1]})), error=None)
 
 
 def _item_class(R: type, *fields: str) -> type:
@@ -113,10 +124,12 @@ def _item_errors() -> dict[int, ItemErrors]:
             R[8].OffsetCommitResponseTopic, R[8].OffsetCommitResponsePartition, {"name": "name"})),
         23: ItemErrors("topics", "topics", _topic_partitions(
             R[23].OffsetForLeaderTopicResult, R[23].EpochEndOffset, {"topic": "topic"}, index=("partition", "partition"))),
-        27: ItemErrors("markers", "markers", Mirror(R[27].WritableTxnMarkerResult, {"producer_id": "producer_id"}, (
-            "topics", "topics", _topic_partitions(R[27].WritableTxnMarkerTopicResult,
-                                                  R[27].WritableTxnMarkerPartitionResult, {"name": "name"},
-                                                  ("partition_indexes", "partitions"), ("partition_index", None))))),
+        27: ItemErrors("markers", "markers", Mirror(
+            R[27].WritableTxnMarkerResult, {"producer_id": "producer_id"},
+            ("topics", "topics", _topic_partitions(R[27].WritableTxnMarkerTopicResult,
+                                                   R[27].WritableTxnMarkerPartitionResult, {"name": "name"},
+                                                   ("partition_indexes", "partitions"), ("partition_index", None))),
+            error=None)),
         30: ItemErrors("creations", "results", Mirror(R[30].AclCreationResult, message=True)),
         31: ItemErrors("filters", "filter_results", Mirror(R[31].DeleteAclsFilterResult, message=True)),
         1076: ItemErrors("topic_partitions", "results", Mirror(R[1076].CreateChunksTopicPartitionResult, {
@@ -131,22 +144,48 @@ def _item_errors() -> dict[int, ItemErrors]:
     }
 
 
+def _admin_item_errors() -> dict[int, ItemErrors]:
+    R = RESPONSES
+    configs = {k: ItemErrors("resources", "responses", Mirror(R[k].AlterConfigsResourceResponse, {
+        "resource_type": "resource_type", "resource_name": "resource_name"}, message=True)) for k in (33, 44)}
+    return {
+        19: ItemErrors("topics", "topics", Mirror(R[19].CreatableTopicResult, {"name": "name"}, message=True)),
+        **configs,
+        37: ItemErrors("topics", "results", Mirror(R[37].CreatePartitionsTopicResult, {"name": "name"}, message=True)),
+        43: ItemErrors("topic_partitions", "replica_election_results", Mirror(R[43].ReplicaElectionResult, {
+            "topic": "topic"}, ("partitions", "partition_result", Mirror(R[43].PartitionResult, {
+                "partition_id": None}, message=True)), error=None), top_level=True),
+        49: ItemErrors("entries", "entries", Mirror(R[49].EntryData, nested=("entity", "entity", Mirror(
+            R[49].EntityData, {"entity_type": "entity_type", "entity_name": "entity_name"}, error=None)),
+            message=True)),
+    }
+
+
 ITEM_ERRORS = _item_errors()
 TOPIC_KEYED = frozenset({0, 1, 2, 8})  # the broker refuses these per topic (broker/authz.py), not whole
+DENIALS = {k: v for k, v in ITEM_ERRORS.items() if k not in TOPIC_KEYED}  # what a whole denial answers per item
+ADMIN_ITEM_ERRORS = _admin_item_errors()
 
 
-def deny_items(api_key: int, version: int, body: Any, code: int) -> Any:
-    """Every item of an inter-node or admin request answered with `code`."""
+def error_items(api_key: int, version: int, body: Any, code: int, message: str,
+                shapes: Mapping[int, ItemErrors]) -> Any:
+    """Every item of `body` answered with `code` (and `message` where an item carries one), shaped
+    by `shapes`; else the top-level error field, or None if the response has none."""
     R = RESPONSES[api_key]
-    if api_key in ITEM_ERRORS and api_key not in TOPIC_KEYED:
-        return ITEM_ERRORS[api_key].answer(api_key, body, code)
+    if api_key in shapes:
+        return shapes[api_key].answer(api_key, body, code, message)
     if api_key == 51:
         users = dict.fromkeys(x.name for x in [*body.deletions, *body.upsertions])
-        return R(results=[R.AlterUserScramCredentialsResult(user=u, error_code=code, error_message="Authorization failed.")
+        return R(results=[R.AlterUserScramCredentialsResult(user=u, error_code=code, error_message=message)
                           for u in users])
     if api_key == 20:
         return R(responses=[R.DeletableTopicResult(name=n, error_code=code) for n in deleted_topic_names(body)])
-    return top_level_error(api_key, version, code)
+    return top_level_error(api_key, version, code, message)
+
+
+def deny_items(api_key: int, version: int, body: Any, code: int) -> Any:
+    """Every item of an inter-node or admin request refused with `code`."""
+    return error_items(api_key, version, body, code, DENIED_MESSAGE, DENIALS)
 
 
 def deleted_topic_names(body: Any) -> list[str]:

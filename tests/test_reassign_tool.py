@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import eventually, installed_script
+from tests.conftest import eventually, installed_script, wait_for
 from tools.admin import Admin
 from tools.cluster import Cluster, free_ports
 from tools.kafka_reassign_partitions import (
@@ -37,6 +37,7 @@ LEADER_RATE = "leader.replication.throttled.rate"
 FOLLOWER_RATE = "follower.replication.throttled.rate"
 LEADER_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
+LOG_DIRS_RATE = "replica.alter.log.dirs.io.max.bytes.per.second"
 
 
 SCRIPT = installed_script("kafka-reassign-partitions.sh")
@@ -556,31 +557,53 @@ def test_verify_wait_shows_progress_and_times_out_with_one_line(bs: str, tmp_pat
     assert ok(bs, "--verify", "--wait", "--reassignment-json-file", f).startswith("Status of partition reassignment:")
 
 
-def test_verify_wait_follows_a_log_dir_move(cluster: Cluster, bs: str, tmp_path: Path) -> None:
-    """A replica moving between broker 1's log dirs at intra.broker.throttled.rate: --verify --wait
-    prints its progress until it is in the file's dir."""
+def test_log_dirs_throttle_holds_a_dir_move_until_verify_clears_it(cluster: Cluster, bs: str, tmp_path: Path) -> None:
+    """--execute --replica-alter-log-dirs-throttle sets replica.alter.log.dirs.io.max.bytes.per.second
+    on the broker moving a replica between its log dirs (only there), and the move keeps to it:
+    ~5 MB at 1 MB/s take about 5 s (unthrottled, a fraction of one). While it runs --verify leaves
+    the throttle alone; --verify --wait prints its progress until the replica is in the file's
+    dir, then removes the throttle."""
     create_topic(bs, "dirmove", [[1]])
-    produce(bs, "dirmove", [b"%06d" % i + b"d" * 994 for i in range(3000)])  # ~3 MB
+    produce(bs, "dirmove", [b"%06d" % i + b"d" * 994 for i in range(5000)])  # ~5 MB
     dirs = sorted(str(p) for p in cluster.node_dir(1).glob("logs-*"))
     [src] = [d for d in dirs if (Path(d) / "dirmove-0-0").is_dir()]
     [dest] = [d for d in dirs if d != src]
     plan = {"version": 1, "partitions": [{"topic": "dirmove", "partition": 0, "replicas": [1], "log_dirs": [dest]}]}
     f = write(tmp_path, "dirs.json", plan)
-    alter_broker_config(bs, "1", "intra.broker.throttled.rate", "1000000")  # ~3 s
     try:
-        out = ok(bs, "--execute", "--reassignment-json-file", f)
-        assert out.splitlines()[-1] == "Successfully started log directory move for: dirmove-0-1", out
-        out = ok(bs, "--verify", "--wait", "--reassignment-json-file", f)
+        out = ok(bs, "--execute", "--reassignment-json-file", f, "--replica-alter-log-dirs-throttle", "1000000")
+        sent = time.monotonic()  # the move started before this
+        lines = out.splitlines()
+        assert "The replica-alter-dir throttle limit was set to 1000000 B/s" in lines, out
+        assert lines[-1] == "Successfully started log directory move for: dirmove-0-1", out
+        eventually(lambda: configs(bs, "broker", "1").get(LOG_DIRS_RATE) == "1000000")
+        assert LOG_DIRS_RATE not in configs(bs, "broker", "2")  # no move there
+        out = ok(bs, "--verify", "--reassignment-json-file", f)
+        assert "Reassignment of replica dirmove-0-1 is still in progress: " in out, out
+        assert "Clearing" not in out, out
+        assert configs(bs, "broker", "1").get(LOG_DIRS_RATE) == "1000000"
+        waiting = subprocess.Popen([SCRIPT, "--bootstrap-server", bs, "--verify", "--wait", "--reassignment-json-file", f],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: (Path(dest) / "dirmove-0-0").is_dir(), 30, "the move to finish", interval=0.05)
+            took = time.monotonic() - sent
+            out, err = waiting.communicate(timeout=60)
+        finally:
+            waiting.kill()
+        assert waiting.returncode == 0 and err == "", (out, err)
+        assert took >= 3.5, f"a 5 MB move at 1 MB/s took {took:.1f} s"
         seen = progress_lines(out, f"replica dirmove-0-1 to {dest}")
         assert seen and all(0 < c <= t for c, t in seen), out
-        assert out.splitlines()[-4:-2] == [
+        assert out.splitlines()[-4:] == [
             "Status of log directory reassignment:",
             "Reassignment of replica dirmove-0-1 is completed.",
+            "Clearing broker-level throttles on brokers 1,2,3,4",
+            "Clearing topic-level throttles on topic dirmove",
         ], out
+        eventually(lambda: LOG_DIRS_RATE not in configs(bs, "broker", "1"))
     finally:
-        alter_broker_config(bs, "1", "intra.broker.throttled.rate", None)
-    assert (Path(dest) / "dirmove-0-0").is_dir()
-    assert len(consume(bs, "dirmove", 3000)) == 3000
+        alter_broker_config(bs, "1", LOG_DIRS_RATE, None)
+    assert len(consume(bs, "dirmove", 5000)) == 5000
 
 
 def test_wait_is_a_verify_option(tmp_path: Path, nowhere: str) -> None:

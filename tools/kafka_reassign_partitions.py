@@ -6,7 +6,11 @@ kip-113) is "any" or an absolute path: for the others the tool sends AlterReplic
 replica's broker itself, before and after starting the reassignment, retrying
 REPLICA_NOT_AVAILABLE (a replica the reassignment has yet to create there) for up to --timeout
 ms (10000); --verify then checks each such replica's dir with DescribeLogDirs and prints a
-progress line (bytes copied / total) per move still under way.
+progress line (bytes copied / total) per move still under way. As Kafka's, --execute
+--replica-alter-log-dirs-throttle sets the dynamic broker config
+replica.alter.log.dirs.io.max.bytes.per.second on each broker the file moves a replica between
+dirs of, and --verify removes it with the other throttles once no reassignment and no log dir move
+of the file is under way.
 Files are read and checked before anything is sent, and the cluster is checked (topics,
 partitions, broker ids) before anything is changed. Errors print one line on stderr and exit 1;
 bad arguments exit 2. --verify exits 0 whether or not the reassignment is done, as Kafka's does.
@@ -436,6 +440,13 @@ async def set_throttles(admin: Admin, moves: Mapping[TP, Move], rate: int) -> No
     print(f"The inter-broker throttle limit was set to {rate} B/s")
 
 
+async def set_log_dirs_throttle(admin: Admin, dirs: Mapping[tuple[TP, int], str], rate: int) -> None:
+    """As Kafka: the log dir move rate on each broker the file moves a replica between dirs of."""
+    brokers = sorted({b for _, b in dirs})
+    await alter_configs(admin, {(RESOURCE_BROKER, str(b)): [(LOG_DIRS_RATE, OP_SET, str(rate))] for b in brokers})
+    print(f"The replica-alter-dir throttle limit was set to {rate} B/s")
+
+
 async def clear_throttles(admin: Admin, targets: Sequence[tuple[TP, list[int]]], view: ClusterView) -> None:
     """Remove every throttle a reassignment may have set: the brokers' rates on all brokers
     (the cluster's and the targets'), the throttled replica lists of the targets' topics."""
@@ -485,6 +496,7 @@ async def execute(admin: Admin, a: argparse.Namespace) -> None:
         f"Current partition replica assignment\n\n{format_reassignment_json(current)}\n\n"
         "Save this to use as the --reassignment-json-file option during rollback"
     )
+    dirs = parse_log_dirs(a.reassignment_json_file)
     throttle = a.throttle is not None and a.throttle >= 0
     log_dirs_throttle = a.replica_alter_log_dirs_throttle is not None and a.replica_alter_log_dirs_throttle >= 0
     if throttle or log_dirs_throttle:
@@ -492,10 +504,7 @@ async def execute(admin: Admin, a: argparse.Namespace) -> None:
     if throttle:
         await set_throttles(admin, proposed_moves(ongoing, proposed, current), a.throttle)
     if log_dirs_throttle:
-        # Only replicas moving between log dirs of one broker are throttled by it; every log dir
-        # here is "any", so no broker gets the setting (as Kafka with such a file).
-        print(f"The replica-alter-dir throttle limit was set to {a.replica_alter_log_dirs_throttle} B/s")
-    dirs = parse_log_dirs(a.reassignment_json_file)
+        await set_log_dirs_throttle(admin, dirs, a.replica_alter_log_dirs_throttle)
     addresses = await broker_addresses(admin) if dirs else {}
     # the seed: log dir moves first (a replica not there yet answers REPLICA_NOT_AVAILABLE)...
     pending = await send_log_dir_moves(admin, addresses, dirs)
@@ -563,14 +572,17 @@ async def verify(admin: Admin, a: argparse.Namespace) -> None:
                 f"{ids_str(current)} rather than {ids_str(target)}."
             )
             unfinished.append(tp_str(tp))
+    moving: set[tuple[TP, int]] = set()
     if dirs:
         status = await log_dir_status(admin, dirs)
         lines += status.lines
         unfinished += [f"{tp_str(tp)}-{b}" for tp, b in sorted(status.elsewhere)]
+        moving = status.moving | status.missing
     print("\n".join(lines))
-    # As Kafka: throttles go only once no reassignment at all is left, since a throttle set for
-    # another reassignment cannot be told apart from ours.
-    if not ongoing and not a.preserve_throttles:
+    # As Kafka: throttles go only once no reassignment at all is left (a throttle set for another
+    # reassignment cannot be told apart from ours) and no log dir move of the file is under way
+    # (or waits for its replica).
+    if not ongoing and not moving and not a.preserve_throttles:
         await clear_throttles(admin, targets, view)
     if a.wait and unfinished:
         raise AdminError(f"the reassignment ended without reaching the file's assignment for {', '.join(unfinished)}")
@@ -647,12 +659,13 @@ class LogDirStatus:
     copies: list[Copy]  # the moves copying now
     moving: set[tuple[TP, int]]  # (partition, broker) with a move copying
     elsewhere: set[tuple[TP, int]]  # (partition, broker) not (yet) in the file's log dir
+    missing: set[tuple[TP, int]]  # (partition, broker) with no live replica found
 
 
 async def log_dir_status(admin: Admin, dirs: Mapping[tuple[TP, int], str]) -> LogDirStatus:
     """The seed's check: DescribeLogDirs on each broker holding a replica with a log dir."""
     addresses = await broker_addresses(admin)
-    status = LogDirStatus(["Status of log directory reassignment:"], [], set(), set())
+    status = LogDirStatus(["Status of log directory reassignment:"], [], set(), set(), set())
     lines = status.lines
     by_broker: dict[int, dict[str, list[int]]] = {}
     for (tp, b) in dirs:
@@ -662,6 +675,7 @@ async def log_dir_status(admin: Admin, dirs: Mapping[tuple[TP, int], str]) -> Lo
             for t, ps in sorted(parts.items()):
                 lines += [f"Unable to check the log dir of replica {t}-{p}-{b}: broker {b} is not live." for p in ps]
                 status.elsewhere |= {((t, p), b) for p in ps}
+                status.missing |= {((t, p), b) for p in ps}
             continue
         infos = await describe_dirs(admin, addresses, b, partitions=parts)
         for t, ps in sorted(parts.items()):
@@ -687,8 +701,10 @@ async def log_dir_status(admin: Admin, dirs: Mapping[tuple[TP, int], str]) -> Lo
                 elif any(not d.is_live for d in infos):
                     lines.append(f"Partition {t}-{p} is not found in any live log dir on broker {b}. "
                                  "There is likely an offline log directory on the broker.")
+                    status.missing.add(((t, p), b))
                 else:
                     lines.append(f"Partition {t}-{p} cannot be found in any live log directory on broker {b}.")
+                    status.missing.add(((t, p), b))
     return status
 
 

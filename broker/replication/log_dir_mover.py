@@ -1,7 +1,8 @@
 """Moves of this broker's chunk replicas between its log dirs (AlterReplicaLogDirs), as the seed's
 ReplicaMoveThreadPool: `num.replica.move.threads` moves run at once (default: the number of log
-dirs), each copying in its own thread, all held together to `intra.broker.throttled.rate` bytes/s
-(a dynamic broker config: changed with IncrementalAlterConfigs, it applies within 0.1 s).
+dirs), each copying in its own thread, all held together to
+`replica.alter.log.dirs.io.max.bytes.per.second` bytes/s (alias `intra.broker.throttled.rate`; a
+dynamic broker config: changed with IncrementalAlterConfigs, it applies within 0.1 s).
 
 A move copies `<replica>` into `<replica>.move` on the destination while the replica goes on
 taking appends (storage/replica_move.py), round after round until less than CATCH_UP_BYTES is

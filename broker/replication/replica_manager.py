@@ -35,7 +35,7 @@ from broker.replication.fetcher import ReplicaFetcherManager
 from broker.replication.isr import IsrManager
 from broker.replication.log_dir_mover import LogDirMover
 from broker.replication.partition import Partition
-from broker.replication.throttle import broker_rate
+from broker.replication.throttle import MOVE_RATE_KEYS, broker_rate
 from broker.storage.cleaner import LogCleaner, retention_applies
 from broker.storage.config import LogConfig
 from broker.storage.errors import StorageError
@@ -86,7 +86,7 @@ class ReplicaManager:
         # move a restart interrupted); applied when the replica is opened
         self.wanted_dirs: dict[Key, LogDir] = {}
         self.mover = LogDirMover(
-            self, lambda: broker_rate(self.image, self.node_id, config.props, "intra.broker.throttled.rate"),
+            self, lambda: broker_rate(self.image, self.node_id, config.props, *MOVE_RATE_KEYS),
             int(config.props.get("num.replica.move.threads", "0")) or len(log_dirs),
         )
         self._to_delete: list = []

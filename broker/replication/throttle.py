@@ -24,14 +24,17 @@ if TYPE_CHECKING:
 
 RATE_KEY = "follower.replication.throttled.rate"
 REPLICAS_KEY = "follower.replication.throttled.replicas"
+# The log dir mover's rate: Kafka's name (what kafka-reassign-partitions.sh
+# --replica-alter-log-dirs-throttle sets), then KIP-113's, which we took first and keep as an alias.
+MOVE_RATE_KEYS = ("replica.alter.log.dirs.io.max.bytes.per.second", "intra.broker.throttled.rate")
 
 
-def broker_rate(image: MetadataImage, node_id: int, props: Mapping[str, str], key: str) -> int | None:
+def broker_rate(image: MetadataImage, node_id: int, props: Mapping[str, str], *keys: str) -> int | None:
     """A bytes/s broker config: this broker's dynamic value, else the cluster-wide default, else
-    server.properties; None when unset or unlimited."""
+    server.properties (in each, the first of `keys` set); None when unset or unlimited."""
     for layer in (image.configs.get((BROKER_RESOURCE, str(node_id)), {}), image.configs.get((BROKER_RESOURCE, ""), {}),
                   props):
-        raw = layer.get(key)
+        raw = next((layer[k] for k in keys if layer.get(k) is not None), None)
         if raw is not None:
             try:
                 value = int(raw)

@@ -48,7 +48,7 @@ class MoveStopped(Exception):
 
 
 class MoveThrottle:
-    """intra.broker.throttled.rate: one token bucket shared by every move thread of the broker.
+    """The broker's log dir move rate: one token bucket shared by every move thread of the broker.
     `rate()` is read on each refill, so a changed rate applies within a fraction of a second."""
 
     def __init__(self, rate: Callable[[], int | None]) -> None:
