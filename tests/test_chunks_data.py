@@ -508,6 +508,7 @@ def test_chunk_cut_inside_a_transaction_at_its_first_offset(cluster: Cluster) ->
     for i in range(5):
         tp.produce(topic, f"t{i}".encode(), partition=0)
     assert tp.flush(30) == 0
+    logs = BrokerLogs(c).mark()
     p = create_chunk(c, topic, [2])
     assert (p.start_offset, chunk_rows(p)) == (0, [(0, -1, 4, [1], [1])])
     tp.commit_transaction(30)
@@ -515,6 +516,11 @@ def test_chunk_cut_inside_a_transaction_at_its_first_offset(cluster: Cluster) ->
     assert flat == [(i, f"t{i}".encode()) for i in range(5)]
     assert disk_offsets(chunk_dirs(c, 2, topic)[0]) == list(range(5))
     assert fetch_v(c, 1, topic, 0, 12).preferred_read_replica == 2  # nothing readable on broker 1: onwards
+    # broker 1's dir became the closed chunk's replica, under the one log it had (a second log
+    # opened on it while the active one was deleted left that log a dir that was gone: its next
+    # checkpoint took broker 1's whole log dir offline)
+    assert len(chunk_dirs(c, 1, topic)) == 1
+    assert [e for e in logs.events(1, "log_deleted") if topic in e.get("dir", "")] == []
 
 
 def test_only_the_leader_serves_follower_fetches_of_the_active_chunk(cluster: Cluster) -> None:

@@ -366,7 +366,11 @@ class ReplicaManager:
         for key, cr in list(self.chunks.items()):
             if key[:2] == (name, idx) and (key[2] not in readable or cr.topic_id != info.topic_id):
                 self._delete_chunk(cr)
-        if p is not None and p.log.chunk_start != info.start_offset:
+        # The active chunk moved on, or (cut at its first offset) moved to other brokers from the
+        # same start: our dir becomes that closed chunk's replica. Opening a second log on it and
+        # removing the active one would delete the dir under the chunk replica.
+        if p is not None and (p.log.chunk_start != info.start_offset
+                              or (not in_active and p.log.chunk_start in readable)):
             self._stop_active(p, readable.get(p.log.chunk_start))
         for start, c in readable.items():
             cr = self.chunks.get((name, idx, start))
