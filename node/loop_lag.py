@@ -79,9 +79,10 @@ class LagAdmission:
     `DECAY` a probe, so one stall keeps large requests back for a few probes, not for one. Over
     `target_s`, the connection of a large request is muted for `MUTE_FACTOR` times the lag (at
     most `MAX_MUTE_S`) and the request waits its next turn, for at most `MAX_HOLD_S` in all: on a
-    loop that stays late, large requests are paced, not stopped. A saturating producer then feeds the loop only as fast
-    as it keeps up, and the CPU time it leaves goes to the requests behind it (on a machine
-    with fewer cores than processes, the loop is late whenever another process holds the CPU)."""
+    loop that stays late, large requests are paced, not stopped. A saturating producer then feeds
+    the loop only as fast as it keeps up, and the CPU time it leaves goes to the requests behind
+    it (on a machine with fewer cores than processes, the loop is late whenever another process
+    holds the CPU)."""
 
     PROBE_S = 0.005
     DECAY = 0.8
