@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -208,6 +209,9 @@ def main() -> int:
     finally:
         for _, system in up:
             system.stop()
+        # the clusters' data and the extracted --compare trees: a run leaves nothing behind
+        for d in [work, *(root for _, root in trees if root is not None)]:
+            shutil.rmtree(d, ignore_errors=True)
     print(f"\nsmall sends: 1 byte, acks=all, linger 0, one every 2 ms per client, {seconds:.0f} s; "
           "bulk: 1 KiB records, linger.ms=5, acks=all, as fast as it goes"
           + (f"; median of {args.rounds} interleaved rounds" if args.rounds > 1 else ""))
