@@ -280,7 +280,7 @@ def test_large_requests_wait_while_the_loop_is_late_small_ones_do_not() -> None:
             await asyncio.wait_for(r1.readexactly(5), 10)  # the first large one is handled
             w2.write(b"\0\0\0\x01\x02")
             assert await asyncio.wait_for(r2.readexactly(5), 10) == b"\0\0\0\x01\x02"
-            for _ in range(9):  # still late all along: each large request waits once, then runs
+            for _ in range(9):  # still late all along: each large request waits (100 ms at most), then runs
                 await asyncio.wait_for(r1.readexactly(5), 10)
             for w in (w1, w2):
                 w.close()

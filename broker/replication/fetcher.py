@@ -268,12 +268,13 @@ class ReplicaFetcher:
                   chain: asyncio.Future) -> None:
         for p, _ in plan:
             key = (p.topic, p.index)
-            if self.applying.get(key) is not None and self.applying[key].done():
+            if (applying := self.applying.get(key)) is not None and applying.done():  # not a later one's
                 del self.applying[key]
-        if done.cancelled() or done.exception() is not None:
-            if not done.cancelled():
-                log.error("follower_fetch_apply_failed", leader=self.leader_id, lane=lane.name,
-                          exc_info=done.exception())
+        if done.cancelled():
+            self._ended(lane, chain, _BACKOFF)
+            return
+        if (exc := done.exception()) is not None:
+            log.error("follower_fetch_apply_failed", leader=self.leader_id, lane=lane.name, exc_info=exc)
             self._ended(lane, chain, _BACKOFF)
             return
         self._next(lane, client, version, plan, done.result(), chain)
@@ -438,11 +439,11 @@ class ReplicaFetcherManager:
         before its role changes: an old leader's batch must not land after it became leader or
         started following another (as Kafka's fetcher removal waits for the fetch being processed)."""
         key = (p.topic, p.index)
-        for f in self.fetchers.values():
-            applying = f.applying.get(key)
-            if applying is not None and not applying.done():
-                log.debug("follower_append_settle", topic=p.topic, partition=p.index)
-                concurrent.futures.wait([applying])
+        f = self.fetchers.get(self._following.get(key, -1))
+        applying = f.applying.get(key) if f is not None else None
+        if applying is not None and not applying.done():
+            log.debug("follower_append_settle", topic=p.topic, partition=p.index)
+            concurrent.futures.wait([applying])
 
     def unfollow(self, p: Partition) -> None:
         old = self._following.pop((p.topic, p.index), None)
