@@ -1,15 +1,17 @@
 """Event-loop lag gauge: how long a no-op callback waits before the loop runs it.
 
 Every `sample_s` a callback is scheduled and the wait until it runs is recorded; every
-`interval_s` the broker logs `loop_lag samples= p50_ms= p99_ms= max_ms= admission_delayed=` for
-that period. A lag of tens of milliseconds means some request or background step is holding the
-loop, or the machine has no CPU free for it. `LagAdmission` holds large client requests back while
-the loop is late.
+`interval_s` the broker logs `loop_lag samples= p50_ms= p99_ms= max_ms= admission_delayed=
+cpu_wait_pct=` for that period. A lag of tens of milliseconds means some request or background
+step is holding the loop, or the machine has no CPU free for it (`cpu_wait_pct`: how much of its
+time the loop thread lately spent waiting for a CPU). `LagAdmission` holds large client requests
+back while the loop is late.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import structlog
@@ -61,13 +63,14 @@ class LoopLagGauge:
     def _report(self) -> None:
         s = sorted(self.samples)
         self.samples.clear()
-        delayed = 0
+        delayed, cpu_wait = 0, 0.0
         if self.admission is not None:
             delayed, self.admission.delayed = self.admission.delayed, 0
+            cpu_wait = self.admission.cpu_wait
         if s:
             log.info("loop_lag", samples=len(s), p50_ms=round(s[len(s) // 2] * 1000, 2),
                      p99_ms=round(s[min(len(s) - 1, len(s) * 99 // 100)] * 1000, 2), max_ms=round(s[-1] * 1000, 2),
-                     admission_delayed=delayed)
+                     admission_delayed=delayed, cpu_wait_pct=round(cpu_wait * 100))
 
 
 class LagAdmission:
@@ -76,16 +79,32 @@ class LagAdmission:
     and coordinator traffic go first.
 
     A timer every `PROBE_S` records how late it ran; `lag_s` is the peak of those, decaying by
-    `DECAY` a probe, so one stall keeps large requests back for a few probes, not for one. Over
-    `target_s`, the connection of a large request is muted for `MUTE_FACTOR` times the lag (at
-    most `MAX_MUTE_S`) and the request waits its next turn, for at most `MAX_HOLD_S` in all: on a
-    loop that stays late, large requests are paced, not stopped. A saturating producer then feeds
-    the loop only as fast as it keeps up, and the CPU time it leaves goes to the requests behind
-    it (on a machine with fewer cores than processes, the loop is late whenever another process
-    holds the CPU)."""
+    `FAST_DECAY` a probe (a 16 ms half-life), so one stall keeps large requests back for a few
+    probes, not for one. While the loop thread waits for a CPU (`RunQueueWait`: its share of time
+    runnable but not running, averaged over about 250 ms) more than `UNCONTENDED` of the time, the
+    lag decays more slowly, by `SLOW_DECAY` (a 70 ms half-life) from `CONTENDED` on: on a machine
+    short of CPU the bulk producer's requests otherwise slip in between the late probes, and the
+    CPU they take is what the other processes on a small send's path (its followers, its client)
+    wait for. With 3 brokers on 2 cores that took the small sends' p99 from 23-27 ms to 18-20 ms
+    (bench/README, fifth round); a loop late from its own work (a stalled write, a large append)
+    on a machine with CPU to spare keeps the fast decay, and its bulk MB/s (slowed everywhere, one
+    broker lost up to a third of it).
+
+    Over `target_s`, the connection of a large request is muted for `MUTE_FACTOR` times the lag
+    (at most `MAX_MUTE_S`) and the request waits its next turn, for at most `MAX_HOLD_S` in all:
+    on a loop that stays late, large requests are paced, not stopped. A saturating producer then
+    feeds the loop only as fast as it keeps up, and the CPU time it leaves goes to the requests
+    behind it (on a machine with fewer cores than processes, the loop is late whenever another
+    process holds the CPU)."""
 
     PROBE_S = 0.005
-    DECAY = 0.8
+    FAST_DECAY = 0.8
+    SLOW_DECAY = 0.95
+    # shares of the loop thread's time spent waiting for a CPU: one broker beside its clients on
+    # 2 cores waits 4-13% of the time, each of 3 brokers 20-40%
+    UNCONTENDED = 0.08
+    CONTENDED = 0.12
+    CONTENTION_WEIGHT = 0.02  # of the newest probe interval in the average (about 250 ms)
     MUTE_FACTOR = 3.0
     MAX_MUTE_S = 0.05
     MAX_HOLD_S = 0.1
@@ -96,18 +115,25 @@ class LagAdmission:
         self.target_s = target_ms / 1000
         self.min_bytes = min_bytes
         self.lag_s = 0.0
+        self.cpu_wait = 0.0  # the loop thread's recent share of time waiting for a CPU
         self.delayed = 0  # large requests held back, since the last report
         self._due = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        self._run_queue: RunQueueWait | None = None
 
     def start(self) -> None:
+        """On the loop's thread: its own CPU waits are measured."""
         if self.target_s > 0 and self._timer is None:
+            self._run_queue = RunQueueWait()
             self._arm()
 
     def stop(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._run_queue is not None:
+            self._run_queue.close()
+            self._run_queue = None
 
     def hold_for(self, size: int, held_s: float) -> float:
         """Seconds a client request of `size` bytes, held back for `held_s` already, should wait
@@ -124,5 +150,51 @@ class LagAdmission:
 
     def _probe(self) -> None:
         late = max(0.0, time.perf_counter() - self._due - self.TIMER_SLACK_S)
-        self.lag_s = max(late, self.lag_s * self.DECAY)
+        share = self._run_queue.share() if self._run_queue is not None else None
+        if share is not None:
+            w = self.CONTENTION_WEIGHT
+            self.cpu_wait = self.cpu_wait * (1 - w) + share * w
+        self.lag_s = max(late, self.lag_s * self.decay())
         self._arm()
+
+    def decay(self) -> float:
+        """The lag's decay per probe: slower the more the loop thread waits for a CPU."""
+        contended = min(1.0, max(0.0, (self.cpu_wait - self.UNCONTENDED) / (self.CONTENDED - self.UNCONTENDED)))
+        return self.FAST_DECAY + (self.SLOW_DECAY - self.FAST_DECAY) * contended
+
+
+class RunQueueWait:
+    """The calling thread's share of time spent runnable but not running (waiting for a CPU),
+    between calls of share(), from /proc/thread-self/schedstat (its second field, in ns). Where
+    the kernel does not expose it, share() is None and admission goes by the lag alone."""
+
+    PATH = "/proc/thread-self/schedstat"
+
+    def __init__(self) -> None:
+        try:
+            self._fd: int | None = os.open(self.PATH, os.O_RDONLY)  # this thread's, for good
+        except OSError:
+            self._fd = None
+        self._last = self._read()
+
+    def _read(self) -> tuple[float, int] | None:
+        if self._fd is None:
+            return None
+        try:
+            fields = os.pread(self._fd, 128, 0).split()
+            return time.perf_counter(), int(fields[1])
+        except (OSError, ValueError, IndexError):
+            self.close()
+            return None
+
+    def share(self) -> float | None:
+        now = self._read()
+        last, self._last = self._last, now
+        if now is None or last is None or now[0] <= last[0]:
+            return None
+        return min(1.0, max(0.0, (now[1] - last[1]) / 1e9 / (now[0] - last[0])))
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

@@ -297,3 +297,60 @@ def test_large_requests_wait_while_the_loop_is_late_small_ones_do_not() -> None:
     handled, delayed = asyncio.run(serve(stall=False))
     assert delayed == 0, f"{delayed} large requests held back on a loop that was not late"
     assert len(handled) == 11
+
+
+def test_a_loop_that_waits_for_a_cpu_keeps_large_requests_paced_longer() -> None:
+    """The admission's lag estimate decays slowly while the loop thread waits for a CPU (measured
+    from /proc/thread-self/schedstat): here a busy loop shares one CPU with a busy process, a real
+    run queue. The same loop with a CPU to itself keeps the fast decay."""
+    import os
+
+    import pytest
+
+    from node.loop_lag import LagAdmission, RunQueueWait
+
+    if RunQueueWait().share() is None:
+        pytest.skip("this kernel has no /proc/thread-self/schedstat: admission goes by the lag alone")
+    cpu = min(os.sched_getaffinity(0))
+
+    def measure(hog: bool) -> tuple[float, float]:
+        """(the loop thread's CPU wait share, the lag's decay per probe)"""
+        spinner = None
+        if hog:
+            spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            os.sched_setaffinity(spinner.pid, {cpu})
+        mask = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {cpu})  # this thread only: the loop's
+
+        async def run() -> tuple[float, float]:
+            loop = asyncio.get_running_loop()
+            admission = LagAdmission(target_ms=1)
+            admission.start()
+            busy_until = loop.time() + 1.5
+
+            def work() -> None:  # the loop busy too, in 1 ms steps: it wants the CPU all along
+                end = time.perf_counter() + 0.001
+                while time.perf_counter() < end:
+                    pass
+                if loop.time() < busy_until:
+                    loop.call_soon(work)
+
+            work()
+            await asyncio.sleep(1.5)
+            admission.stop()
+            return admission.cpu_wait, admission.decay()
+
+        try:
+            return asyncio.run(run())
+        finally:
+            os.sched_setaffinity(0, mask)
+            if spinner is not None:
+                spinner.kill()
+                spinner.wait()
+
+    wait, decay = measure(hog=True)
+    assert wait >= LagAdmission.CONTENDED, f"sharing a CPU with a busy process, the loop waited only {wait:.0%}"
+    assert decay == LagAdmission.SLOW_DECAY
+    alone, decay = measure(hog=False)
+    assert alone < LagAdmission.UNCONTENDED, f"with a CPU to itself the loop waited {alone:.0%} of the time"
+    assert decay == LagAdmission.FAST_DECAY
