@@ -87,8 +87,8 @@ class LagAdmission:
     CPU they take is what the other processes on a small send's path (its followers, its client)
     wait for. With 3 brokers on 2 cores that took the small sends' p99 from 23-27 ms to 18-20 ms
     (bench/README, fifth round); a loop late from its own work (a stalled write, a large append)
-    on a machine with CPU to spare keeps the fast decay, and its bulk MB/s (slowed everywhere, one
-    broker lost up to a third of it).
+    on a machine with CPU to spare keeps the fast decay, and its bulk MB/s (with the slow decay
+    everywhere, one broker's bulk producer lost up to a third of it).
 
     Over `target_s`, the connection of a large request is muted for `MUTE_FACTOR` times the lag
     (at most `MAX_MUTE_S`) and the request waits its next turn, for at most `MAX_HOLD_S` in all:
@@ -101,7 +101,7 @@ class LagAdmission:
     FAST_DECAY = 0.8
     SLOW_DECAY = 0.95
     # shares of the loop thread's time spent waiting for a CPU: one broker beside its clients on
-    # 2 cores waits 4-13% of the time, each of 3 brokers 20-40%
+    # 2 cores waits 4-13% of the time, each of 3 brokers 16-42%
     UNCONTENDED = 0.08
     CONTENDED = 0.12
     CONTENTION_WEIGHT = 0.02  # of the newest probe interval in the average (about 250 ms)

@@ -10,6 +10,7 @@ transaction's EndTxn keep within their timeouts.
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import textwrap
@@ -17,6 +18,7 @@ import threading
 import time
 import uuid
 
+import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -303,10 +305,6 @@ def test_a_loop_that_waits_for_a_cpu_keeps_large_requests_paced_longer() -> None
     """The admission's lag estimate decays slowly while the loop thread waits for a CPU (measured
     from /proc/thread-self/schedstat): here a busy loop shares one CPU with a busy process, a real
     run queue. The same loop with a CPU to itself keeps the fast decay."""
-    import os
-
-    import pytest
-
     from node.loop_lag import LagAdmission, RunQueueWait
 
     if RunQueueWait().share() is None:
@@ -315,12 +313,8 @@ def test_a_loop_that_waits_for_a_cpu_keeps_large_requests_paced_longer() -> None
 
     def measure(hog: bool) -> tuple[float, float]:
         """(the loop thread's CPU wait share, the lag's decay per probe)"""
-        spinner = None
-        if hog:
-            spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-            os.sched_setaffinity(spinner.pid, {cpu})
+        spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if hog else None
         mask = os.sched_getaffinity(0)
-        os.sched_setaffinity(0, {cpu})  # this thread only: the loop's
 
         async def run() -> tuple[float, float]:
             loop = asyncio.get_running_loop()
@@ -341,6 +335,9 @@ def test_a_loop_that_waits_for_a_cpu_keeps_large_requests_paced_longer() -> None
             return admission.cpu_wait, admission.decay()
 
         try:
+            if spinner is not None:
+                os.sched_setaffinity(spinner.pid, {cpu})
+            os.sched_setaffinity(0, {cpu})  # this thread only: the loop's
             return asyncio.run(run())
         finally:
             os.sched_setaffinity(0, mask)
