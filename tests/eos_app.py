@@ -45,6 +45,9 @@ SCENARIOS = (KILL_COORDINATOR, STUCK_SEND_OFFSETS)
 SEND_OFFSETS_STALL_S = 20.0  # send_offsets_to_transaction takes milliseconds when it works
 CALL_LIMIT_S = 90.0  # any other transaction call still blocked after this has hung
 RUN_LIMIT_S = 150.0
+# what OffsetFetch answers while the group's coordinator moves (Kafka's retriable errors)
+COORDINATOR_MOVED = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                     KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError._TIMED_OUT)
 
 
 class ClientCallHung(Exception):
@@ -116,11 +119,23 @@ class Loop:
 
     def rewind(self) -> None:
         """Back to the committed input offsets (what the output already holds)."""
-        for tp in self.consumer.committed(self.parts, timeout=30):
+        for tp in self._committed():
             self.consumer.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else 0))
 
     def committed_input(self) -> int:
-        return sum(max(tp.offset, 0) for tp in self.consumer.committed(self.parts, timeout=30))
+        return sum(max(tp.offset, 0) for tp in self._committed())
+
+    def _committed(self) -> list[TopicPartition]:
+        # Right after the coordinator's broker died, OffsetFetch may answer NOT_COORDINATOR (a
+        # retriable error in Kafka; librdkafka's committed() hands it back unflagged): ask again.
+        while True:
+            try:
+                return self.consumer.committed(self.parts, timeout=30)
+            except KafkaException as e:
+                err: KafkaError = e.args[0]
+                if not (err.retriable() or err.code() in COORDINATOR_MOVED) or time.monotonic() > self.deadline:
+                    raise
+                time.sleep(0.2)
 
     def one_transaction(self) -> int:
         """Consume a batch, produce its transform, commit both; returns how many were consumed."""
