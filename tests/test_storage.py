@@ -553,28 +553,6 @@ def test_truncate_to_drops_records_and_epochs(tmp_path):
     assert record_offsets(again) == list(range(6))
 
 
-def test_reads_from_where_recent_batches_end_survive_truncation(tmp_path):
-    # Reads at a recent batch's end take the segment's memory of where it ends, not the index:
-    # after a truncation and appends of other sizes they must still find the right batch.
-    log = open_log(tmp_path, index_interval_bytes=1 << 20)  # one index entry: a walk from 0 otherwise
-    for i in range(40):
-        log.append_as_leader(batch(1 + i % 3, tag=f"a{i}"), 1, NOW)
-    end = log.log_end_offset
-    for offset in range(end):
-        offsets = record_offsets(log, offset, max_bytes=1)  # one whole batch from there
-        assert offsets and offsets[0] <= offset <= offsets[-1]
-    log.truncate_to(30)
-    kept = log.log_end_offset
-    assert kept <= 30
-    for i in range(5):
-        log.append_as_leader(batch(7, size=50, tag=f"b{i}"), 2, NOW)  # other sizes at the old positions
-    assert record_offsets(log) == list(range(kept + 35))
-    for offset in range(kept, kept + 35, 7):
-        first = read_records(log, offset, max_bytes=1)[0]
-        assert first.offset == offset and first.value.startswith(b"b")
-    log.close()
-
-
 def test_truncate_fully_and_start_at(tmp_path):
     log = open_log(tmp_path)
     _epoch_history(log)

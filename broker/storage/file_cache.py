@@ -26,6 +26,8 @@ import os
 import resource
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import structlog
@@ -59,9 +61,13 @@ class CachedFile:
         self.gone = False  # deleted: never reopened
         self.dirty = False  # written since the last sync(); the writer sets it
 
-    def open(self) -> _Pin:
-        """``with f.open() as fd``: the descriptor, pinned open for the block."""
-        return _Pin(self)
+    @contextmanager
+    def open(self) -> Iterator[int]:
+        fd = self.cache.acquire(self)
+        try:
+            yield fd
+        finally:
+            self.cache.release(self)
 
     def sync(self) -> None:
         """fsync the file if it was written since the last sync. A failed sync leaves it dirty, so
@@ -86,20 +92,6 @@ class CachedFile:
 
     def __repr__(self) -> str:
         return f"CachedFile({self.path.name}, fd={self.fd}, pins={self.pins})"
-
-
-class _Pin:
-    # a class, not @contextmanager: several pins per Produce and Fetch, and a generator costs more
-    __slots__ = ("file",)
-
-    def __init__(self, file: CachedFile) -> None:
-        self.file = file
-
-    def __enter__(self) -> int:
-        return self.file.cache.acquire(self.file)
-
-    def __exit__(self, *exc: object) -> None:
-        self.file.cache.release(self.file)
 
 
 class FileCache:

@@ -33,12 +33,6 @@ log = structlog.get_logger(__name__)
 
 INT32_MAX = 2**31 - 1
 _HEADER_CHUNK = 16 * 1024  # header walks: about four index intervals per pread
-# Where the batches appended last end, by the offset that follows each: followers and caught-up
-# consumers fetch from exactly there, and find their batch without an index lookup and a header
-# walk (a walk of up to an index interval of small batches per Fetch, on the event loop). A few
-# are enough (a follower asks from its log end, a few appends back at most); the active segment
-# only keeps them, so the memory per partition stays small.
-_RECENT_ENDS = 16
 _RECOVERY_CHUNK = 1024 * 1024  # recovery hashes everything: big reads
 _BATCH_LENGTH = struct.Struct(">i")
 
@@ -138,7 +132,6 @@ class LogSegment:
         self.first_batch_timestamp = -1  # segment.ms counts from here (Kafka's rolling base)
         self.created_ms = created_ms
         self._bytes_since_index_entry = 0
-        self._ends: dict[int, int] = {}  # offset after a recently appended batch -> its end position
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -259,7 +252,6 @@ class LogSegment:
 
     def on_become_inactive(self) -> None:
         """Record the segment's max timestamp in the time index, so a restart knows it without a scan."""
-        self._ends = {}  # reads of an inactive segment take the index
         self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True)
 
     def _track_batch(self, position: int, last_offset: int, max_timestamp: int, size: int, index_interval: int) -> None:
@@ -274,13 +266,8 @@ class LogSegment:
             self._bytes_since_index_entry = 0
         self._bytes_since_index_entry += size
         self.next_offset = last_offset + 1
-        ends = self._ends
-        ends[last_offset + 1] = position + size
-        if len(ends) > _RECENT_ENDS:
-            del ends[next(iter(ends))]  # the oldest (dicts keep insertion order)
 
     def _reset_state(self) -> None:
-        self._ends = {}  # a new dict, not clear(): a reader may be looking in the old one
         self.next_offset = self.base_offset
         self.max_timestamp = -1
         self.offset_of_max_timestamp = -1
@@ -415,19 +402,8 @@ class LogSegment:
 
     def find_batch(self, offset: int, end: int) -> tuple[int, BatchHeader] | None:
         """(position, header) of the first batch in [0, end) whose last offset is >= `offset`."""
+        start = self.offset_index.lookup(offset)
         with self.log_file.open() as fd:
-            position = self._ends.get(offset)
-            if position is not None and position + BATCH_HEADER_SIZE <= end:
-                # the batch after the one that ended before `offset`: the first one at or past it
-                # (checked: a truncation racing this read falls back to the walk below)
-                head = os.pread(fd, BATCH_HEADER_SIZE, position)
-                try:
-                    header = header_at(head, 0, position) if len(head) == BATCH_HEADER_SIZE else None
-                except CorruptSegmentError:
-                    header = None
-                if header is not None and header.last_offset >= offset and position + header.size <= end:
-                    return position, header
-            start = self.offset_index.lookup(offset)
             for pos, header in iter_headers(fd, start, end):
                 if header.last_offset >= offset:
                     return pos, header
