@@ -17,6 +17,7 @@ from broker.fetch_sessions import FetchSessionCache
 from broker.lifecycle import BrokerLifecycle
 from broker.metadata_loader import MetadataLoader
 from broker.metrics import TopicStats, collect
+from broker.ports import PeerListing
 from broker.producer_ids import ProducerIdManager
 from broker.quotas.manager import ClientQuotas
 from broker.replication.chunk_fetcher import ChunkFetcher
@@ -28,6 +29,7 @@ from broker.replication.peers import PeerClients
 from broker.replication.replica_manager import ReplicaManager
 from broker.replication.throttle import Throttle
 from broker.server import RequestDispatcher, is_control_plane
+from broker.services import BrokerServices
 from broker.storage.errors import StorageError
 from broker.storage.log_dir import LogDir
 from metadata.client_quotas import ip_connection_rate
@@ -48,6 +50,7 @@ class Broker:
         # admin requests from queueing behind it (responses on a connection come in order).
         self.metadata_channel = ControllerChannel(config.voters, config.node_id, config.controller_security)
         self.metadata = MetadataLoader(self.metadata_channel, config.node_id)
+        self.peer_listing = PeerListing(self.metadata, config.listener.listener)
         self.log_dirs = [LogDir(p) for p in config.log_dirs]
         self.lifecycle = BrokerLifecycle(config, self.channel, self.metadata, self.log_dirs)
         # set when every log dir is offline: the process stops (as Kafka's broker halts)
@@ -105,7 +108,7 @@ class Broker:
             self.config.node_id, self.replicas, self.metadata, self.forward, Path(self.config.log_dirs[0]), diskless)
         # diskless partitions: served by every broker
         self.diskless = DisklessService(
-            self.config.node_id, self.metadata, self.replicas, self.diskless_coordinator, PeerClients(self, "diskless"),
+            self.config.node_id, self.metadata, self.replicas, self.diskless_coordinator, self._peer_clients("diskless"),
             diskless, self.topic_stats)
         self.metadata.preparers.append(self.replicas.prepare)
         self.metadata.publishers.append(self.replicas.on_metadata)
@@ -120,7 +123,13 @@ class Broker:
         self.loop_lag.start()
         self.lifecycle.start_heartbeats()
         await self.lifecycle.unfenced.wait()
-        dispatcher = self.request_metrics.wrap(RequestDispatcher(self))
+        self.services = BrokerServices(
+            config=self.config, metadata=self.metadata, forward=self.forward, spawn=self.spawn, replicas=self.replicas,
+            chunk_reads=self.chunk_reads, diskless=self.diskless, diskless_coordinator=self.diskless_coordinator,
+            group_coordinator=self.group_coordinator, transaction_coordinator=self.transaction_coordinator,
+            producer_ids=self.producer_ids, quotas=self.quotas, fetch_sessions=self.fetch_sessions,
+            topic_stats=self.topic_stats, cluster_id=self.cluster_id)
+        dispatcher = self.request_metrics.wrap(RequestDispatcher(self.services))
         bound = []
         for lst in self.config.listeners or ():
             sec = lst.security
@@ -173,13 +182,13 @@ class Broker:
         info = self.metadata.image.brokers.get(broker_id)
         return info.endpoint(self.config.listener.listener) if info is not None else None
 
+    def _peer_clients(self, purpose: str) -> PeerClients:
+        return PeerClients(self.peer_listing, self.config.node_id, self.config.inter_broker_security, purpose)
+
     def spawn(self, coro: Coroutine) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    def log_produce_error(self, topic: str, partition: int, exc: Exception) -> None:
-        log.warning("produce_rejected", topic=topic, partition=partition, error=str(exc))
 
     async def shutdown(self, *, controlled: bool = True) -> None:
         log.info("broker_stopping", controlled=controlled)

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from broker.apis import HANDLERS, RequestContext, load_all
+from broker.apis.catalog import load_all
+from broker.apis.registry import HANDLERS, RequestContext, advertised_versions
 from broker.authz import Check, authorize
 from broker.quotas.step_timer import StepTimer
 from node.authz import Denied, log_denied
@@ -30,7 +31,8 @@ from protocol.headers import (
 )
 
 if TYPE_CHECKING:
-    from broker.broker import Broker
+    from broker.quotas.manager import ClientQuotas
+    from broker.services import BrokerServices
     from node.server import Connection
 
 log = structlog.get_logger(__name__)
@@ -70,13 +72,6 @@ def is_control_plane(frame: bytes) -> bool:
 BROKER_APIS = frozenset({API_VERSIONS, 27, 1076, 1077})
 
 
-def advertised_versions() -> list[ApiVersionsResponse.ApiVersion]:
-    return [
-        ApiVersionsResponse.ApiVersion(api_key=e.key, min_version=e.min_version, max_version=e.max_version)
-        for e in sorted(load_all().values(), key=lambda e: e.key)
-    ]
-
-
 def decode_client_request(frame: bytes) -> Request:
     """decode_request, except that bytes after the body are ignored, as Kafka's broker ignores
     them: librdkafka 2.16's all-topics Metadata v13 (AdminClient.list_topics()) ends with 3 stray
@@ -111,9 +106,10 @@ def user_of(conn: Connection) -> str:
 
 
 class RequestDispatcher:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.authorizer = broker.config.authorizer  # None: no authorizer configured, nothing checked
+    def __init__(self, services: BrokerServices) -> None:
+        self.services = services
+        self.quotas: ClientQuotas = services.quotas
+        self.authorizer = services.config.authorizer  # None: no authorizer configured, nothing checked
         load_all()
 
     async def __call__(self, frame: bytes, conn: Connection) -> list | Eventual | None:
@@ -143,8 +139,8 @@ class RequestDispatcher:
                     conn.abort("authorization_failed", ProtocolError(f"{conn.principal} may not send API {req.api_key}"))
                     return None
                 return encode_response(req.api_key, req.api_version, req.correlation_id, d.response)
-        ctx = RequestContext(self.broker, req.api_key, req.api_version, req.correlation_id, req.header.client_id, conn)
-        quotas = self.broker.quotas
+        ctx = RequestContext(self.services, req.api_key, req.api_version, req.correlation_id, req.header.client_id, conn)
+        quotas = self.quotas
         exempt = is_from_broker(req)
         client_id = req.header.client_id or ""
         throttle = 0.0
@@ -167,7 +163,7 @@ class RequestDispatcher:
 
     def _encode(self, conn: Connection, req: Request, resp, exempt: bool, client_id: str, timer: StepTimer | None,
                 throttle: float) -> list | None:
-        quotas = self.broker.quotas
+        quotas = self.quotas
         parts = None if resp is None else encode_response(req.api_key, req.api_version, req.correlation_id, resp)
         if not exempt:
             after = 0.0
@@ -183,7 +179,7 @@ class RequestDispatcher:
 
     def _authorize(self, req: Request, conn: Connection):
         assert self.authorizer is not None
-        image = self.broker.metadata.image
+        image = self.services.metadata.image
         check = Check(self.authorizer, image.acls, conn.principal, conn.ip)
 
         def topic_name(t) -> str | None:

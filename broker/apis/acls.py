@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker.apis import RequestContext, api
+from broker.apis.registry import RequestContext, api
 from metadata.acls import AclError, acl_from_request, check_filter, filter_matches
 from protocol.errors import Errors
 from protocol.generated.describe_acls import DescribeAclsResponse
@@ -18,7 +18,7 @@ async def describe_acls(ctx: RequestContext, req) -> DescribeAclsResponse:
     except AclError as e:
         return R(error_code=Errors.INVALID_REQUEST, error_message=str(e), resources=[])
     by_pattern: dict[tuple[int, str, int], list] = {}
-    for acl in sorted(ctx.broker.metadata.image.acls.values(), key=repr):
+    for acl in sorted(ctx.services.metadata.image.acls.values(), key=repr):
         if filter_matches(f, acl):
             by_pattern.setdefault((acl.resource_type, acl.resource_name, acl.pattern_type), []).append(
                 R.AclDescription(principal=acl.principal, host=acl.host, operation=acl.operation,
@@ -30,9 +30,9 @@ async def describe_acls(ctx: RequestContext, req) -> DescribeAclsResponse:
 
 @api(30, 0, 3)
 async def create_acls(ctx: RequestContext, req):
-    return await ctx.broker.forward(req, ctx.api_version)
+    return await ctx.services.forward(req, ctx.api_version)
 
 
 @api(31, 0, 3)
 async def delete_acls(ctx: RequestContext, req):
-    return await ctx.broker.forward(req, ctx.api_version)
+    return await ctx.services.forward(req, ctx.api_version)

@@ -4,24 +4,24 @@ broker's image includes the change. DeleteRecords acts on the partition (broker/
 
 from __future__ import annotations
 
-from broker.apis import RequestContext, api
 from broker.apis.leadership import serving_partition
+from broker.apis.registry import RequestContext, api
 from protocol.generated.delete_records import DeleteRecordsResponse
 
 
 @api(19, 2, 7)
 async def create_topics(ctx: RequestContext, req):
-    return await ctx.broker.forward(req, ctx.api_version)
+    return await ctx.services.forward(req, ctx.api_version)
 
 
 @api(20, 1, 6)
 async def delete_topics(ctx: RequestContext, req):
-    return await ctx.broker.forward(req, ctx.api_version)
+    return await ctx.services.forward(req, ctx.api_version)
 
 
 @api(37, 0, 3)
 async def create_partitions(ctx: RequestContext, req):
-    return await ctx.broker.forward(req, ctx.api_version)
+    return await ctx.services.forward(req, ctx.api_version)
 
 
 @api(21, 0, 2)
@@ -36,7 +36,7 @@ async def delete_records(ctx: RequestContext, req) -> DeleteRecordsResponse:
         for dp in t.partitions:
             pr = R.DeleteRecordsPartitionResult(partition_index=dp.partition_index, low_watermark=-1)
             tr.partitions.append(pr)
-            part, pr.error_code = serving_partition(ctx.broker, t.name, dp.partition_index)
+            part, pr.error_code = serving_partition(ctx.services, t.name, dp.partition_index)
             if part is not None:
                 pr.error_code, pr.low_watermark = await part.delete_records(dp.offset)
     return R(topics=topics)
@@ -44,14 +44,14 @@ async def delete_records(ctx: RequestContext, req) -> DeleteRecordsResponse:
 
 @api(45, 0, 0)
 async def alter_partition_reassignments(ctx: RequestContext, req):
-    return await ctx.broker.forward(req, ctx.api_version)
+    return await ctx.services.forward(req, ctx.api_version)
 
 
 @api(46, 0, 0)
 async def list_partition_reassignments(ctx: RequestContext, req):
-    return await ctx.broker.forward(req, ctx.api_version, read_only=True)
+    return await ctx.services.forward(req, ctx.api_version, read_only=True)
 
 
 @api(43, 0, 2)
 async def elect_leaders(ctx: RequestContext, req):
-    return await ctx.broker.forward(req, ctx.api_version)
+    return await ctx.services.forward(req, ctx.api_version)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from broker.apis import RequestContext, api
+from broker.apis.registry import RequestContext, advertised_versions, api
 from protocol.generated.api_versions import ApiVersionsResponse
 
 
 @api(18, 0, 4)
 async def api_versions(ctx: RequestContext, req) -> ApiVersionsResponse:
-    from broker.server import advertised_versions
-
     return ApiVersionsResponse(error_code=0, api_keys=advertised_versions())

@@ -16,8 +16,8 @@ import asyncio
 
 import structlog
 
-from broker.apis import RequestContext, api
 from broker.apis.leadership import leader_or_error
+from broker.apis.registry import RequestContext, api
 from broker.replication.partition import Partition, now_ms
 from node.client import ClientError
 from protocol.errors import Errors
@@ -45,15 +45,15 @@ def _result(
 
 @api(1076, 0, 0)
 async def create_chunks(ctx: RequestContext, req: CreateChunksRequest) -> CreateChunksResponse:
-    b = ctx.broker
+    s = ctx.services
     results: list[R.CreateChunksTopicPartitionResult | None] = [None] * len(req.topic_partitions)
     sealed: list[tuple[int, CreateChunksRequest.CreateChunksTopicPartition, Partition]] = []
     epochs: dict[int, int] = {}  # entry -> leader epoch of the image it was sealed under
     try:
         for i, e in enumerate(req.topic_partitions):
-            p, code = leader_or_error(b, e.topic_name, e.partition_id)
+            p, code = leader_or_error(s, e.topic_name, e.partition_id)
             if p is None:
-                msg = f"broker {b.config.node_id} does not lead {e.topic_name}-{e.partition_id}"
+                msg = f"broker {s.config.node_id} does not lead {e.topic_name}-{e.partition_id}"
                 results[i] = _result(e, code, msg if code == Errors.NOT_LEADER_OR_FOLLOWER else None)
                 continue
             if p.sealed:
@@ -63,7 +63,7 @@ async def create_chunks(ctx: RequestContext, req: CreateChunksRequest) -> Create
                 continue
             p.sealed = True
             sealed.append((i, e, p))
-            info = b.metadata.image.partition(e.topic_name, e.partition_id)
+            info = s.metadata.image.partition(e.topic_name, e.partition_id)
             epochs[i] = info.leader_epoch if info is not None else p.leader_epoch
         settled = await asyncio.gather(
             *(p.wait_for_high_watermark(p.log.log_end_offset, SETTLE_TIMEOUT_S) for _, _, p in sealed)
@@ -98,7 +98,7 @@ async def create_chunks(ctx: RequestContext, req: CreateChunksRequest) -> Create
                 )
             )
         if forward:
-            await _forward(b, forward, results, epochs)
+            await _forward(s, forward, results, epochs)
             sent = {i for i, _ in forward}
             pending = [
                 (e, p, epochs[i])
@@ -106,13 +106,13 @@ async def create_chunks(ctx: RequestContext, req: CreateChunksRequest) -> Create
                 if i in sent
                 and results[i] is not None
                 and results[i].error_code == 0
-                and not _image_moved_on(b, e, epochs[i])
+                and not _image_moved_on(s, e, epochs[i])
             ]
             if pending:
                 # The controller took the chunk but our image does not show it yet (the sync after
                 # the forward timed out): writes must not reach the closed chunk meanwhile.
                 for e, p, epoch in pending:
-                    b.spawn(_unseal_when_applied(b, e, p, epoch))
+                    s.spawn(_unseal_when_applied(s, e, p, epoch))
                 held = {id(p) for _, p, _ in pending}
                 sealed = [x for x in sealed if id(x[2]) not in held]
     finally:
@@ -121,22 +121,22 @@ async def create_chunks(ctx: RequestContext, req: CreateChunksRequest) -> Create
     return R(throttle_time_ms=0, results=[r for r in results if r is not None])
 
 
-def _image_moved_on(b, e: CreateChunksRequest.CreateChunksTopicPartition, sealed_epoch: int) -> bool:
+def _image_moved_on(s, e: CreateChunksRequest.CreateChunksTopicPartition, sealed_epoch: int) -> bool:
     """True once our image holds the new active chunk: its PartitionChangeRecord always starts a
     new leader epoch (an empty active chunk that just moves keeps its start offset)."""
-    info = b.metadata.image.partition(e.topic_name, e.partition_id)
+    info = s.metadata.image.partition(e.topic_name, e.partition_id)
     return info is None or info.leader_epoch > sealed_epoch
 
 
-async def _unseal_when_applied(b, e, p: Partition, sealed_epoch: int) -> None:
+async def _unseal_when_applied(s, e, p: Partition, sealed_epoch: int) -> None:
     """Lift the seal once this broker's image holds the new active chunk (it then no longer leads
     the closed one), or after UNSEAL_GIVE_UP_S so a lost metadata stream cannot block writes forever."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + UNSEAL_GIVE_UP_S
     try:
-        while not _image_moved_on(b, e, sealed_epoch) and loop.time() < deadline:
-            await b.metadata.sync(timeout=min(5.0, max(0.1, deadline - loop.time())))
-        if not _image_moved_on(b, e, sealed_epoch):
+        while not _image_moved_on(s, e, sealed_epoch) and loop.time() < deadline:
+            await s.metadata.sync(timeout=min(5.0, max(0.1, deadline - loop.time())))
+        if not _image_moved_on(s, e, sealed_epoch):
             log.warning("chunk_seal_lifted_without_metadata", topic=e.topic_name, partition=e.partition_id)
     finally:
         p.sealed = False
@@ -151,12 +151,12 @@ def _last_stable_offset(p: Partition, hw: int) -> int:
     return min(lso, hw)
 
 
-async def _forward(b, forward: list, results: list, epochs: dict) -> None:
+async def _forward(s, forward: list, results: list, epochs: dict) -> None:
     body = CreateChunksRequest(topic_partitions=[e for _, e in forward])
     try:
         # read_only: rather than a full metadata round (up to a long-poll later), answer as soon as
         # our image shows each new active chunk, which the metadata fetch in flight brings at once
-        resp = await b.forward(body, 0, read_only=True)
+        resp = await s.forward(body, 0, read_only=True)
     except ClientError as err:
         for i, e in forward:
             results[i] = _result(e, Errors.REQUEST_TIMED_OUT, f"the controller did not answer: {err}")
@@ -178,7 +178,7 @@ async def _forward(b, forward: list, results: list, epochs: dict) -> None:
     created = [(e, epochs[i]) for i, e in forward if results[i].error_code == 0]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + IMAGE_WAIT_S
-    while any(not _image_moved_on(b, e, epoch) for e, epoch in created) and loop.time() < deadline:
+    while any(not _image_moved_on(s, e, epoch) for e, epoch in created) and loop.time() < deadline:
         await asyncio.sleep(0.005)
 
 
@@ -186,7 +186,7 @@ async def _forward(b, forward: list, results: list, epochs: dict) -> None:
 async def alter_chunk_assignments(ctx: RequestContext, req) -> AlterChunkAssignmentsResponse:
     """Only the controller changes chunk assignments; brokers pass the request on."""
     try:
-        return await ctx.broker.forward(req, ctx.api_version)
+        return await ctx.services.forward(req, ctx.api_version)
     except ClientError as err:
         A = AlterChunkAssignmentsResponse
         return A(

@@ -3,7 +3,7 @@ controller (it becomes ClientQuotaRecords in the metadata log)."""
 
 from __future__ import annotations
 
-from broker.apis import RequestContext, api
+from broker.apis.registry import RequestContext, api
 from broker.quotas.describe import FilterError, matching
 from protocol.generated.describe_client_quotas import DescribeClientQuotasResponse
 
@@ -13,7 +13,7 @@ R = DescribeClientQuotasResponse
 @api(48, 0, 1)
 async def describe_client_quotas(ctx: RequestContext, req) -> DescribeClientQuotasResponse:
     try:
-        found = matching(ctx.broker.metadata.image.client_quotas, req.components, req.strict)
+        found = matching(ctx.services.metadata.image.client_quotas, req.components, req.strict)
     except FilterError as e:
         return R(error_code=e.code, error_message=str(e), entries=None)
     return R(error_code=0, error_message=None, entries=[
@@ -25,4 +25,4 @@ async def describe_client_quotas(ctx: RequestContext, req) -> DescribeClientQuot
 
 @api(49, 0, 1)
 async def alter_client_quotas(ctx: RequestContext, req):
-    return await ctx.broker.forward(req, ctx.api_version)
+    return await ctx.services.forward(req, ctx.api_version)

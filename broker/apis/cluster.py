@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from broker.apis import RequestContext, api
+from broker.apis.registry import RequestContext, api
 from protocol.generated.describe_cluster import DescribeClusterResponse
 
 
 @api(60, 0, 2)
 async def describe_cluster(ctx: RequestContext, req) -> DescribeClusterResponse:
-    b = ctx.broker
-    image = b.metadata.image
+    s = ctx.services
+    image = s.metadata.image
     B = DescribeClusterResponse.DescribeClusterBroker
     brokers = []
     for info in sorted(image.brokers.values(), key=lambda x: x.id):
@@ -24,7 +24,7 @@ async def describe_cluster(ctx: RequestContext, req) -> DescribeClusterResponse:
                                        endpoint_type=req.endpoint_type)
     # As KRaft brokers do, name a live broker as "controller": admin requests sent there get forwarded.
     return DescribeClusterResponse(
-        cluster_id=b.cluster_id, controller_id=b.config.node_id, brokers=brokers, endpoint_type=req.endpoint_type or 1
+        cluster_id=s.cluster_id, controller_id=s.config.node_id, brokers=brokers, endpoint_type=req.endpoint_type or 1
     )
 
 
@@ -32,4 +32,4 @@ async def describe_cluster(ctx: RequestContext, req) -> DescribeClusterResponse:
 async def describe_quorum(ctx: RequestContext, req):
     """DescribeQuorum (kafka-metadata-quorum.sh, admin clients): answered by the quorum leader,
     as a Kafka broker forwards it to the active controller."""
-    return await ctx.broker.forward(req, ctx.api_version, read_only=True)
+    return await ctx.services.forward(req, ctx.api_version, read_only=True)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from broker.apis import RequestContext, api, broker_loggers
+from broker.apis import broker_loggers
+from broker.apis.registry import RequestContext, api
 from metadata import config_defs as defs
 from metadata.broker_defaults import BROKER_CATALOG, BROKER_DEFAULTS, broker_synonyms, is_sensitive
 from metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
@@ -37,7 +38,7 @@ async def describe_configs(ctx: RequestContext, req) -> DescribeConfigsResponse:
         elif res.resource_type == BROKER_RESOURCE:
             _broker(ctx, req, res, r)
         elif res.resource_type == broker_loggers.BROKER_LOGGER:
-            broker_loggers.describe(res, ctx.broker.config.node_id, r)
+            broker_loggers.describe(res, ctx.services.config.node_id, r)
         else:
             r.error_code = Errors.INVALID_REQUEST
             r.error_message = UNSUPPORTED.get(res.resource_type, f"resource type {res.resource_type} is not supported")
@@ -49,8 +50,8 @@ def _wanted(res, name: str) -> bool:
 
 
 def _topic(ctx: RequestContext, req, res, r) -> None:
-    b = ctx.broker
-    image = b.metadata.image
+    s = ctx.services
+    image = s.metadata.image
     if image.topic(res.resource_name) is None:
         r.error_code = Errors.UNKNOWN_TOPIC_OR_PARTITION
         r.error_message = f"topic '{res.resource_name}' does not exist"
@@ -59,13 +60,13 @@ def _topic(ctx: RequestContext, req, res, r) -> None:
     cluster = image.configs.get((BROKER_RESOURCE, ""), {})
     # As Kafka: the topic's own value, then its broker keys' values source by source; a config no
     # broker key sets (remote.storage.enable, diskless.enable) has no synonyms beyond its own.
-    layers = [(cluster, DYNAMIC_DEFAULT_BROKER_CONFIG), (b.config.props, STATIC_BROKER_CONFIG),
+    layers = [(cluster, DYNAMIC_DEFAULT_BROKER_CONFIG), (s.config.props, STATIC_BROKER_CONFIG),
               (BROKER_DEFAULTS, DEFAULT_CONFIG)]
-    for name, value, source in defs.effective_topic_configs(explicit, cluster, b.config.props):
+    for name, value, source in defs.effective_topic_configs(explicit, cluster, s.config.props):
         if not _wanted(res, name):
             continue
         d = defs.TOPIC_CONFIGS[name]
-        synonyms = _synonyms([s for s, _ in d.synonyms], layers)
+        synonyms = _synonyms([n for n, _ in d.synonyms], layers)
         if name in explicit:
             synonyms.insert(0, R.DescribeConfigsSynonym(name=name, value=explicit[name], source=DYNAMIC_TOPIC_CONFIG))
         r.configs.append(
@@ -94,17 +95,17 @@ def _broker(ctx: RequestContext, req, res, r) -> None:
     per-broker and cluster-wide values); the empty name (the cluster default) lists only the
     dynamic cluster-wide values. Synonyms run source by source (per-broker, cluster default,
     static, default), each over the key's names from its own on (log.retention.ms, .minutes, .hours)."""
-    b = ctx.broker
-    me = str(b.config.node_id)
+    s = ctx.services
+    me = str(s.config.node_id)
     if res.resource_name not in (me, ""):
         r.error_code = Errors.INVALID_REQUEST
         r.error_message = f"broker configs of {res.resource_name!r} must be asked of that broker (this is {me})"
         return
-    image = b.metadata.image
+    image = s.metadata.image
     cluster = image.configs.get((BROKER_RESOURCE, ""), {})
     if res.resource_name:
         layers = [(image.configs.get((BROKER_RESOURCE, me), {}), DYNAMIC_BROKER_CONFIG),
-                  (cluster, DYNAMIC_DEFAULT_BROKER_CONFIG), (b.config.props, STATIC_BROKER_CONFIG),
+                  (cluster, DYNAMIC_DEFAULT_BROKER_CONFIG), (s.config.props, STATIC_BROKER_CONFIG),
                   (BROKER_DEFAULTS, DEFAULT_CONFIG)]
     else:
         layers = [(cluster, DYNAMIC_DEFAULT_BROKER_CONFIG)]
@@ -118,8 +119,8 @@ def _broker(ctx: RequestContext, req, res, r) -> None:
             synonyms.pop(0)
         sensitive = is_sensitive(name)
         if sensitive:
-            for s in synonyms:
-                s.value = None
+            for syn in synonyms:
+                syn.value = None
         r.configs.append(
             R.DescribeConfigsResourceResult(
                 name=name,
@@ -147,7 +148,7 @@ async def alter_configs(ctx: RequestContext, req):
 @api(44, 0, 1)
 async def incremental_alter_configs(ctx: RequestContext, req):
     """Broker loggers are answered here; the other resources go to the controller."""
-    me = ctx.broker.config.node_id
+    me = ctx.services.config.node_id
     return await _split(ctx, req, lambda res: broker_loggers.alter(res, me, req.validate_only),
                         IncrementalAlterConfigsResponse)
 
@@ -155,12 +156,12 @@ async def incremental_alter_configs(ctx: RequestContext, req):
 async def _split(ctx: RequestContext, req, local, response_cls):
     loggers = [res for res in req.resources if res.resource_type == broker_loggers.BROKER_LOGGER]
     if not loggers:
-        return await ctx.broker.forward(req, ctx.api_version)
+        return await ctx.services.forward(req, ctx.api_version)
     answers = [local(res) for res in loggers]
     others = [res for res in req.resources if res.resource_type != broker_loggers.BROKER_LOGGER]
     if not others:
         return response_cls(throttle_time_ms=0, responses=answers)
     req.resources = others
-    resp = await ctx.broker.forward(req, ctx.api_version)
+    resp = await ctx.services.forward(req, ctx.api_version)
     resp.responses = list(resp.responses) + answers
     return resp

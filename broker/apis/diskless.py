@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from broker.apis import RequestContext, api
+from broker.apis.registry import RequestContext, api
 from broker.coordinator.diskless.state import BatchLookup, FoundBatches
 from protocol.errors import Errors, error_message
 from protocol.generated.diskless_commit_file import DisklessCommitFileResponse
@@ -33,7 +33,7 @@ def calling_broker(ctx: RequestContext) -> int | None:
     if not cid.startswith(CLIENT_ID_PREFIX) or not cid[len(CLIENT_ID_PREFIX):].isdigit():
         return None
     node = int(cid[len(CLIENT_ID_PREFIX):])
-    info = ctx.broker.metadata.image.brokers.get(node)
+    info = ctx.services.metadata.image.brokers.get(node)
     if info is None or info.fenced:
         return None
     peer_host = (ctx.connection.peer if ctx.connection is not None else "").rsplit(":", 1)[0]
@@ -48,7 +48,7 @@ async def _refused_offsets() -> tuple[int, int, int]:
 
 
 def _coordinator(ctx: RequestContext) -> Any:
-    return ctx.broker.diskless_coordinator
+    return ctx.services.diskless_coordinator
 
 
 def _message(code: int, default: str | None = None) -> str | None:
@@ -180,7 +180,7 @@ async def describe_files(ctx: RequestContext, req: Any) -> DisklessDescribeFiles
     if calling_broker(ctx) is None:
         return R(files=[R.DisklessDescribeFileResult(object_key=f.object_key, error_code=Errors.CLUSTER_AUTHORIZATION_FAILED,
                                                      error_message=REFUSED) for f in req.files])
-    return await ctx.broker.diskless.describe_files([f.object_key for f in req.files], req.details)
+    return await ctx.services.diskless.describe_files([f.object_key for f in req.files], req.details)
 
 
 @api(1110, 0, 0)

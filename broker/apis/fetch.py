@@ -13,8 +13,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from broker.apis import RequestContext, api
 from broker.apis.leadership import serving_partition
+from broker.apis.registry import RequestContext, api
 from broker.fetch_sessions import FetchSessionError, SessionPartition
 from broker.partitions.interface import FetchPosition
 from broker.replication.chunk_reads import ChunkAnswers
@@ -35,7 +35,7 @@ def _replica_id(req, version: int) -> int:
 
 @api(1, 4, 17)
 async def fetch(ctx: RequestContext, req) -> FetchResponse | Eventual:
-    b = ctx.broker
+    s = ctx.services
     v = ctx.api_version
     by_id = v >= 13
     requested: OrderedDict = OrderedDict()
@@ -51,7 +51,7 @@ async def fetch(ctx: RequestContext, req) -> FetchResponse | Eventual:
         for idx in t.partitions:
             forgotten.append((t.topic_id if by_id else t.topic, idx))
     try:
-        session, full = b.fetch_sessions.begin(req.session_id, req.session_epoch, requested, forgotten)
+        session, full = s.fetch_sessions.begin(req.session_id, req.session_epoch, requested, forgotten)
     except FetchSessionError as e:
         return R(error_code=e.error_code, session_id=req.session_id)
     parts = session.partitions if session is not None else requested
@@ -59,10 +59,10 @@ async def fetch(ctx: RequestContext, req) -> FetchResponse | Eventual:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(req.max_wait_ms, 0) / 1000
     # partitions answered from inactive chunks (served here, redirected or proxied); the rest below
-    chunk = await b.chunk_reads.serve_fetch(ctx, parts, req, replica_id, by_id, _budget(req))
+    chunk = await s.chunk_reads.serve_fetch(ctx, parts, req, replica_id, by_id, _budget(req))
 
     def read() -> Coroutine[Any, Any, _Read]:
-        return _read(b, b.metadata.image, parts, req, replica_id, by_id, full, chunk)
+        return _read(s, s.metadata.image, parts, req, replica_id, by_id, full, chunk)
 
     def complete(r: _Read) -> bool:
         return r.total >= req.min_bytes or r.errors or chunk.answer_now or loop.time() >= deadline or not r.wait_on
@@ -70,24 +70,24 @@ async def fetch(ctx: RequestContext, req) -> FetchResponse | Eventual:
     while True:
         r = await read()
         if complete(r):
-            return _finish(b, session, r)
+            return _finish(s, session, r)
         if r.at_once:
-            return _long_poll(b, session, read, complete, r.wait_on, deadline)
+            return _long_poll(s, session, read, complete, r.wait_on, deadline)
         fut = loop.create_future()
         for p in r.wait_on:
             p.add_data_waiter(fut)
         await wait_within(fut, deadline - loop.time(), False)
 
 
-def _finish(b, session, r: _Read) -> FetchResponse:
+def _finish(s, session, r: _Read) -> FetchResponse:
     for sp, pd in r.sent:  # what the client now knows, for the next incremental response
         sp.last_high_watermark, sp.last_log_start, sp.last_stable_offset = (
             pd.high_watermark, pd.log_start_offset, pd.last_stable_offset)
-    b.fetch_sessions.finish(session)
+    s.fetch_sessions.finish(session)
     return R(responses=r.topics, session_id=session.id if session is not None else 0)
 
 
-def _long_poll(b, session, read: Callable[[], Coroutine[Any, Any, _Read]], complete: Callable[[_Read], bool],
+def _long_poll(s, session, read: Callable[[], Coroutine[Any, Any, _Read]], complete: Callable[[_Read], bool],
                wait_on: list, deadline: float) -> Eventual:
     """The long poll of a Fetch whose partitions all read at once (local replicas): the partition
     that gets data (an append, a high watermark move) reads again in its own call and the answer
@@ -102,7 +102,7 @@ def _long_poll(b, session, read: Callable[[], Coroutine[Any, Any, _Read]], compl
         try:
             r = run_now(read())
         except Suspended:  # a partition now reads by waiting (it moved): finish in a task
-            loop.create_task(_read_then_answer(b, session, read, answer))
+            loop.create_task(_read_then_answer(s, session, read, answer))
             timer.cancel()
             return
         except Exception as e:
@@ -115,9 +115,9 @@ def _long_poll(b, session, read: Callable[[], Coroutine[Any, Any, _Read]], compl
                 # a large answer (a follower catching up) goes out a step later: the call that
                 # brought the data (a bulk append) finishes first, and the work queued behind it
                 # does not also wait for a megabyte written to a socket
-                loop.call_soon(answer.set_result, _finish(b, session, r))
+                loop.call_soon(answer.set_result, _finish(s, session, r))
             else:
-                answer.set_result(_finish(b, session, r))
+                answer.set_result(_finish(s, session, r))
         else:
             park(r.wait_on)
 
@@ -132,14 +132,14 @@ def _long_poll(b, session, read: Callable[[], Coroutine[Any, Any, _Read]], compl
     return answer
 
 
-async def _read_then_answer(b, session, read, answer: Eventual) -> None:
+async def _read_then_answer(s, session, read, answer: Eventual) -> None:
     # every failure goes to `answer`: the connection reports it (request_failed) and closes
     try:
         r = await read()
     except Exception as e:
         answer.set_exception(e)
     else:
-        answer.set_result(_finish(b, session, r))
+        answer.set_result(_finish(s, session, r))
 
 
 def _budget(req) -> int:
@@ -156,7 +156,7 @@ class _Read:
     at_once: bool  # no partition's read waited: the read can be repeated from a synchronous call
 
 
-async def _read(b, image, parts: OrderedDict, req, replica_id: int, by_id: bool, full: bool,
+async def _read(s, image, parts: OrderedDict, req, replica_id: int, by_id: bool, full: bool,
                 chunk: ChunkAnswers) -> _Read:
     is_follower = replica_id >= 0
     remaining = _budget(req) - chunk.bytes
@@ -184,14 +184,14 @@ async def _read(b, image, parts: OrderedDict, req, replica_id: int, by_id: bool,
             pd.error_code = Errors.UNKNOWN_TOPIC_ID if by_id else Errors.UNKNOWN_TOPIC_OR_PARTITION
         else:
             # as Kafka: only the leader serves the active chunk, to followers as to consumers
-            p, pd.error_code = serving_partition(b, info.name, idx, current_leader_epoch=sp.current_leader_epoch)
+            p, pd.error_code = serving_partition(s, info.name, idx, current_leader_epoch=sp.current_leader_epoch)
             if p is not None:  # all ask at once, then read in order
                 waits = p.prepare_read(position(sp, min(sp.max_bytes, remaining))) or waits
         resolved.append((tkey, idx, sp, info, pd, p))
     for tkey, idx, sp, info, pd, p in resolved:
         name = info.name if info is not None else (None if by_id else tkey)
         if p is not None and waits:  # an earlier read may have waited: is this one still served here?
-            p, pd.error_code = serving_partition(b, info.name, idx, current_leader_epoch=sp.current_leader_epoch)
+            p, pd.error_code = serving_partition(s, info.name, idx, current_leader_epoch=sp.current_leader_epoch)
         if p is not None:
             ans = await p.read(position(sp, min(sp.max_bytes, remaining)))
             pd.error_code = ans.error_code
@@ -204,7 +204,7 @@ async def _read(b, image, parts: OrderedDict, req, replica_id: int, by_id: bool,
                 errors = True  # answer at once: the follower must truncate before fetching on
             elif ans.size:
                 pd.records = ans.records
-                b.topic_stats.fetched(name, ans.size, replica_id)
+                s.topic_stats.fetched(name, ans.size, replica_id)
                 total += ans.size
                 remaining -= ans.size
             elif ans.wait:

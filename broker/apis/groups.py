@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from broker.apis import RequestContext, api
+from broker.apis.registry import RequestContext, api
 from broker.apis.transactions import transaction_coordinator
 from broker.coordinator import wall_clock_ms
 from broker.coordinator.group.coordinator import GROUP_OPERATIONS, GroupCoordinator
@@ -43,7 +43,7 @@ NO_AUTHORIZED_OPERATIONS = -(2**31)
 def _coordinator(ctx: RequestContext) -> GroupCoordinator:
     """The broker's group coordinator. It exists before the listener opens, and once shut down
     (inactive) it answers COORDINATOR_NOT_AVAILABLE itself, so handlers need no check of their own."""
-    return ctx.broker.group_coordinator
+    return ctx.services.group_coordinator
 
 
 def _client_host(ctx: RequestContext) -> str:
@@ -66,7 +66,7 @@ def _find(ctx: RequestContext, key: str, key_type: int) -> tuple[int, int, str, 
         if not key:
             return Errors.INVALID_REQUEST, -1, "", -1
     elif key_type == DISKLESS_KEY:
-        c = ctx.broker.diskless_coordinator
+        c = ctx.services.diskless_coordinator
         topic_name = c.topic
         if not key.isdigit():
             return Errors.INVALID_REQUEST, -1, "", -1
@@ -74,7 +74,7 @@ def _find(ctx: RequestContext, key: str, key_type: int) -> tuple[int, int, str, 
         return Errors.INVALID_REQUEST, -1, "", -1
     if c is None or not c.active:
         return none
-    image = ctx.broker.metadata.image
+    image = ctx.services.metadata.image
     topic = image.topic(topic_name)
     if topic is None:
         if key_type == GROUP_KEY:
@@ -186,7 +186,7 @@ async def heartbeat(ctx: RequestContext, req) -> HeartbeatResponse:
     # KIP-253 (OrderedConsumer): positions travel in tagged fields
     # a report of a partition no longer in our image is of one deleted once drained: kept, it
     # would pass for the position of a partition a later growth re-creates under that index
-    image = ctx.broker.replicas.image
+    image = ctx.services.replicas.image
     ex = PositionExchange(
         reported=[((t.topic, p.partition), p.offset) for t in req.positions for p in t.partitions
                   if image.partition(t.topic, p.partition) is not None],
@@ -233,7 +233,7 @@ def _requested_offsets(
 ) -> tuple[dict[tuple[str, int], OffsetAndMetadata], dict[tuple[str, int], int]]:
     """The offsets an OffsetCommit/TxnOffsetCommit asks for, and UNKNOWN_TOPIC_OR_PARTITION for
     partitions the metadata does not have."""
-    image = ctx.broker.metadata.image
+    image = ctx.services.metadata.image
     now = wall_clock_ms()
     offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
     errors: dict[tuple[str, int], int] = {}
@@ -352,7 +352,7 @@ async def offset_fetch(ctx: RequestContext, req) -> OffsetFetchResponse:
 async def offset_delete(ctx: RequestContext, req) -> OffsetDeleteResponse:
     R = OffsetDeleteResponse
     c = _coordinator(ctx)
-    image = ctx.broker.metadata.image
+    image = ctx.services.metadata.image
     errors: dict[tuple[str, int], int] = {}
     known = []
     for t in req.topics:

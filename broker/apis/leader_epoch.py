@@ -4,8 +4,8 @@ where their log and the leader's diverge."""
 
 from __future__ import annotations
 
-from broker.apis import RequestContext, api
 from broker.apis.leadership import DEBUG_REPLICA, serving_partition
+from broker.apis.registry import RequestContext, api
 from protocol.generated.offset_for_leader_epoch import OffsetForLeaderEpochResponse
 
 R = OffsetForLeaderEpochResponse
@@ -14,7 +14,7 @@ CONSUMER = -1
 
 @api(23, 0, 4)
 async def offset_for_leader_epoch(ctx: RequestContext, req) -> OffsetForLeaderEpochResponse:
-    b = ctx.broker
+    s = ctx.services
     topics = []
     for t in req.topics:
         tr = R.OffsetForLeaderTopicResult(topic=t.topic)
@@ -22,7 +22,7 @@ async def offset_for_leader_epoch(ctx: RequestContext, req) -> OffsetForLeaderEp
         for op in t.partitions:
             e = R.EpochEndOffset(partition=op.partition, leader_epoch=-1, end_offset=-1)
             tr.partitions.append(e)
-            p, e.error_code = serving_partition(b, t.topic, op.partition, allow_follower=req.replica_id == DEBUG_REPLICA,
+            p, e.error_code = serving_partition(s, t.topic, op.partition, allow_follower=req.replica_id == DEBUG_REPLICA,
                                                 current_leader_epoch=op.current_leader_epoch)
             if p is None:
                 continue

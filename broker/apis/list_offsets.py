@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 
-from broker.apis import RequestContext, api
 from broker.apis.leadership import DEBUG_REPLICA, serving_partition
+from broker.apis.registry import RequestContext, api
 from protocol.errors import Errors
 from protocol.generated.list_offsets import ListOffsetsResponse
 
@@ -21,7 +21,7 @@ READ_COMMITTED = 1
 
 @api(2, 0, 10)
 async def list_offsets(ctx: RequestContext, req) -> ListOffsetsResponse:
-    b = ctx.broker
+    s = ctx.services
     topics = []
     asks = []
     for t in req.topics:
@@ -31,13 +31,13 @@ async def list_offsets(ctx: RequestContext, req) -> ListOffsetsResponse:
             pr = R.ListOffsetsPartitionResponse(partition_index=lp.partition_index, timestamp=-1, offset=-1)
             tr.partitions.append(pr)
             if req.replica_id >= 0:  # a broker asking about the inactive chunks we hold
-                found = b.chunk_reads.local_answer(t.name, lp.partition_index, lp.timestamp)
+                found = s.chunk_reads.local_answer(t.name, lp.partition_index, lp.timestamp)
                 if found is None:
                     pr.error_code = Errors.NOT_LEADER_OR_FOLLOWER
                 else:
                     pr.offset, pr.timestamp = found
                 continue
-            p, pr.error_code = serving_partition(b, t.name, lp.partition_index,
+            p, pr.error_code = serving_partition(s, t.name, lp.partition_index,
                                                  allow_follower=req.replica_id == DEBUG_REPLICA,
                                                  current_leader_epoch=lp.current_leader_epoch)
             if p is not None:

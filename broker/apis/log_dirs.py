@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from broker.apis import RequestContext, api
+from broker.apis.registry import RequestContext, api
 from broker.storage.file_names import LOG_SUFFIX, segment_file_name
 from protocol.errors import Errors
 from protocol.generated.alter_replica_log_dirs import AlterReplicaLogDirsResponse
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 @api(34, 1, 2)
 async def alter_replica_log_dirs(ctx: RequestContext, req) -> AlterReplicaLogDirsResponse:
     R = AlterReplicaLogDirsResponse
-    rm = ctx.broker.replicas
+    rm = ctx.services.replicas
     codes: dict[str, dict[int, int]] = {}
     for d in req.dirs:
         for t in d.topics:
@@ -44,7 +44,7 @@ async def alter_replica_log_dirs(ctx: RequestContext, req) -> AlterReplicaLogDir
 @api(35, 1, 4)
 async def describe_log_dirs(ctx: RequestContext, req) -> DescribeLogDirsResponse:
     R = DescribeLogDirsResponse
-    rm = ctx.broker.replicas
+    rm = ctx.services.replicas
     wanted = None if req.topics is None else {(t.topic, p) for t in req.topics for p in t.partitions}
     results = []
     for d in rm.log_dirs:

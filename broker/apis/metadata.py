@@ -8,7 +8,7 @@ import re
 
 import structlog
 
-from broker.apis import RequestContext, api
+from broker.apis.registry import RequestContext, api
 from metadata import MetadataImage, TopicInfo
 from protocol.errors import Errors
 from protocol.generated.create_topics import CreateTopicsRequest
@@ -59,8 +59,8 @@ def partition_entries(image: MetadataImage, topic: TopicInfo) -> list:
 
 @api(3, 0, 13)
 async def metadata(ctx: RequestContext, req) -> MetadataResponse:
-    b = ctx.broker
-    image = b.metadata.image
+    s = ctx.services
+    image = s.metadata.image
     v = ctx.api_version
     listener = ctx.listener
     brokers = []
@@ -76,7 +76,7 @@ async def metadata(ctx: RequestContext, req) -> MetadataResponse:
         for tid in sorted(image.topics, key=lambda t: image.topics[t].name):
             topics.append(_topic_entry(image, image.topics[tid]))
     else:
-        auto = b.config.auto_create_topics and (v < 4 or req.allow_auto_topic_creation)
+        auto = s.config.auto_create_topics and (v < 4 or req.allow_auto_topic_creation)
         for t in req.topics:
             if t.name is None:
                 info = image.topics.get(t.topic_id)
@@ -96,9 +96,9 @@ async def metadata(ctx: RequestContext, req) -> MetadataResponse:
             else:
                 topics.append(R.MetadataResponseTopic(error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION, name=t.name))
     if to_create:
-        b.spawn(_auto_create(b, to_create))
-    b.diskless.assign_leaders(topics, ctx.client_id)
-    return R(brokers=brokers, cluster_id=b.cluster_id, controller_id=b.config.node_id, topics=topics)
+        s.spawn(_auto_create(s, to_create))
+    s.diskless.assign_leaders(topics, ctx.client_id)
+    return R(brokers=brokers, cluster_id=s.cluster_id, controller_id=s.config.node_id, topics=topics)
 
 
 def _topic_entry(image: MetadataImage, info: TopicInfo):
@@ -112,19 +112,19 @@ def _topic_entry(image: MetadataImage, info: TopicInfo):
     )
 
 
-async def _auto_create(b, names: list[str]) -> None:
+async def _auto_create(s, names: list[str]) -> None:
     req = CreateTopicsRequest(
         # Kafka auto-creates with the broker's own num.partitions and default.replication.factor.
         topics=[
             CreateTopicsRequest.CreatableTopic(
-                name=n, num_partitions=b.config.num_partitions, replication_factor=b.config.default_replication_factor
+                name=n, num_partitions=s.config.num_partitions, replication_factor=s.config.default_replication_factor
             )
             for n in names
         ],
         timeout_ms=30000,
     )
     try:
-        resp = await b.forward(req)
+        resp = await s.forward(req)
         for t in resp.topics:
             if t.error_code not in (0, Errors.TOPIC_ALREADY_EXISTS):
                 log.warning("auto_create_failed", topic=t.name, error_code=t.error_code, error=t.error_message)

@@ -4,7 +4,7 @@ OrderedConsumer turns them into offset thresholds with OffsetForLeaderEpoch."""
 
 from __future__ import annotations
 
-from broker.apis import RequestContext, api
+from broker.apis.registry import RequestContext, api
 from protocol.errors import Errors
 from protocol.generated.partition_leader_epochs_for_partitions import PartitionLeaderEpochsForPartitionsResponse
 
@@ -13,7 +13,7 @@ R = PartitionLeaderEpochsForPartitionsResponse
 
 @api(1253, 0, 0)
 async def partition_leader_epochs(ctx: RequestContext, req) -> PartitionLeaderEpochsForPartitionsResponse:
-    image = ctx.broker.metadata.image
+    image = ctx.services.metadata.image
     topics = []
     for t in req.topics:
         info = image.topic(t.name)

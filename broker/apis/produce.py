@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 
-from broker.apis import RequestContext, api
 from broker.apis.leadership import serving_partition
+from broker.apis.registry import RequestContext, api
 from broker.replication.partition import now_ms
 from metadata import TopicInfo
 from node.waits import Eventual
@@ -44,7 +44,7 @@ def partition_count_problem(topic: TopicInfo, index: int, producer_count: int) -
 
 @api(0, 3, 12)
 async def produce(ctx: RequestContext, req) -> ProduceResponse | Eventual | None:
-    b = ctx.broker
+    s = ctx.services
     acks = req.acks
     now = now_ms()
     waits = []
@@ -53,7 +53,7 @@ async def produce(ctx: RequestContext, req) -> ProduceResponse | Eventual | None
     for t in req.topic_data:
         tr = R.TopicProduceResponse(name=t.name)
         responses.append(tr)
-        topic = b.replicas.image.topic(t.name)
+        topic = s.replicas.image.topic(t.name)
         for pd in t.partition_data:
             pr = R.PartitionProduceResponse(index=pd.index, base_offset=-1)
             tr.partition_responses.append(pr)
@@ -68,7 +68,7 @@ async def produce(ctx: RequestContext, req) -> ProduceResponse | Eventual | None
             # has the image's epoch, records hashed over the new count would carry the old one
             # (and pass a consumer's upperOffsetThreshold), so a producer that sends a count waits
             info = topic.partitions.get(pd.index) if topic is not None and t.undeleted_partition_count >= 0 else None
-            p, pr.error_code = serving_partition(b, t.name, pd.index,
+            p, pr.error_code = serving_partition(s, t.name, pd.index,
                                                  current_leader_epoch=info.leader_epoch if info is not None else -1)
             if p is None:
                 continue

@@ -12,9 +12,9 @@ open. PRODUCER_FENCED goes to versions before 4 as INVALID_PRODUCER_EPOCH, as Ka
 
 from __future__ import annotations
 
-from broker.apis import RequestContext, api
+from broker.apis.registry import RequestContext, api
 from broker.apis.transactions import fenced_for_version, transaction_coordinator
-from broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
+from broker.producer_ids import ProducerIdsUnavailable
 from protocol.errors import Errors
 from protocol.generated.init_producer_id import InitProducerIdResponse
 
@@ -48,7 +48,7 @@ async def init_producer_id(ctx: RequestContext, req) -> InitProducerIdResponse:
     if has_id and epoch < MAX_EPOCH:
         return R(producer_id=pid, producer_epoch=epoch + 1)
     try:
-        new_pid = await ProducerIdManager.for_broker(ctx.broker).generate()
+        new_pid = await ctx.services.producer_ids.generate()
     except ProducerIdsUnavailable as e:
         return _error(e.error_code)
     return R(producer_id=new_pid, producer_epoch=0)

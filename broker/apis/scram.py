@@ -5,7 +5,7 @@ re-authentication): ILLEGAL_SASL_STATE, as Kafka's KafkaApis answers them."""
 
 from __future__ import annotations
 
-from broker.apis import RequestContext, api
+from broker.apis.registry import RequestContext, api
 from protocol.errors import Errors
 from protocol.generated.describe_user_scram_credentials import DescribeUserScramCredentialsResponse
 from protocol.generated.sasl_authenticate import SaslAuthenticateResponse
@@ -17,7 +17,7 @@ R = DescribeUserScramCredentialsResponse
 @api(50, 0, 0)
 async def describe_user_scram_credentials(ctx: RequestContext, req) -> DescribeUserScramCredentialsResponse:
     by_user: dict[str, list[tuple[int, int]]] = {}
-    for (name, mechanism), cred in sorted(ctx.broker.metadata.image.scram.items()):
+    for (name, mechanism), cred in sorted(ctx.services.metadata.image.scram.items()):
         by_user.setdefault(name, []).append((mechanism, cred.iterations))
 
     def result(name: str, code: int = 0, message: str | None = None) -> R.DescribeUserScramCredentialsResult:
@@ -42,7 +42,7 @@ async def describe_user_scram_credentials(ctx: RequestContext, req) -> DescribeU
 
 @api(51, 0, 0)
 async def alter_user_scram_credentials(ctx: RequestContext, req):
-    return await ctx.broker.forward(req, ctx.api_version)
+    return await ctx.services.forward(req, ctx.api_version)
 
 
 @api(17, 0, 1)

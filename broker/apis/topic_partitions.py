@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import structlog
 
-from broker.apis import RequestContext, api
 from broker.apis.metadata import INTERNAL_TOPICS, partition_entries
+from broker.apis.registry import RequestContext, api
 from protocol.errors import Errors
 from protocol.generated.describe_topic_partitions import DescribeTopicPartitionsResponse
 
@@ -29,8 +29,8 @@ def _copy(src: object, cls: type) -> object:
 
 @api(75, 0, 0)
 async def describe_topic_partitions(ctx: RequestContext, req) -> DescribeTopicPartitionsResponse:
-    image = ctx.broker.metadata.image
-    cap = int(ctx.broker.config.props.get("max.request.partition.size.limit", DEFAULT_LIMIT))
+    image = ctx.services.metadata.image
+    cap = int(ctx.services.config.props.get("max.request.partition.size.limit", DEFAULT_LIMIT))
     limit = max(min(req.response_partition_limit, cap), 1)
     cursor = req.cursor
     if req.topics:

@@ -8,8 +8,8 @@ import re
 import time
 from collections import defaultdict
 
-from broker.apis import RequestContext, api
 from broker.apis.leadership import leader_or_error
+from broker.apis.registry import RequestContext, api
 from broker.coordinator.transaction.records import TransactionState
 from protocol.errors import Errors
 from protocol.generated.describe_producers import DescribeProducersResponse
@@ -26,7 +26,7 @@ async def describe_producers(ctx: RequestContext, req) -> DescribeProducersRespo
     for t in req.topics:
         parts = []
         for idx in t.partition_indexes:
-            p, code = leader_or_error(ctx.broker, t.name, idx)
+            p, code = leader_or_error(ctx.services, t.name, idx)
             if p is None:
                 parts.append(R.PartitionResponse(partition_index=idx, error_code=code))
                 continue
@@ -46,7 +46,7 @@ async def describe_transactions(ctx: RequestContext, req) -> DescribeTransaction
     R = DescribeTransactionsResponse
     out = []
     for tid in req.transactional_ids:
-        code, meta = ctx.broker.transaction_coordinator.describe(tid)
+        code, meta = ctx.services.transaction_coordinator.describe(tid)
         if meta is None:
             out.append(R.TransactionState(error_code=code, transactional_id=tid, transaction_state="",
                                           transaction_start_time_ms=-1, producer_id=-1, producer_epoch=-1))
@@ -71,7 +71,7 @@ async def list_transactions(ctx: RequestContext, req) -> ListTransactionsRespons
             pattern = re.compile(req.transactional_id_pattern)
         except re.error:
             return R(error_code=Errors.INVALID_REQUEST)
-    code, txns = ctx.broker.transaction_coordinator.listing()
+    code, txns = ctx.services.transaction_coordinator.listing()
     if code:
         return R(error_code=code)
     wanted = {STATES[n] for n in req.state_filters if n in STATES}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.apis import RequestContext, api
+from broker.apis.registry import RequestContext, api
 from protocol.errors import Errors
 from protocol.generated.add_offsets_to_txn import AddOffsetsToTxnResponse
 from protocol.generated.add_partitions_to_txn import AddPartitionsToTxnResponse
@@ -20,7 +20,7 @@ from protocol.generated.end_txn import EndTxnResponse
 
 
 def transaction_coordinator(ctx: RequestContext) -> Any:
-    c = getattr(ctx.broker, "transaction_coordinator", None)
+    c = ctx.services.transaction_coordinator
     return c if c is not None and c.active else None
 
 
@@ -31,7 +31,7 @@ def fenced_for_version(code: int, version: int, first_with_fenced: int) -> int:
 @api(24, 0, 3)
 async def add_partitions_to_txn(ctx: RequestContext, req) -> AddPartitionsToTxnResponse:
     R = AddPartitionsToTxnResponse
-    image = ctx.broker.metadata.image
+    image = ctx.services.metadata.image
     requested = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
     unknown = set()
     for name, p in requested:

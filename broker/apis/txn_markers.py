@@ -16,8 +16,8 @@ import inspect
 
 import structlog
 
-from broker.apis import RequestContext, api
 from broker.apis.leadership import leader_or_error
+from broker.apis.registry import RequestContext, api
 from broker.replication.partition import now_ms
 from broker.storage.errors import StorageError
 from protocol.errors import Errors
@@ -32,7 +32,7 @@ REPLICATION_TIMEOUT_S = 20.0  # below the sender's 30 s request timeout, so it h
 
 @api(27, 0, 1)
 async def write_txn_markers(ctx: RequestContext, req) -> WriteTxnMarkersResponse:
-    b = ctx.broker
+    s = ctx.services
     now = now_ms()
     results = []
     waits = []  # (partition result, partition, end offset, topic, producer id, commit)
@@ -45,13 +45,13 @@ async def write_txn_markers(ctx: RequestContext, req) -> WriteTxnMarkersResponse
             for idx in t.partition_indexes:
                 pr = R.WritableTxnMarkerPartitionResult(partition_index=idx)
                 tr.partitions.append(pr)
-                p, pr.error_code = leader_or_error(b, t.name, idx)
+                p, pr.error_code = leader_or_error(s, t.name, idx)
                 if p is None:
                     continue
                 if p.sealed:
                     pr.error_code = Errors.NOT_LEADER_OR_FOLLOWER  # a chunk is being created: retry
                     continue
-                min_isr = int(b.replicas.topic_config(t.name).get("min.insync.replicas", "1"))
+                min_isr = int(s.replicas.topic_config(t.name).get("min.insync.replicas", "1"))
                 if len(p.isr) < min_isr:
                     pr.error_code = Errors.NOT_ENOUGH_REPLICAS
                     continue
@@ -85,7 +85,7 @@ async def write_txn_markers(ctx: RequestContext, req) -> WriteTxnMarkersResponse
 
 
 async def _complete_offsets(ctx: RequestContext, partition: int, producer_id: int, commit: bool) -> None:
-    gc = getattr(ctx.broker, "group_coordinator", None)
+    gc = ctx.services.group_coordinator
     handler = getattr(gc, "on_transaction_completed", None)
     if handler is None:
         return

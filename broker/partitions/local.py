@@ -8,6 +8,8 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
+import structlog
+
 from broker.partitions.interface import AppendAnswer, FetchPosition, OffsetAnswer, ReadAnswer, answered
 from broker.storage.batch_validation import first_record_without_key
 from broker.storage.cleaner import cleanup_policies
@@ -17,6 +19,7 @@ from node.waits import Eventual
 from protocol.errors import Errors
 from protocol.generated.alter_chunk_assignments import AlterChunkAssignmentsRequest
 
+log = structlog.get_logger(__name__)
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
 
@@ -52,7 +55,7 @@ class LocalPartition:
             info = p.log.append_as_leader(records, p.leader_epoch, now_ms)
         except StorageError as e:
             if not isinstance(e, ResourceExhaustedError):  # that one has its own rate-limited line
-                b.log_produce_error(name, p.index, e)
+                log.warning("produce_rejected", topic=name, partition=p.index, error=str(e))
             return answered(AppendAnswer(e.error_code, str(e), record_errors=list(e.record_errors)))
         answer = AppendAnswer(0, None, info.first_offset, info.log_append_time, p.log.log_start_offset)
         b.topic_stats.produced(name, info.last_offset - info.first_offset + 1, len(records))

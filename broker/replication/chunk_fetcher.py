@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from broker.ports import PeerListing
 from broker.replication.chunk_replica import ChunkReplica
 from broker.replication.partition import Partition
 from broker.replication.peers import PeerClients
@@ -59,7 +60,8 @@ class ChunkFetcher:
         self.broker = broker
         self.throttle = throttle
         self.node_id = broker.config.node_id
-        self.peers = PeerClients(broker, "chunk-fetcher")
+        self.peers = PeerClients(PeerListing(broker.metadata, broker.config.listener.listener), broker.config.node_id,
+                                 broker.config.inter_broker_security, "chunk-fetcher")
         self._tasks: dict[tuple, asyncio.Task] = {}
         self._reported: set[tuple] = set()  # (kind, topic, partition, start, chunk epoch) sent and accepted
         self._stopping = False

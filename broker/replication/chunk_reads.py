@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from broker.metrics import ChunkReadCounts
+from broker.ports import PeerListing
 from broker.replication.chunk_replica import ChunkReplica
 from broker.replication.peers import PeerClients
 from broker.storage.errors import StorageError
@@ -76,7 +77,8 @@ class ChunkReads:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.node_id = broker.config.node_id
-        self.peers = PeerClients(broker, "chunk-reader")
+        self.peers = PeerClients(PeerListing(broker.metadata, broker.config.listener.listener), broker.config.node_id,
+                                 broker.config.inter_broker_security, "chunk-reader")
         # (topic id, partition, chunk start) -> the chunk's largest timestamp: inactive chunks are
         # immutable, so it is asked once (retention only lowers it, which costs a needless ask)
         self._chunk_max_ts: dict[tuple, int] = {}

@@ -10,20 +10,22 @@ from typing import TYPE_CHECKING
 from node.client import ClientError, NodeClient
 
 if TYPE_CHECKING:
-    from broker.broker import Broker
+    from broker.ports import PeerDirectory
+    from node.security import ClientSecurity
 
 
 class PeerClients:
-    def __init__(self, broker: Broker, purpose: str) -> None:
-        self.broker = broker
+    def __init__(self, peers: PeerDirectory, node_id: int, security: ClientSecurity | None, purpose: str) -> None:
+        self.peers = peers
+        self.node_id = node_id
+        self.security = security
         self.purpose = purpose
         self._clients: dict[int, NodeClient] = {}
         self._locks: dict[int, asyncio.Lock] = {}
         self._closed = False
 
     def live(self, broker_id: int) -> bool:
-        info = self.broker.metadata.image.brokers.get(broker_id)
-        return info is not None and not info.fenced and info.endpoint(self.broker.config.listener.listener) is not None
+        return self.peers.live(broker_id)
 
     async def get(self, broker_id: int, timeout: float = 10.0) -> NodeClient:
         """A connected client to `broker_id`; ClientError when it has no endpoint or refuses."""
@@ -37,13 +39,11 @@ class PeerClients:
                 return c
             if self._closed:
                 raise ClientError("broker is shutting down")
-            info = self.broker.metadata.image.brokers.get(broker_id)
-            ep = info.endpoint(self.broker.config.listener.listener) if info is not None else None
+            ep = self.peers.endpoint(broker_id)
             if ep is None:
                 raise ClientError(f"broker {broker_id} has no endpoint")
-            client_id = f"{self.purpose}-{self.broker.config.node_id}"
-            c = await NodeClient(ep.host, ep.port, client_id=client_id, timeout=timeout,
-                                 security=self.broker.config.inter_broker_security).connect()
+            client_id = f"{self.purpose}-{self.node_id}"
+            c = await NodeClient(ep.host, ep.port, client_id=client_id, timeout=timeout, security=self.security).connect()
             self._clients[broker_id] = c
             return c
 

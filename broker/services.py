@@ -1,0 +1,42 @@
+"""What request handlers may use: the broker's components by name (the composition root,
+``broker.broker.Broker``, fills it in). Handlers translate between requests and these; they never
+see the Broker itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from broker.config import BrokerConfig
+    from broker.coordinator.group import GroupCoordinator
+    from broker.coordinator.transaction import TransactionCoordinator
+    from broker.diskless.coordinator.coordinator import DisklessCoordinator
+    from broker.diskless.partition import DisklessService
+    from broker.fetch_sessions import FetchSessionCache
+    from broker.metrics import TopicStats
+    from broker.ports import Forwarder, MetadataView, TaskSpawner
+    from broker.producer_ids import ProducerIdManager
+    from broker.quotas.manager import ClientQuotas
+    from broker.replication.chunk_reads import ChunkReads
+    from broker.replication.replica_manager import ReplicaManager
+
+
+@dataclass
+class BrokerServices:
+    config: BrokerConfig
+    metadata: MetadataView  # the current image, and waits for the controller's writes to reach it
+    forward: Forwarder  # admin requests to the controller (KIP-590)
+    spawn: TaskSpawner
+    replicas: ReplicaManager
+    chunk_reads: ChunkReads  # inactive chunks' data, here or on their replicas
+    diskless: DisklessService
+    diskless_coordinator: DisklessCoordinator
+    group_coordinator: GroupCoordinator
+    transaction_coordinator: TransactionCoordinator
+    producer_ids: ProducerIdManager
+    quotas: ClientQuotas
+    fetch_sessions: FetchSessionCache
+    topic_stats: TopicStats
+    # learned from the controller before any listener opens (DescribeCluster)
+    cluster_id: str | None = None
