@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import structlog
 
-from controller.apis import Apis
+from controller.apis.registry import Apis
 from controller.config import ControllerConfig
 from controller.controller import Controller, FatalError, NotControllerError
 from controller.metrics import collect as controller_metrics

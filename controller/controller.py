@@ -34,8 +34,9 @@ from controller.image_state import ImageState
 from controller.log_dirs import DirMeta, StartupError, ensure_formatted
 from controller.metadata_log import LogCorruption, MetadataLog
 from controller.placement import ReplicaPlacer
-from controller.raft.client import NotLeaderError, RaftClient
+from controller.raft.client import RaftClient
 from controller.raft.quorum_state import QuorumStateError
+from controller.raft.replication import NotLeaderError
 from controller.snapshots import SnapshotError, SnapshotStore, encode_snapshot
 from metadata import config_defs
 from metadata.image import BROKER_RESOURCE, MetadataImage

@@ -11,8 +11,9 @@ from typing import Any
 
 import structlog
 
-from controller.apis import Apis, handlers
 from controller.apis.api_versions import unsupported_version_response
+from controller.apis.catalog import handlers
+from controller.apis.registry import Apis
 from controller.controller import NotControllerError
 from controller.not_controller import not_controller_body
 from metadata.acls import CLUSTER, CLUSTER_ACTION, CLUSTER_NAME

@@ -3,7 +3,7 @@ their image."""
 
 from __future__ import annotations
 
-from controller.apis import Apis
+from controller.apis.registry import Apis
 from metadata.acls import acl_from_request
 from protocol.errors import Errors
 from protocol.generated.create_acls import CreateAclsRequest, CreateAclsResponse

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from controller.apis.registry import Apis
 from protocol.generated.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from protocol.headers import Request
 
@@ -12,7 +11,7 @@ def version_list(served: dict[int, tuple[int, int]]) -> list[ApiVersionsResponse
     return [ApiVersionsResponse.ApiVersion(k, lo, hi) for k, (lo, hi) in sorted(served.items())]
 
 
-async def api_versions(apis: Any, req: Request) -> ApiVersionsResponse:
+async def api_versions(apis: Apis, req: Request) -> ApiVersionsResponse:
     return ApiVersionsResponse(error_code=0, api_keys=version_list(apis.served), throttle_time_ms=0)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from controller.apis import Apis
+from controller.apis.registry import Apis
 from controller.chunks import ChunkMove, NewChunk
 from protocol.generated.alter_chunk_assignments import AlterChunkAssignmentsRequest, AlterChunkAssignmentsResponse
 from protocol.generated.create_chunks import CreateChunksRequest, CreateChunksResponse

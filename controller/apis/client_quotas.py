@@ -3,7 +3,7 @@ answer it from their own MetadataImage."""
 
 from __future__ import annotations
 
-from controller.apis import Apis
+from controller.apis.registry import Apis
 from protocol.generated.alter_client_quotas import AlterClientQuotasRequest, AlterClientQuotasResponse
 from protocol.headers import Request
 

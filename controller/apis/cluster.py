@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import structlog
 
-from controller.apis import Apis
+from controller.apis.registry import Apis
 from controller.cluster import Heartbeat, Registration
 from controller.errors import ApiError, Errors
 from protocol.generated.broker_heartbeat import BrokerHeartbeatRequest, BrokerHeartbeatResponse

@@ -3,7 +3,7 @@ brokers' job: they answer it from their own MetadataImage."""
 
 from __future__ import annotations
 
-from controller.apis import Apis
+from controller.apis.registry import Apis
 from protocol.generated.alter_configs import AlterConfigsRequest, AlterConfigsResponse
 from protocol.generated.incremental_alter_configs import (
     IncrementalAlterConfigsRequest,

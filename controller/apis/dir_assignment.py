@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from controller.apis import Apis
+from controller.apis.registry import Apis
 from controller.dir_assignment import Assignment
 from controller.errors import ApiError
 from protocol.generated.assign_replicas_to_dirs import AssignReplicasToDirsRequest, AssignReplicasToDirsResponse

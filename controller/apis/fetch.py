@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from controller.apis import Apis
+from controller.apis.registry import Apis
 from controller.errors import Errors
 from metadata.image import METADATA_TOPIC, METADATA_TOPIC_ID
 from protocol.generated.fetch import FetchRequest, FetchResponse

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from controller.apis import Apis
+from controller.apis.registry import Apis
 from controller.errors import ApiError
 from controller.partitions import IsrUpdate, PartitionResult, TopicIsrUpdates
 from protocol.generated.alter_partition import AlterPartitionRequest, AlterPartitionResponse

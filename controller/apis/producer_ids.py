@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from controller.apis import Apis
+from controller.apis.registry import Apis
 from controller.errors import ApiError
 from protocol.generated.allocate_producer_ids import AllocateProducerIdsRequest, AllocateProducerIdsResponse
 from protocol.headers import Request

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
 
-from controller.apis import Apis
+from controller.apis.registry import Apis
 from controller.errors import Errors
 from metadata.image import METADATA_TOPIC
 from protocol.generated.begin_quorum_epoch import BeginQuorumEpochRequest, BeginQuorumEpochResponse

@@ -3,7 +3,7 @@ reach a handler came on a listener without SASL, or after authentication: ILLEGA
 
 from __future__ import annotations
 
-from controller.apis import Apis
+from controller.apis.registry import Apis
 from protocol.errors import Errors
 from protocol.generated.alter_user_scram_credentials import (
     AlterUserScramCredentialsRequest,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from controller.apis import Apis
+from controller.apis.registry import Apis
 from protocol.generated.create_partitions import CreatePartitionsRequest, CreatePartitionsResponse
 from protocol.generated.create_topics import CreateTopicsRequest, CreateTopicsResponse
 from protocol.generated.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
