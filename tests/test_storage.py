@@ -220,13 +220,13 @@ def test_old_timestamps_do_not_roll_on_every_append(tmp_path):
 
 def test_roll_jitter_shortens_segment_ms(tmp_path):
     log = open_log(tmp_path, segment_ms=1000, segment_jitter_ms=1000)
-    log._roll_jitter_ms = 400  # what random chose for this segment
+    log._local.roll_jitter_ms = 400  # what random chose for this segment
     log.append_as_leader(batch(1, ts=NOW), 0, NOW)
     log.append_as_leader(batch(1, ts=NOW + 600), 0, NOW)
     assert log.segment_base_offsets == [0]
     log.append_as_leader(batch(1, ts=NOW + 601), 0, NOW)
     assert log.segment_base_offsets == [0, 2]
-    assert 0 <= log._roll_jitter_ms < 1000
+    assert 0 <= log._local.roll_jitter_ms < 1000
 
 
 def test_timestamp_bounds_kip_937(tmp_path):
@@ -883,7 +883,7 @@ def test_descriptor_budget_holds_across_many_logs(tmp_path):
         assert _fd_count() - before <= 12
         for lg in logs[:20]:
             lg.close()
-        gone = logs[20]._segments[-1]  # the truncation below deletes it; retention then purges it
+        gone = logs[20]._local.segments[-1]  # the truncation below deletes it; retention then purges it
         for lg in logs[20:]:
             lg.truncate_to(4)
             lg.enforce_retention(NOW + 10**12)

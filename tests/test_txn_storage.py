@@ -118,7 +118,7 @@ def test_abort_markers_index_the_transaction_and_ranges_find_it(tmp_path):
     b_marker = mark(lg, B, commit=False)  # 9: none open -> its LSO is 10
     replicate(lg)
     assert txn_index_files(lg) == {"00000000000000000000.txnindex": 2 * ENTRY_SIZE}
-    seg = lg._segments[0]
+    seg = lg._local.segments[0]
     assert seg.txn_index.entries == [AbortedTxn(A, 2, a_marker, 4), AbortedTxn(B, 4, b_marker, 10)]
     assert lg.aborted_transactions(0, 10) == [(A, 2), (B, 4)]
     assert lg.aborted_transactions(0, 2) == []  # both start at or after the range's end
@@ -252,7 +252,7 @@ def test_crash_recovery_rebuilds_a_lost_index_and_reopens_a_torn_markers_transac
     a_marker = mark(lg, A, commit=False)
     put(lg, txn(B, 0))
     b_marker = mark(lg, B, commit=False)
-    seg = lg._segments[-1]
+    seg = lg._local.segments[-1]
     index_path = seg.txn_index.path
     log_path = seg.log_path
     assert lg.aborted_transactions(0, lg.log_end_offset) == [(A, 0), (B, b_marker - 2)]
@@ -263,7 +263,7 @@ def test_crash_recovery_rebuilds_a_lost_index_and_reopens_a_torn_markers_transac
     again = open_log(tmp_path, segment_bytes=400)
     assert again.log_end_offset == b_marker
     assert again.aborted_transactions(0, again.log_end_offset) == [(A, 0)]
-    assert again._segments[-1].txn_index.entries[0].last_offset == a_marker
+    assert again._local.segments[-1].txn_index.entries[0].last_offset == a_marker
     assert again.producer_state.ongoing_transactions == {B: b_marker - 2}  # B is open again
     replicate(again)
     assert again.last_stable_offset == b_marker - 2

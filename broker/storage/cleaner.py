@@ -51,19 +51,10 @@ Cleaning
   8. The checkpoint moves to the end of the cleaned range, with the earliest delete horizon of the
      tombstones kept.
 
-Swapping a group in (Log.swap_cleaned_segment, under the log's lock)
-  The cleaner writes `<base>.log.cleaned`, `<base>.index.cleaned`, `<base>.timeindex.cleaned`
-  and, when the group had aborted transactions, `<base>.txnindex.cleaned` (fsynced), without the
-  lock. Under the lock, if the group's segments are still exactly the log's (same objects, sizes
-  and next offsets, none active): rename them to `.swap`, the log file last (that rename commits the swap), fsync the dir; rename the old segments to `.deleted`
-  (their descriptors opened first, so reads in flight keep reading the old files; purged after
-  file.delete.delay.ms); rename the `.swap` files to their live names, the log first; fsync the dir.
-Crash recovery (recover_cleaner_files, first thing Log.open does)
-  Every `.cleaned` file is deleted (that swap never committed: the old segments are intact).
-  Every `<base>.log.swap` committed: the segment files with a base offset in [base, end of the
-  swap's last batch) are the group it replaces and are deleted, then its `.swap` files take their
-  live names. An index `.swap` without its log `.swap` is deleted (the index is rebuilt if needed).
-  So a crash at any point leaves either the old segments or the cleaned one for each group.
+Swapping a group in
+  The cleaned segment is written as `.cleaned` files without the log's lock and swapped in under
+  it by Log.swap_cleaned_segment, crash-safely (segment_swap.py, which also recovers a swap a
+  crash interrupted when the log opens).
 
 Files
   `cleaner-offset-checkpoint` in the chunk dir: "0\\nfirst_dirty_offset N\\ndelete_horizon_ms N\\n"
@@ -87,19 +78,11 @@ from typing import TYPE_CHECKING
 import structlog
 from crc32c import crc32c
 
-from broker.storage.atomic_file import fsync_dir, write_atomically
+from broker.storage.atomic_file import write_atomically
+from broker.storage.cleaner_view import CleanerView, SegmentInfo
 from broker.storage.errors import StorageError
-from broker.storage.file_names import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
-    parse_segment_file_name,
-    segment_file_name,
-)
-from broker.storage.index_file import OffsetIndex, TimeIndex
-from broker.storage.segment import CorruptSegmentError, LogSegment, header_at, iter_headers, write_all
-from broker.storage.txn_index import write_index_file
+from broker.storage.segment import CorruptSegmentError, header_at
+from broker.storage.segment_swap import CleanedSegmentWriter
 from protocol.errors import ProtocolError
 from protocol.primitives import read_varint, read_varlong, varint
 from protocol.records.batch import (
@@ -115,14 +98,11 @@ from protocol.records.batch import (
 from protocol.records.compression import compress, decompress
 
 if TYPE_CHECKING:
-    from broker.storage.config import LogConfig
     from broker.storage.log import Log
 
 log = structlog.get_logger(__name__)
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
-CLEANED_SUFFIX = ".cleaned"
-SWAP_SUFFIX = ".swap"
 CHECKPOINT_VERSION = 0
 
 INT32_MAX = 2**31 - 1
@@ -131,8 +111,6 @@ DEFAULT_BACKOFF_MS = 15_000  # log.cleaner.backoff.ms
 DEFAULT_DEDUPE_BUFFER_BYTES = 128 * 1024 * 1024  # log.cleaner.dedupe.buffer.size
 MAP_ENTRY_OVERHEAD = 100  # bytes a dict entry costs beyond its key (bytes object, int, slot)
 _READ_CHUNK = 1024 * 1024
-_WRITE_CHUNK = 1024 * 1024
-_SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 _CRC = struct.Struct(">I")
 
 
@@ -241,57 +219,6 @@ def write_checkpoint(dir: Path, checkpoint: CleanerCheckpoint) -> None:
         f"delete_horizon_ms {checkpoint.delete_horizon_ms}\n"
     )
     write_atomically(dir / CLEANER_CHECKPOINT, text.encode("ascii"))
-
-
-# -- what the log shows the cleaner ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SegmentInfo:
-    """One inactive segment as seen under the log's lock."""
-
-    segment: LogSegment
-    base_offset: int
-    next_base: int  # base offset of the segment after it
-    next_offset: int  # one past its last batch
-    size: int
-    path: Path
-    largest_timestamp: int
-    first_batch_timestamp: int
-    offset_index_bytes: int
-    time_index_bytes: int
-
-    @classmethod
-    def of(cls, seg: LogSegment, next_base: int) -> SegmentInfo:
-        return cls(
-            seg,
-            seg.base_offset,
-            next_base,
-            seg.next_offset,
-            seg.size,
-            seg.log_path,
-            seg.largest_timestamp(),
-            seg.first_batch_timestamp,
-            seg.offset_index.size_bytes,
-            seg.time_index.size_bytes,
-        )
-
-    def still_current(self, seg: LogSegment) -> bool:
-        return seg is self.segment and seg.size == self.size and seg.next_offset == self.next_offset
-
-
-@dataclass(frozen=True)
-class CleanerView:
-    """Log.cleaner_view(): inactive segments and offsets, taken together under the log's lock."""
-
-    segments: list[SegmentInfo]
-    active_base: int
-    log_start: int
-    high_watermark: int
-    log_end: int
-    producer_last_offsets: dict[int, int]  # producer id -> last offset of its last data batch
-    config: LogConfig
-    first_unstable_offset: int = -1  # first offset of the oldest open transaction, -1 if none
 
 
 # -- records ---------------------------------------------------------------------------------------
@@ -461,7 +388,7 @@ def _raw_record(body, start: int, end: int) -> bytes:
     return varint(end - start) + bytes(body[start:end])
 
 
-# -- segment files -----------------------------------------------------------------------------
+# -- reading segments --------------------------------------------------------------------------
 
 
 def _iter_batches(fd: int, size: int) -> Iterator[tuple[BatchHeader, memoryview]]:
@@ -488,158 +415,6 @@ def _iter_batches(fd: int, size: int) -> Iterator[tuple[BatchHeader, memoryview]
             yield header, whole
             used = header.size
         pos += used
-
-
-def _path(dir: Path, base: int, suffix: str, state: str = "") -> Path:
-    return dir / (segment_file_name(base, suffix) + state)
-
-
-def _rename(src: Path, dst: Path) -> None:
-    os.rename(src, dst)
-
-
-def discard_cleaned(dir: Path, base: int) -> None:
-    """Delete a group's `.cleaned` files (an aborted or refused swap)."""
-    for suffix in _SEGMENT_SUFFIXES:
-        _path(dir, base, suffix, CLEANED_SUFFIX).unlink(missing_ok=True)
-
-
-class _CleanedSegmentWriter:
-    """`<base>.log.cleaned` + its two indexes, built exactly as LogSegment builds a live segment
-    (an index entry per index.interval.bytes, the max timestamp as the time index's last entry)."""
-
-    def __init__(self, dir: Path, base: int, index_bytes: int, index_interval: int) -> None:
-        self.dir = dir
-        self.base = base
-        self.index_interval = index_interval
-        discard_cleaned(dir, base)  # a previous run's leftovers
-        self.fd = os.open(_path(dir, base, LOG_SUFFIX, CLEANED_SUFFIX), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        self.offset_index = OffsetIndex(_path(dir, base, INDEX_SUFFIX, CLEANED_SUFFIX), base, index_bytes)
-        self.time_index = TimeIndex(_path(dir, base, TIME_INDEX_SUFFIX, CLEANED_SUFFIX), base, index_bytes)
-        self.offset_index.reset()
-        self.time_index.reset()
-        self.size = 0
-        self.max_timestamp = -1
-        self.offset_of_max_timestamp = -1
-        self._since_index_entry = 0
-        self._pending = bytearray()
-        self._pending_at = 0
-
-    def add(self, data, last_offset: int, max_timestamp: int) -> None:
-        position = self.size
-        if max_timestamp > self.max_timestamp:
-            self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, last_offset
-        if self._since_index_entry > self.index_interval:
-            self.offset_index.append(last_offset, position)
-            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-            self._since_index_entry = 0
-        self._since_index_entry += len(data)
-        self._pending += data
-        self.size += len(data)
-        if len(self._pending) >= _WRITE_CHUNK:
-            self._write_pending()
-
-    def _write_pending(self) -> None:
-        write_all(self.fd, self._pending, self._pending_at)
-        self._pending_at += len(self._pending)
-        self._pending = bytearray()
-
-    def finish(self) -> None:
-        """Everything on disk and fsynced, descriptors closed."""
-        self._write_pending()
-        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True)
-        os.fsync(self.fd)
-        self.offset_index.flush()
-        self.time_index.flush()
-        self.close()
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        self.offset_index.close()
-        self.time_index.close()
-
-    def discard(self) -> None:
-        self.close()
-        discard_cleaned(self.dir, self.base)
-
-
-def swap_in_cleaned(
-    dir: Path,
-    old: list[LogSegment],
-    config: LogConfig,
-    schedule_delete: Callable[[LogSegment], None],
-    now_ms: int,
-) -> LogSegment:
-    """Replace `old` (a run of inactive segments) by the cleaned segment written for them. The
-    caller (Log.swap_cleaned_segment) holds the log's lock and has checked that `old` is current."""
-    base = old[0].base_offset
-    # 1. .cleaned -> .swap, the log file last: its rename commits the swap (see recovery).
-    has_txn_index = _path(dir, base, TXN_INDEX_SUFFIX, CLEANED_SUFFIX).exists()
-    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LOG_SUFFIX):
-        if suffix != TXN_INDEX_SUFFIX or has_txn_index:
-            _rename(_path(dir, base, suffix, CLEANED_SUFFIX), _path(dir, base, suffix, SWAP_SUFFIX))
-    fsync_dir(dir)
-    # 2. The old segments go to .deleted. Their files rename through the FileCache, so a read that
-    #    snapshotted them reopens them under the new name (or keeps the descriptor it has).
-    for seg in old:
-        schedule_delete(seg)
-    # 3. .swap -> live names.
-    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-        if suffix != TXN_INDEX_SUFFIX or has_txn_index:
-            _rename(_path(dir, base, suffix, SWAP_SUFFIX), _path(dir, base, suffix))
-    fsync_dir(dir)
-    seg = LogSegment.load(dir, base, config.segment_index_bytes, config.index_interval_bytes, now_ms)
-    seg.close_files()  # inactive: reopened on demand
-    return seg
-
-
-def recover_cleaner_files(dir: Path) -> None:
-    """Finish or undo a swap a crash interrupted (see the module docstring). Called by Log.open
-    before it looks at the segments."""
-    swaps: dict[int, dict[str, Path]] = {}
-    touched = False
-    for path in list(dir.iterdir()):
-        name = path.name
-        if name.endswith(CLEANED_SUFFIX) or name.endswith(SWAP_SUFFIX):
-            state = CLEANED_SUFFIX if name.endswith(CLEANED_SUFFIX) else SWAP_SUFFIX
-            parsed = parse_segment_file_name(name[: -len(state)])
-            if parsed is None or parsed.deleted:
-                continue
-            if state == CLEANED_SUFFIX:
-                path.unlink(missing_ok=True)
-                touched = True
-                log.info("cleaned_file_discarded", path=str(path))
-            else:
-                swaps.setdefault(parsed.base_offset, {})[parsed.suffix] = path
-    for base, files in sorted(swaps.items()):
-        touched = True
-        if LOG_SUFFIX not in files:
-            for path in files.values():  # the swap never committed (or its log was already renamed)
-                path.unlink(missing_ok=True)
-            continue
-        end = max(base + 1, _next_offset(files[LOG_SUFFIX], base))
-        for path in list(dir.iterdir()):
-            parsed = parse_segment_file_name(path.name)
-            if parsed is not None and not parsed.deleted and base <= parsed.base_offset < end:
-                path.unlink(missing_ok=True)
-        for suffix, path in files.items():
-            _rename(path, _path(dir, base, suffix))
-        log.info("cleaned_segment_swap_completed", dir=str(dir), base_offset=base, end_offset=end)
-    if touched:
-        fsync_dir(dir)
-
-
-def _next_offset(path: Path, base: int) -> int:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        end = base
-        for _, header in iter_headers(fd, 0, os.fstat(fd).st_size):
-            end = header.last_offset + 1
-        return end
-    finally:
-        os.close(fd)
 
 
 # -- planning and cleaning -------------------------------------------------------------------------
@@ -876,7 +651,7 @@ def _clean_group(
     """Write the group's cleaned segment as `.cleaned` files. Returns (its size, whether it differs
     from the group); when it does not, the `.cleaned` files are already gone."""
     lcfg = view.config
-    writer = _CleanedSegmentWriter(dir, group[0].base_offset, lcfg.segment_index_bytes, lcfg.index_interval_bytes)
+    writer = CleanedSegmentWriter(dir, group[0].base_offset, lcfg.segment_index_bytes, lcfg.index_interval_bytes)
     changed = len(group) > 1
     emptied: tuple[BatchHeader, memoryview] | None = None  # lost every record: kept only if it ends the group
 
@@ -922,8 +697,7 @@ def _clean_group(
             return writer.size, False
         writer.finish()
         # Markers are never removed and offsets never change: the group's entries all stay true.
-        aborted = [e for info in group for e in info.segment.txn_index.entries]
-        write_index_file(_path(dir, group[0].base_offset, TXN_INDEX_SUFFIX, CLEANED_SUFFIX), aborted)
+        writer.write_txn_index(e for info in group for e in info.segment.txn_index.entries)
         return writer.size, True
     except BaseException:
         writer.discard()
@@ -1036,20 +810,15 @@ __all__ = [
     "CleanResult",
     "CleanerCheckpoint",
     "CleanerConfig",
-    "CleanerView",
     "CleaningAborted",
     "CleaningPlan",
     "LogCleaner",
-    "SegmentInfo",
     "clean_log",
     "cleanup_policies",
-    "discard_cleaned",
     "empty_batch",
     "filter_batch",
     "plan_cleaning",
     "read_checkpoint",
-    "recover_cleaner_files",
     "retention_applies",
-    "swap_in_cleaned",
     "write_checkpoint",
 ]

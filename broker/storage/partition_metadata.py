@@ -35,3 +35,13 @@ def read_topic_id(path: Path) -> uuid.UUID | None:
 
 def write_topic_id(path: Path, topic_id: uuid.UUID, *, sync: bool = True) -> None:
     write_atomically(path, f"version: {VERSION}\ntopic_id: {format_uuid(topic_id)}\n".encode("ascii"), sync=sync)
+
+
+def topic_id_at_open(path: Path, expected: uuid.UUID | None, *, sync: bool = True) -> uuid.UUID | None:
+    """The topic id a replica dir belongs to: the stored one, else `expected`, which is then
+    written (Kafka's UnifiedLog.initializeTopicId). The caller compares it with `expected`."""
+    stored = read_topic_id(path)
+    if stored is None and expected is not None:
+        write_topic_id(path, expected, sync=sync)
+        return expected
+    return stored
