@@ -64,7 +64,7 @@ class Broker:
         self.admission = LagAdmission(config.admission_lag_target_ms) if config.admission_lag_target_ms > 0 else None
         self.loop_lag = LoopLagGauge(config.loop_lag_log_interval_ms / 1000, admission=self.admission)
         self._tasks: set[asyncio.Task] = set()
-        self.producer_ids = ProducerIdManager.for_broker(self)
+        self.producer_ids = ProducerIdManager(config.node_id, self.channel, lambda: self.lifecycle.broker_epoch, self.spawn)
         # client quotas from the image's ClientQuotaRecords, enforced by the request dispatcher
         self.quotas = ClientQuotas(lambda: self.metadata.image.client_quotas, config.quota_windows)
         self.topic_stats = TopicStats()  # counted by produce and fetch, read by /metrics
@@ -96,13 +96,18 @@ class Broker:
         self.replicas.isr = self.isr = IsrManager(self)
         # the coordinators load their state partitions (__consumer_offsets, __transaction_state) as we lead them
         from broker.coordinator.diskless.coordinator import DisklessCoordinator
-        from broker.coordinator.group import GroupCoordinator
-        from broker.coordinator.transaction import TransactionCoordinator
+        from broker.coordinator.group import GroupCoordinator, GroupCoordinatorConfig
+        from broker.coordinator.transaction import TransactionCoordinator, TransactionCoordinatorConfig
+        from broker.coordinator.transaction.markers import TxnMarkerSender
         from broker.diskless.config import DisklessConfig
         from broker.diskless.partition import DisklessService
 
-        self.group_coordinator = GroupCoordinator(self)
-        self.transaction_coordinator = TransactionCoordinator(self)
+        self.group_coordinator = GroupCoordinator(
+            GroupCoordinatorConfig.from_props(self.config.props), self.replicas, self.metadata, self.forward)
+        markers = TxnMarkerSender(self.config.node_id, self.metadata, self.peer_listing, self.config.inter_broker_security)
+        self.transaction_coordinator = TransactionCoordinator(
+            TransactionCoordinatorConfig.from_props(self.config.props), self.replicas, self.metadata, self.forward,
+            self.producer_ids, markers, self.group_coordinator)
         diskless = DisklessConfig.from_props(self.config.props, self.config.log_dirs[0])
         self.diskless_coordinator = DisklessCoordinator(
             self.config.node_id, self.replicas, self.metadata, self.forward, Path(self.config.log_dirs[0]), diskless)

@@ -87,3 +87,20 @@ class PeerListing:
     def live(self, broker_id: int) -> bool:
         info = self._images.image.brokers.get(broker_id)
         return info is not None and not info.fenced and info.endpoint(self._listener) is not None
+
+
+if TYPE_CHECKING:
+    from broker.replication.partition import Partition
+
+
+class LocalReplicas(Protocol):
+    """The replicas this broker hosts (the ReplicaManager), as a coordinator of an internal topic
+    uses them: its partitions, a topic's config, and a call whenever this broker becomes or stops
+    being a partition's leader (Kafka's coordinators load and unload on exactly these)."""
+
+    partitions: dict[tuple[str, int], Partition]
+    leadership_listeners: list[Callable[[Partition, bool], None]]
+
+    def get(self, topic: str, index: int) -> Partition | None: ...
+
+    def topic_config(self, topic: str) -> dict[str, str]: ...

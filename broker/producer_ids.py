@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING
 
 import structlog
 
 from protocol.errors import Errors
 from protocol.generated.allocate_producer_ids import AllocateProducerIdsRequest
+
+if TYPE_CHECKING:
+    from broker.ports import BrokerEpoch, ControllerLink, TaskSpawner
 
 log = structlog.get_logger(__name__)
 
@@ -40,14 +42,14 @@ class ProducerIdManager:
     def __init__(
         self,
         broker_id: int,
-        request: Callable[[Any], Coroutine[Any, Any, Any]],
-        broker_epoch: Callable[[], int],
-        spawn: Callable[[Coroutine], None] | None = None,
+        controller: ControllerLink,
+        broker_epoch: BrokerEpoch,
+        spawn: TaskSpawner | None = None,
     ) -> None:
-        """`request(body)` sends to the controller; `broker_epoch()` is our current registration
+        """`controller` takes AllocateProducerIds; `broker_epoch()` is our current registration
         epoch; `spawn(coro)` runs a background task the owner cancels at shutdown."""
         self.broker_id = broker_id
-        self._request = request
+        self._controller = controller
         self._broker_epoch = broker_epoch
         self._spawn = spawn
         self._next = 0  # next id of the current block
@@ -107,7 +109,8 @@ class ProducerIdManager:
         ok = False
         try:
             req = AllocateProducerIdsRequest(broker_id=self.broker_id, broker_epoch=self._broker_epoch())
-            resp = await asyncio.wait_for(self._request(req), REQUEST_TIMEOUT_S)
+            # not re-sent by the link: a failed ask backs off and asks again itself
+            resp = await asyncio.wait_for(self._controller.request(req, retry=False), REQUEST_TIMEOUT_S)
             start, length = resp.producer_id_start, resp.producer_id_len
             if resp.error_code != 0:
                 log.warning("producer_id_block_refused", error_code=resp.error_code)
@@ -128,17 +131,3 @@ class ProducerIdManager:
             self._fetching = None
             if not done.done():
                 done.set_result(ok)
-
-    @classmethod
-    def for_broker(cls, broker: Any) -> ProducerIdManager:
-        """The broker's manager (`broker.producer_ids`), made on first use."""
-        mgr = getattr(broker, "producer_ids", None)
-        if mgr is None:
-            mgr = cls(
-                broker.config.node_id,
-                lambda body: broker.channel.request(body, retry=False),
-                lambda: broker.lifecycle.broker_epoch,
-                broker.spawn,
-            )
-            broker.producer_ids = mgr
-        return mgr

@@ -1,7 +1,8 @@
-"""The classic group coordinator: record formats, the group state machine driven in-process over
-real __consumer_offsets logs (rebalances, session expiry, static members, persistence and reload),
-and the group APIs of every version over the wire against a real 1-broker cluster (the error codes
-clients act on, state surviving a broker restart)."""
+"""The group coordinator: record formats, the group state machine driven in-process over real
+__consumer_offsets logs (rebalances, session expiry, static members, persistence and reload), the
+offsets manager on its own over a real log (with a group type of the test's own, as a KIP-848
+group type would be), and the group APIs of every version over the wire against a real 1-broker
+cluster (the error codes clients act on, state surviving a broker restart)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,18 @@ import asyncio
 import struct
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
-from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
+from broker.coordinator import wall_clock_ms
 from broker.coordinator.group import GroupCoordinator, GroupCoordinatorConfig, GroupState
+from broker.coordinator.group.base import Group
 from broker.coordinator.group.group import ClassicGroup, Member, parse_subscription_topics
+from broker.coordinator.group.loader import read_partition
+from broker.coordinator.group.offsets_manager import OffsetsManager
 from broker.coordinator.group.records import (
     OFFSETS_TOPIC,
     GroupMetadataKey,
@@ -33,14 +39,15 @@ from broker.coordinator.group.records import (
     offset_commit_value,
     partition_for,
 )
+from broker.coordinator.group.runtime import OffsetsPartition
 from broker.replication.partition import Partition
 from broker.storage.config import LogConfig
-from broker.storage.log import Log
+from broker.storage.log import AppendOrigin, Log
 from metadata import MetadataImage, PartitionInfo
 from node.client import NodeClient
 from protocol.errors import Errors
 from protocol.primitives import uvarint
-from protocol.records import decode_batches
+from protocol.records import Record, decode_batches, encode_batch
 from tests.conftest import FAST_FENCING
 from tools.cluster import Cluster
 
@@ -200,16 +207,36 @@ class FakeReplicas:
         return {"min.insync.replicas": "1"}
 
 
+class FakeMetadata:
+    """The metadata view: an empty image (the partition count comes from the config), caught up."""
+
+    def __init__(self) -> None:
+        self.image = MetadataImage.EMPTY
+        self.caught_up = asyncio.Event()
+        self.caught_up.set()
+
+    async def sync(self, timeout: float = 30.0) -> bool:
+        return True
+
+    async def wait_for_offset(self, offset: int, timeout: float = 30.0) -> bool:
+        return True
+
+
 class Harness:
-    """A broker stand-in: real logs and Partition objects for __consumer_offsets, led by node 1."""
+    """The coordinator's ports faked around real logs and Partition objects for __consumer_offsets,
+    led by node 1."""
 
     def __init__(self, tmp: Path, config: GroupCoordinatorConfig = UNIT_CONFIG) -> None:
         self.tmp = tmp
         self.replicas = FakeReplicas()
-        self.metadata = SimpleNamespace(image=MetadataImage.EMPTY)
-        self.config = SimpleNamespace(node_id=1, props={})
-        self.coordinator = GroupCoordinator(self, config)
+        self.metadata = FakeMetadata()
+        self.forwarded: list[Any] = []
+        self.coordinator = GroupCoordinator(config, self.replicas, self.metadata, self.forward)
         self.epochs: dict[int, int] = {}
+
+    async def forward(self, body: Any, version: int | None = None, *, read_only: bool = False) -> Any:
+        self.forwarded.append(body)
+        raise ConnectionError("no controller in this test")
 
     def partition(self, index: int) -> Partition:
         p = self.replicas.get(OFFSETS_TOPIC, index)
@@ -233,7 +260,7 @@ class Harness:
         for i in indexes:
             self._set_leader(i, 1)
         for _ in range(200):
-            if all(self.coordinator._partitions.get(i) and not self.coordinator._partitions[i].loading for i in indexes):
+            if all((ps := self.coordinator.partition(i)) and not ps.loading for i in indexes):
                 return
             await asyncio.sleep(0.01)
         raise AssertionError("partitions did not load")
@@ -312,7 +339,7 @@ def test_two_members_rebalance_commit_and_reload_from_the_log(tmp_path):
         assert (s_leader.error, s_leader.assignment, s_leader.protocol_name) == (0, b"A", "range")
         assert (await s_follower).assignment == b"B"
         c = h.coordinator
-        assert c._partitions[pid(gid)].groups[gid].state is GroupState.STABLE
+        assert c.partition(pid(gid)).groups[gid].state is GroupState.STABLE
         assert c.heartbeat(gid, follower.member_id, None, 1) == 0
 
         errs = await c.commit_offsets(gid, leader.member_id, None, 1, {("t", 0): OffsetAndMetadata(10, 3, "md", 1),
@@ -337,7 +364,7 @@ def test_two_members_rebalance_commit_and_reload_from_the_log(tmp_path):
         assert c.fetch_offsets(gid, None)[0] == E.COORDINATOR_LOAD_IN_PROGRESS
         assert (await h.sync(gid, 1, leader.member_id)).error == E.REBALANCE_IN_PROGRESS
         await h.lead(pid(gid))
-        g = c._partitions[pid(gid)].groups[gid]
+        g = c.partition(pid(gid)).groups[gid]
         assert g.state is GroupState.STABLE and g.generation_id == 1 and g.leader_id == leader.member_id
         assert c.heartbeat(gid, follower.member_id, None, 1) == 0  # the member carries on as before
         assert (await h.sync(gid, 1, follower.member_id)).assignment == b"B"
@@ -436,7 +463,7 @@ def test_session_expiry_removes_the_silent_member(tmp_path):
                 break
             await asyncio.sleep(0.05)
         assert seen == E.REBALANCE_IN_PROGRESS
-        g = c._partitions[pid(gid)].groups[gid]
+        g = c.partition(pid(gid)).groups[gid]
         assert list(g.members) == [a.member_id]
         a2 = await h.join(gid, a.member_id, session=400)
         assert (a2.error, a2.generation_id, a2.leader_id, len(a2.members)) == (0, 2, a.member_id, 1)
@@ -451,7 +478,7 @@ def test_pending_members_and_unsynced_members_expire(tmp_path):
         await h.lead(pid(gid))
         first = await h.join(gid, session=200)
         assert first.error == E.MEMBER_ID_REQUIRED
-        g = c._partitions[pid(gid)].groups[gid]
+        g = c.partition(pid(gid)).groups[gid]
         assert first.member_id in g.pending_members
         assert await eventually(lambda: first.member_id not in g.pending_members)  # never came back: forgotten
         a, b = await asyncio.gather(h.join_new(gid, rebalance=300), h.join_new(gid, rebalance=300))
@@ -479,7 +506,7 @@ def test_static_member_rejoins_without_rebalance_and_fences_the_old_id(tmp_path)
         assert again.error == 0 and again.member_id != s.member_id
         assert again.generation_id == 1  # no new generation ...
         assert again.leader_id == leader.member_id and again.members == []  # ... and it must not assign
-        g = c._partitions[pid(gid)].groups[gid]
+        g = c.partition(pid(gid)).groups[gid]
         assert g.state is GroupState.STABLE
         assert c.heartbeat(gid, d.member_id, None, 1) == 0  # the other member saw no rebalance
         assert c.heartbeat(gid, s.member_id, "inst-1", 1) == E.FENCED_INSTANCE_ID
@@ -547,6 +574,153 @@ def test_admin_operations_errors_and_offset_expiry(tmp_path):
         assert OffsetCommitKey(simple, "t", 3) in keys
 
     run(tmp_path, scenario)
+
+
+# ======================================================================= the offsets manager alone
+class OffsetsOnlyGroup(Group):
+    """A group type of the test's own: offsets and nothing else, committed by anyone. The offsets
+    manager asks nothing more of a group type, so a KIP-848 group would plug in the same way."""
+
+    type = "offsets-only"
+
+    def __init__(self, group_id: str) -> None:
+        super().__init__(group_id)
+        self.dead = False
+        self.timers_cancelled = False
+
+    state_name = property(lambda self: "Dead" if self.dead else "Empty")
+    is_dead = property(lambda self: self.dead)
+    is_empty = property(lambda self: True)
+
+    def mark_dead(self) -> None:
+        self.dead = True
+
+    def validate_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int) -> int:
+        return E.ILLEGAL_GENERATION if generation_id >= 0 else 0
+
+    def validate_txn_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int) -> int:
+        return self.validate_offset_commit(member_id, instance_id, generation_id)
+
+    def validate_offset_delete(self, partitions: Iterable[tuple[str, int]]) -> tuple[int, dict[tuple[str, int], int]]:
+        return 0, {tp: 0 for tp in partitions}
+
+    def validate_delete_group(self) -> int:
+        return 0
+
+    def expired_offsets(self, now_ms: int, retention_ms: int) -> list[tuple[str, int]]:
+        return self.offsets_expired_since(now_ms, retention_ms, lambda c: c.value.commit_timestamp)
+
+    def tombstone_keys(self) -> list[bytes]:
+        return [group_metadata_key(self.group_id)]
+
+    def cancel_timers(self) -> None:
+        self.timers_cancelled = True
+
+    def unload(self) -> None:
+        self.dead = True
+
+
+class LogRuntime:
+    """The runtime the offsets manager uses, over one real __consumer_offsets log that it leads
+    alone: every write is replicated as soon as it is appended."""
+
+    def __init__(self, lg: Log) -> None:
+        self.log = lg
+        self.ps = OffsetsPartition(0, 0)
+        self.ps.loading = False
+
+    def status(self, group_id: str | None, api: int) -> tuple[int, OffsetsPartition | None]:
+        return (E.INVALID_GROUP_ID, None) if group_id is None else (0, self.ps)
+
+    def partition(self, index: int) -> OffsetsPartition | None:
+        return self.ps if index == 0 else None
+
+    def loaded_partitions(self) -> list[OffsetsPartition]:
+        return [self.ps] if not self.ps.loading else []
+
+    def log_end_offset(self, index: int) -> int:
+        return self.log.log_end_offset
+
+    def partition_for(self, group_id: str) -> int:
+        return 0
+
+    def write(self, index: int, records, producer=None):
+        now = wall_clock_ms()
+        txn = {} if producer is None else {"producer_id": producer[0], "producer_epoch": producer[1],
+                                           "base_sequence": 0, "transactional": True}
+        batch = encode_batch([Record(key=k, value=v, timestamp=now) for k, v in records], base_timestamp=now, **txn)
+        info = self.log.append_as_leader(batch, 0, now, origin=AppendOrigin.COORDINATOR)
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(0)
+        return 0, info.first_offset, done
+
+    def timer(self, delay_ms: int, fn, *args):
+        return asyncio.get_running_loop().call_later(delay_ms / 1000, fn, *args)
+
+
+def test_offsets_manager_commits_fetches_deletes_and_reloads_from_the_log(tmp_path):
+    t0, t1, t2 = ("t", 0), ("t", 1), ("t", 2)
+
+    async def scenario():
+        lg = Log.open(tmp_path / f"{OFFSETS_TOPIC}-0-0", LogConfig(), topic_id=TOPIC_ID)
+        try:
+            runtime = LogRuntime(lg)
+            committed_by: list[tuple[str, str]] = []
+            offsets = OffsetsManager(UNIT_CONFIG, runtime, OffsetsOnlyGroup,
+                                     lambda g, member: committed_by.append((g.group_id, member)))
+            # commits: a new group of the given type, offsets readable once replicated
+            assert await offsets.commit_offsets("g", "", None, -1, {t0: OffsetAndMetadata(10, 2, "a", 1000),
+                                                                    t1: OffsetAndMetadata(20)}) == {t0: 0, t1: 0}
+            assert isinstance(runtime.ps.groups["g"], OffsetsOnlyGroup) and committed_by == [("g", "")]
+            assert await offsets.commit_offsets("g", "", None, -1, {t1: OffsetAndMetadata(21)}) == {t1: 0}
+            assert await offsets.commit_offsets("g", "m", None, 3, {t2: OffsetAndMetadata(1)}) == {
+                t2: E.ILLEGAL_GENERATION}  # the group type's rule
+            assert await offsets.commit_offsets("new", "", None, 0, {t0: OffsetAndMetadata(1)}) == {
+                t0: E.ILLEGAL_GENERATION}  # a generation for a group nobody created
+            too_big = OffsetAndMetadata(5, metadata="x" * (UNIT_CONFIG.offset_metadata_max_bytes + 1))
+            assert await offsets.commit_offsets("g", "", None, -1, {t2: too_big}) == {t2: E.OFFSET_METADATA_TOO_LARGE}
+            assert offsets.fetch_offsets("g", None) == (0, [(t0, OffsetAndMetadata(10, 2, "a", 1000)),
+                                                             (t1, OffsetAndMetadata(21))])
+            assert offsets.fetch_offsets("g", [t2]) == (0, [(t2, None)])
+            assert offsets.fetch_offsets("nobody", [t0]) == (0, [(t0, None)])
+            # a transactional commit pends until its marker; another stays pending in the log
+            assert await offsets.txn_commit_offsets("g", 700, 0, "", None, -1, {t2: OffsetAndMetadata(30)}) == {t2: 0}
+            assert offsets.unstable_partitions("g") == {t2} and offsets.fetch_offsets("g", [t2]) == (0, [(t2, None)])
+            lg.append_txn_marker(700, 0, 0, True, 0, wall_clock_ms())
+            offsets.on_transaction_completed(0, 700, True)
+            assert offsets.fetch_offsets("g", [t2]) == (0, [(t2, OffsetAndMetadata(30))])
+            assert await offsets.txn_commit_offsets("g", 701, 0, "", None, -1, {t0: OffsetAndMetadata(99)}) == {t0: 0}
+            # deletion: a tombstone, and a group left with nothing goes with its own tombstones
+            assert await offsets.commit_offsets("h", "", None, -1, {t0: OffsetAndMetadata(4)}) == {t0: 0}
+            h = runtime.ps.groups["h"]
+            assert offsets.delete_offsets("h", [t0]) == (0, {t0: 0})
+            assert h.dead and h.timers_cancelled and "h" not in runtime.ps.groups
+            assert offsets.delete_offsets("h", [t0]) == (E.GROUP_ID_NOT_FOUND, {})
+
+            # reload: a new manager reads the same log
+            loaded = read_partition(lg, 1 << 20)
+            assert set(loaded.groups) == {"h"} and loaded.groups["h"] is None  # only h's tombstone
+            again = LogRuntime(lg)
+            reloaded = OffsetsManager(UNIT_CONFIG, again, OffsetsOnlyGroup, lambda g, member: None)
+            reloaded.load(again.ps, loaded.offsets, loaded.pending_txn)
+            assert set(again.ps.groups) == {"g"}
+            assert reloaded.fetch_offsets("g", None) == (0, [(t0, OffsetAndMetadata(10, 2, "a", 1000)),
+                                                              (t1, OffsetAndMetadata(21)), (t2, OffsetAndMetadata(30))])
+            assert reloaded.unstable_partitions("g") == {t0}  # 701's transaction has not ended
+            lg.append_txn_marker(701, 0, 0, False, 0, wall_clock_ms())
+            reloaded.on_transaction_completed(0, 701, False)
+            assert reloaded.unstable_partitions("g") == set()
+            assert reloaded.fetch_offsets("g", [t0]) == (0, [(t0, OffsetAndMetadata(10, 2, "a", 1000))])
+            # retention: every offset past it goes, and the group with them
+            assert reloaded.expire_offsets(now_ms=wall_clock_ms() + UNIT_CONFIG.offsets_retention_ms) == 3
+            assert again.ps.groups == {}
+            keys = [decode_key(r.key) for b in decode_batches(b"".join(bytes(x) for x in lg.read(0, 1 << 20).records))
+                    if not b.header.is_control for r in b.records if r.value is None]
+            assert GroupMetadataKey("g") in keys and OffsetCommitKey("g", "t", 1) in keys
+        finally:
+            lg.close()
+
+    asyncio.run(scenario())
 
 
 # ======================================================================= over the wire, 1 broker

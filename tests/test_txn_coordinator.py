@@ -1,5 +1,7 @@
 """The transaction coordinator: __transaction_state record formats, the state rules of one
-transactional id, and the transaction APIs over the wire against a real 3-broker cluster
+transactional id, the coordinator driven in-process over real __transaction_state logs (its
+producer ids, markers and group coordinator faked), and the transaction APIs over the wire
+against a real 3-broker cluster
 (FindCoordinator for transactional ids, InitProducerId new/bump/fence, AddPartitionsToTxn,
 AddOffsetsToTxn, EndTxn, the error codes clients act on, timeouts that abort and fence, idle
 transactional ids expiring)."""
@@ -8,9 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from broker.coordinator.group.records import OFFSETS_TOPIC, partition_for
+from broker.coordinator.transaction import TransactionCoordinator, TransactionCoordinatorConfig
 from broker.coordinator.transaction.metadata import TransactionError, TransactionMetadata
 from broker.coordinator.transaction.records import (
     TransactionLogValue,
@@ -21,6 +28,10 @@ from broker.coordinator.transaction.records import (
     encode_key,
     encode_value,
 )
+from broker.replication.partition import Partition
+from broker.storage.config import LogConfig
+from broker.storage.log import Log
+from metadata import MetadataImage, PartitionInfo
 from node.client import NodeClient
 from protocol.errors import Errors as E
 from protocol.generated.add_offsets_to_txn import AddOffsetsToTxnRequest
@@ -86,6 +97,162 @@ def test_state_rules_follow_kafka():
     assert m.start_ms == 400
     m.complete(m.prepare_end(False, 500, fence_epoch=m.producer_epoch + 1))
     assert m.state is S.PREPARE_ABORT and m.producer_epoch == 3 and m.last_producer_epoch == -1
+
+
+# ======================================================================= in-process coordinator
+TOPIC_ID = uuid.UUID(int=78)
+TXN_STATE = "__transaction_state"
+UNIT_CONFIG = TransactionCoordinatorConfig(state_log_num_partitions=2, abort_timed_out_interval_ms=3_600_000,
+                                           remove_expired_interval_ms=3_600_000, write_timeout_ms=2000)
+
+
+class FakeReplicas:
+    def __init__(self) -> None:
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.leadership_listeners: list = []
+
+    def get(self, topic: str, index: int) -> Partition | None:
+        return self.partitions.get((topic, index))
+
+    def topic_config(self, topic: str) -> dict[str, str]:
+        return {"min.insync.replicas": "1"}
+
+
+class FakeMetadata:
+    def __init__(self) -> None:
+        self.image = MetadataImage.EMPTY
+        self.caught_up = asyncio.Event()
+        self.caught_up.set()
+
+    async def sync(self, timeout: float = 30.0) -> bool:
+        return True
+
+    async def wait_for_offset(self, offset: int, timeout: float = 30.0) -> bool:
+        return True
+
+
+class FakeProducerIds:
+    def __init__(self) -> None:
+        self.next = 1000
+
+    async def generate(self) -> int:
+        self.next += 1
+        return self.next - 1
+
+
+class FakeMarkers:
+    """Records each transaction's markers; `blocked` holds them (as an unreachable leader does)
+    until released."""
+
+    def __init__(self) -> None:
+        self.written: list[tuple[int, int, bool, frozenset, int]] = []
+        self.blocked = False
+
+    async def write(self, producer_id: int, producer_epoch: int, commit: bool, partitions: set, coordinator_epoch: int,
+                    still_coordinator) -> bool:
+        while self.blocked:
+            if not still_coordinator():
+                return False
+            await asyncio.sleep(0.01)
+        self.written.append((producer_id, producer_epoch, commit, frozenset(partitions), coordinator_epoch))
+        return True
+
+    async def close(self) -> None:
+        pass
+
+
+class FakeGroupCoordinator:
+    def num_partitions(self) -> int:
+        return 7
+
+
+class TxnHarness:
+    """The coordinator's ports faked around real __transaction_state logs led by node 1."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.replicas = FakeReplicas()
+        self.markers = FakeMarkers()
+        self.coordinator = TransactionCoordinator(UNIT_CONFIG, self.replicas, FakeMetadata(), self.forward,
+                                                  FakeProducerIds(), self.markers, FakeGroupCoordinator())
+        self.epochs: dict[int, int] = {}
+
+    async def forward(self, body: Any, version: int | None = None, *, read_only: bool = False) -> Any:
+        raise ConnectionError("no controller in this test")
+
+    def set_leader(self, index: int, leader: int) -> None:
+        p = self.replicas.get(TXN_STATE, index)
+        if p is None:
+            lg = Log.open(self.tmp / f"{TXN_STATE}-{index}-0", LogConfig(), topic_id=TOPIC_ID)
+            p = self.replicas.partitions[(TXN_STATE, index)] = Partition(TXN_STATE, index, TOPIC_ID, lg, 1)
+        epoch = self.epochs[index] = self.epochs.get(index, -1) + 1
+        p.update(PartitionInfo(TOPIC_ID, index, (1, 2), (1, 2) if leader == 2 else (1,), leader, epoch, epoch))
+        for listener in self.replicas.leadership_listeners:
+            listener(p, p.is_leader)
+
+    async def lead(self, index: int) -> None:
+        """Lead partition `index` (again, under a new epoch) and wait until it is loaded."""
+        self.set_leader(index, 1)
+        probe = next(t for t in (f"probe-{i}" for i in range(1000)) if self.coordinator.partition_for(t) == index)
+        assert await _eventually(lambda: self.coordinator.is_coordinator_for(probe)), "partition did not load"
+
+    def close(self) -> None:
+        self.coordinator.shutdown()
+        for p in self.replicas.partitions.values():
+            p.log.close()
+
+
+async def _eventually(pred, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
+def test_transactions_commit_abort_and_reload_in_process(tmp_path):
+    async def scenario():
+        h = TxnHarness(tmp_path)
+        c = h.coordinator
+        try:
+            tid = "tx-in-process"
+            idx = c.partition_for(tid)
+            assert (await c.init_producer_id(tid, 60000, None))[0] == E.NOT_COORDINATOR
+            await h.lead(idx)
+            err, pid, epoch = await c.init_producer_id(tid, 60000, None)
+            assert (err, pid, epoch) == (0, 1000, 0)
+            assert await c.add_partitions(tid, pid, epoch, {("data", 0), ("data", 1)}) == 0
+            # AddOffsetsToTxn: before the image has __consumer_offsets, the group coordinator's count
+            assert await c.add_offsets(tid, pid, epoch, "grp") == 0
+            group_partition = (OFFSETS_TOPIC, partition_for("grp", FakeGroupCoordinator().num_partitions()))
+            assert c.describe(tid)[1].partitions == {("data", 0), ("data", 1), group_partition}
+            assert await c.add_partitions(tid, pid, epoch + 1, {("data", 2)}) == E.PRODUCER_FENCED
+            assert await c.end_transaction(tid, pid, epoch, True) == 0
+            assert await _eventually(lambda: c.describe(tid)[1].state is S.COMPLETE_COMMIT)
+            assert h.markers.written == [(pid, epoch, True, frozenset({("data", 0), ("data", 1), group_partition}),
+                                          h.epochs[idx])]
+            # a second transaction is prepared to abort, its markers held; the coordinator moves
+            assert await c.add_partitions(tid, pid, epoch, {("data", 2)}) == 0
+            h.markers.blocked = True
+            assert await c.end_transaction(tid, pid, epoch, False) == 0
+            assert c.describe(tid)[1].state is S.PREPARE_ABORT
+            h.set_leader(idx, 2)
+            assert c.describe(tid)[0] == E.NOT_COORDINATOR
+            # back here under a new epoch: reloaded from the log, the abort is finished
+            h.markers.blocked = False
+            await h.lead(idx)
+            assert await _eventually(lambda: c.describe(tid)[1] is not None
+                                     and c.describe(tid)[1].state is S.COMPLETE_ABORT)
+            assert h.markers.written[-1] == (pid, epoch, False, frozenset({("data", 2)}), h.epochs[idx])
+            meta = c.describe(tid)[1]
+            assert (meta.producer_id, meta.producer_epoch) == (pid, epoch)
+            err, pid2, epoch2 = await c.init_producer_id(tid, 60000, (pid, epoch))
+            assert (err, pid2, epoch2) == (0, pid, epoch + 1)
+        finally:
+            h.close()
+
+    asyncio.run(scenario())
 
 
 # ======================================================================= over the wire

@@ -5,18 +5,21 @@ the live brokers (as Kafka does for a cluster smaller than the configured factor
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from protocol.errors import Errors
 from protocol.generated.create_topics import CreateTopicsRequest
 
+if TYPE_CHECKING:
+    from broker.ports import ImageSource
+
 log = structlog.get_logger(__name__)
 
 
 async def create_internal_topic(
-    metadata: Any, forward: Callable[[Any], Awaitable[Any]], name: str, partitions: int, replication_factor: int, configs: dict[str, str],
+    metadata: ImageSource, forward: Callable[[Any], Awaitable[Any]], name: str, partitions: int, replication_factor: int, configs: dict[str, str],
     *, min_isr: int | None = None,
 ) -> None:
     """Create `name` unless it exists. `min_isr`, when given, is capped at the replication factor

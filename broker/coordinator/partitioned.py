@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import structlog
 
@@ -23,10 +23,16 @@ from broker.storage.log import AppendOrigin
 from protocol.errors import Errors, ProtocolError
 from protocol.records import Record, decode_batches, encode_batch
 
+if TYPE_CHECKING:
+    from broker.ports import LocalReplicas, MetadataView
+    from broker.replication.partition import Partition
+    from broker.storage.log import Log
+    from protocol.records import DecodedBatch
+
 log = structlog.get_logger(__name__)
 
 
-def log_batches(lg: Any, max_bytes: int) -> Iterator[Any]:
+def log_batches(lg: Log, max_bytes: int) -> Iterator[DecodedBatch]:
     """Every record batch of a coordinator partition's log, from its start to its end as it was when
     the scan began (a load reads with this, in an executor)."""
     offset, end = lg.log_start_offset, lg.log_end_offset
@@ -74,10 +80,10 @@ class PartitionedCoordinator(Generic[P]):
     # (another broker may have led it meanwhile); its group coordinator keeps what it has.
     reload_on_new_epoch: ClassVar[bool] = False
 
-    def __init__(self, replicas: Any, metadata: Any, default_partitions: int, load_buffer_size: int,
-                 write_timeout_ms: int) -> None:
-        """`replicas`: the ReplicaManager (leadership listeners, the state partitions);
-        `metadata`: the broker's metadata loader (image, caught_up)."""
+    def __init__(self, replicas: LocalReplicas, metadata: MetadataView, default_partitions: int,
+                 load_buffer_size: int, write_timeout_ms: int) -> None:
+        """`replicas`: leadership changes and the state partitions; `metadata`: the image (the
+        topic's partition count) and whether it has caught up with the controller."""
         self.replicas = replicas
         self.metadata = metadata
         self.active = True
@@ -104,7 +110,7 @@ class PartitionedCoordinator(Generic[P]):
         raise NotImplementedError
 
     @staticmethod
-    def _read_partition(lg: Any, max_bytes: int) -> Any:
+    def _read_partition(lg: Log, max_bytes: int) -> Any:
         """Read a partition's log (runs in an executor)."""
         raise NotImplementedError
 
@@ -173,7 +179,7 @@ class PartitionedCoordinator(Generic[P]):
             return len(t.partitions)
         return self._default_partitions
 
-    def on_leadership(self, p: Any, is_leader: bool) -> None:
+    def on_leadership(self, p: Partition, is_leader: bool) -> None:
         """ReplicaManager listener: load a partition we now lead, unload one we no longer lead."""
         if p.topic != self.topic:
             return
@@ -199,7 +205,7 @@ class PartitionedCoordinator(Generic[P]):
     def _owns(self, ps: P) -> bool:
         return self.active and self._partitions.get(ps.index) is ps
 
-    async def _load(self, ps: P, p: Any) -> None:
+    async def _load(self, ps: P, p: Partition) -> None:
         await metadata_caught_up(self.metadata)  # not on a restarted broker's stale view of leadership
         if not self._owns(ps):
             return

@@ -1,8 +1,10 @@
-"""A classic group's state: members, generation, protocol, leader, committed offsets.
+"""A classic group's state: members, generation, protocol, leader (its committed offsets are
+every group type's: base.py).
 
-Pure state, as Kafka's GroupMetadata / ClassicGroup: no timers, no I/O. The coordinator drives
-it and owns every timer; pending JoinGroup / SyncGroup answers are callbacks the group invokes
-(at most once each) when it has their result.
+Pure state, as Kafka's ClassicGroup: no I/O. The classic group manager (classic.py) drives it and
+runs every timer; the group keeps their handles, so that whoever deletes or unloads it can stop
+them. Pending JoinGroup / SyncGroup answers are callbacks the group invokes (at most once each)
+when it has their result.
 
 States and transitions (Kafka's):
     Empty --join--> PreparingRebalance --all joined / timeout--> CompletingRebalance
@@ -13,15 +15,18 @@ States and transitions (Kafka's):
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import struct
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from broker.coordinator import wall_clock_ms
-from broker.coordinator.group.records import OffsetAndMetadata
+from broker.coordinator.group.base import CommittedOffset, Group, TopicPartition
+from broker.coordinator.group.records import group_metadata_key
 from protocol.errors import Errors
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
@@ -74,15 +79,6 @@ JoinCallback = Callable[[JoinResult], None]
 SyncCallback = Callable[[SyncResult], None]
 
 
-@dataclass
-class CommittedOffset:
-    """An offset in the cache, with the log offset of the record that committed it: a later
-    record always wins, whatever order replication completes in."""
-
-    value: OffsetAndMetadata
-    record_offset: int
-
-
 class Member:
     def __init__(
         self,
@@ -107,7 +103,7 @@ class Member:
         self.join_callback: JoinCallback | None = None
         self.sync_callback: SyncCallback | None = None
         self.is_new = False
-        self.heartbeat_timer = None  # the coordinator's timer handle
+        self.heartbeat_timer: asyncio.TimerHandle | None = None  # run by the classic group manager
 
     def __repr__(self) -> str:
         return f"Member({self.member_id!r}, instance={self.group_instance_id!r})"
@@ -143,6 +139,11 @@ class Member:
                 return name
         raise IllegalStateError(f"member {self.member_id} supports none of {sorted(candidates)}")
 
+    def cancel_heartbeat(self) -> None:
+        if self.heartbeat_timer is not None:
+            self.heartbeat_timer.cancel()
+            self.heartbeat_timer = None
+
     def expired_on_heartbeat_timeout(self) -> bool:
         """Kafka's !hasSatisfiedHeartbeat at expiry: new members expire (they wait in JoinGroup at
         most the new-member timeout); others waiting in a JoinGroup or SyncGroup do not."""
@@ -160,10 +161,11 @@ class PositionExchange:
     wanted: set[tuple[str, int]] = field(default_factory=set)
 
 
-class ClassicGroup:
+class ClassicGroup(Group):
+    type: ClassVar[str] = "classic"
+
     def __init__(self, group_id: str, state: GroupState = GroupState.EMPTY, clock: Callable[[], int] = wall_clock_ms):
-        self.group_id = group_id
-        self.clock = clock
+        super().__init__(group_id, clock)
         self.state = state
         self.state_timestamp: int | None = clock()
         self.protocol_type: str | None = None
@@ -178,20 +180,15 @@ class ClassicGroup:
         self.supported_protocols: Counter[str] = Counter()
         self.subscribed_topics: set[str] | None = None
         self.new_member_added = False
-        self.offsets: dict[tuple[str, int], CommittedOffset] = {}
-        self.pending_offset_commits: Counter[tuple[str, int]] = Counter()
-        # transactional offset commits written but not yet ended by a marker: producer id ->
-        # partition -> (offset, log offset of its record)
-        self.pending_txn_offsets: dict[int, dict[tuple[str, int], CommittedOffset]] = {}
-        # KIP-253 (in memory, as the seed's coordinator): the group's delivered position of each
-        # partition some member waits on, and which partitions each member waits on
+        # KIP-253, kept in memory only: the group's delivered position of each partition some
+        # member waits on, and which partitions each member waits on
         self.positions: dict[tuple[str, int], int] = {}
         self.interests: dict[str, set[tuple[str, int]]] = {}
-        # the coordinator's timers
-        self.join_timer = None
+        # the classic group manager's timers
+        self.join_timer: asyncio.TimerHandle | None = None
         self.join_kind: str | None = None  # "initial" (group.initial.rebalance.delay.ms) or "delayed"
-        self.sync_timer = None
-        self.pending_timers: dict[str, object] = {}
+        self.sync_timer: asyncio.TimerHandle | None = None
+        self.pending_timers: dict[str, asyncio.TimerHandle] = {}  # pending member id -> its expiry
 
     def __repr__(self) -> str:
         return f"ClassicGroup({self.group_id!r}, {self.state.value}, generation={self.generation_id}, members={len(self.members)})"
@@ -407,12 +404,6 @@ class ClassicGroup:
     def is_subscribed_to_topic(self, topic: str) -> bool:
         return True if self.subscribed_topics is None else topic in self.subscribed_topics
 
-    # ---- offsets
-    def apply_offset(self, tp: tuple[str, int], value: OffsetAndMetadata, record_offset: int) -> None:
-        current = self.offsets.get(tp)
-        if current is None or current.record_offset < record_offset:
-            self.offsets[tp] = CommittedOffset(value, record_offset)
-
     # ---- KIP-253 positions
     def exchange_positions(
         self, member_id: str, positions: Iterable[tuple[tuple[str, int], int]], interested: set[tuple[str, int]]
@@ -434,68 +425,122 @@ class ClassicGroup:
             out[tp] = max(self.positions.get(tp, -1), committed.value.offset if committed is not None else -1)
         return out, wanted
 
-    def add_pending_txn_offset(self, producer_id: int, tp: tuple[str, int], value: OffsetAndMetadata,
-                               record_offset: int) -> None:
-        self.pending_txn_offsets.setdefault(producer_id, {})[tp] = CommittedOffset(value, record_offset)
-
-    def has_pending_txn_offset(self, tp: tuple[str, int]) -> bool:
-        return any(tp in per for per in self.pending_txn_offsets.values())
-
-    def complete_txn_offsets(self, producer_id: int, commit: bool, before_offset: int | None = None) -> int:
-        """The producer's transaction ended: its offsets (written below `before_offset`, if given)
-        become committed (a later record still wins) or are dropped. Returns how many there were."""
-        pending = self.pending_txn_offsets.get(producer_id, {})
-        done = [tp for tp, c in pending.items() if before_offset is None or c.record_offset < before_offset]
-        for tp in done:
-            c = pending.pop(tp)
-            if commit:
-                self.apply_offset(tp, c.value, c.record_offset)
-        if not pending:
-            self.pending_txn_offsets.pop(producer_id, None)
-        return len(done)
-
-    def forget_partitions(self, partitions: set[tuple[str, int]]) -> list[tuple[str, int]]:
-        """Partitions deleted (KIP-253): their positions go, and their committed offsets (a
-        partition re-created under the same index starts again at 0)."""
+    def forget_partitions(self, partitions: set[TopicPartition]) -> list[TopicPartition]:
+        """Partitions deleted (KIP-253): their positions go, and their committed offsets."""
         for tp in partitions:
             self.positions.pop(tp, None)
-        return self.remove_offsets([tp for tp in self.offsets if tp in partitions])
+        return super().forget_partitions(partitions)
 
-    def remove_offsets(self, partitions: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
-        removed = []
-        for tp in partitions:
-            self.pending_offset_commits.pop(tp, None)
-            if self.offsets.pop(tp, None) is not None:
-                removed.append(tp)
-        return removed
-
-    def expired_offsets(self, now_ms: int, retention_ms: int) -> list[tuple[str, int]]:
+    def expired_offsets(self, now_ms: int, retention_ms: int) -> list[TopicPartition]:
         """Offsets past retention (Kafka's rules): an empty group's once it has been empty for the
         retention period (or, without that timestamp, since each commit); a stable consumer
         group's for topics it no longer subscribes to; a group without protocol (offsets only)
         since each commit. Offsets with a commit in flight never expire."""
 
-        def expired(base: Callable[[CommittedOffset], int], keep_topics: Iterable[str] = ()) -> list[tuple[str, int]]:
-            keep = set(keep_topics)
-            out = []
-            for tp, c in self.offsets.items():
-                if tp[0] in keep or self.pending_offset_commits.get(tp):
-                    continue
-                if c.value.expire_timestamp is not None:
-                    if now_ms >= c.value.expire_timestamp:
-                        out.append(tp)
-                elif now_ms - base(c) >= retention_ms:
-                    out.append(tp)
-            return out
+        def since_commit(c: CommittedOffset) -> int:
+            return c.value.commit_timestamp
 
         if self.protocol_type is not None and self.state is GroupState.EMPTY:
             ts = self.state_timestamp
-            return expired(lambda c: ts if ts is not None else c.value.commit_timestamp)
+            return self.offsets_expired_since(now_ms, retention_ms,
+                                              lambda c: ts if ts is not None else c.value.commit_timestamp)
         if self.protocol_type == CONSUMER_PROTOCOL_TYPE and self.subscribed_topics is not None and self.state is GroupState.STABLE:
-            return expired(lambda c: c.value.commit_timestamp, self.subscribed_topics)
+            return self.offsets_expired_since(now_ms, retention_ms, since_commit, self.subscribed_topics)
         if self.protocol_type is None:
-            return expired(lambda c: c.value.commit_timestamp)
+            return self.offsets_expired_since(now_ms, retention_ms, since_commit)
         return []
+
+    # ---- the rules the offsets manager asks of a group (base.Group)
+    @property
+    def state_name(self) -> str:
+        return self.state.value
+
+    @property
+    def is_dead(self) -> bool:
+        return self.state is GroupState.DEAD
+
+    @property
+    def is_empty(self) -> bool:
+        return self.state is GroupState.EMPTY and not self.pending_members
+
+    def mark_dead(self) -> None:
+        self.transition_to(GroupState.DEAD)
+
+    def validate_member(self, member_id: str, instance_id: str | None) -> int:
+        """0 when `member_id` (static: of `instance_id`) is the current member, else the error."""
+        if instance_id is not None:
+            current = self.current_static_member_id(instance_id)
+            if current is None:
+                return Errors.UNKNOWN_MEMBER_ID
+            if current != member_id:
+                return Errors.FENCED_INSTANCE_ID
+            return 0
+        return 0 if self.has(member_id) else Errors.UNKNOWN_MEMBER_ID
+
+    def validate_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int) -> int:
+        if self.is_(GroupState.DEAD):
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and self.is_(GroupState.EMPTY):
+            return 0  # admin clients and consumers without group management
+        if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or instance_id is not None:
+            err = self.validate_member(member_id, instance_id)
+            if err:
+                return err
+            if generation_id != self.generation_id:
+                return Errors.ILLEGAL_GENERATION
+        elif not self.is_(GroupState.EMPTY):
+            return Errors.UNKNOWN_MEMBER_ID  # only members commit for a non-empty group
+        if self.is_(GroupState.COMPLETING_REBALANCE):
+            return Errors.REBALANCE_IN_PROGRESS  # the member commits again once it has its assignment
+        return 0
+
+    def validate_txn_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int) -> int:
+        if self.is_(GroupState.DEAD):
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and self.is_(GroupState.EMPTY):
+            return 0  # a producer committing for a group without group management (v0-2 send no member)
+        if member_id != UNKNOWN_MEMBER_ID and not self.has(member_id) and instance_id is None:
+            return Errors.UNKNOWN_MEMBER_ID
+        if instance_id is not None and self.is_static_member_fenced(instance_id, member_id):
+            return Errors.FENCED_INSTANCE_ID
+        if generation_id >= 0 and generation_id != self.generation_id:
+            return Errors.ILLEGAL_GENERATION
+        return 0
+
+    def validate_offset_delete(self, partitions: Iterable[TopicPartition]) -> tuple[int, dict[TopicPartition, int]]:
+        if self.is_(GroupState.EMPTY):
+            return 0, {tp: 0 for tp in partitions}
+        if self.is_consumer_group:
+            # a live consumer group keeps the offsets of the topics it subscribes to
+            return 0, {tp: Errors.GROUP_SUBSCRIBED_TO_TOPIC if self.is_subscribed_to_topic(tp[0]) else 0
+                       for tp in partitions}
+        return Errors.NON_EMPTY_GROUP, {}
+
+    def validate_delete_group(self) -> int:
+        return 0 if self.is_(GroupState.EMPTY) else Errors.NON_EMPTY_GROUP
+
+    def tombstone_keys(self) -> list[bytes]:
+        return [group_metadata_key(self.group_id)]
+
+    def cancel_timers(self) -> None:
+        for handle in (self.join_timer, self.sync_timer, *self.pending_timers.values()):
+            if handle is not None:
+                handle.cancel()
+        self.join_timer = self.sync_timer = None
+        self.pending_timers.clear()
+        for m in self.members.values():
+            m.cancel_heartbeat()
+
+    def unload(self) -> None:
+        previous = self.state
+        self.transition_to(GroupState.DEAD)
+        if previous is GroupState.PREPARING_REBALANCE:
+            for m in list(self.members.values()):
+                self.complete_join(m, JoinResult(Errors.NOT_COORDINATOR, m.member_id))
+        elif previous in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            for m in list(self.members.values()):
+                self.complete_sync(m, SyncResult(Errors.NOT_COORDINATOR))
+        self.cancel_timers()
 
 
 def parse_subscription_topics(metadata: bytes) -> set[str]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -34,7 +34,6 @@ from broker.coordinator.partitioned import (
     state_write_error,
 )
 from broker.coordinator.transaction.config import TransactionCoordinatorConfig
-from broker.coordinator.transaction.markers import TxnMarkerSender
 from broker.coordinator.transaction.metadata import (
     NO_PRODUCER_EPOCH,
     TransactionError,
@@ -51,8 +50,15 @@ from broker.coordinator.transaction.records import (
     encode_key,
     encode_value,
 )
-from broker.producer_ids import ProducerIdManager, ProducerIdsUnavailable
+from broker.producer_ids import ProducerIdsUnavailable
 from protocol.errors import Errors
+
+if TYPE_CHECKING:
+    from broker.coordinator.group.coordinator import GroupCoordinator
+    from broker.coordinator.transaction.markers import TxnMarkerSender
+    from broker.ports import Forwarder, LocalReplicas, MetadataView
+    from broker.producer_ids import ProducerIdManager
+    from broker.storage.log import Log
 
 log = structlog.get_logger(__name__)
 
@@ -69,7 +75,7 @@ class _StatePartition(CoordinatorPartition):
         self.txns: dict[str, TransactionMetadata] = {}
 
 
-def read_state_partition(lg: Any, max_bytes: int) -> tuple[dict[str, TransactionLogValue], int]:
+def read_state_partition(lg: Log, max_bytes: int) -> tuple[dict[str, TransactionLogValue], int]:
     """Scan a __transaction_state log from start to end (runs in an executor): the latest value per
     transactional id (deleted ids absent) and the number of records read."""
     found: dict[str, TransactionLogValue | None] = {}
@@ -92,14 +98,21 @@ class TransactionCoordinator(PartitionedCoordinator[_StatePartition]):
     event = "txn"
     reload_on_new_epoch = True
 
-    def __init__(self, broker: Any, config: TransactionCoordinatorConfig | None = None) -> None:
-        """`broker` gives: replicas (ReplicaManager), metadata.image, config, forward(body) and the
-        producer id manager. Registers as a leadership listener and loads what it already leads."""
-        self.config = config or TransactionCoordinatorConfig.from_props(broker.config.props)
-        self.broker = broker
-        super().__init__(broker.replicas, broker.metadata, self.config.state_log_num_partitions, self.config.state_log_load_buffer_size,
-                         self.config.write_timeout_ms)
-        self.markers = TxnMarkerSender(broker)
+    def __init__(self, config: TransactionCoordinatorConfig, replicas: LocalReplicas, metadata: MetadataView,
+                 forward: Forwarder, producer_ids: ProducerIdManager, markers: TxnMarkerSender,
+                 group_coordinator: GroupCoordinator) -> None:
+        """Registers as a leadership listener of `replicas` and loads what it already leads.
+        `forward` creates __transaction_state through the controller; `producer_ids` hands out
+        new producer ids; `markers` writes a transaction's markers on its partitions;
+        `group_coordinator` says how many __consumer_offsets partitions there are before the
+        image has the topic (AddOffsetsToTxn)."""
+        self.config = config
+        self._forward = forward
+        self.producer_ids = producer_ids
+        self.markers = markers
+        self.group_coordinator = group_coordinator
+        super().__init__(replicas, metadata, config.state_log_num_partitions, config.state_log_load_buffer_size,
+                         config.write_timeout_ms)
         self._every(self.config.abort_timed_out_interval_ms, self.abort_timed_out_transactions,
                     "txn_timeout_check_failed")
         self._every(self.config.remove_expired_interval_ms, self.remove_expired_transactional_ids,
@@ -192,7 +205,7 @@ class TransactionCoordinator(PartitionedCoordinator[_StatePartition]):
 
     # ------------------------------------------------------------------ InitProducerId
     async def _new_producer_id(self) -> int:
-        return await ProducerIdManager.for_broker(self.broker).generate()
+        return await self.producer_ids.generate()
 
     async def init_producer_id(self, transactional_id: str, timeout_ms: int,
                                expected: tuple[int, int] | None) -> tuple[int, int, int]:
@@ -288,11 +301,10 @@ class TransactionCoordinator(PartitionedCoordinator[_StatePartition]):
         return await self._write(tp, meta, target)
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> int:
-        offsets = self.broker.metadata.image.topic(OFFSETS_TOPIC)
+        offsets = self.metadata.image.topic(OFFSETS_TOPIC)
         n = len(offsets.partitions) if offsets is not None and offsets.partitions else None
         if n is None:
-            gc = getattr(self.broker, "group_coordinator", None)
-            n = gc.num_partitions() if gc is not None else 50
+            n = self.group_coordinator.num_partitions()
         return await self.add_partitions(transactional_id, producer_id, producer_epoch,
                                          {(OFFSETS_TOPIC, partition_for(group_id, n))})
 
@@ -432,7 +444,7 @@ class TransactionCoordinator(PartitionedCoordinator[_StatePartition]):
     async def _create_topic(self) -> None:
         cfg = self.config
         await create_internal_topic(
-            self.broker.metadata, self.broker.forward, TRANSACTION_STATE_TOPIC, cfg.state_log_num_partitions, cfg.state_log_replication_factor,
+            self.metadata, self._forward, TRANSACTION_STATE_TOPIC, cfg.state_log_num_partitions, cfg.state_log_replication_factor,
             {"segment.bytes": str(cfg.state_log_segment_bytes), "unclean.leader.election.enable": "false"},
             min_isr=cfg.state_log_min_isr,
         )

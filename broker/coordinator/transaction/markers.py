@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import structlog
 
 from node.client import ClientError, NodeClient
 from protocol.errors import Errors
 from protocol.generated.write_txn_markers import WriteTxnMarkersRequest
+
+if TYPE_CHECKING:
+    from broker.ports import ImageSource, PeerDirectory
+    from node.security import ClientSecurity
 
 log = structlog.get_logger(__name__)
 
@@ -37,8 +41,14 @@ class MarkersAbandoned(Exception):
 
 
 class TxnMarkerSender:
-    def __init__(self, broker: Any) -> None:
-        self.broker = broker
+    def __init__(self, node_id: int, images: ImageSource, peers: PeerDirectory,
+                 security: ClientSecurity | None) -> None:
+        """`images`: where each partition's leader is; `peers`: where each broker listens;
+        `security`: the inter-broker listener's client side."""
+        self.node_id = node_id
+        self._images = images
+        self._peers = peers
+        self._security = security
         self._clients: dict[int, NodeClient] = {}
         self._connecting: dict[int, asyncio.Future] = {}
 
@@ -56,7 +66,7 @@ class TxnMarkerSender:
         while remaining:
             if not still_coordinator():
                 return False
-            image = self.broker.metadata.image
+            image = self._images.image
             by_leader: dict[int, list[TopicPartition]] = {}
             for tp in list(remaining):
                 topic = image.topic(tp[0])
@@ -129,13 +139,11 @@ class TxnMarkerSender:
         fut = self._connecting[node] = asyncio.get_running_loop().create_future()
         try:
             c = None
-            info = self.broker.metadata.image.brokers.get(node)
-            ep = info.endpoint(self.broker.config.listener.listener) if info is not None and not info.fenced else None
+            ep = self._peers.endpoint(node) if self._peers.live(node) else None
             if ep is not None:
                 try:
-                    c = await NodeClient(ep.host, ep.port, client_id=f"txn-markers-{self.broker.config.node_id}",
-                                         timeout=REQUEST_TIMEOUT_S,
-                                         security=self.broker.config.inter_broker_security).connect()
+                    c = await NodeClient(ep.host, ep.port, client_id=f"txn-markers-{self.node_id}",
+                                         timeout=REQUEST_TIMEOUT_S, security=self._security).connect()
                     self._clients[node] = c
                 except ClientError as e:
                     log.info("txn_markers_connect_failed", broker=node, error=str(e))
