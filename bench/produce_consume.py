@@ -29,7 +29,12 @@ as the broker and takes its share of the CPUs for both systems alike. Prints a t
 nothing about speed (exit status 1 only when a workload cannot run at all).
 
     .venv/bin/python bench/produce_consume.py [--runs 5] [--messages 200000] [--size 1024]
-        [--brokers 1] [--partitions 3] [--acks all] [--quick] [--strata-only] [--no-perf]
+        [--brokers 1] [--partitions 3] [--acks all] [--quick] [--strata-only] [--no-perf] [--compare REF]
+
+--compare REF runs Strata from git REF too (extracted to a temp dir), in the same interleaved runs.
+"broker CPU us/msg" is the CPU time (user + system) of the broker processes during the workload,
+per message: what a change costs per request shows there even when the machine's load hides it in
+msg/s.
 """
 
 from __future__ import annotations
@@ -89,6 +94,21 @@ class System:
 
     def rejection(self) -> str | None:
         return None
+
+    def broker_pids(self) -> list[int]:
+        return [self.pid] if self.pid is not None else []
+
+    def broker_cpu_seconds(self) -> float:
+        """User + system CPU time the broker processes have used so far (/proc/PID/stat)."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for pid in self.broker_pids():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+        return total
 
 
 def find_tansu() -> str | None:
@@ -170,11 +190,14 @@ class Strata(System):
     name = "strata"
 
     def __init__(self, workdir: Path, brokers: int, secure: str | None = None, code_root: Path | None = None,
-                 overrides: dict[str, str] | None = None) -> None:
-        self.cluster = Cluster(workdir / f"strata-{secure or 'plaintext'}", brokers=brokers, verbose=False,
+                 overrides: dict[str, str] | None = None, name: str | None = None) -> None:
+        self.cluster = Cluster(workdir / f"{name or 'strata'}-{secure or 'plaintext'}", brokers=brokers, verbose=False,
                                secure=secure, code_root=code_root, broker_overrides=overrides)
+        self.brokers = brokers
         if secure:
             self.name = secure
+        if name:
+            self.name = name
         self.cluster.start()
         self.bootstrap = self.cluster.bootstrap
         self.replication = min(brokers, 3)
@@ -182,6 +205,9 @@ class Strata(System):
 
     def stop(self) -> None:
         self.cluster.stop()
+
+    def broker_pids(self) -> list[int]:
+        return [p for p in (self.cluster.pid(n) for n in range(1, self.brokers + 1)) if p is not None]
 
     def client_conf(self) -> dict:
         return self.cluster.rdkafka_conf()
@@ -392,7 +418,18 @@ class Row:
     workload: str
     size: int
     samples: list[Sample] = field(default_factory=list)
+    cpu_us: list[float] = field(default_factory=list)  # broker CPU per message, one per run
     note: str = ""
+
+
+def extract_tree(ref: str, work: Path) -> Path:
+    """`ref` of this repository as a source tree under `work` (git archive: no git state is touched)."""
+    out = work / f"tree-{re.sub(r'[^A-Za-z0-9._-]', '_', ref)}"
+    out.mkdir()
+    repo = Path(__file__).resolve().parents[1]
+    archive = subprocess.run(["git", "-C", str(repo), "archive", ref], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
+    return out
 
 
 def start_system(factory: Callable[[], System], label: str) -> System:
@@ -411,12 +448,17 @@ def confluent_runs(systems: list[System], args: argparse.Namespace) -> list[Row]
     for run in range(1, args.runs + 1):
         for system in systems:
             topic = create_topic(system, args.partitions)
+            cpu0 = system.broker_cpu_seconds()
             p = confluent_produce(system.client_conf(), topic, args.messages, args.size, args.acks)
+            cpu1 = system.broker_cpu_seconds()
             # Every acknowledged message must come back: the consume loop counts them. (Not checked with
             # ListOffsets: Tansu's "latest" lags its log end by a batch.)
             c = confluent_consume(system.client_conf(), topic, args.partitions, args.messages)
+            cpu2 = system.broker_cpu_seconds()
             prod[system.name].samples.append(p)
             cons[system.name].samples.append(c)
+            prod[system.name].cpu_us.append((cpu1 - cpu0) * 1e6 / max(p.msgs, 1))
+            cons[system.name].cpu_us.append((cpu2 - cpu1) * 1e6 / max(c.msgs, 1))
             say(f"{system.name} run {run}/{args.runs}: produce {p.rate:,.0f} msg/s, consume {c.rate:,.0f} msg/s")
             delete_topic(system, topic)
     return [row for s in systems for row in (prod[s.name], cons[s.name])]
@@ -464,19 +506,23 @@ def fmt_rate(values: list[float], scale: float, digits: int) -> tuple[str, str]:
 
 
 def print_table(rows: list[Row], args: argparse.Namespace, notes: list[str], load: tuple[float, float]) -> None:
+    width = max([8, *(len(r.system) for r in rows)])
     head = (
-        f"{'system':8} {'workload':28} {'msg/s':>10} {'min-max msg/s':>19} {'MB/s':>7} {'min-max MB/s':>13} {'runs':>4}"
+        f"{'system':{width}} {'workload':28} {'msg/s':>10} {'min-max msg/s':>19} {'MB/s':>7} {'min-max MB/s':>13} "
+        f"{'broker CPU us/msg':>18} {'runs':>4}"
     )
     print(head)
     print("-" * len(head))
     for r in rows:
         if not r.samples:
-            print(f"{r.system:8} {r.workload:28} {'-':>10} {'-':>19} {'-':>7} {'-':>13} {0:4d}  {r.note}")
+            print(f"{r.system:{width}} {r.workload:28} {'-':>10} {'-':>19} {'-':>7} {'-':>13} {'-':>18} {0:4d}  {r.note}")
             continue
         rates = [s.rate for s in r.samples]
         msg, msg_range = fmt_rate(rates, 1.0, 0)
         mb, mb_range = fmt_rate(rates, r.size / 1e6, 1)
-        print(f"{r.system:8} {r.workload:28} {msg:>10} {msg_range:>19} {mb:>7} {mb_range:>13} {len(r.samples):4d}")
+        cpu = f"{statistics.median(r.cpu_us):.1f}" if r.cpu_us else "-"
+        print(f"{r.system:{width}} {r.workload:28} {msg:>10} {msg_range:>19} {mb:>7} {mb_range:>13} {cpu:>18} "
+              f"{len(r.samples):4d}")
     print()
     perf = "off" if args.no_perf else f"{args.perf_runs} x {args.perf_seconds:g}s, partition 0, batch {PERF_BATCH}"
     print(
@@ -510,6 +556,8 @@ def main() -> int:
     ap.add_argument("--no-perf", action="store_true", help="skip `tansu perf`")
     ap.add_argument("--strata-only", action="store_true", help="do not start Tansu")
     ap.add_argument("--quick", action="store_true", help="smoke check: 20,000 messages, 1 run, 1 s of tansu perf")
+    ap.add_argument("--compare", metavar="REF", help="also run Strata from git REF (several: REF,REF), in the same "
+                    "interleaved runs: before/after on one machine in one run")
     args = ap.parse_args()
     if args.quick:
         args.runs, args.messages, args.perf_seconds = 1, min(args.messages, 20_000), 1.0
@@ -533,6 +581,11 @@ def main() -> int:
         if tansu_bin is not None and not args.strata_only:
             plan.append(("tansu (memory)", lambda: Tansu(tansu_bin, work)))
         plan.append((f"strata ({args.brokers} broker(s), disk)", lambda: Strata(work, args.brokers)))
+        refs = [r for r in (args.compare or "").split(",") if r]
+        for ref in refs:
+            root = extract_tree(ref, work)
+            plan.append((f"strata@{ref} ({args.brokers} broker(s), disk)",
+                         lambda root=root, ref=ref: Strata(work, args.brokers, code_root=root, name=f"strata@{ref}")))
         try:
             for label, factory in plan:
                 try:
@@ -552,7 +605,7 @@ def main() -> int:
         finally:
             for system in systems:
                 system.stop()
-    rows.sort(key=lambda r: (r.system != "tansu", r.system))
+    rows.sort(key=lambda r: (r.system != "tansu", r.system, r.workload))
     print_table(rows, args, notes, (load_start, os.getloadavg()[0]))
     return 1 if failed else 0
 
