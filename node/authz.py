@@ -17,6 +17,7 @@ import structlog
 
 from node.logging import RateLimitedLog
 from protocol.generated import RESPONSES
+from protocol.message import Struct
 
 log = structlog.get_logger(__name__)
 limited = RateLimitedLog(log)
@@ -37,7 +38,7 @@ def top_level_error(api_key: int, version: int, code: int, message: str = DENIED
     cls = RESPONSES[api_key]
     if "error_code" not in cls._fields:
         return None
-    resp = cls()
+    resp: Any = cls()  # a response with an error_code field (checked above)
     resp.error_code = code
     if hasattr(resp, "error_message"):
         resp.error_message = message
@@ -85,19 +86,19 @@ class ItemErrors:
 
     def answer(self, api_key: int, body: Any, code: int, message: str = DENIED_MESSAGE) -> Any:
         """The whole response, every item of the request answered with `code`."""
-        fields = {self.response: self.mirror.answer(getattr(body, self.request) or [], code, message)}
+        fields: dict[str, Any] = {self.response: self.mirror.answer(getattr(body, self.request) or [], code, message)}
         if self.top_level:
             fields["error_code"] = code
         return RESPONSES[api_key](**fields)
 
 
 def _topic_partitions(topic: type, part: type, topic_keys: Mapping[str, str], parts: tuple[str, str] = (
-        "partitions", "partitions"), index: tuple[str, str] = ("partition_index", "partition_index")) -> Mirror:
+        "partitions", "partitions"), index: tuple[str, str | None] = ("partition_index", "partition_index")) -> Mirror:
     """Topics answered partition by partition (`index`: response field, request field)."""
     return Mirror(topic, topic_keys, (parts[0], parts[1], Mirror(part, {index[0]: index[1]})), error=None)
 
 
-def _item_class(R: type, *fields: str) -> type:
+def _item_class(R: type, *fields: str) -> type[Struct]:
     """The struct of response `R` having all of `fields` (generated names differ by version)."""
     return next(c for c in vars(R).values() if isinstance(c, type) and set(fields) <= set(getattr(c, "_fields", ())))
 
@@ -109,7 +110,7 @@ def _diskless_partitions(R: type) -> ItemErrors:
 
 
 def _item_errors() -> dict[int, ItemErrors]:
-    R = RESPONSES
+    R: Mapping[int, Any] = RESPONSES  # each response class with its own item classes
     created_chunk = _item_class(R[1077], "error_code", "partition_id")
     return {
         0: ItemErrors("topic_data", "responses", _topic_partitions(
@@ -145,7 +146,7 @@ def _item_errors() -> dict[int, ItemErrors]:
 
 
 def _admin_item_errors() -> dict[int, ItemErrors]:
-    R = RESPONSES
+    R: Mapping[int, Any] = RESPONSES  # each response class with its own item classes
     configs = {k: ItemErrors("resources", "responses", Mirror(R[k].AlterConfigsResourceResponse, {
         "resource_type": "resource_type", "resource_name": "resource_name"}, message=True)) for k in (33, 44)}
     return {
@@ -171,7 +172,7 @@ def error_items(api_key: int, version: int, body: Any, code: int, message: str,
                 shapes: Mapping[int, ItemErrors]) -> Any:
     """Every item of `body` answered with `code` (and `message` where an item carries one), shaped
     by `shapes`; else the top-level error field, or None if the response has none."""
-    R = RESPONSES[api_key]
+    R: Any = RESPONSES[api_key]  # the response class of this API, with its own item classes
     if api_key in shapes:
         return shapes[api_key].answer(api_key, body, code, message)
     if api_key == 51:

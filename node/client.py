@@ -38,7 +38,7 @@ class NodeClient:
         self.timeout = timeout
         self.versions: dict[int, tuple[int, int]] = {}
         self._protocol: _ClientProtocol | None = None
-        self._pending: dict[int, tuple[asyncio.Future, int, int]] = {}
+        self._pending: dict[int, tuple[asyncio.Future | Eventual, int, int]] = {}  # (waiter, api key, version)
         self._ids = itertools.count(1)
         self._closed = False
 

@@ -5,6 +5,7 @@ Bad values raise ConfigError naming the key, so a process fails at start with on
 
 from __future__ import annotations
 
+import builtins
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -96,7 +97,7 @@ class NodeConfig:
             raise ConfigError(f"{key} is required")
         return default
 
-    def int(self, key: str, default: int | None = None) -> int:
+    def int(self, key: builtins.str, default: builtins.int | None = None) -> builtins.int:
         raw = self.props.get(key)
         if raw is None:
             if default is None:
@@ -107,7 +108,7 @@ class NodeConfig:
         except ValueError:
             raise ConfigError(f"{key}: {raw!r} is not an integer") from None
 
-    def bool(self, key: str, default: bool) -> bool:
+    def bool(self, key: builtins.str, default: builtins.bool) -> builtins.bool:
         raw = self.props.get(key)
         if raw is None:
             return default
@@ -115,7 +116,7 @@ class NodeConfig:
             raise ConfigError(f"{key}: {raw!r} is not true or false")
         return raw.lower() == "true"
 
-    def list(self, key: str, default: list[str] | None = None) -> list[str]:
+    def list(self, key: builtins.str, default: builtins.list[builtins.str] | None = None) -> builtins.list[builtins.str]:
         raw = self.props.get(key)
         if raw is None:
             if default is None:
@@ -125,36 +126,36 @@ class NodeConfig:
 
     # ---- the keys every node reads
     @property
-    def node_id(self) -> int:
+    def node_id(self) -> builtins.int:
         return self.int("node.id")
 
     @property
-    def roles(self) -> set[str]:
+    def roles(self) -> set[builtins.str]:
         roles = set(self.list("process.roles"))
         if not roles or not roles <= {"broker", "controller"}:
             raise ConfigError(f"process.roles: {self.props.get('process.roles')!r} must be broker and/or controller")
         return roles
 
     @property
-    def listeners(self) -> list[Endpoint]:
+    def listeners(self) -> builtins.list[Endpoint]:
         return parse_listeners(self.str("listeners"))
 
     @property
-    def advertised_listeners(self) -> list[Endpoint]:
+    def advertised_listeners(self) -> builtins.list[Endpoint]:
         if self.has("advertised.listeners"):
             return parse_listeners(self.str("advertised.listeners"), "advertised.listeners")
         return self.listeners
 
     @property
-    def controller_listener_names(self) -> list[str]:
+    def controller_listener_names(self) -> builtins.list[builtins.str]:
         return [x.upper() for x in self.list("controller.listener.names", ["CONTROLLER"])]
 
     @property
-    def quorum_voters(self) -> dict[int, tuple[str, int]]:
+    def quorum_voters(self) -> dict[builtins.int, tuple[builtins.str, builtins.int]]:
         return parse_voters(self.str("controller.quorum.voters"))
 
     @property
-    def log_dirs(self) -> list[Path]:
+    def log_dirs(self) -> builtins.list[Path]:
         dirs = self.list("log.dirs", []) or self.list("log.dir", [])
         if not dirs:
             raise ConfigError("log.dirs is required")

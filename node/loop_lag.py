@@ -44,7 +44,12 @@ class LoopLagGauge:
         loop = asyncio.get_running_loop()
         ran = loop.create_future()
         t0 = time.perf_counter()  # not loop.time(): uvloop's clock ticks in whole milliseconds
-        loop.call_soon(lambda: ran.done() or ran.set_result(time.perf_counter()))
+
+        def run() -> None:
+            if not ran.done():
+                ran.set_result(time.perf_counter())
+
+        loop.call_soon(run)
         return (await ran) - t0
 
     async def _run(self) -> None:

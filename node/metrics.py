@@ -15,14 +15,18 @@ import asyncio
 import bisect
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import structlog
 
 from node.config import ConfigError
 from node.waits import Eventual
 from protocol.generated import REQUESTS
+
+if TYPE_CHECKING:
+    from node.server import Handler
 
 log = structlog.get_logger(__name__)
 
@@ -148,7 +152,7 @@ class RequestMetrics:
         self.queue: dict[int, Histogram] = {}
         self.split_fetch = split_fetch
 
-    def wrap(self, handler: Callable[[bytes, object], Awaitable[list | Eventual | None]]):
+    def wrap(self, handler: Handler) -> Handler:
         loop_time = asyncio.get_running_loop().time  # the clock of conn.request_read_at
         clock = time.perf_counter
         total, queue = self.total, self.queue

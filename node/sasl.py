@@ -65,7 +65,8 @@ class Authenticator:
         try:
             key, version, cid = peek_header(frame)
         except ProtocolError as e:
-            return self._fail("sasl_bad_frame", str(e))
+            self._fail("sasl_bad_frame", str(e))
+            return None
         if key == API_VERSIONS:
             return PASS_ON
         if key == SASL_HANDSHAKE:
@@ -73,8 +74,10 @@ class Authenticator:
         if key == SASL_AUTHENTICATE:
             return self._authenticate(frame, version, cid)
         if self.state == DONE:  # re-authentication enabled and the session is over
-            return self._fail("sasl_session_expired", "the SASL session expired without re-authentication")
-        return self._fail("sasl_illegal_state", f"API {key} before SASL authentication completed")
+            self._fail("sasl_session_expired", "the SASL session expired without re-authentication")
+            return None
+        self._fail("sasl_illegal_state", f"API {key} before SASL authentication completed")
+        return None
 
     # ----
     def _decode(self, frame: bytes, cls, version: int):
@@ -85,13 +88,16 @@ class Authenticator:
 
     def _handshake(self, frame: bytes, version: int, cid: int) -> list | None:
         if not SaslHandshakeRequest.MIN_VERSION <= version <= SaslHandshakeRequest.MAX_VERSION:
-            return self._fail("sasl_illegal_state", f"SaslHandshake v{version} is not served")
+            self._fail("sasl_illegal_state", f"SaslHandshake v{version} is not served")
+            return None
         if self.state not in (HANDSHAKE, DONE):
-            return self._fail("sasl_illegal_state", "SaslHandshake during authentication")
+            self._fail("sasl_illegal_state", "SaslHandshake during authentication")
+            return None
         try:
             req = self._decode(frame, SaslHandshakeRequest, version)
         except ProtocolError as e:
-            return self._fail("sasl_bad_frame", str(e))
+            self._fail("sasl_bad_frame", str(e))
+            return None
         enabled = list(self.config.mechanisms)
         mech = (req.mechanism or "").upper()
         if mech not in self.config.mechanisms:
@@ -99,7 +105,8 @@ class Authenticator:
             return encode_response(SASL_HANDSHAKE, version, cid,
                                    SaslHandshakeResponse(error_code=Errors.UNSUPPORTED_SASL_MECHANISM, mechanisms=enabled))
         if self.state == DONE and self.mechanism is not None and mech != self.mechanism.mechanism:
-            return self._fail("sasl_reauthentication_failed", "re-authentication must use the same mechanism")
+            self._fail("sasl_reauthentication_failed", "re-authentication must use the same mechanism")
+            return None
         self.mechanism = (PlainServer(self.config.plain_users) if mech == PLAIN
                           else ScramServer(mech, self.config.scram_lookup))
         self.state = AUTHENTICATE if version >= 1 else RAW_TOKEN
@@ -108,7 +115,8 @@ class Authenticator:
     def _authenticate(self, frame: bytes, version: int, cid: int) -> list | None:
         R = SaslAuthenticateResponse
         if not SaslAuthenticateRequest.MIN_VERSION <= version <= SaslAuthenticateRequest.MAX_VERSION:
-            return self._fail("sasl_illegal_state", f"SaslAuthenticate v{version} is not served")
+            self._fail("sasl_illegal_state", f"SaslAuthenticate v{version} is not served")
+            return None
         if self.state != AUTHENTICATE:
             why = "SaslAuthenticate before SaslHandshake"
             self._fail("sasl_illegal_state", why)
@@ -130,7 +138,8 @@ class Authenticator:
         try:
             out = self._evaluate(bytes(frame))
         except AuthenticationError as e:
-            return self._fail("sasl_authentication_failed", str(e))
+            self._fail("sasl_authentication_failed", str(e))
+            return None
         return [out]
 
     def _evaluate(self, token: bytes) -> bytes:

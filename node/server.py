@@ -53,11 +53,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import errno
+import functools
 import itertools
 import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import structlog
 
@@ -73,7 +75,8 @@ from protocol.framing import DEFAULT_MAX_FRAME, FrameReader, frame
 log = structlog.get_logger(__name__)
 limited = RateLimitedLog(log)
 
-Handler = Callable[[bytes, "Connection"], Awaitable[list | None]]
+# the answer: its parts, None (no answer), or an Eventual settled with either later
+Handler = Callable[[bytes, "Connection"], Awaitable[list | Eventual | None]]
 Classifier = Callable[[bytes], bool]
 
 INT_MAX = 2**31 - 1
@@ -261,7 +264,7 @@ class Connection(asyncio.Protocol):
         self._account()
         self._maybe_ready()
         self._update_reading()
-        if self.reading and self.reader.pending >= READ_SLICE:
+        if self.reading and self.reader.pending >= READ_SLICE and self.transport is not None:
             read_next_step(self.transport, lambda: self.reading and not self.closed)
 
     def pause_writing(self) -> None:
@@ -321,7 +324,7 @@ class Connection(asyncio.Protocol):
                 parts = await self.handler(f, self)
         else:
             parts = await self.handler(f, self)
-        task = asyncio.current_task()
+        task = cast(asyncio.Task, asyncio.current_task())  # this coroutine runs as its own task
         if isinstance(parts, Eventual) and not parts.done():
             # answered later, by whatever settles it (an acks=all Produce: the follower's Fetch
             # moving the high watermark), in that call; the answers behind it wait their turn
@@ -550,7 +553,7 @@ class FramedServer:
             task = loop.create_task(setup)
             task.peer = f"{ip}:{addr[1]}"  # type: ignore[attr-defined]
             self._setup.add(task)
-            task.add_done_callback(lambda t, ip=ip: self._set_up(t, ip))
+            task.add_done_callback(functools.partial(self._set_up, ip=ip))
 
     def _set_up(self, task: asyncio.Task, ip: str) -> None:
         self._setup.discard(task)

@@ -21,7 +21,7 @@ async def finish_tasks(timeout: float = 5.0) -> None:
         t.cancel()
     done, stuck = await asyncio.wait(pending, timeout=timeout)
     if stuck:
-        log.error("tasks_ignore_shutdown", tasks=[t.get_coro().__qualname__ for t in stuck])
+        log.error("tasks_ignore_shutdown", tasks=[_coro_name(t) for t in stuck])
         os._exit(0)
 
 
@@ -36,4 +36,9 @@ async def stop_task(task: asyncio.Task | None, timeout: float = 5.0) -> None:
     task.cancel()
     await asyncio.wait({task}, timeout=timeout)
     if not task.done():
-        log.warning("task_did_not_stop", task=task.get_coro().__qualname__)
+        log.warning("task_did_not_stop", task=_coro_name(task))
+
+
+def _coro_name(task: asyncio.Task) -> str:
+    # a task's coroutine object has a __qualname__; typeshed's Coroutine and Generator do not say so
+    return task.get_coro().__qualname__  # type: ignore[union-attr]

@@ -146,6 +146,11 @@ class Eventual:
     def __await__(self) -> Generator[Any, Any, Any]:
         if not self._done:
             fut = asyncio.get_running_loop().create_future()
-            self.on_done(lambda _: fut.done() or fut.set_result(None))
+
+            def wake(_: Eventual) -> None:
+                if not fut.done():
+                    fut.set_result(None)
+
+            self.on_done(wake)
             yield from fut.__await__()
         return self.result()

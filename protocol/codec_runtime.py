@@ -8,6 +8,7 @@ before anything is allocated.
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from protocol.errors import ProtocolError
 from protocol.primitives import INT16, INT32, ZERO_UUID, read_uvarint, uvarint
@@ -34,7 +35,7 @@ class _Unset:
         return "<unset>"
 
 
-_UNSET = _Unset()
+_UNSET: Any = _Unset()  # Any: the default of a typed list or struct parameter, replaced at once
 
 
 def _malformed(exc: Exception, field: str, pos: int) -> ProtocolError:

@@ -8,9 +8,13 @@ written back, so a message survives a round trip through an older schema.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeAlias
 
-from protocol.errors import ProtocolError
+from protocol.errors import Errors, ProtocolError
+
+# A records field's value: decoding gives a view of the request buffer; to encode, any bytes-like
+# value, or a list of bytes-like parts (several file reads, sent without joining them).
+Records: TypeAlias = bytes | bytearray | memoryview | list[bytes | memoryview]
 
 
 class Struct:
@@ -73,7 +77,7 @@ class Message(Struct):
                 f"unsupported version {version} (valid {cls.MIN_VERSION}-{cls.MAX_VERSION})",
                 api=cls.NAME,
                 version=version,
-                error_code=35,  # UNSUPPORTED_VERSION
+                error_code=Errors.UNSUPPORTED_VERSION,
             ) from None
 
     def encode_parts(self, version: int) -> list:

@@ -15,7 +15,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeGuard
 from uuid import UUID
 
 from node.client import ClientError, NodeClient
@@ -98,7 +98,7 @@ def _short(n: int) -> str:
     return text if len(text) <= 24 else f"{text[:10]}...({len(text)} digits)"
 
 
-def is_json_int(v: Any, bounds: tuple[int, int] = INT64) -> bool:
+def is_json_int(v: Any, bounds: tuple[int, int] = INT64) -> TypeGuard[int]:
     """A JSON integer within `bounds` (Python's bool is an int, JSON's true is not)."""
     return isinstance(v, int) and not isinstance(v, bool) and bounds[0] <= v <= bounds[1]
 

@@ -160,9 +160,11 @@ class Brokers:
     # ---- groups
     async def coordinator(self, group: str, attempts: int = 20) -> Coordinator:
         """The group's coordinator (FindCoordinator, retried while the coordinator loads)."""
+        client = self.admin.client
+        assert client is not None  # the Admin this works over is connected
         for _ in range(attempts):
             # v3: one key per request (v4+ batches keys); every broker answers it
-            resp = await self.send_to(self.admin.client.host, self.admin.client.port,
+            resp = await self.send_to(client.host, client.port,
                                       FindCoordinatorRequest(key=group, key_type=0), 3)
             code, node, host, port, msg = resp.error_code, resp.node_id, resp.host, resp.port, resp.error_message
             if code == 0:

@@ -142,7 +142,7 @@ async def run(a: argparse.Namespace) -> None:
 
 async def list_acls(admin, a: argparse.Namespace) -> None:
     pattern = {"LITERAL": A.LITERAL, "PREFIXED": A.PREFIXED, "MATCH": A.MATCH}.get(a.resource_pattern_type or "", A.ANY)
-    targets = resources(a) or [(A.ANY, None)]
+    targets: Sequence[tuple[int, str | None]] = resources(a) or [(A.ANY, None)]
     for rtype, name in targets:
         resp = await admin.request(DescribeAclsRequest(
             resource_type_filter=rtype, resource_name_filter=name, pattern_type_filter=pattern,

@@ -69,7 +69,7 @@ async def run(a: argparse.Namespace) -> None:
         raise AdminError(f"{failed} broker(s) did not answer ApiVersions")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> ToolArgumentParser:
     ap = ToolArgumentParser(prog="kafka-broker-api-versions.sh", description="Print the API versions of each broker.")
     ap.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]", help="brokers to connect to")
     ap.add_argument("--timeout", type=float, default=30.0, help=argparse.SUPPRESS)

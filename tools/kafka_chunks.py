@@ -228,7 +228,7 @@ async def alter(admin: Admin, specs: list[ChunkSpec]) -> None:
             A.AlterChunkAssignment(
                 topic_name=s.topic,
                 partition_id=s.partition,
-                start_offset=s.start_offset,
+                start_offset=s.start_offset,  # type: ignore[arg-type]  # set in an alter file's chunks
                 chunk_epoch=-1,
                 broker_ids=list(s.replicas),
             )
@@ -253,7 +253,7 @@ def _one(errors: list[AdminError]) -> AdminError:
 
 
 # ---------------------------------------------------------------- command line
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> ToolArgumentParser:
     ap = ToolArgumentParser(prog="kafka-chunks.sh", description="Create or reassign partition chunks.")
     ap.add_argument("action", choices=("create", "alter"), help="create new active chunks, or move inactive chunks")
     ap.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]", help="brokers to connect to")

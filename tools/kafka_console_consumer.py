@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from client.fetch import FETCH_VERSION, fetch_request
 from connector.cluster_view import ClusterView, PartitionView, SourceError
 from protocol.errors import ERRORS, Errors, ProtocolError, error_message
+from protocol.message import Records
 from protocol.records import decode_batches
 from protocol.records.aborted import AbortedTransactions
 from protocol.records.control import CONTROL_ABORT
@@ -137,7 +138,7 @@ class ChunkAwareFetcher:
         ok = [b for b in order if b not in bad] or order
         return ok[0] if ok else -1
 
-    async def fetch(self) -> list[tuple[TopicPartition, list]]:
+    async def fetch(self) -> list[tuple[TopicPartition, Records]]:
         """One round: a Fetch to each broker serving some position; the batches each partition got."""
         view = await self.refresh()
         by_broker: dict[int, list[TopicPartition]] = {}
@@ -153,11 +154,11 @@ class ChunkAwareFetcher:
     async def _fetch_from(self, broker: int, tps: list[TopicPartition], view: ClusterView) -> list:
         req = fetch_request({tp: self.positions[tp] for tp in tps}, isolation_level=self.isolation,
                             max_bytes=50 << 20, partition_max_bytes=self.max_bytes, max_wait_ms=self.max_wait_ms)
-        host, port = view.brokers.get(broker, (None, None))
+        addr = view.brokers.get(broker)
         try:
-            if host is None:
+            if addr is None:
                 raise AdminError(f"broker {broker} is unknown")
-            resp = await self.brokers.send_to(host, port, req, FETCH_VERSION)
+            resp = await self.brokers.send_to(addr[0], addr[1], req, FETCH_VERSION)
         except AdminError:
             for tp in tps:
                 self._broker_failed(tp, broker)
@@ -194,7 +195,7 @@ class ChunkAwareFetcher:
             self.failed.setdefault(tp, set()).add(broker)
         self.view_at = 0.0
 
-    def records(self, tp: TopicPartition, data: bytes) -> list[tuple]:
+    def records(self, tp: TopicPartition, data: Records) -> list[tuple]:
         """The records of a fetched blob from the position on, control batches and (under
         read_committed) aborted transactions left out; moves the position past them."""
         try:
@@ -399,7 +400,7 @@ def parse_offset(value: str) -> str:
                                      "'earliest', 'latest', or a non-negative long.")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> ToolArgumentParser:
     ap = ToolArgumentParser(prog="kafka-console-consumer.sh", description="Print the records of topics.")
     ap.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]", help="brokers to connect to")
     ap.add_argument("--topic", help="the topic to read")

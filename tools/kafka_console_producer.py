@@ -315,7 +315,7 @@ async def run(a: argparse.Namespace) -> None:
                 await producer.send(records, max_batch)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> ToolArgumentParser:
     ap = ToolArgumentParser(prog="kafka-console-producer.sh",
                             description="Read lines from standard input and write each as a record to a topic.")
     ap.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]", help="brokers to connect to")

@@ -183,10 +183,10 @@ async def print_offsets(brokers: Brokers, g: Group) -> None:
     committed = await committed_offsets(brokers, g.group_id) if g.state != "Dead" else {}
     rows: list[list[object]] = []
     assigned: set[TopicPartition] = set()
-    owners: list[tuple[Member, list[TopicPartition]]] = []
-    for m in sorted((m for m in g.members if m.assignment), key=lambda m: -len(m.assignment)):
-        owners.append((m, m.assignment))
-        assigned.update(m.assignment)
+    owners: list[tuple[Member | None, list[TopicPartition]]] = []  # None: partitions no member owns
+    for member in sorted((m for m in g.members if m.assignment), key=lambda m: -len(m.assignment)):
+        owners.append((member, member.assignment))
+        assigned.update(member.assignment)
     rest = sorted(tp for tp in committed if tp not in assigned)
     tps = sorted(assigned | set(rest))
     ends = await log_end_offsets(brokers, tps)
@@ -253,8 +253,8 @@ def print_state(g: Group) -> None:
     c = g.coordinator
     coordinator = f"{c.host}:{c.port}  ({c.node_id})"
     width = max(25, len(coordinator))
-    rows = [["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
-            [g.group_id, coordinator, g.protocol, g.state, len(g.members)]]
+    rows: list[list[object]] = [["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
+                                [g.group_id, coordinator, g.protocol, g.state, len(g.members)]]
     print(table([width, 25, 20, 15, None], rows))
 
 
@@ -370,7 +370,7 @@ def parse_reset_plan(path: str, single_group: str | None) -> dict[str, dict[Topi
             shown = line if len(line) <= 60 else line[:60] + "..."
             raise AdminError(f"{path} line {n}: '{shown}' is not {form} (a partition and an offset are "
                              "non-negative integers)")
-        group = single_group if no_group else row[0]
+        group = single_group if no_group and single_group is not None else row[0]
         topic, partition, offset = row[-3:]
         plan.setdefault(group, {})[(topic, int(partition))] = int(offset)
     return plan
@@ -436,7 +436,7 @@ async def delete_action(brokers: Brokers, a: argparse.Namespace) -> None:
 
 async def delete_offsets_action(brokers: Brokers, a: argparse.Namespace) -> None:
     gid = a.group[0]
-    tps = set()
+    tps: set[TopicPartition] = set()
     for arg in a.topic:
         if ":" in arg:
             topic, parts = parse_topic_partitions(arg)
@@ -490,7 +490,7 @@ def parse_duration(value: str) -> int:
     return -ms if sign else ms
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> ToolArgumentParser:
     ap = ToolArgumentParser(prog="kafka-consumer-groups.sh", description="List, describe, delete consumer groups "
                             "and reset or delete their offsets.")
     ap.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]", help="brokers to connect to")

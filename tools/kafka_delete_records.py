@@ -99,7 +99,7 @@ async def run(a: argparse.Namespace) -> None:
             raise AdminError(f"{failed} partition(s) could not be deleted")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> ToolArgumentParser:
     ap = ToolArgumentParser(prog="kafka-delete-records.sh",
                             description="Delete the records of the given partitions down to the specified offset.")
     ap.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]", help="brokers to connect to")

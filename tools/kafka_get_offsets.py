@@ -63,7 +63,7 @@ def compile_topic(pattern: str) -> re.Pattern:
 def parse_rules(value: str) -> list[tuple[re.Pattern, Callable[[int], bool]]]:
     """Kafka's --topic-partitions: TOPIC_REGEX(:N | :LO-HI | :-HI | :LO-)?, comma-separated
     (a range's upper bound is exclusive)."""
-    rules = []
+    rules: list[tuple[re.Pattern, Callable[[int], bool]]] = []
     for spec in value.split(","):
         m = RULE.fullmatch(spec)
         if not m:
@@ -72,14 +72,22 @@ def parse_rules(value: str) -> list[tuple[re.Pattern, Callable[[int], bool]]]:
         rx = compile_topic(topic or ".*")
         if single:
             n = int(single)
-            rules.append((rx, lambda p, n=n: p == n))
+            rules.append((rx, _equals(n)))
         else:
             low, high = int(lo) if lo else 0, int(hi) if hi else INT32_MAX
-            rules.append((rx, lambda p, low=low, high=high: low <= p < high))
+            rules.append((rx, _within(low, high)))
     return rules
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _equals(n: int) -> Callable[[int], bool]:
+    return lambda p: p == n
+
+
+def _within(low: int, high: int) -> Callable[[int], bool]:
+    return lambda p: low <= p < high
+
+
+def build_parser() -> ToolArgumentParser:
     ap = ToolArgumentParser(prog="kafka-get-offsets.sh", description="Print the offsets of topic partitions.")
     ap.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]", help="brokers to connect to")
     ap.add_argument("--topic-partitions", type=parse_rules, metavar="PATTERNS",

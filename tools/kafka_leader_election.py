@@ -89,7 +89,7 @@ async def run(a: argparse.Namespace) -> None:
         raise AdminError(f"{len(failed)} replica(s) could not be elected")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> ToolArgumentParser:
     ap = ToolArgumentParser(prog="kafka-leader-election.sh",
                             description="Elect a new leader for a set of topic partitions (preferred or unclean).")
     ap.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]", help="brokers to connect to")

@@ -132,7 +132,7 @@ async def run(a: argparse.Namespace) -> None:
         print(replication_text(p))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> ToolArgumentParser:
     ap = ToolArgumentParser(prog="kafka-metadata-quorum.sh", description="Describe the metadata quorum (KRaft).")
     where = ap.add_mutually_exclusive_group(required=True)
     where.add_argument("--bootstrap-server", metavar="HOST:PORT[,...]", help="brokers to connect to")

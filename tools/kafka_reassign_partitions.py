@@ -144,19 +144,19 @@ def parse_reassignment_file(path: str, *, require_partitions: bool = False) -> l
         where = f"{path}: partitions[{i}]"
         topic, partition = partition_entry(entry, where)
         replicas = entry.get("replicas")
-        tp = tp_str((topic, partition))
+        tp_text = tp_str((topic, partition))
         if not isinstance(replicas, list) or not all(is_json_int(r, INT32) for r in replicas):
-            raise AdminError(f'{where} ({tp}) needs "replicas", a list of broker ids')
+            raise AdminError(f'{where} ({tp_text}) needs "replicas", a list of broker ids')
         log_dirs = entry.get("log_dirs", [ANY_LOG_DIR] * len(replicas))
         if not isinstance(log_dirs, list) or not all(isinstance(d, str) for d in log_dirs):
-            raise AdminError(f'{where} ({tp}): "log_dirs" must be a list of strings')
+            raise AdminError(f'{where} ({tp_text}): "log_dirs" must be a list of strings')
         if len(log_dirs) != len(replicas):
             raise AdminError(
                 f"size of replicas list {json.dumps(replicas)} is different from size of log dirs list "
-                f"{json.dumps(log_dirs)} for partition {tp}"
+                f"{json.dumps(log_dirs)} for partition {tp_text}"
             )
         for broker, d in zip(replicas, log_dirs):
-            check_log_dir(d, f"partition {tp}, broker {broker}")
+            check_log_dir(d, f"partition {tp_text}, broker {broker}")
         out.append(((topic, partition), replicas))
     if require_partitions and not out:
         raise AdminError(f"{path}: partition reassignment list cannot be empty")
@@ -759,7 +759,7 @@ def parse_broker_list(value: str) -> list[int]:
     return ids
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> ToolArgumentParser:
     ap = ToolArgumentParser(
         prog="kafka-reassign-partitions.sh", description="This tool helps to move topic partitions between replicas."
     )

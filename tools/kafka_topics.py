@@ -41,7 +41,7 @@ def parse_config(value: str) -> tuple[str, str]:
 def parse_assignment(value: str) -> list[list[int]]:
     """Kafka's --replica-assignment: partitions separated by commas, replicas by colons:
     ``1:2,2:3`` puts partition 0 on brokers 1 and 2, partition 1 on 2 and 3."""
-    out = []
+    out: list[list[int]] = []
     for part in value.split(","):
         try:
             ids = [int(x) for x in part.split(":")]
@@ -57,7 +57,7 @@ def parse_assignment(value: str) -> list[list[int]]:
     return out
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> ToolArgumentParser:
     ap = ToolArgumentParser(prog="kafka-topics.sh", description="Create, delete, describe, or change a topic.")
     ap.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]", help="brokers to connect to")
     actions = ap.add_mutually_exclusive_group(required=True)

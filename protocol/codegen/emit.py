@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import keyword
 import re
+from typing import cast
 
-from protocol.codegen.spec import FieldSpec, MessageSpec, StructSpec
+from protocol.codegen.spec import FieldSpec, MessageSpec, StructSpec, Versions
 
 FIXED = {
     "bool": ("?", 1),
@@ -23,6 +24,21 @@ FIXED = {
     "int64": ("q", 8),
     "float64": ("d", 8),
     "uuid": ("16s", 16),
+}
+# The annotation of each primitive's value (records: see protocol.message.Records).
+PY_TYPES = {
+    "bool": "bool",
+    "int8": "int",
+    "int16": "int",
+    "uint16": "int",
+    "int32": "int",
+    "uint32": "int",
+    "int64": "int",
+    "float64": "float",
+    "string": "str",
+    "uuid": "UUID",
+    "bytes": "bytes",
+    "records": "Records",
 }
 INT_RANGES = {
     "int8": (-(2**7), 2**7 - 1),
@@ -93,6 +109,18 @@ class ModuleEmitter:
             return "None" if _null_default(f) else 'b""'
         return repr(f.default)
 
+    def py_type(self, f: FieldSpec, cls_path: str) -> str:
+        """The Python type of a field's value, as an annotation (None if null or by default)."""
+        if f.struct is not None:
+            t = f"{cls_path}.{f.struct.name}"
+        else:
+            t = PY_TYPES[f.elem_type]
+        if f.is_array:
+            t = f"list[{t}]"
+        if not f.nullable.empty or self.default_expr(f, cls_path) == "None":
+            t += " | None"
+        return t
+
     def emit_class(self, s: StructSpec, msg: MessageSpec, indent: str, cls_path: str, top: bool) -> list[str]:
         lines: list[str] = []
         base = "Message" if top else "Struct"
@@ -112,6 +140,11 @@ class ModuleEmitter:
             lines.append(f"{indent}    MIN_VERSION = {msg.valid.lo}")
             lines.append(f"{indent}    MAX_VERSION = {msg.versions()[-1]}")
             lines.append(f"{indent}    FLEXIBLE_FROM = {msg.flexible.lo if not msg.flexible.empty else None}")
+        # Field types for type checkers: annotations only (no class attributes, no runtime cost).
+        lines.append("")
+        for f, n in zip(s.fields, names):
+            lines.append(f"{indent}    {n}: {self.py_type(f, cls_path)}")
+        lines.append(f"{indent}    unknown_tags: dict[int, bytes] | None")
         # Nested struct classes, each once.
         nested: list[StructSpec] = []
         seen = set()
@@ -133,15 +166,16 @@ class ModuleEmitter:
         body = []
         for f, n in zip(s.fields, names):
             d = self.default_expr(f, cls_path)
+            t = self.py_type(f, cls_path)
             if d in ("[]",) or d.endswith("()"):
-                params.append(f"{n}=_UNSET")
+                params.append(f"{n}: {t} = _UNSET")
                 body.append(f"{indent}        self.{n} = {d} if {n} is _UNSET else {n}")
             else:
-                params.append(f"{n}={d}")
+                params.append(f"{n}: {t} = {d}")
                 body.append(f"{indent}        self.{n} = {n}")
-        params.append("unknown_tags=None")
+        params.append("unknown_tags: dict[int, bytes] | None = None")
         body.append(f"{indent}        self.unknown_tags = unknown_tags")
-        lines.append(f"{indent}    def __init__(self, {', '.join(params)}):")
+        lines.append(f"{indent}    def __init__(self, {', '.join(params)}) -> None:")
         lines.extend(body)
         return lines
 
@@ -212,7 +246,7 @@ class ModuleEmitter:
             out.append(f"{ind}        x, pos = {fname}(buf, pos)")
         else:
             elem = FieldSpec(
-                name=f.name, type=et, versions=f.versions, nullable=_NONE, tagged=_NONE, tag=None,
+                name=f.name, type=et, versions=f.versions, nullable=Versions.NONE, tagged=Versions.NONE, tag=None,
                 flexible_override=f.flexible_override, default=None, ignorable=False, map_key=False, about="",
             )
             out.extend(self.read_value(elem, v, flex, "x", ind + "        ", msg))
@@ -377,7 +411,7 @@ class ModuleEmitter:
             out.append(f"{ind}        {fname}(x, parts)")
         else:
             elem = FieldSpec(
-                name=f.name, type=et, versions=f.versions, nullable=_NONE, tagged=_NONE, tag=None,
+                name=f.name, type=et, versions=f.versions, nullable=Versions.NONE, tagged=Versions.NONE, tag=None,
                 flexible_override=f.flexible_override, default=None, ignorable=False, map_key=False, about="",
             )
             out.extend(self.write_value(elem, v, flex, "x", ind + "        ", msg))
@@ -419,7 +453,7 @@ class ModuleEmitter:
             lines.extend(self.write_value(fl, v, flex, "o." + snake(fl.name), ind, msg))
             i += 1
         if flex:
-            tagged = sorted((fl for fl in s.fields if v in fl.versions and v in fl.tagged), key=lambda t: t.tag)
+            tagged = sorted((fl for fl in s.fields if v in fl.versions and v in fl.tagged), key=_tag)
             if not tagged:
                 lines.append(f"{ind}if o.unknown_tags:")
                 lines.append(f"{ind}    write_tags(parts, None, o.unknown_tags)")
@@ -480,6 +514,8 @@ class ModuleEmitter:
 
     def render(self, header: str) -> str:
         out = [header, ""]
+        out.append("from __future__ import annotations")
+        out.append("")
         out.append("from struct import Struct as _Struct")
         out.append("from struct import pack as _pack")
         out.append("from struct import unpack_from as _unpack_from")
@@ -490,7 +526,7 @@ class ModuleEmitter:
             out.append(f"    {name},")
         out.append(")")
         out.append("from protocol.errors import ProtocolError")
-        out.append("from protocol.message import Message, Struct")
+        out.append("from protocol.message import Message, Records, Struct")
         out.append("")
         self.struct_const(">i")
         for fmt, name in sorted(self.structs.items(), key=lambda kv: kv[1]):
@@ -549,13 +585,5 @@ def _doc(text: str) -> str:
     return text.replace('"""', "'''").replace("\\", "\\\\")
 
 
-class _NoVersions:
-    lo = 1
-    hi = 0
-    empty = True
-
-    def __contains__(self, v: int) -> bool:
-        return False
-
-
-_NONE = _NoVersions()  # type: ignore[assignment]
+def _tag(f: FieldSpec) -> int:
+    return cast(int, f.tag)  # a tagged field has its tag (spec.py checks)

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeAlias
 
 PRIMITIVES = {
     "bool",
@@ -123,6 +125,10 @@ class StructSpec:
     fields: list[FieldSpec]
 
 
+# A commonStruct while a spec loads: built, or the function that builds it on first use.
+Common: TypeAlias = "StructSpec | Callable[[Path], StructSpec]"
+
+
 @dataclass
 class MessageSpec:
     path: Path
@@ -176,7 +182,7 @@ def strip_comments(text: str) -> str:
     return "\n".join(out)
 
 
-def _parse_default(raw: object, ftype: str, where: str) -> object:
+def _parse_default(raw: Any, ftype: str, where: str) -> object:
     kind = ftype if ftype in PRIMITIVES else ("array" if ftype.startswith("[]") else "struct")
     if raw is None:
         return {
@@ -205,7 +211,7 @@ def _parse_default(raw: object, ftype: str, where: str) -> object:
     raise SpecError(f"{where}: type {ftype} cannot have a default")
 
 
-def _field(obj: dict, parent: str, path: Path, common: dict[str, dict]) -> FieldSpec:
+def _field(obj: dict, parent: str, path: Path, common: dict[str, Common]) -> FieldSpec:
     where = f"{path.name}: {parent}.{obj.get('name', '?')}"
     for key in ("name", "type", "versions"):
         if key not in obj:
@@ -235,7 +241,8 @@ def _field(obj: dict, parent: str, path: Path, common: dict[str, dict]) -> Field
         if "fields" in obj:
             f.struct = _struct(elem, versions, obj["fields"], path, common)
         elif elem in common:
-            f.struct = common[elem](path) if callable(common[elem]) else common[elem]
+            c = common[elem]
+            f.struct = c(path) if callable(c) else c
         else:
             raise SpecError(f"{where}: struct type {elem} has no fields and no commonStruct")
     if not f.nullable.empty and f.kind not in NULLABLE_KINDS and elem != "uuid":
@@ -243,7 +250,7 @@ def _field(obj: dict, parent: str, path: Path, common: dict[str, dict]) -> Field
     return f
 
 
-def _struct(name: str, versions: Versions, fields: list, path: Path, common: dict) -> StructSpec:
+def _struct(name: str, versions: Versions, fields: list, path: Path, common: dict[str, Common]) -> StructSpec:
     s = StructSpec(name=name, versions=versions, fields=[])
     for fobj in fields:
         s.fields.append(_field(fobj, name, path, common))

@@ -102,8 +102,10 @@ import protocol.generated.sync_group as sync_group
 import protocol.generated.txn_offset_commit as txn_offset_commit
 import protocol.generated.vote as vote
 import protocol.generated.write_txn_markers as write_txn_markers
+from protocol.message import Message
 
-REQUESTS = {
+
+REQUESTS: dict[int, type[Message]] = {
     0: produce.ProduceRequest,
     1: fetch.FetchRequest,
     2: list_offsets.ListOffsetsRequest,
@@ -175,7 +177,7 @@ REQUESTS = {
     1110: diskless_hand_over_file.DisklessHandOverFileRequest,
     1253: partition_leader_epochs_for_partitions.PartitionLeaderEpochsForPartitionsRequest,
 }
-RESPONSES = {
+RESPONSES: dict[int, type[Message]] = {
     0: produce.ProduceResponse,
     1: fetch.FetchResponse,
     2: list_offsets.ListOffsetsResponse,
@@ -247,7 +249,7 @@ RESPONSES = {
     1110: diskless_hand_over_file.DisklessHandOverFileResponse,
     1253: partition_leader_epochs_for_partitions.PartitionLeaderEpochsForPartitionsResponse,
 }
-METADATA_RECORDS = {
+METADATA_RECORDS: dict[int, type[Message]] = {
     0: metadata_records_register_broker_record.RegisterBrokerRecord,
     1: metadata_records_unregister_broker_record.UnregisterBrokerRecord,
     2: metadata_records_topic_record.TopicRecord,
