@@ -1,6 +1,6 @@
 """Codec throughput: Strata's generated codecs beside kio on the same bytes.
 
-Cases (as the protocol-core issue asks): a Produce request carrying 1 MiB of record batches,
+Cases: a Produce request carrying 1 MiB of record batches,
 a Fetch response of 100 partitions, a Metadata response of 1,000 partitions. Each input is
 built with our codecs, decoded by kio into its own objects, then both libraries encode and
 decode the same message in a timed loop. Prints a table; asserts nothing about speed.

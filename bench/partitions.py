@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-BEFORE = "f5565bc"  # main before issue 17's storage work
+BEFORE = "f5565bc"  # main before the descriptor-budget storage work
 
 
 def rss_mb(pid: int) -> float:

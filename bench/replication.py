@@ -360,7 +360,7 @@ def main() -> int:
     for n in notes:
         print(f"note: {n}")
     print(
-        "baseline: the reassignment time per GB is what chunk creation (issue 6) must beat: a new chunk "
+        "baseline: the reassignment time per GB is what chunk creation (the chunks proposal) must beat: a new chunk "
         "must not copy the partition's old data"
     )
     return 1 if failed else 0

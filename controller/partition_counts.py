@@ -1,8 +1,8 @@
 """KIP-253: partition count changes in both directions, keeping keyed order.
 
-Expansion (seed section 1) and shrinking (section 2) are each one metadata batch, so the new
+Expansion (KIP-253 section 1) and shrinking (section 2) are each one metadata batch, so the new
 undeleted_partition_count and every leader epoch bump reach each broker in one image (the
-atomicity the seed gets from one LeaderAndIsr request):
+atomicity KIP-253 gets from one LeaderAndIsr request):
 
 - expansion to N: each existing partition's leader epoch is bumped (a PartitionChangeRecord
   naming its current leader) and each new PartitionRecord carries LeaderEpochAfterCreation =

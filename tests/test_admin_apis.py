@@ -1,4 +1,4 @@
-"""Issue 17 item 4: the admin APIs Kafka 3.7+/4.x clients and tools call, driven by real clients.
+"""The admin APIs Kafka 3.7+/4.x clients and tools call, driven by real clients.
 
 kafka-python 3.0.12's admin client speaks DescribeTopicPartitions (describe_topic_partitions),
 ListTransactions, DescribeTransactions and DescribeProducers; it has the client quota messages

@@ -1,4 +1,4 @@
-"""Issue 15, fair admission: one busy connection does not starve the others.
+"""Fair admission: one busy connection does not starve the others.
 
 A client pipelining 1,000 Produce requests on one connection is served one request at a time
 (Kafka's muting), so a second connection's Metadata request is started behind at most one of

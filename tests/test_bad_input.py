@@ -1,4 +1,4 @@
-"""Issue 3, "Bad input": garbage, truncated, oversized and malformed requests on raw sockets.
+"""Bad input: garbage, truncated, oversized and malformed requests on raw sockets.
 
 In every case the offending connection gets a clean error response or is closed, the broker logs
 it exactly once (one event line naming that peer), and it keeps serving everyone else: a

@@ -1,4 +1,4 @@
-"""Issue 3 acceptance, broker and controller core, against real processes and real clients:
+"""Broker and controller core against real processes and real clients:
 broker restarts (SIGTERM, kill -9) lose no acknowledged message; a torn or garbage segment tail is
 cut at the last whole batch; controller restarts keep topics, configs and registrations; retention
 deletes whole old segments; ListOffsets by timestamp; a broker started before the controller;

@@ -1,10 +1,10 @@
-"""The chunk data plane on a real 1-controller, 3-broker cluster: the seed's three tests
+"""The chunk data plane on a real 1-controller, 3-broker cluster: the chunks proposal's three tests
 (non-transactional, transactional with read_committed, AlterChunkAssignments moving the first
 chunk), each asserting from the brokers' logs which broker served which read, with each client
 (librdkafka, kafka-python, aiokafka) and Fetch below v11 (the leader reads for the client);
 ListOffsets across chunks.
 
-Broker ids here are 1..3 (the seed's 0, 1, 2 are our 1, 2, 3).
+Broker ids here are 1..3 (the chunks proposal's 0, 1, 2 are our 1, 2, 3).
 """
 
 from __future__ import annotations
@@ -277,7 +277,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.stop()
 
 
-# ---------------------------------------------------------------- the seed's tests
+# ---------------------------------------------------------------- the chunks proposal's tests
 @pytest.mark.parametrize("client", list(CONSUMERS))
 def test_seed_non_transactional(cluster: Cluster, client: str) -> None:
     """Topic on broker 1, 10 messages, a chunk on broker 2, 10 more: the consumer reads the first

@@ -1,5 +1,5 @@
 """Log compaction (broker/storage/cleaner.py): storage level on real files, then one broker with
-confluent-kafka. Issue 5 acceptance: compaction keeps the latest value per key and drops
+confluent-kafka: compaction keeps the latest value per key and drops
 tombstones after delete.retention.ms."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 17 item 5: a Kafka broker's connection limits.
+"""A Kafka broker's connection limits.
 
 3,000 idle connections against `max.connections=1000` (and `max.connections.per.ip.overrides`
 for one source address): the excess is refused at once, the idle ones are closed after

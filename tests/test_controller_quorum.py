@@ -1,4 +1,4 @@
-"""The controller quorum (issue 19): three controllers run KRaft's Raft; real processes, real
+"""The controller quorum: three controllers run KRaft's Raft; real processes, real
 clients.
 
 - kill -9 of the active controller while topics are created in a loop and a broker restarts

@@ -1,4 +1,4 @@
-"""Issue 3 acceptance: aiokafka, kafka-python, confluent-kafka and kcat each produce 100,000
+"""End to end with real clients: aiokafka, kafka-python, confluent-kafka and kcat each produce 100,000
 messages with keys, headers and timestamps into a 3-partition topic and read back exactly the
 same messages, for every compression codec, against a real 1-controller, 3-broker cluster."""
 

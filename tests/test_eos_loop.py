@@ -1,4 +1,4 @@
-"""Issue 5 acceptance, exactly once: a confluent-kafka consume-transform-produce loop over 100,000
+"""Exactly once with a real client: a confluent-kafka consume-transform-produce loop over 100,000
 input messages (4 partitions, RF 3) with the transaction coordinator's broker kill -9ed mid-run
 (inside an open transaction, records and offsets sent) and restarted. The loop is an application
 process of its own (tests/eos_app.py). The output, read with read_committed, holds every input

@@ -1,4 +1,4 @@
-"""Issue 4 acceptance: 3 brokers, RF 3, min.insync.replicas 2. A confluent-kafka idempotent
+"""Leader failover loses no acknowledged message: 3 brokers, RF 3, min.insync.replicas 2. A confluent-kafka idempotent
 producer sends 200,000 messages with acks=all while the partition leader is kill -9ed mid-run
 and restarted; every acknowledged message is read back exactly once, offsets are contiguous,
 and the restarted broker rejoins the ISR."""

@@ -1,4 +1,4 @@
-"""Issue 5 acceptance, groups: real clients in one consumer group against a real 3-broker cluster.
+"""Consumer groups: real clients in one consumer group against a real 3-broker cluster.
 
 - 4 members (2 aiokafka, 1 kafka-python, 1 confluent-kafka, each in its own thread) on a
   6-partition topic rebalance as they join and leave: after every change the group is Stable with

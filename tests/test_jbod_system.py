@@ -1,4 +1,4 @@
-"""The JBOD seed's system tests (issue 16 acceptance), with the tools as an operator runs them:
+"""The JBOD system tests of KIP-113's test plan, with the tools as an operator runs them:
 kafka-log-dirs.sh and kafka-reassign-partitions.sh (log_dirs, --verify).
 
 1. 3 brokers x 2 log dirs, a topic of 3 partitions with RF 1, a producer and a consumer running:

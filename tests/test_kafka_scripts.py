@@ -1,4 +1,4 @@
-"""The everyday Kafka scripts (issue 20), run as the scripts pip installs, against one real
+"""The everyday Kafka scripts, run as the scripts pip installs, against one real
 cluster: kafka-console-producer.sh, kafka-console-consumer.sh, kafka-consumer-groups.sh,
 kafka-get-offsets.sh, kafka-delete-records.sh, kafka-leader-election.sh and
 kafka-broker-api-versions.sh. Output is compared with what Kafka's scripts print (column headers,

@@ -1,4 +1,4 @@
-"""EIO takes only its log dir offline (issue 16, build item 4), with a real OS fault: one of a
+"""EIO takes only its log dir offline, with a real OS fault: one of a
 broker's two log dirs is a FUSE passthrough filesystem (tests/disk_faults.py) whose fault switch
 makes every read, write, fsync and create answer EIO from then on, under the running broker.
 

@@ -1,4 +1,4 @@
-"""A failed log dir takes down only itself (issue 16, build item 4), with real OS faults:
+"""A failed log dir takes down only itself, with real OS faults:
 
 - ENOSPC: a broker's dir is a small tmpfs that fills under acks=all writes. The dir goes offline,
   the controller hears it in the next heartbeat and moves leadership (and the ISR) off the

@@ -1,5 +1,5 @@
-"""Moves of replicas between the log dirs of a broker (issue 16, build items 1 and 3):
-AlterReplicaLogDirs / DescribeLogDirs with the seed's semantics, a move while a producer writes,
+"""Moves of replicas between the log dirs of a broker (KIP-113):
+AlterReplicaLogDirs / DescribeLogDirs with KIP-113's semantics, a move while a producer writes,
 bad input answered with Kafka's codes and nothing changed, a `kill -9` at each step of a move
 (copying, caught up, between the two renames) recovering exactly one live replica with all its
 data, and the measured copy rate held to intra.broker.throttled.rate."""

@@ -1,4 +1,4 @@
-"""Issue 17 item 2 acceptance: 20,000 partitions on one broker started with `ulimit -n 4096`.
+"""20,000 partitions on one broker started with `ulimit -n 4096`.
 
 Every partition is written and read, 2,000 of them also roll and lose their first segment to
 retention, the broker is killed with SIGKILL and restarted (recovery), and its descriptors stay

@@ -1,4 +1,4 @@
-"""KIP-253 partition count changes, controller and broker side (seed sections 1-3), against a
+"""KIP-253 partition count changes, controller and broker side (its sections 1-3), against a
 real cluster: epoch bumps with the new count, marks, deletion once empty, Produce's count check,
 Metadata's tagged fields and kafka-topics.sh --alter/--describe."""
 

@@ -113,7 +113,7 @@ def test_bad_reassignment_files_fail_with_one_line(tmp_path: Path, nowhere: str,
             {"version": 1, "partitions": [{"topic": "t", "partition": 0, "replicas": [1, 2], "log_dirs": ["any"]}]},
             "size of log dirs list",
         ),
-        "log-dir-path": (  # "any" or an absolute path (seed kip-113)
+        "log-dir-path": (  # "any" or an absolute path (KIP-113)
             {"version": 1, "partitions": [{"topic": "t", "partition": 0, "replicas": [1], "log_dirs": ["data/a"]}]},
             '"data/a" must be "any" or an absolute path',
         ),

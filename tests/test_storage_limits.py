@@ -1,4 +1,4 @@
-"""Issue 17 items 1-3 with a real broker and real clients: segments roll by record time
+"""Storage limits with a real broker and real clients: segments roll by record time
 (a backfill of month-old records makes one segment), KIP-937 timestamp bounds, and running out of
 descriptors (a tiny `ulimit -n` on the broker) fails requests with a retriable error while the log
 dir stays online. The 20,000-partition run under `ulimit -n 4096` is in test_many_partitions.py."""

@@ -1,4 +1,4 @@
-"""--throttle bounds the replication rate (issue 4's acceptance: measured within 20%).
+"""--throttle bounds the replication rate (measured within 20%).
 
 A 4-broker cluster, one partition on brokers [1, 2] holding ~6 MB, moved to [3, 4] with
 `kafka-reassign-partitions.sh --execute --throttle 500000`. The new replicas' segment files are

@@ -1,4 +1,4 @@
-"""The kafka-*.sh tools never print a traceback for bad input (issue 17, item 7).
+"""The kafka-*.sh tools never print a traceback for bad input.
 
 A port out of range, numbers no Kafka field can hold (on the command line or in a JSON file),
 deeply nested JSON and numbers of thousands of digits each give exactly one line on stderr and a

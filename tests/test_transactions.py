@@ -1,4 +1,4 @@
-"""Issue 5 acceptance, transactions: aiokafka, kafka-python and confluent-kafka each as the
+"""Transactions with real clients: aiokafka, kafka-python and confluent-kafka each as the
 transactional producer against a real 3-broker cluster (__transaction_state and the data topics
 RF 3, min.insync.replicas 2):
 

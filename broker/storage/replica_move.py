@@ -1,4 +1,4 @@
-"""Moving a chunk replica between log dirs of one broker (seed kip-113, "How to move replica
+"""Moving a chunk replica between log dirs of one broker (KIP-113, "How to move replica
 between log directories"): files only, no asyncio; the replication layer drives it.
 
 A move copies the replica dir `<name>` of the source dir into `<name>.move` on the destination
@@ -8,10 +8,10 @@ bytes are never decoded). When little is left, the caller stops appends to the r
 `finish` copies the rest: small files (indexes, checkpoints, snapshots) whole, segments from
 where they were, after checking that the tail copied last time still matches (a follower that
 truncated and appended other batches since gets that file copied again); files gone from the
-source go from the copy; every file and the dir are fsynced. Then `swap` does the seed's two
+source go from the copy; every file and the dir are fsynced. Then `swap` does KIP-113's two
 renames: `<name>` -> `<name>.delete` on the source (removed later), `<name>.move` -> `<name>`.
 
-Startup recovery (`recover_moves`) applies the seed's four rules:
+Startup recovery (`recover_moves`) applies KIP-113's four startup rules:
 1. `<name>` and `<name>.move` both on good dirs: the move starts again (the copy starts over).
 2. `<name>.move` but no `<name>` on any good dir, and no dir offline: `<name>.move` -> `<name>`
    (a crash between the two renames; the copy was complete and synced before the first).
@@ -205,7 +205,7 @@ def move_dir(src: Path, dst_parent: Path) -> Path:
 
 
 def swap(src: Path, moved: Path) -> tuple[Path, Path]:
-    """The seed's two renames; returns (the replica's new dir, the source's `.delete` dir). If
+    """KIP-113's two renames; returns (the replica's new dir, the source's `.delete` dir). If
     the second rename fails, the first is undone so the source stays the one live copy."""
     deleting = src.with_name(src.name + DELETE_SUFFIX)
     final = moved.with_name(moved.name[: -len(MOVE_SUFFIX)])
@@ -235,7 +235,7 @@ class MoveRecovery:
 
 
 def recover_moves(online: list[Path], any_offline: bool) -> MoveRecovery:
-    """Apply the seed's four rules to the online dirs (in that order of precedence)."""
+    """Apply KIP-113's four startup rules to the online dirs (in that order of precedence)."""
     out = MoveRecovery()
     live: set[tuple[str, int, int]] = set()
     moving: dict[tuple[str, int, int], Path] = {}
