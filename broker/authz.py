@@ -39,9 +39,28 @@ from metadata.acls import (
     WRITE,
     Authorizer,
 )
-from node.authz import ALWAYS, ITEM_ERRORS, Denied, deleted_topic_names, deny_items, log_denied, top_level_error
+from node.authz import (
+    ALWAYS,
+    DENIED_MESSAGE,
+    ITEM_ERRORS,
+    Denied,
+    deleted_topic_names,
+    deny_items,
+    log_denied,
+    top_level_error,
+)
 from protocol.errors import Errors
-from protocol.generated import RESPONSES
+from protocol.generated.add_partitions_to_txn import AddPartitionsToTxnResponse
+from protocol.generated.alter_configs import AlterConfigsResponse
+from protocol.generated.create_topics import CreateTopicsResponse
+from protocol.generated.delete_groups import DeleteGroupsResponse
+from protocol.generated.describe_configs import DescribeConfigsResponse
+from protocol.generated.describe_groups import DescribeGroupsResponse
+from protocol.generated.describe_topic_partitions import DescribeTopicPartitionsResponse
+from protocol.generated.find_coordinator import FindCoordinatorResponse
+from protocol.generated.incremental_alter_configs import IncrementalAlterConfigsResponse
+from protocol.generated.metadata import MetadataResponse
+from protocol.generated.offset_fetch import OffsetFetchResponse
 
 TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED = (Errors.TOPIC_AUTHORIZATION_FAILED, Errors.GROUP_AUTHORIZATION_FAILED,
                                               Errors.CLUSTER_AUTHORIZATION_FAILED)
@@ -104,9 +123,9 @@ def authorize(check: Check, api_key: int, version: int, body: Any, topic_name: C
         return None
     if api_key == 9:
         if version >= 8:
-            R9 = RESPONSES[9]
             return _filter(body, "groups", lambda g: check.allowed(DESCRIBE, GROUP, g.group_id), "groups",
-                           lambda g: R9.OffsetFetchResponseGroup(group_id=g.group_id, error_code=GROUP_DENIED))
+                           lambda g: OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g.group_id,
+                                                                                  error_code=GROUP_DENIED))
         if not check.allowed(DESCRIBE, GROUP, body.group_id):
             raise Denied(top_level_error(9, version, GROUP_DENIED))
         return None
@@ -114,10 +133,10 @@ def authorize(check: Check, api_key: int, version: int, body: Any, topic_name: C
         rtype = TRANSACTIONAL_ID if body.key_type == 1 else GROUP
         code = TXN_DENIED if rtype == TRANSACTIONAL_ID else GROUP_DENIED
         if version >= 4:  # batched keys: each refused key answers its own error
-            R10 = RESPONSES[10]
             return _filter(body, "coordinator_keys", lambda k: check.allowed(DESCRIBE, rtype, k), "coordinators",
-                           lambda k: R10.Coordinator(key=k, node_id=-1, host="", port=-1, error_code=code,
-                                                     error_message="Authorization failed."))
+                           lambda k: FindCoordinatorResponse.Coordinator(key=k, node_id=-1, host="", port=-1,
+                                                                         error_code=code,
+                                                                         error_message="Authorization failed."))
         if not check.allowed(DESCRIBE, rtype, body.key):
             raise Denied(top_level_error(10, version, code))
         return None
@@ -130,7 +149,8 @@ def authorize(check: Check, api_key: int, version: int, body: Any, topic_name: C
             raise Denied(top_level_error(22, version, TXN_DENIED if tid else CLUSTER_DENIED))
         return None
     if api_key == 24:
-        return _add_partitions_to_txn(check, version, body)
+        _add_partitions_to_txn(check, version, body)
+        return None
     if api_key in TXN_KEYED or api_key == 28:
         if not check.allowed(WRITE, TRANSACTIONAL_ID, body.transactional_id):
             raise Denied(top_level_error(api_key, version, TXN_DENIED))
@@ -155,7 +175,7 @@ def _add_partitions_to_txn(check: Check, version: int, body: Any) -> None:
     """WRITE on the transactional id and on each topic (Kafka's rule); v0-3 carry one
     transaction at the top level and answer per partition, v4+ (brokers' verify-only) per
     transaction."""
-    R = RESPONSES[24]
+    R = AddPartitionsToTxnResponse
     if version >= 4:
         if all(check.allowed(WRITE, TRANSACTIONAL_ID, t.transactional_id) and
                all(check.allowed(WRITE, TOPIC, x.name) for x in t.topics) for t in body.transactions):
@@ -196,7 +216,7 @@ def _per_topic(api_key: int, check: Check, body: Any, op: int, topic_name: Calla
     setattr(body, field, [t for t in topics if t not in refused])
 
     def finish(resp: Any) -> Any:
-        getattr(resp, items.response).extend(items.mirror.answer(refused, TOPIC_DENIED))
+        getattr(resp, items.response).extend(items.mirror.answer(refused, TOPIC_DENIED, DENIED_MESSAGE))
         return resp
     return finish
 
@@ -219,10 +239,9 @@ def _metadata(check: Check, version: int, body: Any) -> Finish | None:
             body.allow_auto_topic_creation = False  # Kafka: CREATE on the cluster or the topic
 
     def finish(resp: Any) -> Any:
-        R = RESPONSES[3]
         if not named:
             resp.topics = [t for t in resp.topics if check.allowed(DESCRIBE, TOPIC, t.name)]
-        resp.topics += [R.MetadataResponseTopic(error_code=TOPIC_DENIED, name=n) for n in refused]
+        resp.topics += [MetadataResponse.MetadataResponseTopic(error_code=TOPIC_DENIED, name=n) for n in refused]
         return resp
     return finish
 
@@ -237,9 +256,9 @@ def _create_topics(check: Check, body: Any) -> Finish | None:
     log_denied(check.principal, check.host, 19, topics=",".join(t.name for t in refused))
 
     def finish(resp: Any) -> Any:
-        R = RESPONSES[19]
-        resp.topics += [R.CreatableTopicResult(name=t.name, error_code=TOPIC_DENIED,
-                                               error_message="Authorization failed.") for t in refused]
+        resp.topics += [CreateTopicsResponse.CreatableTopicResult(name=t.name, error_code=TOPIC_DENIED,
+                                                                  error_message="Authorization failed.")
+                        for t in refused]
         return resp
     return finish
 
@@ -265,10 +284,9 @@ def _config_resource_ok(check: Check, op: int) -> Callable[[Any], bool]:
     return lambda r: check.allowed(op, TOPIC, r.resource_name) if r.resource_type == 2 else check.cluster(op)
 
 
-def _configs(api_key: int, op: int, results: str, result: str) -> Callable[[Check, Any], Finish | None]:
+def _configs(op: int, results: str, cls: Callable[..., Any]) -> Callable[[Check, Any], Finish | None]:
     """DescribeConfigs / AlterConfigs / IncrementalAlterConfigs: each refused resource answers its
-    own error (a topic's TOPIC_, a broker's CLUSTER_AUTHORIZATION_FAILED)."""
-    cls = getattr(RESPONSES[api_key], result)
+    own error (a topic's TOPIC_, a broker's CLUSTER_AUTHORIZATION_FAILED), a `cls` in `results`."""
 
     def run(check: Check, body: Any) -> Finish | None:
         return _filter(body, "resources", _config_resource_ok(check, op), results, lambda r: cls(
@@ -278,15 +296,13 @@ def _configs(api_key: int, op: int, results: str, result: str) -> Callable[[Chec
 
 
 def _describe_groups(check: Check, body: Any) -> Finish | None:
-    R = RESPONSES[15]
     return _filter(body, "groups", lambda g: check.allowed(DESCRIBE, GROUP, g), "groups",
-                   lambda g: R.DescribedGroup(error_code=GROUP_DENIED, group_id=g))
+                   lambda g: DescribeGroupsResponse.DescribedGroup(error_code=GROUP_DENIED, group_id=g))
 
 
 def _delete_groups(check: Check, body: Any) -> Finish | None:
-    R = RESPONSES[42]
     return _filter(body, "groups_names", lambda g: check.allowed(DELETE, GROUP, g), "results",
-                   lambda g: R.DeletableGroupResult(group_id=g, error_code=GROUP_DENIED))
+                   lambda g: DeleteGroupsResponse.DeletableGroupResult(group_id=g, error_code=GROUP_DENIED))
 
 
 def _list_groups(check: Check, body: Any) -> Finish | None:
@@ -300,18 +316,20 @@ def _list_groups(check: Check, body: Any) -> Finish | None:
 
 
 def _describe_topic_partitions(check: Check, body: Any) -> Finish | None:
-    R = RESPONSES[75]
     if not body.topics:  # every topic: leave out those the principal may not describe
         def finish(resp: Any) -> Any:
             resp.topics = [t for t in resp.topics if check.allowed(DESCRIBE, TOPIC, t.name)]
             return resp
         return finish
     return _filter(body, "topics", lambda t: check.allowed(DESCRIBE, TOPIC, t.name), "topics",
-                   lambda t: R.DescribeTopicPartitionsResponseTopic(error_code=TOPIC_DENIED, name=t.name))
+                   lambda t: DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic(
+                       error_code=TOPIC_DENIED, name=t.name))
 
 
 PER_RESOURCE: dict[int, Callable[[Check, Any], Finish | None]] = {
-    15: _describe_groups, 16: _list_groups, 32: _configs(32, DESCRIBE_CONFIGS, "results", "DescribeConfigsResult"),
-    33: _configs(33, ALTER_CONFIGS, "responses", "AlterConfigsResourceResponse"), 42: _delete_groups,
-    44: _configs(44, ALTER_CONFIGS, "responses", "AlterConfigsResourceResponse"), 75: _describe_topic_partitions,
+    15: _describe_groups, 16: _list_groups,
+    32: _configs(DESCRIBE_CONFIGS, "results", DescribeConfigsResponse.DescribeConfigsResult),
+    33: _configs(ALTER_CONFIGS, "responses", AlterConfigsResponse.AlterConfigsResourceResponse), 42: _delete_groups,
+    44: _configs(ALTER_CONFIGS, "responses", IncrementalAlterConfigsResponse.AlterConfigsResourceResponse),
+    75: _describe_topic_partitions,
 }

@@ -72,9 +72,9 @@ def ensure_formatted(log_dirs: tuple[Path, ...], node_id: int, configured_cluste
             d.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise StartupError(f"log.dirs: cannot create {d}: {e.strerror}") from None
-        meta = d / META_PROPERTIES
-        if meta.exists():
-            existing[d] = _read_meta(meta)
+        meta_path = d / META_PROPERTIES
+        if meta_path.exists():
+            existing[d] = _read_meta(meta_path)
         elif any(p.name != "lost+found" for p in d.iterdir()):
             raise StartupError(f"log dir {d} holds files but no {META_PROPERTIES}; refusing to format it")
     cluster_ids = {m.get("cluster.id") for m in existing.values()}
@@ -88,13 +88,13 @@ def ensure_formatted(log_dirs: tuple[Path, ...], node_id: int, configured_cluste
     for d in log_dirs:
         meta = existing.get(d)
         if meta is None:
-            directory_id = random_id()
+            new_id = random_id()
             text = (
                 "#Written by the Strata controller on first start\n"
-                f"cluster.id={cluster_id}\ndirectory.id={directory_id}\nnode.id={node_id}\nversion=1\n"
+                f"cluster.id={cluster_id}\ndirectory.id={new_id}\nnode.id={node_id}\nversion=1\n"
             )
             write_atomically(d / META_PROPERTIES, text.encode())
-            out.append(DirMeta(d, cluster_id, node_id, id_to_uuid(directory_id)))
+            out.append(DirMeta(d, cluster_id, node_id, id_to_uuid(new_id)))
             continue
         try:
             stored_node = int(meta.get("node.id", ""))

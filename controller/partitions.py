@@ -27,6 +27,7 @@ against the current (merged) replica list, as Kafka does.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -155,7 +156,7 @@ class PartitionControl:
                             continue
                         if rec.removing_replicas is not None or rec.adding_replicas is not None:
                             log.info("reassignment_completed", topic=info.name, partition=p.partition)
-                    batch.on_commit(lambda img, s=state, tid=info.id: _fill_state(img, tid, s))
+                    batch.on_commit(functools.partial(_fill_state, topic_id=info.id, state=state))
             return out
 
         return await self.ctl.write(build)
@@ -211,15 +212,15 @@ class PartitionControl:
             done: set[tuple[str, int]] = set()
             by_topic: dict[str, list[PartitionResult]] = {}
             for name, parts in wanted:
-                results = by_topic.get(name)
-                if results is None:
-                    results = by_topic[name] = []
-                    out.append((name, results))
+                named = by_topic.get(name)
+                if named is None:
+                    named = by_topic[name] = []
+                    out.append((name, named))
                 for idx in parts:
                     if (name, idx) in done:
                         continue
                     done.add((name, idx))
-                    results.append(self._elect_one(image, batch, usable, election_type, name, idx))
+                    named.append(self._elect_one(image, batch, usable, election_type, name, idx))
             return out
 
         results = await self.ctl.write(build)
@@ -296,9 +297,9 @@ class PartitionControl:
         def build(image: MetadataImage, batch: Batch) -> list[tuple[str, list[PartitionResult]]]:
             usable = usable_ids(image)
             counts = Counter((name, idx) for name, parts in topics for idx, _ in parts)
-            out = []
+            out: list[tuple[str, list[PartitionResult]]] = []
             for name, parts in topics:
-                results = []
+                results: list[PartitionResult] = []
                 out.append((name, results))
                 t = image.topic(name)
                 for idx, target in parts:

@@ -53,7 +53,7 @@ def _interleave_racks(brokers: list[UsableBroker]) -> list[UsableBroker]:
     for b in sorted(brokers, key=lambda b: b.id):
         by_rack.setdefault(b.rack, []).append(b)
     lists = [by_rack[r] for r in sorted(by_rack, key=lambda r: (r is not None, r or ""))]
-    out = []
+    out: list[UsableBroker] = []
     for i in range(max((len(x) for x in lists), default=0)):
         out.extend(x[i] for x in lists if i < len(x))
     return out

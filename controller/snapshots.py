@@ -9,6 +9,7 @@ and replays the log from its end offset.
 
 from __future__ import annotations
 
+import builtins
 import os
 import re
 from collections.abc import Iterator
@@ -188,7 +189,7 @@ class SnapshotStore:
         write_atomically(self.path(end_offset), data)
         return len(data)
 
-    def load(self, end_offset: int) -> list[Any]:
+    def load(self, end_offset: int) -> builtins.list[Any]:  # `list` in this class body is the method above
         """Every record of a snapshot, after checking each batch's CRC and framing."""
         path = self.path(end_offset)
         try:

@@ -15,8 +15,9 @@ from typing import Any
 from broker.apis.registry import RequestContext, api
 from broker.apis.transactions import transaction_coordinator
 from broker.coordinator import wall_clock_ms
+from broker.coordinator.group.base import Group
 from broker.coordinator.group.coordinator import GROUP_OPERATIONS, GroupCoordinator
-from broker.coordinator.group.group import PositionExchange
+from broker.coordinator.group.group import ClassicGroup, PositionExchange
 from broker.coordinator.group.records import OFFSETS_TOPIC, OffsetAndMetadata
 from broker.coordinator.transaction.records import TRANSACTION_STATE_TOPIC
 from protocol.errors import Errors
@@ -212,6 +213,7 @@ async def leave_group(ctx: RequestContext, req) -> LeaveGroupResponse:
     R = LeaveGroupResponse
     v = ctx.api_version
     c = _coordinator(ctx)
+    members: list[tuple[str, str | None, str | None]]  # (member id, instance id, reason)
     if v < 3:
         members = [(req.member_id, None, None)]
     else:
@@ -385,8 +387,13 @@ async def list_groups(ctx: RequestContext, req) -> ListGroupsResponse:
     return R(error_code=err, groups=[
         R.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value,
                       group_type="classic")
-        for g in groups
+        for g in map(_classic, groups)
     ])
+
+
+def _classic(g: Group) -> ClassicGroup:
+    assert isinstance(g, ClassicGroup), "classic is the only group type the coordinator makes"
+    return g
 
 
 @api(15, 0, 6)

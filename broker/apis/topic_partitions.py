@@ -5,12 +5,16 @@ entry is Metadata's, chunk tagged fields included."""
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import structlog
 
 from broker.apis.metadata import INTERNAL_TOPICS, partition_entries
 from broker.apis.registry import RequestContext, api
 from protocol.errors import Errors
 from protocol.generated.describe_topic_partitions import DescribeTopicPartitionsResponse
+from protocol.generated.metadata import MetadataResponse
+from protocol.message import Struct
 
 log = structlog.get_logger(__name__)
 R = DescribeTopicPartitionsResponse
@@ -20,9 +24,10 @@ DEFAULT_LIMIT = 2000  # Kafka's max.request.partition.size.limit
 # Kafka answers with every topic operation when no authorizer is set: READ, WRITE, CREATE,
 # DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS (AclOperation codes 3-8, 10, 11)
 ALL_TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+S = TypeVar("S", bound=Struct)
 
 
-def _copy(src: object, cls: type) -> object:
+def _copy(src: Struct, cls: type[S]) -> S:
     """An entry of `cls` with the fields `src` (a Metadata response struct) shares with it."""
     return cls(**{n: getattr(src, n) for n in cls._fields if n in type(src)._fields and n != "chunks"})
 
@@ -67,10 +72,12 @@ async def describe_topic_partitions(ctx: RequestContext, req) -> DescribeTopicPa
     return R(topics=topics, next_cursor=next_cursor)
 
 
-def _partition(e: object) -> object:
+def _partition(
+    e: MetadataResponse.MetadataResponsePartition,
+) -> DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition:
     p = _copy(e, P)
     p.eligible_leader_replicas, p.last_known_elr = [], []  # Strata keeps no ELR (KIP-966 is off)
-    p.chunks = [_copy(c, C) for c in e.chunks]  # type: ignore[attr-defined]
+    p.chunks = [_copy(c, C) for c in e.chunks]
     return p
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import structlog
@@ -245,7 +245,7 @@ class PartitionedCoordinator(Generic[P]):
         return any(ps.loading for ps in self._partitions.values())
 
     # ------------------------------------------------------------------ writes
-    def _append(self, ps: P, records: list[tuple[bytes, bytes | None]],
+    def _append(self, ps: P, records: Sequence[tuple[bytes, bytes | None]],
                 producer: tuple[int, int] | None = None) -> tuple[int, int, asyncio.Future]:
         """Append (key, value or None) records to `ps` now, before any await. Returns (error, first
         offset, done): `done` resolves to 0 once the high watermark passes the batch, or to
@@ -290,7 +290,11 @@ class PartitionedCoordinator(Generic[P]):
             if not done.done():
                 done.set_result(0 if ok else Errors.REQUEST_TIMED_OUT if p.is_leader else Errors.NOT_LEADER_OR_FOLLOWER)
 
-        timer = self._loop.call_later(self._write_timeout_s, lambda: (replicated.cancel(), settle(False)))
+        def expire() -> None:
+            replicated.cancel()
+            settle(False)
+
+        timer = self._loop.call_later(self._write_timeout_s, expire)
         replicated.add_done_callback(lambda f: None if f.cancelled() else settle(f.result()))
         self._pending_writes[done] = (replicated, timer)
         return 0, info.first_offset, done

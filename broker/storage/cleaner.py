@@ -562,9 +562,9 @@ def build_offset_map(
                                 seg_map[key] = offset
                     continue
                 target = open_txns.setdefault(header.producer_id, {}) if header.is_transactional else seg_map
-                for offset, _, key, *_ in batch.records:
-                    if key is not None and offset >= first_dirty:
-                        target[key] = offset
+                for offset, _, record_key, *_ in batch.records:
+                    if record_key is not None and offset >= first_dirty:
+                        target[record_key] = offset
         finally:
             os.close(fd)
         added = sum(len(k) + MAP_ENTRY_OVERHEAD for k in seg_map if k not in key_map)

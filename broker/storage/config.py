@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -49,7 +50,8 @@ class LogConfig:
     def from_properties(cls, props: Mapping[str, str], defaults: LogConfig | None = None) -> LogConfig:
         """Overlay topic-level properties (Kafka's names) on `defaults`. Unknown keys are ignored
         (the topic config holds keys for other layers); bad values raise ValueError naming the key."""
-        changes: dict[str, object] = {}
+        # field -> value, int or str by field (replace() checks them per field; __post_init__ re-validates)
+        changes: dict[str, Any] = {}
         for name, raw in props.items():
             if name in _INT_RULES:
                 parse = _INT_RULES[name][0]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import threading
 import time
+from typing import TypeGuard
 
 import structlog
 
@@ -26,7 +27,7 @@ _suppressed = 0
 _last_logged = float("-inf")
 
 
-def is_resource_exhaustion(exc: BaseException) -> bool:
+def is_resource_exhaustion(exc: BaseException) -> TypeGuard[OSError]:
     return isinstance(exc, OSError) and exc.errno in RESOURCE_ERRNOS
 
 

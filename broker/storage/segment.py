@@ -452,11 +452,11 @@ class LogSegment:
             if used == 0 and min_one_batch and not limited and end - position >= BATCH_HEADER_SIZE:
                 head = os.pread(fd, BATCH_HEADER_SIZE, position)
                 # A short read means a concurrent truncation removed the batch: then there is nothing to serve.
-                header = header_at(head, 0, position) if len(head) == BATCH_HEADER_SIZE else None
-                if header is not None and header.last_offset < limit_offset and position + header.size <= end:
-                    whole = os.pread(fd, header.size, position)
-                    if len(whole) == header.size:
-                        data, used, next_offset = whole, header.size, header.last_offset + 1
+                first = header_at(head, 0, position) if len(head) == BATCH_HEADER_SIZE else None
+                if first is not None and first.last_offset < limit_offset and position + first.size <= end:
+                    whole = os.pread(fd, first.size, position)
+                    if len(whole) == first.size:
+                        data, used, next_offset = whole, first.size, first.last_offset + 1
         reached_end = not limited and position + used >= end
         if used == len(data):
             return data, next_offset, reached_end

@@ -55,12 +55,12 @@ async def alter_partition(apis: Apis, req: Request) -> AlterPartitionResponse:
         return AlterPartitionResponse(throttle_time_ms=0, error_code=e.code, topics=[])
     out = []
     for t, states in zip(body.topics, results, strict=True):
-        parts = []
+        answers: list[AlterPartitionResponse.PartitionData] = []
         for s in states:
             if s.error:
-                parts.append(AlterPartitionResponse.PartitionData(partition_index=s.partition, error_code=s.error))
+                answers.append(AlterPartitionResponse.PartitionData(partition_index=s.partition, error_code=s.error))
             else:
-                parts.append(
+                answers.append(
                     AlterPartitionResponse.PartitionData(
                         partition_index=s.partition,
                         error_code=0,
@@ -71,7 +71,7 @@ async def alter_partition(apis: Apis, req: Request) -> AlterPartitionResponse:
                         partition_epoch=s.partition_epoch,
                     )
                 )
-        out.append(AlterPartitionResponse.TopicData(topic_name=t.topic_name, topic_id=t.topic_id, partitions=parts))
+        out.append(AlterPartitionResponse.TopicData(topic_name=t.topic_name, topic_id=t.topic_id, partitions=answers))
     return AlterPartitionResponse(throttle_time_ms=0, error_code=0, topics=out)
 
 

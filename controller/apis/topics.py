@@ -3,26 +3,35 @@
 from __future__ import annotations
 
 from controller.apis.registry import Apis
+from controller.topics import TopicResult
 from protocol.generated.create_partitions import CreatePartitionsRequest, CreatePartitionsResponse
 from protocol.generated.create_topics import CreateTopicsRequest, CreateTopicsResponse
 from protocol.generated.delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
 from protocol.headers import Request
 
 
+def _request_name(r: TopicResult) -> str:
+    """The name of a CreateTopics / CreatePartitions result: those requests name every topic
+    (only DeleteTopics by id leaves TopicResult.name None)."""
+    assert r.name is not None, "CreateTopics and CreatePartitions results always carry the request's name"
+    return r.name
+
+
 async def create_topics(apis: Apis, req: Request) -> CreateTopicsResponse:
     results = await apis.topics.create_topics(req.body.topics, req.body.validate_only)
     out = []
     for r in results:
+        name = _request_name(r)
         if r.error is not None:
             out.append(
                 CreateTopicsResponse.CreatableTopicResult(
-                    name=r.name, error_code=r.error.code, error_message=r.error.message
+                    name=name, error_code=r.error.code, error_message=r.error.message
                 )
             )
             continue
         out.append(
             CreateTopicsResponse.CreatableTopicResult(
-                name=r.name,
+                name=name,
                 topic_id=r.topic_id,
                 error_code=0,
                 error_message=None,
@@ -73,7 +82,7 @@ async def create_partitions(apis: Apis, req: Request) -> CreatePartitionsRespons
         throttle_time_ms=0,
         results=[
             CreatePartitionsResponse.CreatePartitionsTopicResult(
-                name=r.name,
+                name=_request_name(r),
                 error_code=r.error.code if r.error else 0,
                 error_message=r.error.message if r.error else None,
             )

@@ -97,7 +97,8 @@ class ClassicGroupManager:
 
     @staticmethod
     def _group_from_record(gid: str, rec: GroupMetadataRecord) -> ClassicGroup:
-        members = rec.members if rec.protocol is not None else []
+        protocol = rec.protocol
+        members = rec.members if protocol is not None else []
         group = ClassicGroup(gid, GroupState.STABLE if members else GroupState.EMPTY)
         group.generation_id = rec.generation
         group.protocol_type = rec.protocol_type or None
@@ -105,8 +106,9 @@ class ClassicGroupManager:
         group.leader_id = rec.leader if members else None
         group.state_timestamp = None if rec.current_state_timestamp < 0 else rec.current_state_timestamp
         for mr in members:
+            assert protocol is not None  # members is empty without a protocol
             m = Member(mr.member_id, mr.group_instance_id, mr.client_id, mr.client_host, mr.rebalance_timeout_ms,
-                       mr.session_timeout_ms, rec.protocol_type, [(rec.protocol, mr.subscription)])
+                       mr.session_timeout_ms, rec.protocol_type, [(protocol, mr.subscription)])
             m.assignment = mr.assignment
             group.add(m)
         if group.leader_id not in group.members:

@@ -60,11 +60,11 @@ class OffsetsManager:
             for tp, (value, rec_offset) in offs.items():
                 group.apply_offset(tp, value, rec_offset)
         for producer_id, pend in pending_txn.items():
-            for (gid, topic, partition), (value, rec_offset) in pend.items():
-                if value is None:
+            for (gid, topic, partition), (pending, rec_offset) in pend.items():
+                if pending is None:
                     continue
                 group = self._group_or_new(ps, gid)
-                group.add_pending_txn_offset(producer_id, (topic, partition), value, rec_offset)
+                group.add_pending_txn_offset(producer_id, (topic, partition), pending, rec_offset)
 
     def complete_transactions_ended_while_loading(self, ps: OffsetsPartition) -> None:
         for producer_id, commit, end in ps.completed_while_loading:

@@ -9,7 +9,7 @@ in Kafka), and their committed offsets with them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from broker.coordinator.group.base import Group
@@ -20,7 +20,7 @@ OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8,
 DESCRIBE_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 42, 47
 EMPTY_GROUP_ID_ALLOWED = frozenset({OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, DELETE_GROUPS})
 
-Records = list[tuple[bytes, bytes | None]]  # (key, value or None for a tombstone)
+Records = Sequence[tuple[bytes, bytes | None]]  # (key, value or None for a tombstone)
 
 
 class OffsetsPartition(CoordinatorPartition):

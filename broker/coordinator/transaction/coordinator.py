@@ -200,7 +200,12 @@ class TransactionCoordinator(PartitionedCoordinator[_StatePartition]):
         replicated (0) or cannot be."""
         _, _, done = self._append(tp, [(encode_key(tid), None if v is None else encode_value(v)) for tid, v in records])
         mapped = self._loop.create_future()
-        done.add_done_callback(lambda f: mapped.done() or mapped.set_result(state_write_error(f.result())))
+
+        def settle(f: asyncio.Future) -> None:
+            if not mapped.done():
+                mapped.set_result(state_write_error(f.result()))
+
+        done.add_done_callback(settle)
         return mapped
 
     # ------------------------------------------------------------------ InitProducerId
