@@ -1,8 +1,15 @@
-"""The diskless coordinator on a real cluster: a diskless topic's partitions are mapped to
-__diskless_metadata partitions and created there; DisklessCommitFile assigns contiguous offsets
-and answers a retried idempotent batch with its original offset; ListOffsets / FindBatches see the
-commits (FindBatches also from a follower's SQLite); non-brokers are refused; a coordinator's
-SQLite file deleted while its broker is down is rebuilt identical to the other replicas'."""
+"""The diskless coordinator (KIP-1164), in-process and on a real cluster.
+
+In-process: the DisklessCoordinator built over fakes of its ports (the replica manager, the
+metadata) with a real log and real SQLite, no process: commits get contiguous offsets, a retried
+idempotent batch its original offset; FindBatches and ListOffsets see the commits; a coordinator
+whose SQLite file is missing rebuilds it from the log.
+
+On a real cluster: a diskless topic's partitions are mapped to __diskless_metadata partitions and
+created there; DisklessCommitFile assigns contiguous offsets and answers a retried idempotent batch
+with its original offset; ListOffsets / FindBatches see the commits (FindBatches also from a
+follower's SQLite); non-brokers are refused; a coordinator's SQLite file deleted while its broker
+is down is rebuilt identical to the other replicas'."""
 
 from __future__ import annotations
 
@@ -11,12 +18,22 @@ import sqlite3
 import time
 import uuid
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
+from broker.diskless.batches import BatchLookup
+from broker.diskless.config import DisklessConfig
+from broker.diskless.coordinator.coordinator import DisklessCoordinator
+from broker.replication.partition import Partition
+from broker.storage.config import LogConfig
+from broker.storage.log import Log
+from metadata.diskless import DISKLESS_METADATA_TOPIC
+from metadata.image import MetadataImage, PartitionInfo, TopicInfo
 from node.client import NodeClient
 from protocol.errors import Errors
 from protocol.generated.create_topics import CreateTopicsRequest
 from protocol.generated.diskless_commit_file import DisklessCommitFileRequest as C
+from protocol.generated.diskless_create_partitions import DisklessCreatePartitionsRequest as CP
 from protocol.generated.diskless_find_batches import DisklessFindBatchesRequest as FB
 from protocol.generated.diskless_list_offsets import DisklessListOffsetsRequest as LO
 from protocol.generated.find_coordinator import FindCoordinatorRequest
@@ -197,3 +214,121 @@ def test_coordinator(cluster_factory: Any) -> None:
         await _retry(equal)
 
     asyncio.run(rebuilt())
+
+
+# ======================================================================= in-process, over fakes
+META_ID = uuid.uuid4()
+DATA_ID = uuid.uuid4()
+MAX_TIMESTAMP = 1_700_000_000_000  # every batch's, as _commit writes it
+
+
+def _image() -> MetadataImage:
+    """`__diskless_metadata` with one partition led by broker 1 alone, and a diskless topic "dl"
+    whose two partitions are mapped to coordinator 0."""
+    meta = TopicInfo(META_ID, DISKLESS_METADATA_TOPIC,
+                     MappingProxyType({0: PartitionInfo(META_ID, 0, (1,), (1,), 1, 0, 0)}))
+    data = TopicInfo(DATA_ID, "dl", MappingProxyType({
+        i: PartitionInfo(DATA_ID, i, (1,), (1,), 1, 0, 0, diskless_coordinator=0) for i in (0, 1)}))
+    return MetadataImage(topics=MappingProxyType({META_ID: meta, DATA_ID: data}),
+                         topic_ids=MappingProxyType({DISKLESS_METADATA_TOPIC: META_ID, "dl": DATA_ID}))
+
+
+class FakeReplicas:
+    """The replica manager as the coordinator uses it: the replicas here, the image they follow,
+    the leadership listeners, topic configs."""
+
+    def __init__(self, image: MetadataImage) -> None:
+        self.image = image
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.leadership_listeners: list = []
+
+    def get(self, topic: str, index: int) -> Partition | None:
+        return self.partitions.get((topic, index))
+
+    def topic_config(self, topic: str) -> dict[str, str]:
+        return {"min.insync.replicas": "1"}
+
+
+class FakeMetadata:
+    """The metadata view: a fixed image, caught up with the controller."""
+
+    def __init__(self, image: MetadataImage) -> None:
+        self.image = image
+        self.caught_up = asyncio.Event()
+        self.caught_up.set()
+
+    async def sync(self, timeout: float = 30.0) -> bool:
+        return True
+
+    async def wait_for_offset(self, offset: int, timeout: float = 30.0) -> bool:
+        return True
+
+
+async def _no_controller(body: Any, version: int | None = None, *, read_only: bool = False) -> Any:
+    raise ConnectionError("no controller in this test")
+
+
+async def _loaded(coordinator: DisklessCoordinator, index: int = 0) -> None:
+    for _ in range(1000):
+        if coordinator.status(index)[0] == 0:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"coordinator {index} did not load")
+
+
+def test_coordinator_in_process(tmp_path: Path) -> None:
+    """Commit, FindBatches and ListOffsets through the DisklessCoordinator itself: fakes for its
+    ports, a real log for `__diskless_metadata` partition 0 (its only replica leads it, so an
+    append is committed at once) and real SQLite files. A second coordinator over the same log,
+    with no SQLite file of its own, rebuilds its state from the log and answers the same."""
+    image = _image()
+    config = DisklessConfig(storage_url=f"file://{tmp_path / 'objects'}")
+
+    async def answers(coordinator: DisklessCoordinator) -> tuple[Any, ...]:
+        found = await coordinator.find_batches([
+            BatchLookup(DATA_ID, 0, 5, 1 << 20), BatchLookup(DATA_ID, 1, 0, 1 << 20),
+            BatchLookup(DATA_ID, 0, 9, 1 << 20), BatchLookup(uuid.uuid4(), 0, 0, 1 << 20)], 10)
+        return (
+            [(f.error_code, f.log_start_offset, f.high_watermark) for f in found],
+            [[(b.object_key, b.base_offset, b.last_offset, b.byte_offset) for b in f.batches] for f in found],
+            await coordinator.list_offsets(DATA_ID, 0, -2),  # earliest
+            await coordinator.list_offsets(DATA_ID, 0, -1),  # latest
+            await coordinator.list_offsets(DATA_ID, 1, -3),  # max timestamp
+        )
+
+    async def run() -> None:
+        replicas, metadata = FakeReplicas(image), FakeMetadata(image)
+        lg = Log.open(tmp_path / f"{DISKLESS_METADATA_TOPIC}-0-0", LogConfig(), topic_id=META_ID)
+        replica = Partition(DISKLESS_METADATA_TOPIC, 0, META_ID, lg, 1)
+        replica.update(image.topic(DISKLESS_METADATA_TOPIC).partitions[0])
+        replicas.partitions[(DISKLESS_METADATA_TOPIC, 0)] = replica
+        first = DisklessCoordinator(1, replicas, metadata, _no_controller, tmp_path / "first", config)
+        try:
+            await _loaded(first)
+            created = [CP.DisklessCreatablePartitions(topic_id=DATA_ID, name="dl", num_partitions=2)]
+            assert await first.create_partitions(0, created) == 0
+            results = await first.commit_file(_commit(DATA_ID, "wal/a", [(0, 5, -1, -1), (0, 3, 42, 0), (1, 2, 42, 0)]), 1)
+            assert [(r.error_code, r.base_offset) for r in results] == [(0, 0), (0, 5), (0, 0)]
+            # producer 42 retries a batch in a new file: its original offset; a gap in its sequence: refused
+            again = await first.commit_file(_commit(DATA_ID, "wal/b", [(0, 3, 42, 0), (0, 1, 42, 9)]), 1)
+            assert [(r.error_code, r.base_offset, r.duplicate) for r in again] == [
+                (0, 5, True), (Errors.OUT_OF_ORDER_SEQUENCE_NUMBER, -1, False)]
+            assert await first.delete_records(DATA_ID, 0, 2) == (0, 2)
+            expected = (
+                [(0, 2, 8), (0, 0, 2), (Errors.OFFSET_OUT_OF_RANGE, 2, 8), (Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1)],
+                [[("wal/a", 5, 7, 100)], [("wal/a", 0, 1, 200)], [], []],
+                (0, -1, 2), (0, -1, 8), (0, MAX_TIMESTAMP, 0),
+            )
+            assert await answers(first) == expected
+            assert (tmp_path / "first" / "diskless-coordinator" / "0.sqlite").exists()
+        finally:
+            first.shutdown()
+        second = DisklessCoordinator(1, replicas, metadata, _no_controller, tmp_path / "second", config)
+        try:
+            await _loaded(second)
+            assert await answers(second) == expected
+        finally:
+            second.shutdown()
+            lg.close()
+
+    asyncio.run(run())

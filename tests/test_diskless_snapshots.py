@@ -235,7 +235,7 @@ async def _async(value: Any) -> Any:
 def test_a_snapshot_is_installed_from_ranged_reads_never_whole(tmp_path: Path) -> None:
     """download() streams the object to disk in chunks: no read larger than a chunk, the file
     byte for byte the stored one, fsynced; a missing snapshot is a SnapshotError."""
-    from broker.coordinator.diskless.snapshots import SnapshotError, SnapshotStore
+    from broker.diskless.coordinator.snapshots import SnapshotError, SnapshotStore
     from broker.diskless.object_store import LocalObjectStore, StoreLocation
 
     class Recording(LocalObjectStore):  # the real local store, counting what each read asked for

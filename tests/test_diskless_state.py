@@ -7,8 +7,8 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from broker.coordinator.diskless.state import DisklessState
-from broker.coordinator.diskless.view import CoordinatorView
+from broker.diskless.coordinator.state import DisklessState
+from broker.diskless.coordinator.view import CoordinatorView
 from protocol.errors import Errors
 from protocol.generated.diskless_commit_file import DisklessCommitFileRequest as C
 from protocol.generated.diskless_create_partitions import DisklessCreatePartitionsRequest as CP
@@ -97,7 +97,7 @@ def test_retention_offsets_and_file_ownership(tmp_path: Path) -> None:
     """retention.ms / retention.bytes as Kafka removes segments (the oldest first, batch by batch);
     a file whose batches are all gone is its first owner's to hand on, or (last owner) to delete;
     a handover record makes the next owner the owner."""
-    from broker.coordinator.diskless.state import DELETED, HANDED_OVER, RetentionLimits
+    from broker.diskless.coordinator.state import DELETED, HANDED_OVER, RetentionLimits
     from protocol.generated.metadata_records.diskless_file_handed_over_record import DisklessFileHandedOverRecord
 
     view = CoordinatorView()

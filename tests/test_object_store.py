@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.coordinator.diskless.snapshots import SnapshotError, SnapshotStore
+from broker.diskless.coordinator.snapshots import SnapshotError, SnapshotStore
 from broker.diskless.object_store import (
     LocalObjectStore,
     ObjectNotFound,

@@ -12,7 +12,7 @@ import asyncio
 from typing import Any
 
 from broker.apis.registry import RequestContext, api
-from broker.coordinator.diskless.state import BatchLookup, FoundBatches
+from broker.diskless.batches import BatchLookup, FoundBatches
 from protocol.errors import Errors, error_message
 from protocol.generated.diskless_commit_file import DisklessCommitFileResponse
 from protocol.generated.diskless_create_partitions import DisklessCreatePartitionsResponse

@@ -1,5 +1,8 @@
 """The broker's diskless settings: where WAL files go, when they roll, how reads are cached, and
-the coordinators' topic (`__diskless_metadata`)."""
+the coordinators' topic (`__diskless_metadata`).
+
+Read by both sides of the package (the WAL writer and reader, and the coordinator), so it imports
+neither: the defaults of the writer and reader live here too."""
 
 from __future__ import annotations
 
@@ -7,8 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.diskless.reader import DEFAULT_CACHE_BYTES
-from broker.diskless.wal import DEFAULT_MAX_BYTES, DEFAULT_MAX_MS
+DEFAULT_MAX_BYTES = 8 * 1024 * 1024  # diskless.wal.max.bytes (Inkless' produce.buffer.max.bytes)
+DEFAULT_MAX_MS = 250  # diskless.wal.max.ms (Inkless' produce.commit.interval.ms)
+DEFAULT_CACHE_BYTES = 64 * 1024 * 1024  # diskless.fetch.cache.bytes
 
 
 @dataclass(frozen=True)
@@ -27,7 +31,7 @@ class DisklessConfig:
     coordinator_load_buffer_size: int = 5 * 1024 * 1024
     # what the last owner of a WAL file waits before deleting it (reads in flight finish)
     file_deletion_grace_ms: int = 60000
-    orphan_scan_interval_ms: int = 3600000  # orphans are rare: a low scan frequency (the seed)
+    orphan_scan_interval_ms: int = 3600000  # orphans are rare: a low scan frequency (KIP-1164)
     orphan_scan_grace_ms: int = 3600000  # an object younger than this is never an orphan candidate
     retention_check_interval_ms: int = 300000  # log.retention.check.interval.ms, as local logs
     gauges_interval_ms: int = 60000  # the per-coordinator gauges line in the broker log

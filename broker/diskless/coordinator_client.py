@@ -1,5 +1,5 @@
 """How a broker talks to the diskless coordinators: one request per coordinator broker, in
-parallel; a coordinator on this broker is called directly, without the network (the seed's last
+parallel; a coordinator on this broker is called directly, without the network (KIP-1164's last
 optimization). The leader of partition N of `__diskless_metadata` is coordinator N, read from this
 broker's metadata image.
 
@@ -20,13 +20,12 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from uuid import UUID
 
 import structlog
 
-from broker.coordinator.diskless.state import BatchLookup, BatchRow, FoundBatches
-from broker.coordinator.diskless.view import BatchResult
+from broker.diskless.batches import BatchLookup, BatchResult, BatchRow, FoundBatches
 from metadata.diskless import DISKLESS_METADATA_TOPIC
 from node.client import ClientError
 from protocol.errors import Errors
@@ -36,6 +35,11 @@ from protocol.generated.diskless_describe_files import DisklessDescribeFilesRequ
 from protocol.generated.diskless_find_batches import DisklessFindBatchesRequest as FB
 from protocol.generated.diskless_hand_over_file import DisklessHandOverFileRequest as HO
 from protocol.generated.diskless_list_offsets import DisklessListOffsetsRequest as LO
+
+if TYPE_CHECKING:
+    from broker.diskless.coordinator.coordinator import DisklessCoordinator
+    from broker.ports import ImageSource, LocalReplicas
+    from broker.replication.peers import PeerClients
 
 log = structlog.get_logger(__name__)
 REQUEST_TIMEOUT_S = 30.0
@@ -97,9 +101,11 @@ class RequestBatcher(Generic[Item, Result]):
 
 
 class CoordinatorClient:
-    def __init__(self, node_id: int, metadata: Any, peers: Any, local: Any, replicas: Any) -> None:
-        """`metadata` has .image; `peers` is PeerClients("diskless"); `local` the broker's own
-        DisklessCoordinator; `replicas` the ReplicaManager (which metadata partitions are here)."""
+    def __init__(self, node_id: int, metadata: ImageSource, peers: PeerClients, local: DisklessCoordinator,
+                 replicas: LocalReplicas) -> None:
+        """`metadata`: the image (who leads each coordinator); `peers`: PeerClients("diskless");
+        `local`: the broker's own DisklessCoordinator; `replicas`: which `__diskless_metadata`
+        partitions are here."""
         self.node_id = node_id
         self.metadata = metadata
         self.peers = peers
@@ -155,7 +161,7 @@ class CoordinatorClient:
                 continue
             by_broker.setdefault(leader, []).append(i)
             coordinators.add(index)
-        # the seed's owner list: every coordinator the file's batches go to, randomly permuted
+        # KIP-1164's owner list: every coordinator the file's batches go to, randomly permuted
         # (the first owns the file; each hands it to the next once its batches in it are gone)
         owners = random.sample(sorted(coordinators), len(coordinators))
 

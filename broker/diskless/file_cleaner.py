@@ -1,4 +1,4 @@
-"""The seed's "WAL file management": for every diskless coordinator this broker leads, the files it
+"""KIP-1164's "WAL file management": for every diskless coordinator this broker leads, the files it
 owns and has no live batch in are handed to the next owner in the file's owner list
 (DisklessHandOverFile), and the last owner deletes the object `diskless.coordinator.file.deletion.grace.ms`
 after it found the file empty (reads in flight finish). Nothing here blocks the coordinator: a pass
@@ -20,13 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import structlog
 
-from broker.coordinator.diskless.state import next_owner
+from broker.diskless.coordinator.state import next_owner
 from broker.diskless.object_store import ObjectStore, ObjectStoreError
 from node.client import ClientError
+
+if TYPE_CHECKING:
+    from broker.diskless.coordinator.coordinator import DisklessCoordinator
+    from broker.diskless.coordinator_client import CoordinatorClient
 
 log = structlog.get_logger(__name__)
 
@@ -35,8 +39,8 @@ RETRY_LOG_EVERY = 100  # a failing handover or deletion is logged on its 1st, 10
 
 
 class FileCleaner:
-    def __init__(self, coordinator: Any, client: Any, store: ObjectStore, deletion_grace_ms: int,
-                 orphan_grace_ms: int) -> None:
+    def __init__(self, coordinator: DisklessCoordinator, client: CoordinatorClient, store: ObjectStore,
+                 deletion_grace_ms: int, orphan_grace_ms: int) -> None:
         """`coordinator`: this broker's DisklessCoordinator (led_partitions, and its `files`: version, tasks, done);
         `client`: the CoordinatorClient (hand_over, describe_files to other coordinators)."""
         self.coordinator = coordinator

@@ -4,12 +4,12 @@ coordinator's partitions. A broker then holds in its WAL files only the partitio
 coordinators it is a gateway for, so committing a file takes few commit requests (one when the
 cluster has enough brokers).
 
-The seed's count, max(1, n_brokers / n_coordinators / n_racks) gateways per coordinator per rack,
+KIP-1164's count, max(1, n_brokers / n_coordinators / n_racks) gateways per coordinator per rack,
 comes out of dealing each rack's brokers round-robin over the coordinators. Co-located
 coordinators (led by the same broker) are dealt as one group, so their gateways are co-located
 too: a gateway's file then needs one commit request per coordinator *broker* it serves. A
 coordinator's own broker is the gateway of its group in its rack (its commit is a call, not a
-request). "Rack" is `broker.rack` (brokers without one share the rack None); "DC" in the seed is a
+request). "Rack" is `broker.rack` (brokers without one share the rack None); "DC" in KIP-1164 is a
 diskless coordinator, one partition of `__diskless_metadata`.
 
 Pure functions over the metadata image's facts: every broker computes the same table.

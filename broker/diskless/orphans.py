@@ -1,4 +1,4 @@
-"""The seed's orphan file scan: a WAL file uploaded but committed to no coordinator (its broker
+"""KIP-1164's orphan file scan: a WAL file uploaded but committed to no coordinator (its broker
 crashed in between, and nothing cleaned up on the spot) is found and deleted. One broker scans: the
 leader of coordinator 0 (it moves with that leadership), every
 `diskless.coordinator.orphan.scan.interval.ms`:
@@ -13,7 +13,7 @@ leader of coordinator 0 (it moves with that leadership), every
    or took it over); again every coordinator must answer, and an error counts as "known";
 4. delete the candidates no coordinator knows.
 
-Departure from the seed: it adds the grace period to the oldest live file's timestamp (step 1)
+Departure from KIP-1164: it adds the grace period to the oldest live file's timestamp (step 1)
 and scans only files older than that, which would keep every orphan younger than the oldest
 live batch (forever, under infinite retention). Here the threshold is now - grace; step 1's
 answers gate the scan and are logged; step 3 is what keeps referenced files.
@@ -24,13 +24,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from broker.coordinator import wall_clock_ms
 from broker.diskless.object_store import ObjectStore, ObjectStoreError
 from node.client import ClientError
+
+if TYPE_CHECKING:
+    from broker.diskless.coordinator.coordinator import DisklessCoordinator
+    from broker.diskless.coordinator_client import CoordinatorClient
 
 log = structlog.get_logger(__name__)
 
@@ -40,8 +44,8 @@ ORPHANS_KEPT = 100  # the latest deleted orphans, for kafka-diskless.sh
 
 
 class OrphanScanner:
-    def __init__(self, coordinator: Any, client: Any, store: ObjectStore, prefix: str, interval_ms: int,
-                 grace_ms: int) -> None:
+    def __init__(self, coordinator: DisklessCoordinator, client: CoordinatorClient, store: ObjectStore, prefix: str,
+                 interval_ms: int, grace_ms: int) -> None:
         """`coordinator`: this broker's DisklessCoordinator (which coordinators it leads);
         `client`: the CoordinatorClient (coordinator brokers, DisklessDescribeFiles)."""
         self.coordinator = coordinator

@@ -15,12 +15,12 @@ from __future__ import annotations
 import asyncio
 import zlib
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+from uuid import UUID
 
 import structlog
 
-from broker.coordinator.diskless.state import FoundBatches
-from broker.coordinator.diskless.view import BatchResult
+from broker.diskless.batches import BatchResult, FoundBatches
 from broker.diskless.config import DisklessConfig
 from broker.diskless.coordinator_client import CoordinatorClient
 from broker.diskless.file_cleaner import FileCleaner
@@ -29,9 +29,7 @@ from broker.diskless.object_store import ObjectStoreError, open_object_store
 from broker.diskless.orphans import OrphanScanner
 from broker.diskless.reader import BlockCache, read_batches
 from broker.diskless.wal import WalWriter
-from broker.metrics import TopicStats
 from broker.partitions.interface import AppendAnswer, FetchPosition, OffsetAnswer, ReadAnswer, answered
-from broker.replication.peers import PeerClients
 from broker.storage.batch_validation import validate_client_batches
 from broker.storage.errors import StorageError
 from metadata.diskless import DISKLESS_METADATA_TOPIC
@@ -40,7 +38,10 @@ from protocol.errors import Errors
 from protocol.records.batch import set_log_append_time
 
 if TYPE_CHECKING:
-    from broker.coordinator.diskless.coordinator import DisklessCoordinator
+    from broker.diskless.coordinator.coordinator import DisklessCoordinator
+    from broker.ports import ImageSource, LocalReplicas
+    from broker.replication.peers import PeerClients
+    from metadata.image import MetadataImage
 
 log = structlog.get_logger(__name__)
 
@@ -49,6 +50,13 @@ TXN_REFUSED = "transactions are not supported on diskless topics yet (as in Inkl
 MAX_PREPARED = 8  # lookups a partition keeps for reads to come (one per concurrent Fetch offset)
 RACK_TAG = "diskless_az="  # Inkless' convention: a client names its zone in client.id
 GATEWAYS_KEY = "diskless.produce.gateways.enable"
+
+
+class ProduceCounter(Protocol):
+    """Where appended messages are counted for /metrics (the broker's TopicStats, Kafka's
+    BrokerTopicStats), as a port: the diskless package does not import the metrics module."""
+
+    def produced(self, topic: str, messages: int, size: int) -> None: ...
 
 
 class DisklessPartition:
@@ -85,7 +93,7 @@ class DisklessPartition:
 
     async def _answer(self, fut: asyncio.Future, messages: int, size: int) -> AppendAnswer:
         r: BatchResult = await fut
-        if r.error_code == 0:
+        if r.error_code == 0 and self.s.topic_stats is not None:
             self.s.topic_stats.produced(self.topic.name, messages, size)
         return AppendAnswer(r.error_code, r.error_message, r.base_offset, r.log_append_time, r.log_start_offset)
 
@@ -161,16 +169,16 @@ class DisklessPartition:
 
 
 class DisklessService:
-    def __init__(self, node_id: int, metadata: Any, replicas: Any, coordinator: DisklessCoordinator,
-                 peers: PeerClients, config: DisklessConfig, topic_stats: TopicStats | None = None) -> None:
-        """`metadata`: the broker's metadata loader (.image); `replicas`: the ReplicaManager (topic
+    def __init__(self, node_id: int, metadata: ImageSource, replicas: LocalReplicas, coordinator: DisklessCoordinator,
+                 peers: PeerClients, config: DisklessConfig, topic_stats: ProduceCounter | None = None) -> None:
+        """`metadata`: the broker's metadata (.image); `replicas`: the ReplicaManager (topic
         configs, which coordinator partitions are here); `coordinator`: this broker's own diskless
         coordinator (called without the network); `peers`: PeerClients with purpose "diskless"
         (client id diskless-<node id>: the coordinator APIs' rule)."""
         self.node_id = node_id
         self.metadata = metadata
         self.replicas = replicas
-        self.topic_stats = topic_stats if topic_stats is not None else TopicStats()  # produce counters, /metrics
+        self.topic_stats = topic_stats  # produce counters, /metrics (none: not counted)
         self.location = open_object_store(config.storage_url, endpoint=config.s3_endpoint, region=config.s3_region)
         self.peers = peers
         self.client = CoordinatorClient(node_id, metadata, peers, coordinator, replicas)
@@ -196,7 +204,7 @@ class DisklessService:
         with it until read)."""
         t = self.metadata.image.topic(topic)
         info = t.partitions.get(index) if t is not None else None
-        if info is None or info.diskless_coordinator < 0:
+        if t is None or info is None or info.diskless_coordinator < 0:
             self._partitions.pop((topic, index), None)
             return None
         p = self._partitions.get((topic, index))
@@ -208,7 +216,7 @@ class DisklessService:
         self._waiters.setdefault(key, []).append(fut)
         self._loop.call_later(self.poll_s, lambda: fut.done() or fut.set_result(None))
 
-    def _committed(self, topic_id: Any, partition: int) -> None:
+    def _committed(self, topic_id: UUID, partition: int) -> None:
         for fut in self._waiters.pop((topic_id, partition), []):
             if not fut.done():
                 fut.set_result(None)
@@ -264,7 +272,7 @@ class DisklessService:
         pool = [i for i in live if wanted is not None and racks[i] == wanted] or live
         return pool[zlib.crc32(cid.encode()) % len(pool)]
 
-    def _gateways_enabled(self, image: Any) -> bool:
+    def _gateways_enabled(self, image: MetadataImage) -> bool:
         """`diskless.produce.gateways.enable`: this broker's dynamic value, else the cluster-wide
         dynamic default, else server.properties (default true)."""
         for layer in (image.configs.get((BROKER_RESOURCE, str(self.node_id)), {}),
@@ -274,7 +282,7 @@ class DisklessService:
                 return raw.strip().lower() != "false"
         return self.produce_gateways
 
-    def _gateway_table(self, image: Any, racks: dict[int, Any]) -> dict[tuple[Any, int], list[int]]:
+    def _gateway_table(self, image: MetadataImage, racks: dict[int, Any]) -> dict[tuple[Any, int], list[int]]:
         """The gateway table of this image (computed once per image)."""
         if self._gateways[0] is not image:
             t = image.topic(DISKLESS_METADATA_TOPIC)

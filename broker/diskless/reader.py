@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 
-from broker.coordinator.diskless.state import BatchRow
+from broker.diskless.batches import BatchRow
+from broker.diskless.config import DEFAULT_CACHE_BYTES
 from broker.diskless.object_store import ObjectStore
 from protocol.records.batch import set_base_offset
 
 BLOCK_SIZE = 1024 * 1024
-DEFAULT_CACHE_BYTES = 64 * 1024 * 1024  # diskless.fetch.cache.bytes
 
 
 class BlockCache:

@@ -21,24 +21,27 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 import structlog
 
-from broker.coordinator.diskless.view import BatchResult
+from broker.diskless.batches import BatchResult
+from broker.diskless.config import DEFAULT_MAX_BYTES, DEFAULT_MAX_MS
 from broker.diskless.coordinator_client import RETRY_AS
 from broker.diskless.object_store import ObjectStoreError, StoreLocation, new_object_key
 from protocol.errors import Errors
 from protocol.generated.diskless_commit_file import DisklessCommitFileRequest as C
 from protocol.records.batch import BatchHeader
 
+if TYPE_CHECKING:
+    from broker.diskless.coordinator_client import CoordinatorClient
+
 log = structlog.get_logger(__name__)
 
-WRITE_AHEAD_MULTI_SEGMENT = 1  # the seed's ObjectFormat
-DEFAULT_MAX_BYTES = 8 * 1024 * 1024  # diskless.wal.max.bytes (Inkless' produce.buffer.max.bytes)
-DEFAULT_MAX_MS = 250  # diskless.wal.max.ms (Inkless' produce.commit.interval.ms)
+WRITE_AHEAD_MULTI_SEGMENT = 1  # KIP-1164's ObjectFormat
 MAX_UPLOADS_IN_FLIGHT = 4
 FAILPOINT = os.environ.get("STRATA_DISKLESS_FAILPOINT", "")
 SUMMARY_INTERVAL_S = 10.0
@@ -50,7 +53,7 @@ _REFUSED_BEFORE_APPEND = {Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.CORRUPT_MESS
 
 @dataclass(slots=True)
 class CommitStats:
-    """Commit requests per WAL file (the seed's "outbound commit calls"), since the broker
+    """Commit requests per WAL file (KIP-1164's "outbound commit calls"), since the broker
     started: logged as a gauge every SUMMARY_INTERVAL_S while files are committed."""
 
     files: int = 0
@@ -88,8 +91,9 @@ class _Pending:
 
 
 class WalWriter:
-    def __init__(self, location: StoreLocation, client: Any, *, max_bytes: int = DEFAULT_MAX_BYTES,
-                 max_ms: int = DEFAULT_MAX_MS, on_commit: Any = None, node_id: int = -1) -> None:
+    def __init__(self, location: StoreLocation, client: CoordinatorClient, *, max_bytes: int = DEFAULT_MAX_BYTES,
+                 max_ms: int = DEFAULT_MAX_MS, on_commit: Callable[[UUID, int], None] | None = None,
+                 node_id: int = -1) -> None:
         self.store = location.store
         self.prefix = location.prefix
         self.client = client

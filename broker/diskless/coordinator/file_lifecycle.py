@@ -1,8 +1,8 @@
 """The WAL files' lifecycle on a diskless coordinator's side: the state tells which files a
 coordinator owns and has no live batch in (state.py's file_tasks); broker/diskless/file_cleaner.py
 hands them on (DisklessHandOverFile, answered by hand_over() here on the next owner) or deletes
-them, and reports each through done(). Their status is this replica's own (not in the log, as the
-seed says); a file deleted from object storage is then pruned from every replica's state (a
+them, and reports each through done(). Their status is this replica's own (not in the log, as
+KIP-1164 says); a file deleted from object storage is then pruned from every replica's state (a
 DisklessFilesPrunedRecord in the log), so the state does not keep a row for every file ever
 written."""
 
@@ -14,9 +14,9 @@ from typing import Any
 import structlog
 
 from broker.coordinator import wall_clock_ms
-from broker.coordinator.diskless.materializer import Materializer
-from broker.coordinator.diskless.partition import DisklessCoordinatorPartition as Partition
-from broker.coordinator.diskless.state import DELETED, HANDED_OVER, DisklessState, FileTask
+from broker.diskless.coordinator.materializer import Materializer
+from broker.diskless.coordinator.partition import DisklessCoordinatorPartition as Partition
+from broker.diskless.coordinator.state import DELETED, HANDED_OVER, DisklessState, FileTask
 from protocol.generated.metadata_records.diskless_file_handed_over_record import DisklessFileHandedOverRecord
 from protocol.generated.metadata_records.diskless_files_pruned_record import DisklessFilesPrunedRecord
 from protocol.generated.metadata_records.diskless_records_deleted_record import DisklessRecordsDeletedRecord

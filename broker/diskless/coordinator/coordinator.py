@@ -3,7 +3,7 @@
 The leader of partition N of `__diskless_metadata` is diskless coordinator N. Its state is the
 partition's records materialized into SQLite (materializer.py) plus, while it leads, a speculative
 view (view.py) of that state and the records appended but not yet replicated. A mutating
-operation follows the seed's seven steps: NOT_COORDINATOR unless this broker leads the partition
+operation follows KIP-1164's seven steps: NOT_COORDINATOR unless this broker leads the partition
 and has it loaded; check against the view (which then holds the operation's records as pending,
 so the next operation does not wait: pipelining); append the records in one batch before any
 await; wait for the high watermark (acks=all); apply to SQLite (queued on the database's thread,
@@ -29,35 +29,38 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import structlog
 
 from broker.coordinator import metadata_caught_up, wall_clock_ms
-from broker.coordinator.diskless.file_lifecycle import FileLifecycle
-from broker.coordinator.diskless.materializer import CATCH_UP_ERRORS, Materializer
-from broker.coordinator.diskless.partition import DisklessCoordinatorPartition as Partition
-from broker.coordinator.diskless.retention import DisklessRetention
-from broker.coordinator.diskless.snapshot_taker import SnapshotTaker
-from broker.coordinator.diskless.snapshots import SnapshotStore
-from broker.coordinator.diskless.state import (
-    BatchLookup,
-    DisklessState,
-    FoundBatches,
-)
-from broker.coordinator.diskless.view import BatchResult, CoordinatorView
 from broker.coordinator.internal_topic import create_internal_topic
 from broker.coordinator.partitioned import PartitionedCoordinator, state_write_error
+from broker.diskless.batches import BatchLookup, BatchResult, FoundBatches
 from broker.diskless.config import DisklessConfig
+from broker.diskless.coordinator.file_lifecycle import FileLifecycle
+from broker.diskless.coordinator.materializer import CATCH_UP_ERRORS, Materializer
+from broker.diskless.coordinator.partition import DisklessCoordinatorPartition as Partition
+from broker.diskless.coordinator.retention import DisklessRetention
+from broker.diskless.coordinator.snapshot_taker import SnapshotTaker
+from broker.diskless.coordinator.snapshots import SnapshotStore
+from broker.diskless.coordinator.state import DisklessState
+from broker.diskless.coordinator.view import CoordinatorView
 from broker.diskless.object_store import open_object_store
 from metadata.diskless import DISKLESS_METADATA_TOPIC
 from metadata.records import encode_record
 from protocol.errors import Errors
 from protocol.generated.diskless_create_partitions import DisklessCreatePartitionsRequest as CP
 from protocol.generated.diskless_describe_files import DisklessDescribeFilesResponse as DF
+
+if TYPE_CHECKING:
+    from broker.diskless.coordinator.materializer import CoordinatorReplicas
+    from broker.ports import Forwarder, MetadataView
+    from broker.replication.partition import Partition as Replica
+    from metadata.image import MetadataImage
 
 log = structlog.get_logger(__name__)
 
@@ -77,11 +80,11 @@ class DisklessCoordinator(PartitionedCoordinator[Partition]):
     event = "diskless"
     reload_on_new_epoch = True
 
-    def __init__(self, node_id: int, replicas: Any, metadata: Any, forward: Callable[[Any], Awaitable[Any]],
+    def __init__(self, node_id: int, replicas: CoordinatorReplicas, metadata: MetadataView, forward: Forwarder,
                  log_dir: Path, config: DisklessConfig) -> None:
-        """`replicas`: the ReplicaManager; `metadata`: the broker's metadata loader; `forward`
-        sends an admin request to the controller (creating __diskless_metadata); the SQLite files
-        live under `log_dir`."""
+        """`replicas`: the replicas here (the ReplicaManager); `metadata`: the broker's image and
+        whether it caught up; `forward` sends an admin request to the controller (creating
+        __diskless_metadata); the SQLite files live under `log_dir`."""
         self.node_id = node_id
         self._diskless_checked: tuple[object, bool] = (None, False)  # (image, any diskless partition in it)
         self.config = config
@@ -121,7 +124,7 @@ class DisklessCoordinator(PartitionedCoordinator[Partition]):
             ps.retention.cancel()
         self.states.drop_staged(ps.index)
 
-    async def _load(self, ps: Partition, p: Any) -> None:  # type: ignore[override]
+    async def _load(self, ps: Partition, p: Replica) -> None:  # type: ignore[override]
         await metadata_caught_up(self.metadata)
         started = time.monotonic()
         while self._owns(ps) and p.high_watermark < p.log.log_end_offset:
@@ -437,7 +440,7 @@ class DisklessCoordinator(PartitionedCoordinator[Partition]):
                      files_handed_over=c.files_handed_over, files_deleted=c.files_deleted)
 
     # ------------------------------------------------------------------ metadata reconciliation
-    def _has_diskless(self, image) -> bool:
+    def _has_diskless(self, image: MetadataImage) -> bool:
         """Whether any partition is diskless; asked every reconcile, so answered once per image
         (a scan of 20,000 partitions every 200 ms held the event loop)."""
         if image is not self._diskless_checked[0]:

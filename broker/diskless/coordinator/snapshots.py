@@ -1,4 +1,4 @@
-"""Snapshots of a diskless coordinator's SQLite state (the seed's "Metadata log size management",
+"""Snapshots of a diskless coordinator's SQLite state (KIP-1164's "Metadata log size management",
 as KRaft's KIP-630): the leader of a `__diskless_metadata` partition copies its database
 point-in-time, stores the copy in object storage and then raises the partition's log start offset
 to the copy's applied offset (whole segments below it are deleted, on every replica: followers
@@ -28,7 +28,7 @@ from typing import BinaryIO
 
 import structlog
 
-from broker.coordinator.diskless.state import REPLICA_LOCAL_TABLES, SCHEMA_VERSION
+from broker.diskless.coordinator.state import REPLICA_LOCAL_TABLES, SCHEMA_VERSION
 from broker.diskless.object_store import ObjectStoreError, StoreLocation
 
 log = structlog.get_logger(__name__)

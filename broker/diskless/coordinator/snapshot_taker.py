@@ -9,15 +9,18 @@ import asyncio
 import sqlite3
 import time
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from broker.coordinator import wall_clock_ms
-from broker.coordinator.diskless.materializer import Materializer
-from broker.coordinator.diskless.partition import DisklessCoordinatorPartition as Partition
-from broker.coordinator.diskless.snapshots import SnapshotError, SnapshotStore, take_bytes
+from broker.diskless.coordinator.materializer import Materializer
+from broker.diskless.coordinator.partition import DisklessCoordinatorPartition as Partition
+from broker.diskless.coordinator.snapshots import SnapshotError, SnapshotStore, take_bytes
 from broker.storage.errors import StorageError
+
+if TYPE_CHECKING:
+    from broker.replication.partition import Partition as Replica
 
 log = structlog.get_logger(__name__)
 
@@ -25,7 +28,7 @@ SNAPSHOT_RETRY_S = 1.0
 
 
 class SnapshotTaker:
-    def __init__(self, interval_records: int, replica: Callable[[int], Any], states: Materializer,
+    def __init__(self, interval_records: int, replica: Callable[[int], Replica | None], states: Materializer,
                  store: SnapshotStore, owns: Callable[[Partition], bool],
                  spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task]) -> None:
         """`replica(index)`: this broker's replica of `__diskless_metadata` partition `index` (or
@@ -49,7 +52,7 @@ class SnapshotTaker:
             if p is not None and p.is_leader and p.high_watermark - since >= self.interval:
                 ps.snapshot_task = self.spawn(self.take(ps, p))
 
-    async def take(self, ps: Partition, p: Any) -> None:
+    async def take(self, ps: Partition, p: Replica) -> None:
         """Copy the state point-in-time and store the copy; then raise the log start to the
         previous snapshot's offset (every replica follows the leader's log start): a replica
         less than an interval behind goes on from the log, one further behind installs the

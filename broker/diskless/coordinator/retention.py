@@ -12,9 +12,9 @@ from typing import Any
 import structlog
 
 from broker.coordinator import wall_clock_ms
-from broker.coordinator.diskless.materializer import Materializer
-from broker.coordinator.diskless.partition import DisklessCoordinatorPartition as Partition
-from broker.coordinator.diskless.state import DisklessState, RetentionLimits
+from broker.diskless.coordinator.materializer import Materializer
+from broker.diskless.coordinator.partition import DisklessCoordinatorPartition as Partition
+from broker.diskless.coordinator.state import DisklessState, RetentionLimits
 from broker.storage.cleaner import retention_applies
 from broker.storage.config import LogConfig
 
@@ -22,7 +22,7 @@ log = structlog.get_logger(__name__)
 
 
 class DisklessRetention:
-    def __init__(self, topic_config: Callable[[str], Any], states: Materializer,
+    def __init__(self, topic_config: Callable[[str], dict[str, str]], states: Materializer,
                  write: Callable[[Partition, list[Any]], Awaitable[int]], owns: Callable[[Partition], bool],
                  spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task]) -> None:
         """`topic_config(name)`: a topic's properties; `write(ps, records)` appends records to a

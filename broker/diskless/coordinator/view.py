@@ -1,5 +1,5 @@
 """The leader's speculative view of one diskless coordinator: the committed SQLite state plus every
-record appended but not yet replicated (the seed's step 3). Checks run against it and the records
+record appended but not yet replicated (KIP-1164's step 3). Checks run against it and the records
 an operation produces are applied to it at once, so the next operation does not wait for the
 previous one's replication (pipelining). It holds what the checks need (partitions, their offsets,
 the last batches of each producer); batches and files stay in SQLite.
@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from broker.coordinator.diskless.state import PRODUCER_BATCHES_KEPT, DisklessState, ProducerBatch
+from broker.diskless.batches import BatchResult
+from broker.diskless.coordinator.state import PRODUCER_BATCHES_KEPT, DisklessState, ProducerBatch
 from protocol.errors import Errors
 from protocol.generated.metadata_records.diskless_file_committed_record import DisklessFileCommittedRecord
 from protocol.generated.metadata_records.diskless_partition_created_record import DisklessPartitionCreatedRecord
@@ -35,16 +36,6 @@ class PartitionView:
     log_start_offset: int
     high_watermark: int
     producers: dict[int, deque[ProducerBatch]] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class BatchResult:
-    error_code: int = 0
-    error_message: str | None = None
-    base_offset: int = -1
-    log_append_time: int = -1
-    log_start_offset: int = -1
-    duplicate: bool = False
 
 
 def _next_seq(seq: int) -> int:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from broker.coordinator.diskless.view import CoordinatorView
 from broker.coordinator.partitioned import CoordinatorPartition
+from broker.diskless.coordinator.view import CoordinatorView
 
 
 class DisklessCoordinatorPartition(CoordinatorPartition):

@@ -1,11 +1,11 @@
 """Every local replica of `__diskless_metadata` (leader or follower) materialized into its SQLite
 file: records below the high watermark are applied in offset order, in an executor, with the
 applied offset in the same transaction. The leader queues the apply right after its records
-replicate (the seed's step 6) and answers without waiting for it; a follower catches up in the
+replicate (KIP-1164's step 6) and answers without waiting for it; a follower catches up in the
 background so it can answer DisklessFindBatches and take over with a warm database.
 
 Each database's SQLite work runs on a thread of its own, in the order queued, so a read queued
-after an apply sees it (which is what the seed's "apply, then answer" guarantees) without the
+after an apply sees it (which is what KIP-1164's "apply, then answer" guarantees) without the
 loop waiting for the apply; and it never queues behind other blocking work in the default
 executor, nor behind another database's rebuild. WAL
 checkpoints run on another thread and connection (their fsyncs stay off the commit path). The leader hands over the records it appends (stage()), so its apply after replication
@@ -26,18 +26,19 @@ import os
 import sqlite3
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
-from broker.coordinator.diskless.snapshots import (
+from broker.diskless.coordinator.snapshots import (
     KEEP,
     SnapshotError,
     SnapshotStore,
     check_snapshot,
     copy_database,
 )
-from broker.coordinator.diskless.state import DisklessState
+from broker.diskless.coordinator.state import DisklessState
+from broker.ports import ImageSource, LocalReplicas
 from broker.storage.errors import StorageError
 from metadata.diskless import DISKLESS_METADATA_TOPIC
 from metadata.records import decode_record
@@ -165,8 +166,14 @@ class _Local:
         return None
 
 
+class CoordinatorReplicas(LocalReplicas, ImageSource, Protocol):
+    """The replicas here (the ReplicaManager) with the image they were last brought in line
+    with: it says which partitions `__diskless_metadata` has, so the catch-up loop looks at those
+    few replicas instead of scanning every one."""
+
+
 class Materializer:
-    def __init__(self, replicas: Any, root: Path, buffer_size: int, snapshots: SnapshotStore) -> None:
+    def __init__(self, replicas: CoordinatorReplicas, root: Path, buffer_size: int, snapshots: SnapshotStore) -> None:
         self.replicas = replicas
         self.root = root
         self.buffer_size = buffer_size
@@ -258,7 +265,7 @@ class Materializer:
 
     def apply_soon(self, index: int) -> Future | None:
         """Queue the apply of everything below this replica's high watermark on the database's thread
-        and return at once (the seed's step 6 for the leader: every later read of this state
+        and return at once (KIP-1164's step 6 for the leader: every later read of this state
         runs after it). The future, or None when nothing was queued."""
         local = self._local.get(index)
         p = self.replicas.get(DISKLESS_METADATA_TOPIC, index)

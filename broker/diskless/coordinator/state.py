@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 from uuid import UUID
 
+from broker.diskless.batches import BatchRow
 from protocol.generated.metadata_records.diskless_file_committed_record import DisklessFileCommittedRecord
 from protocol.generated.metadata_records.diskless_file_handed_over_record import DisklessFileHandedOverRecord
 from protocol.generated.metadata_records.diskless_files_pruned_record import DisklessFilesPrunedRecord
@@ -25,7 +26,7 @@ from protocol.generated.metadata_records.diskless_topic_deleted_record import Di
 PRODUCER_BATCHES_KEPT = 5  # as a local log's producer state (Kafka's NUM_BATCHES_TO_RETAIN)
 SCHEMA_VERSION = 2  # 2: handed_over, file_work (an older file is rebuilt from the log)
 
-# file_work statuses (local to the replica that leads: the seed keeps them out of the log)
+# file_work statuses (local to the replica that leads: KIP-1164 keeps them out of the log)
 HANDED_OVER, DELETED = "handed-over", "deleted"
 
 _SCHEMA = """
@@ -63,38 +64,8 @@ CREATE TABLE IF NOT EXISTS file_work (
 REPLICA_LOCAL_TABLES = ("file_work",)  # not from the log: left out of dumps and snapshots
 # handed_over: files another coordinator handed to this one (DisklessFileHandedOverRecord), from
 # the log like every other table. file_work: what the leader did with a file it owns (handed it
-# on, deleted it): the seed keeps this status out of the log, so it is this replica's own; a new
+# on, deleted it): KIP-1164 keeps this status out of the log, so it is this replica's own; a new
 # leader without it does the (idempotent) work again.
-
-
-@dataclass(frozen=True, slots=True)
-class BatchRow:
-    batch_id: int
-    object_key: str
-    magic: int
-    byte_offset: int
-    byte_size: int
-    base_offset: int
-    last_offset: int
-    log_append_timestamp: int
-    max_timestamp: int
-    timestamp_type: int
-
-
-class BatchLookup(NamedTuple):
-    """One partition of a DisklessFindBatches: its batches from `offset` on, up to `max_bytes`."""
-
-    topic_id: UUID
-    partition: int
-    offset: int
-    max_bytes: int
-
-
-class FoundBatches(NamedTuple):
-    error_code: int
-    log_start_offset: int
-    high_watermark: int
-    batches: list[BatchRow]
 
 
 class FileTask(NamedTuple):
