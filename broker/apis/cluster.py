@@ -24,7 +24,7 @@ async def describe_cluster(ctx: RequestContext, req) -> DescribeClusterResponse:
                                        endpoint_type=req.endpoint_type)
     # As KRaft brokers do, name a live broker as "controller": admin requests sent there get forwarded.
     return DescribeClusterResponse(
-        cluster_id=s.cluster_id, controller_id=s.config.node_id, brokers=brokers, endpoint_type=req.endpoint_type or 1
+        cluster_id=s.cluster_id or "", controller_id=s.config.node_id, brokers=brokers, endpoint_type=req.endpoint_type or 1
     )
 
 

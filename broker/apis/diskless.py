@@ -157,7 +157,7 @@ async def find_batches(ctx: RequestContext, req: Any) -> DisklessFindBatchesResp
         parts = []
         for p in t.partitions:
             code, lso, hw, rows = next(answers)
-            kept = []
+            kept: list[Any] = []
             for r in rows:  # the request's budget, in request order (the first batch always)
                 if kept and r.byte_size > budget:
                     break

@@ -9,7 +9,7 @@ handler modules lives in ``broker.apis.catalog``.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +39,7 @@ class RequestContext:
         return self.services.config.listener.listener
 
 
-Handler = Callable[[RequestContext, Any], Awaitable[Any]]
+Handler = Callable[[RequestContext, Any], Coroutine[Any, Any, Any]]
 
 
 @dataclass(frozen=True)

@@ -245,7 +245,7 @@ class PartitionedCoordinator(Generic[P]):
         return any(ps.loading for ps in self._partitions.values())
 
     # ------------------------------------------------------------------ writes
-    def _append(self, ps: P, records: Sequence[tuple[bytes, bytes | None]],
+    def _append(self, ps: P, records: Sequence[tuple[bytes | None, bytes | None]],
                 producer: tuple[int, int] | None = None) -> tuple[int, int, asyncio.Future]:
         """Append (key, value or None) records to `ps` now, before any await. Returns (error, first
         offset, done): `done` resolves to 0 once the high watermark passes the batch, or to

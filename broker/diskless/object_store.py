@@ -15,8 +15,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlparse
+
+if TYPE_CHECKING:
+    from obstore.store import ClientConfig, RetryConfig
 
 
 class ObjectStoreError(Exception):
@@ -199,10 +202,10 @@ class S3ObjectStore:
             kwargs["secret_access_key"] = secret_access_key or ""
         # A store that is down must fail a produce within its timeout, not after obstore's
         # default 10 retries over 3 minutes: the producer retries anyway.
-        client_options: dict[str, Any] = {"connect_timeout": timedelta(seconds=5), "timeout": timedelta(seconds=30)}
+        client_options: ClientConfig = {"connect_timeout": timedelta(seconds=5), "timeout": timedelta(seconds=30)}
         if kwargs.pop("allow_http", False):
             client_options["allow_http"] = True
-        retry = {"max_retries": 3, "retry_timeout": timedelta(seconds=10),
+        retry: RetryConfig = {"max_retries": 3, "retry_timeout": timedelta(seconds=10),
                  "backoff": {"init_backoff": timedelta(milliseconds=50), "max_backoff": timedelta(seconds=2),
                              "base": 2}}
         try:

@@ -114,7 +114,7 @@ class DisklessPartition:
         tid, idx = self.key
         lookup = self._lookups.pop(pos.fetch_offset, None) or self._find(pos)
         err, lso, hw, found = await lookup
-        rows = []
+        rows: list[Any] = []
         size = 0
         for r in found:  # asked before the Fetch's budget was known: keep what fits now
             if rows and size + r.byte_size > pos.max_bytes:
@@ -214,7 +214,7 @@ class DisklessService:
 
     def add_waiter(self, key: tuple[Any, int], fut: asyncio.Future) -> None:
         self._waiters.setdefault(key, []).append(fut)
-        self._loop.call_later(self.poll_s, lambda: fut.done() or fut.set_result(None))
+        self._loop.call_later(self.poll_s, _wake, fut)
 
     def _committed(self, topic_id: UUID, partition: int) -> None:
         for fut in self._waiters.pop((topic_id, partition), []):
@@ -312,3 +312,8 @@ class DisklessService:
         await self.peers.close()
         await self.location.store.close()
 
+
+def _wake(fut: asyncio.Future) -> None:
+    """A long poll's periodic re-ask (diskless.fetch.poll.ms): wake it unless already woken."""
+    if not fut.done():
+        fut.set_result(None)

@@ -87,7 +87,7 @@ class _Pending:
     sizes: list[int]
     timestamp_type: int
     log_append_time: int
-    done: asyncio.Future = field(default=None)  # type: ignore[assignment]
+    done: asyncio.Future = field(default=None)  # type: ignore[arg-type]  # set right after construction
 
 
 class WalWriter:
@@ -212,9 +212,8 @@ class WalWriter:
                 first.setdefault(id(p), r)
                 maybe_referenced = maybe_referenced or not r.duplicate
         for p in pending:
-            r = failed.get(id(p)) or first.get(id(p))
-            if r is None:
-                r = BatchResult(Errors.UNKNOWN_SERVER_ERROR, "no commit result")
+            found = failed.get(id(p)) or first.get(id(p))
+            r = found if found is not None else BatchResult(Errors.UNKNOWN_SERVER_ERROR, "no commit result")
             if r.error_code in RETRY_AS:
                 r = BatchResult(RETRY_AS[r.error_code], r.error_message)
             elif r.error_code == 0 and p.timestamp_type == 1:

@@ -231,7 +231,12 @@ class Materializer:
         if local is not None:
             # each connection is closed on its own thread, after the work queued there
             closed = self._checkpoints.submit(local.state.close_checkpointer)
-            local.thread.submit(lambda: (closed.result(), local.state.close()))
+
+            def close_after_checkpointer() -> None:
+                closed.result()
+                local.state.close()
+
+            local.thread.submit(close_after_checkpointer)
             local.thread.shutdown(wait=False)
 
     def stage(self, index: int, first_offset: int, records: list[Any]) -> None:
