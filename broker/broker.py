@@ -1,5 +1,7 @@
-"""The broker process: wires the controller channel, metadata loader, replica manager, lifecycle
-and the request server, and takes them down in order."""
+"""The broker process, and its composition root: __init__ builds every component and hands each
+what it uses (broker/ports.py names those parts); start() only starts them, in order: learn the
+cluster id, format or check the log dirs, register, catch up with the metadata, serve. shutdown()
+takes them down in order. Only broker/__main__.py imports this module."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from broker.fetch_sessions import FetchSessionCache
 from broker.lifecycle import BrokerLifecycle
 from broker.metadata_loader import MetadataLoader
 from broker.metrics import TopicStats, collect
+from broker.partitions.router import PartitionRouter
 from broker.ports import PeerListing
 from broker.producer_ids import ProducerIdManager
 from broker.quotas.manager import ClientQuotas
@@ -24,6 +27,7 @@ from broker.replication.chunk_fetcher import ChunkFetcher
 from broker.replication.chunk_reads import ChunkReads
 from broker.replication.dir_assigner import DirAssigner
 from broker.replication.fetcher import ReplicaFetcherManager
+from broker.replication.hosted import HostedReplicas
 from broker.replication.isr import IsrManager
 from broker.replication.peers import PeerClients
 from broker.replication.replica_manager import ReplicaManager
@@ -33,7 +37,6 @@ from broker.services import BrokerServices
 from broker.storage.errors import StorageError
 from broker.storage.log_dir import LogDir
 from metadata.client_quotas import ip_connection_rate
-from metadata.image import Endpoint
 from node.loop_lag import LagAdmission, LoopLagGauge
 from node.metrics import MetricsServer, RequestMetrics
 from node.server import FramedServer
@@ -56,10 +59,7 @@ class Broker:
         # set when every log dir is offline: the process stops (as Kafka's broker halts)
         self.halt = asyncio.Event()
         self.fetch_sessions = FetchSessionCache(config.fetch_session_cache_slots)
-        self.cluster_id: str | None = None
-        self.replicas: ReplicaManager | None = None  # type: ignore[assignment]
-        self.servers: list[FramedServer] = []  # one per listener
-        self.isr: IsrManager | None = None
+        self.cluster_id: str | None = None  # learned from the controller in start()
         self.port = 0
         self.admission = LagAdmission(config.admission_lag_target_ms) if config.admission_lag_target_ms > 0 else None
         self.loop_lag = LoopLagGauge(config.loop_lag_log_interval_ms / 1000, admission=self.admission)
@@ -69,37 +69,29 @@ class Broker:
         self.quotas = ClientQuotas(lambda: self.metadata.image.client_quotas, config.quota_windows)
         self.topic_stats = TopicStats()  # counted by produce and fetch, read by /metrics
         self.request_metrics = RequestMetrics(split_fetch=True)
-        self.metrics_server: MetricsServer | None = None
-        self.metrics_port = 0
 
-    async def start(self) -> None:
-        self.cluster_id = await self._discover_cluster_id()
-        dirs = self.log_dirs
-        for d in dirs:
-            try:
-                d.format_or_check(self.config.node_id, self.cluster_id)
-            except StorageError as exc:
-                if d.online:
-                    raise  # not a disk failure: a dir of another node or cluster
-                log.error("log_dir_unusable", path=str(d.path), error=str(exc))
-        loop = asyncio.get_running_loop()
-        for d in dirs:
-            d.offline_listeners.append(lambda _d: loop.call_soon_threadsafe(self._check_dirs))
-        self._check_dirs()
-        self.dir_assigner = DirAssigner(self.channel, self.config.node_id, lambda: self.lifecycle.broker_epoch)
-        self.replicas = ReplicaManager(self.config, dirs, self.dir_assigner)
-        throttle = Throttle(self)  # one rate for all of this broker's throttled replicas
-        self.replicas.fetchers = ReplicaFetcherManager(self.config, self._broker_endpoint, lambda: self.lifecycle.broker_epoch,
-                                                       throttle)
-        self.replicas.chunk_fetcher = ChunkFetcher(self, throttle)
-        self.chunk_reads = ChunkReads(self)
-        self.replicas.isr = self.isr = IsrManager(self)
+        def broker_epoch() -> int:
+            return self.lifecycle.broker_epoch
+
+        # replication: the replicas hosted here, and what keeps them in line with the metadata
+        self.hosted = HostedReplicas()
+        self.dir_assigner = DirAssigner(self.channel, config.node_id, broker_epoch)
+        # one rate for all of this broker's throttled replicas (KIP-73)
+        self.throttle = Throttle(self.metadata, config.node_id, config.props)
+        self.fetchers = ReplicaFetcherManager(config, self.peer_listing.endpoint, broker_epoch, self.throttle)
+        self.chunk_fetcher = ChunkFetcher(config, self.metadata, self.channel, broker_epoch, self.hosted,
+                                          self._peer_clients("chunk-fetcher"), self.throttle)
+        self.isr = IsrManager(config.node_id, config.replica_lag_time_max_ms, self.metadata, self.channel, broker_epoch,
+                              self.spawn, self.hosted)
+        self.replicas = ReplicaManager(config, self.log_dirs, self.hosted, self.dir_assigner, self.fetchers,
+                                       self.chunk_fetcher, self.isr)
+        self.chunk_reads = ChunkReads(config.node_id, self.metadata, self.hosted, self._peer_clients("chunk-reader"))
         # the coordinators load their state partitions (__consumer_offsets, __transaction_state) as we lead them
-        from broker.coordinator.diskless.coordinator import DisklessCoordinator
         from broker.coordinator.group import GroupCoordinator, GroupCoordinatorConfig
         from broker.coordinator.transaction import TransactionCoordinator, TransactionCoordinatorConfig
         from broker.coordinator.transaction.markers import TxnMarkerSender
         from broker.diskless.config import DisklessConfig
+        from broker.diskless.coordinator.coordinator import DisklessCoordinator
         from broker.diskless.partition import DisklessService
 
         self.group_coordinator = GroupCoordinator(
@@ -115,9 +107,46 @@ class Broker:
         self.diskless = DisklessService(
             self.config.node_id, self.metadata, self.replicas, self.diskless_coordinator, self._peer_clients("diskless"),
             diskless, self.topic_stats)
+        self.partitions = PartitionRouter(self.replicas, self.metadata, self.diskless, self.chunk_reads,
+                                          self.topic_stats, self.forward)
         self.metadata.preparers.append(self.replicas.prepare)
         self.metadata.publishers.append(self.replicas.on_metadata)
         self.metadata.publishers.append(self.group_coordinator.on_metadata)
+        self.services = BrokerServices(
+            config=config, metadata=self.metadata, forward=self.forward, spawn=self.spawn, replicas=self.replicas,
+            partitions=self.partitions, diskless=self.diskless, diskless_coordinator=self.diskless_coordinator,
+            group_coordinator=self.group_coordinator, transaction_coordinator=self.transaction_coordinator,
+            producer_ids=self.producer_ids, quotas=self.quotas, fetch_sessions=self.fetch_sessions,
+            topic_stats=self.topic_stats)
+        dispatcher = self.request_metrics.wrap(RequestDispatcher(self.services))
+        self.servers: list[FramedServer] = []  # one per listener, opened last in start()
+        for lst in config.listeners or ():
+            sec = lst.security
+            if sec.sasl is not None:
+                sec = replace(sec, sasl=replace(sec.sasl, scram_lookup=self._scram_credential))
+            self.servers.append(FramedServer(dispatcher, max_frame=config.socket_request_max_bytes,
+                                             limits=config.connection_limits, classify=is_control_plane, security=sec,
+                                             connection_rate=self._ip_connection_rate, admission=self.admission))
+        self.metrics_server = None if config.metrics_listener is None else MetricsServer([
+            self.request_metrics.families,
+            lambda: collect(self.replicas, self.isr, self.topic_stats, self.chunk_reads.counts)])
+        self.metrics_port = 0
+
+    async def start(self) -> None:
+        self.cluster_id = self.services.cluster_id = await self._discover_cluster_id()
+        dirs = self.log_dirs
+        for d in dirs:
+            try:
+                d.format_or_check(self.config.node_id, self.cluster_id)
+            except StorageError as exc:
+                if d.online:
+                    raise  # not a disk failure: a dir of another node or cluster
+                log.error("log_dir_unusable", path=str(d.path), error=str(exc))
+        loop = asyncio.get_running_loop()
+        for d in dirs:
+            d.offline_listeners.append(lambda _d: loop.call_soon_threadsafe(self._check_dirs))
+        self._check_dirs()
+        self.replicas.load_dirs()
         await self.lifecycle.register(self.cluster_id, [d.directory_id for d in dirs if d.online])
         self.dir_assigner.start()
         self.metadata.start()
@@ -128,28 +157,13 @@ class Broker:
         self.loop_lag.start()
         self.lifecycle.start_heartbeats()
         await self.lifecycle.unfenced.wait()
-        self.services = BrokerServices(
-            config=self.config, metadata=self.metadata, forward=self.forward, spawn=self.spawn, replicas=self.replicas,
-            chunk_reads=self.chunk_reads, diskless=self.diskless, diskless_coordinator=self.diskless_coordinator,
-            group_coordinator=self.group_coordinator, transaction_coordinator=self.transaction_coordinator,
-            producer_ids=self.producer_ids, quotas=self.quotas, fetch_sessions=self.fetch_sessions,
-            topic_stats=self.topic_stats, cluster_id=self.cluster_id)
-        dispatcher = self.request_metrics.wrap(RequestDispatcher(self.services))
         bound = []
-        for lst in self.config.listeners or ():
-            sec = lst.security
-            if sec.sasl is not None:
-                sec = replace(sec, sasl=replace(sec.sasl, scram_lookup=self._scram_credential))
-            server = FramedServer(dispatcher, max_frame=self.config.socket_request_max_bytes,
-                                  limits=self.config.connection_limits, classify=is_control_plane, security=sec,
-                                  connection_rate=self._ip_connection_rate, admission=self.admission)
-            self.servers.append(server)
+        for lst, server in zip(self.config.listeners or (), self.servers, strict=True):
             port = await server.start(lst.bind.host, lst.bind.port)
             if lst.bind == self.config.listener:
                 self.port = port
-            bound.append(f"{lst.bind.listener}://{lst.bind.host}:{port} ({sec.protocol})")
-        if self.config.metrics_listener is not None:
-            self.metrics_server = MetricsServer([self.request_metrics.families, lambda: collect(self)])
+            bound.append(f"{lst.bind.listener}://{lst.bind.host}:{port} ({lst.security.protocol})")
+        if self.metrics_server is not None and self.config.metrics_listener is not None:
             self.metrics_port = await self.metrics_server.start(*self.config.metrics_listener)
         log.info("broker_started", listeners=",".join(bound), port=self.port, cluster_id=self.cluster_id,
                  metadata_offset=self.metadata.image.offset)
@@ -182,11 +196,6 @@ class Broker:
             await self.metadata.sync()
         return resp
 
-    def _broker_endpoint(self, broker_id: int) -> Endpoint | None:
-        """Where another broker serves our listener's traffic, as the metadata image says."""
-        info = self.metadata.image.brokers.get(broker_id)
-        return info.endpoint(self.config.listener.listener) if info is not None else None
-
     def _peer_clients(self, purpose: str) -> PeerClients:
         return PeerClients(self.peer_listing, self.config.node_id, self.config.inter_broker_security, purpose)
 
@@ -204,13 +213,12 @@ class Broker:
         steps = [
             *(("server", s.stop()) for s in self.servers),
             ("metrics", self.metrics_server.stop() if self.metrics_server is not None else None),
-            ("fetchers", self.replicas.fetchers.stop() if self.replicas is not None and self.replicas.fetchers else None),
-            ("chunk_fetcher", self.replicas.chunk_fetcher.stop()
-             if self.replicas is not None and self.replicas.chunk_fetcher else None),
-            ("chunk_reads", self.chunk_reads.close() if getattr(self, "chunk_reads", None) is not None else None),
-            ("isr", self.isr.stop() if self.isr is not None else None),
-            ("diskless", self.diskless.close() if getattr(self, "diskless", None) is not None else None),
-            ("dir_assigner", self.dir_assigner.stop() if getattr(self, "dir_assigner", None) is not None else None),
+            ("fetchers", self.fetchers.stop()),
+            ("chunk_fetcher", self.chunk_fetcher.stop()),
+            ("chunk_reads", self.chunk_reads.close()),
+            ("isr", self.isr.stop()),
+            ("diskless", self.diskless.close()),
+            ("dir_assigner", self.dir_assigner.stop()),
             ("lifecycle", self.lifecycle.stop()),
             ("loop_lag", self.loop_lag.stop()),
             ("metadata_loader", self.metadata.stop()),
@@ -219,16 +227,12 @@ class Broker:
             if coro is not None:
                 log.debug("shutdown_step", step=name)
                 await coro
-        if getattr(self, "group_coordinator", None) is not None:
-            self.group_coordinator.shutdown()
-        if getattr(self, "transaction_coordinator", None) is not None:
-            self.transaction_coordinator.shutdown()
-        if getattr(self, "diskless_coordinator", None) is not None:
-            self.diskless_coordinator.shutdown()
+        self.group_coordinator.shutdown()
+        self.transaction_coordinator.shutdown()
+        self.diskless_coordinator.shutdown()
         for t in list(self._tasks):
             t.cancel()
-        if self.replicas is not None:
-            self.replicas.shutdown()
+        self.replicas.shutdown()
         await self.channel.close()
         await self.metadata_channel.close()
         log.info("broker_stopped")

@@ -17,8 +17,7 @@ import uuid
 import structlog
 
 from broker.config import BrokerConfig
-from broker.controller_channel import ControllerChannel
-from broker.metadata_loader import MetadataLoader
+from broker.ports import ControllerLink, ImageSource
 from broker.storage.log_dir import LogDir
 from node.client import ClientError
 from node.shutdown import stop_task
@@ -36,8 +35,9 @@ class BrokerIdTaken(Exception):
 
 class BrokerLifecycle:
     def __init__(
-        self, config: BrokerConfig, channel: ControllerChannel, loader: MetadataLoader, log_dirs: list[LogDir]
+        self, config: BrokerConfig, channel: ControllerLink, loader: ImageSource, log_dirs: list[LogDir]
     ) -> None:
+        """`loader`: the metadata image whose offset each heartbeat reports."""
         self.config = config
         self.channel = channel
         self.loader = loader

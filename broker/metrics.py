@@ -9,7 +9,8 @@ from broker.storage.log import FLUSH_TIMES_MS
 from node.metrics import Family
 
 if TYPE_CHECKING:
-    from broker.broker import Broker
+    from broker.replication.isr import IsrManager
+    from broker.replication.replica_manager import ReplicaManager
 
 
 class TopicCounters:
@@ -103,16 +104,15 @@ class ChunkReadCounts:
         ]
 
 
-def collect(broker: Broker) -> list[Family]:
+def collect(replicas: ReplicaManager, isr: IsrManager, topic_stats: TopicStats,
+            chunk_reads: ChunkReadCounts) -> list[Family]:
     """Everything the broker exposes besides request metrics."""
-    fams = broker.topic_stats.families()
-    rm = broker.replicas
-    if rm is None:
-        return fams
+    fams = topic_stats.families()
+    rm = replicas
     under = offline = leaders = 0
     for p in list(rm.partitions.values()):
         info = p.info
-        if info is None or info.leader != broker.config.node_id:
+        if info is None or info.leader != rm.node_id:
             continue
         leaders += 1
         if len(info.isr) < len(info.replicas):
@@ -126,25 +126,22 @@ def collect(broker: Broker) -> list[Family]:
         Family(g + "leadercount", "gauge", "Partitions led by this broker.").add(leaders),
         Family(g + "partitioncount", "gauge", "Replicas of active chunks hosted here.").add(len(rm.partitions)),
     ]
-    if broker.isr is not None:
-        fams += [
-            Family(g + "isrshrinks_total", "counter", "ISR shrinks committed for partitions led here.")
-            .add(broker.isr.changes.get("shrink", 0)),
-            Family(g + "isrexpands_total", "counter", "ISR expands committed for partitions led here.")
-            .add(broker.isr.changes.get("expand", 0)),
-        ]
+    fams += [
+        Family(g + "isrshrinks_total", "counter", "ISR shrinks committed for partitions led here.")
+        .add(isr.changes.get("shrink", 0)),
+        Family(g + "isrexpands_total", "counter", "ISR expands committed for partitions led here.")
+        .add(isr.changes.get("expand", 0)),
+    ]
     flush = Family("kafka_log_logflushstats_logflushrateandtimems", "histogram",
                    "Time in ms of the log flushes (fsyncs) after segment rolls.")
     FLUSH_TIMES_MS.add_to(flush, {})
     fams.append(flush)
-    fams += _log_dirs(broker)
-    if getattr(broker, "chunk_reads", None) is not None:
-        fams += broker.chunk_reads.counts.families()
+    fams += _log_dirs(rm)
+    fams += chunk_reads.families()
     return fams
 
 
-def _log_dirs(broker: Broker) -> list[Family]:
-    rm = broker.replicas
+def _log_dirs(rm: ReplicaManager) -> list[Family]:
     online = Family("strata_log_dir_online", "gauge", "1 while the log dir serves, 0 once a disk error took it offline.")
     size = Family("strata_log_dir_bytes", "gauge", "Bytes of the chunk replicas' segments in the log dir.")
     replicas = Family("strata_chunk_replica_bytes", "gauge", "Bytes of one chunk replica's segments.")

@@ -15,10 +15,10 @@ if TYPE_CHECKING:
     from broker.diskless.partition import DisklessService
     from broker.fetch_sessions import FetchSessionCache
     from broker.metrics import TopicStats
+    from broker.partitions.router import PartitionRouter
     from broker.ports import Forwarder, MetadataView, TaskSpawner
     from broker.producer_ids import ProducerIdManager
     from broker.quotas.manager import ClientQuotas
-    from broker.replication.chunk_reads import ChunkReads
     from broker.replication.replica_manager import ReplicaManager
 
 
@@ -29,7 +29,8 @@ class BrokerServices:
     forward: Forwarder  # admin requests to the controller (KIP-590)
     spawn: TaskSpawner
     replicas: ReplicaManager
-    chunk_reads: ChunkReads  # inactive chunks' data, here or on their replicas
+    # which partition view serves a request: local leader, inactive chunk or diskless
+    partitions: PartitionRouter
     diskless: DisklessService
     diskless_coordinator: DisklessCoordinator
     group_coordinator: GroupCoordinator
@@ -38,5 +39,5 @@ class BrokerServices:
     quotas: ClientQuotas
     fetch_sessions: FetchSessionCache
     topic_stats: TopicStats
-    # learned from the controller before any listener opens (DescribeCluster)
+    # learned from the controller in start(), before any listener opens (DescribeCluster)
     cluster_id: str | None = None

@@ -4,7 +4,6 @@ broker's image includes the change. DeleteRecords acts on the partition (broker/
 
 from __future__ import annotations
 
-from broker.apis.leadership import serving_partition
 from broker.apis.registry import RequestContext, api
 from protocol.generated.delete_records import DeleteRecordsResponse
 
@@ -36,7 +35,7 @@ async def delete_records(ctx: RequestContext, req) -> DeleteRecordsResponse:
         for dp in t.partitions:
             pr = R.DeleteRecordsPartitionResult(partition_index=dp.partition_index, low_watermark=-1)
             tr.partitions.append(pr)
-            part, pr.error_code = serving_partition(ctx.services, t.name, dp.partition_index)
+            part, pr.error_code = ctx.services.partitions.serving(t.name, dp.partition_index)
             if part is not None:
                 pr.error_code, pr.low_watermark = await part.delete_records(dp.offset)
     return R(topics=topics)

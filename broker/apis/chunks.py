@@ -16,7 +16,6 @@ import asyncio
 
 import structlog
 
-from broker.apis.leadership import leader_or_error
 from broker.apis.registry import RequestContext, api
 from broker.replication.partition import Partition, now_ms
 from node.client import ClientError
@@ -51,7 +50,7 @@ async def create_chunks(ctx: RequestContext, req: CreateChunksRequest) -> Create
     epochs: dict[int, int] = {}  # entry -> leader epoch of the image it was sealed under
     try:
         for i, e in enumerate(req.topic_partitions):
-            p, code = leader_or_error(s, e.topic_name, e.partition_id)
+            p, code = s.partitions.leader(e.topic_name, e.partition_id)
             if p is None:
                 msg = f"broker {s.config.node_id} does not lead {e.topic_name}-{e.partition_id}"
                 results[i] = _result(e, code, msg if code == Errors.NOT_LEADER_OR_FOLLOWER else None)

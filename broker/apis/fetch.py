@@ -3,7 +3,8 @@ read_committed ones, which also get the aborted transactions overlapping what th
 followers (up to the log end), with long polling (max_wait_ms / min_bytes) and incremental fetch
 sessions. Every answer carries the last stable offset; a long poll wakes when the high watermark
 moves, which is also when the last stable offset can move (a marker becoming replicated).
-Offsets in inactive chunks are answered by broker/replication/chunk_reads.py."""
+The partition router picks what serves each partition: offsets in inactive chunks are answered by
+their views (broker/partitions/chunk_views.py), read through the same interface."""
 
 from __future__ import annotations
 
@@ -13,11 +14,9 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from broker.apis.leadership import serving_partition
 from broker.apis.registry import RequestContext, api
 from broker.fetch_sessions import FetchSessionError, SessionPartition
 from broker.partitions.interface import FetchPosition
-from broker.replication.chunk_reads import ChunkAnswers
 from node.waits import Eventual, Suspended, run_now, wait_within
 from protocol.errors import Errors
 from protocol.generated.fetch import FetchResponse
@@ -58,14 +57,12 @@ async def fetch(ctx: RequestContext, req) -> FetchResponse | Eventual:
     replica_id = _replica_id(req, v)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(req.max_wait_ms, 0) / 1000
-    # partitions answered from inactive chunks (served here, redirected or proxied); the rest below
-    chunk = await s.chunk_reads.serve_fetch(ctx, parts, req, replica_id, by_id, _budget(req))
 
     def read() -> Coroutine[Any, Any, _Read]:
-        return _read(s, s.metadata.image, parts, req, replica_id, by_id, full, chunk)
+        return _read(ctx, s.metadata.image, parts, req, replica_id, by_id, full)
 
     def complete(r: _Read) -> bool:
-        return r.total >= req.min_bytes or r.errors or chunk.answer_now or loop.time() >= deadline or not r.wait_on
+        return r.total >= req.min_bytes or r.errors or loop.time() >= deadline or not r.wait_on
 
     while True:
         r = await read()
@@ -151,16 +148,18 @@ class _Read:
     topics: list
     total: int
     wait_on: list  # partitions with nothing to read yet: a long poll waits on them
-    errors: bool
+    errors: bool  # an error, a divergence, a redirect or a proxied read: answer at once
     sent: list  # (session partition, data) of the partitions in the answer
     at_once: bool  # no partition's read waited: the read can be repeated from a synchronous call
 
 
-async def _read(s, image, parts: OrderedDict, req, replica_id: int, by_id: bool, full: bool,
-                chunk: ChunkAnswers) -> _Read:
+async def _read(ctx: RequestContext, image, parts: OrderedDict, req, replica_id: int, by_id: bool,
+                full: bool) -> _Read:
+    s = ctx.services
+    router = s.partitions
     is_follower = replica_id >= 0
-    remaining = _budget(req) - chunk.bytes
-    total = chunk.bytes
+    remaining = _budget(req)
+    total = 0
     errors = False
     wait_on = []
     by_topic: OrderedDict = OrderedDict()
@@ -177,21 +176,20 @@ async def _read(s, image, parts: OrderedDict, req, replica_id: int, by_id: bool,
     for (tkey, idx), sp in parts.items():
         info = image.topics.get(tkey) if by_id else image.topic(tkey)
         pd = R.PartitionData(partition_index=idx, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1, records=b"")
-        if (tkey, idx) in chunk.pds:
-            p, pd = None, chunk.pds[(tkey, idx)]
-        elif info is None:
+        if info is None:
             p = None
             pd.error_code = Errors.UNKNOWN_TOPIC_ID if by_id else Errors.UNKNOWN_TOPIC_OR_PARTITION
         else:
-            # as Kafka: only the leader serves the active chunk, to followers as to consumers
-            p, pd.error_code = serving_partition(s, info.name, idx, current_leader_epoch=sp.current_leader_epoch)
+            # as Kafka: only the leader serves the active chunk, to followers as to consumers; an
+            # offset in an inactive chunk is served by that chunk's view
+            p, pd.error_code = router.for_fetch(ctx, req, info, idx, sp, replica_id)
             if p is not None:  # all ask at once, then read in order
                 waits = p.prepare_read(position(sp, min(sp.max_bytes, remaining))) or waits
         resolved.append((tkey, idx, sp, info, pd, p))
     for tkey, idx, sp, info, pd, p in resolved:
         name = info.name if info is not None else (None if by_id else tkey)
         if p is not None and waits:  # an earlier read may have waited: is this one still served here?
-            p, pd.error_code = serving_partition(s, info.name, idx, current_leader_epoch=sp.current_leader_epoch)
+            p, pd.error_code = router.recheck(p, info.name, idx, current_leader_epoch=sp.current_leader_epoch)
         if p is not None:
             ans = await p.read(position(sp, min(sp.max_bytes, remaining)))
             pd.error_code = ans.error_code
@@ -199,6 +197,10 @@ async def _read(s, image, parts: OrderedDict, req, replica_id: int, by_id: bool,
             pd.log_start_offset = ans.log_start_offset
             pd.aborted_transactions = None if ans.aborted_transactions is None else [
                 R.AbortedTransaction(producer_id=pid, first_offset=first) for pid, first in ans.aborted_transactions]
+            if ans.preferred_read_replica >= 0:
+                pd.preferred_read_replica = ans.preferred_read_replica  # KIP-392
+            if ans.at_once:
+                errors = True
             if ans.diverging is not None:
                 pd.diverging_epoch = R.EpochEndOffset(epoch=ans.diverging[0], end_offset=ans.diverging[1])
                 errors = True  # answer at once: the follower must truncate before fetching on

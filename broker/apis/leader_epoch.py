@@ -4,8 +4,8 @@ where their log and the leader's diverge."""
 
 from __future__ import annotations
 
-from broker.apis.leadership import DEBUG_REPLICA, serving_partition
 from broker.apis.registry import RequestContext, api
+from broker.partitions.router import DEBUG_REPLICA
 from protocol.generated.offset_for_leader_epoch import OffsetForLeaderEpochResponse
 
 R = OffsetForLeaderEpochResponse
@@ -22,8 +22,8 @@ async def offset_for_leader_epoch(ctx: RequestContext, req) -> OffsetForLeaderEp
         for op in t.partitions:
             e = R.EpochEndOffset(partition=op.partition, leader_epoch=-1, end_offset=-1)
             tr.partitions.append(e)
-            p, e.error_code = serving_partition(s, t.topic, op.partition, allow_follower=req.replica_id == DEBUG_REPLICA,
-                                                current_leader_epoch=op.current_leader_epoch)
+            p, e.error_code = s.partitions.serving(t.topic, op.partition, allow_follower=req.replica_id == DEBUG_REPLICA,
+                                                  current_leader_epoch=op.current_leader_epoch)
             if p is None:
                 continue
             e.error_code, e.leader_epoch, e.end_offset = await p.epoch_end_offset(

@@ -4,15 +4,14 @@ one partition interface (broker/partitions/).
 
 Earliest, max timestamp and by-timestamp look into the partition's inactive chunks too: the leader asks a
 replica of the right chunk (broker/replication/chunk_reads.py) with a ListOffsets whose
-replica_id is its own broker id, which a broker answers from the chunk replicas it holds."""
+replica_id is its own broker id, which a broker answers from the chunk replicas it holds (the
+router's HeldChunks view, broker/partitions/chunk_views.py)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from broker.apis.leadership import DEBUG_REPLICA, serving_partition
 from broker.apis.registry import RequestContext, api
-from protocol.errors import Errors
 from protocol.generated.list_offsets import ListOffsetsResponse
 
 R = ListOffsetsResponse
@@ -30,16 +29,9 @@ async def list_offsets(ctx: RequestContext, req) -> ListOffsetsResponse:
         for lp in t.partitions:
             pr = R.ListOffsetsPartitionResponse(partition_index=lp.partition_index, timestamp=-1, offset=-1)
             tr.partitions.append(pr)
-            if req.replica_id >= 0:  # a broker asking about the inactive chunks we hold
-                found = s.chunk_reads.local_answer(t.name, lp.partition_index, lp.timestamp)
-                if found is None:
-                    pr.error_code = Errors.NOT_LEADER_OR_FOLLOWER
-                else:
-                    pr.offset, pr.timestamp = found
-                continue
-            p, pr.error_code = serving_partition(s, t.name, lp.partition_index,
-                                                 allow_follower=req.replica_id == DEBUG_REPLICA,
-                                                 current_leader_epoch=lp.current_leader_epoch)
+            # replica_id >= 0: a broker asking about the inactive chunks we hold
+            p, pr.error_code = s.partitions.for_offsets(t.name, lp.partition_index, replica_id=req.replica_id,
+                                                        current_leader_epoch=lp.current_leader_epoch)
             if p is not None:
                 # What the asker may read: v0/v1 have no isolation level (read_uncommitted).
                 asks.append((pr, p.offset_for(lp.timestamp, req.isolation_level == READ_COMMITTED)))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 
-from broker.apis.leadership import serving_partition
 from broker.apis.registry import RequestContext, api
 from broker.replication.partition import now_ms
 from metadata import TopicInfo
@@ -68,8 +67,8 @@ async def produce(ctx: RequestContext, req) -> ProduceResponse | Eventual | None
             # has the image's epoch, records hashed over the new count would carry the old one
             # (and pass a consumer's upperOffsetThreshold), so a producer that sends a count waits
             info = topic.partitions.get(pd.index) if topic is not None and t.undeleted_partition_count >= 0 else None
-            p, pr.error_code = serving_partition(s, t.name, pd.index,
-                                                 current_leader_epoch=info.leader_epoch if info is not None else -1)
+            p, pr.error_code = s.partitions.serving(t.name, pd.index,
+                                                  current_leader_epoch=info.leader_epoch if info is not None else -1)
             if p is None:
                 continue
             waits.append((pr, p.append(pd.records, acks, req.timeout_ms, now)))

@@ -8,7 +8,6 @@ import re
 import time
 from collections import defaultdict
 
-from broker.apis.leadership import leader_or_error
 from broker.apis.registry import RequestContext, api
 from broker.coordinator.transaction.records import TransactionState
 from protocol.errors import Errors
@@ -26,7 +25,7 @@ async def describe_producers(ctx: RequestContext, req) -> DescribeProducersRespo
     for t in req.topics:
         parts = []
         for idx in t.partition_indexes:
-            p, code = leader_or_error(ctx.services, t.name, idx)
+            p, code = ctx.services.partitions.leader(t.name, idx)
             if p is None:
                 parts.append(R.PartitionResponse(partition_index=idx, error_code=code))
                 continue

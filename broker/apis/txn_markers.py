@@ -16,7 +16,6 @@ import inspect
 
 import structlog
 
-from broker.apis.leadership import leader_or_error
 from broker.apis.registry import RequestContext, api
 from broker.replication.partition import now_ms
 from broker.storage.errors import StorageError
@@ -45,7 +44,7 @@ async def write_txn_markers(ctx: RequestContext, req) -> WriteTxnMarkersResponse
             for idx in t.partition_indexes:
                 pr = R.WritableTxnMarkerPartitionResult(partition_index=idx)
                 tr.partitions.append(pr)
-                p, pr.error_code = leader_or_error(s, t.name, idx)
+                p, pr.error_code = s.partitions.leader(t.name, idx)
                 if p is None:
                     continue
                 if p.sealed:

@@ -1,6 +1,7 @@
 """The one partition interface Produce, Fetch, ListOffsets and DeleteRecords call (ARCHITECTURE.md, after Tansu's
-storage trait). A local chunk replica (local.py) and a diskless partition (broker/diskless/
-partition.py) implement it; the handlers never ask which kind they hold.
+storage trait). A local chunk replica (local.py), an inactive chunk served here or elsewhere
+(chunk_views.py) and a diskless partition (broker/diskless/partition.py) implement it; the
+handlers never ask which kind they hold: the router (router.py) hands them the one that serves.
 
 append() does its synchronous part (validation, offset assignment or buffering) before it returns,
 so pipelined requests on one connection keep their order; what it returns is awaited for the
@@ -48,6 +49,11 @@ class ReadAnswer:
     aborted_transactions: list[tuple[int, int]] | None = None  # (producer id, first offset); None: not asked
     diverging: tuple[int, int] | None = None  # (epoch, end offset): the follower must truncate
     wait: bool = False  # nothing to read yet: a long poll waits on this partition
+    # KIP-392: read this offset from that broker instead (an inactive chunk's replica)
+    preferred_read_replica: int = -1
+    # answer the Fetch now: a redirect, or bytes read on the client's behalf from another broker
+    # (long-polling would only delay the client)
+    at_once: bool = False
 
 
 @dataclass(slots=True)

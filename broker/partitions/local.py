@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -19,23 +19,47 @@ from node.waits import Eventual
 from protocol.errors import Errors
 from protocol.generated.alter_chunk_assignments import AlterChunkAssignmentsRequest
 
+if TYPE_CHECKING:
+    from broker.metrics import TopicStats
+    from broker.ports import Forwarder, ImageSource
+    from broker.replication.chunk_reads import ChunkReads
+    from broker.replication.partition import Partition
+    from broker.replication.replica_manager import ReplicaManager
+    from metadata.image import ChunkInfo
+
 log = structlog.get_logger(__name__)
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+
+
+class LocalDeps:
+    """What a local partition view uses, built once by the router and shared by every view."""
+
+    __slots__ = ("replicas", "images", "topic_stats", "chunk_reads", "forward")
+
+    def __init__(self, replicas: ReplicaManager, images: ImageSource, topic_stats: TopicStats, chunk_reads: ChunkReads,
+                 forward: Forwarder) -> None:
+        self.replicas = replicas
+        self.images = images
+        self.topic_stats = topic_stats
+        self.chunk_reads = chunk_reads  # the partition's offsets in its inactive chunks
+        self.forward = forward  # AlterChunkAssignments to the controller (DeleteRecords below the active chunk)
 
 
 class LocalPartition:
     pipelines_appends = False  # Kafka's muting: acks=all holds the connection
 
-    def __init__(self, broker: Any, partition: Any) -> None:
-        self.b = broker
+    __slots__ = ("deps", "p")
+
+    def __init__(self, deps: LocalDeps, partition: Partition) -> None:
+        self.deps = deps
         self.p = partition
 
     # ------------------------------------------------------------------ produce
     def append(self, records: Any, acks: int, timeout_ms: int, now_ms: int) -> Awaitable[AppendAnswer]:
         """Validate and append now (before any await); the result waits for the high watermark
         when acks=all. Compacted topics refuse records without a key (INVALID_RECORD), as Kafka."""
-        b, p = self.b, self.p
-        rm = b.replicas
+        deps, p = self.deps, self.p
+        rm = deps.replicas
         name = p.topic
         if p.sealed:
             return answered(AppendAnswer(Errors.NOT_LEADER_OR_FOLLOWER, "a new chunk is being created for this partition"))
@@ -58,7 +82,7 @@ class LocalPartition:
                 log.warning("produce_rejected", topic=name, partition=p.index, error=str(e))
             return answered(AppendAnswer(e.error_code, str(e), record_errors=list(e.record_errors)))
         answer = AppendAnswer(0, None, info.first_offset, info.log_append_time, p.log.log_start_offset)
-        b.topic_stats.produced(name, info.last_offset - info.first_offset + 1, len(records))
+        deps.topic_stats.produced(name, info.last_offset - info.first_offset + 1, len(records))
         p.notify_data()
         p.maybe_advance_high_watermark()
         # already replicated (a single in-sync replica): answer now, without a task per wait
@@ -74,7 +98,7 @@ class LocalPartition:
             if not replicated:
                 # a replica no longer served here (reassigned away, its dir failed) lost leadership:
                 # NOT_LEADER_OR_FOLLOWER tells an idempotent producer the batch was not persisted
-                still = p.is_leader and self.b.replicas.get(p.topic, p.index) is p
+                still = p.is_leader and self.deps.replicas.get(p.topic, p.index) is p
                 answer.error_code = Errors.REQUEST_TIMED_OUT if still else Errors.NOT_LEADER_OR_FOLLOWER
             return answer
 
@@ -143,15 +167,15 @@ class LocalPartition:
     async def offset_for(self, timestamp: int, read_committed: bool) -> OffsetAnswer:
         """Earliest, latest (HW; the LSO for read_committed), max timestamp, or the first offset at
         or after a time (below what the isolation level may read); the inactive chunks first."""
-        b, p = self.b, self.p
+        chunk_reads, p = self.deps.chunk_reads, self.p
         lg = p.log
         ts = timestamp
         name, idx = p.topic, p.index
         readable = lg.last_stable_offset if read_committed else p.high_watermark
-        chunked = bool(b.chunk_reads.chunked(name, idx))
+        chunked = bool(chunk_reads.chunked(name, idx))
         ans = OffsetAnswer()
         if ts == EARLIEST and chunked:
-            found = await b.chunk_reads.earliest(name, idx)
+            found = await chunk_reads.earliest(name, idx)
             ans.offset = lg.log_start_offset if found is None else found
         elif ts in (EARLIEST, EARLIEST_LOCAL):
             ans.offset = lg.log_start_offset
@@ -161,7 +185,7 @@ class LocalPartition:
             ans.offset = -1
         elif ts == MAX_TIMESTAMP:
             ans.timestamp, ans.offset = lg.max_timestamp()
-            found = await b.chunk_reads.max_timestamp(name, idx) if chunked else None
+            found = await chunk_reads.max_timestamp(name, idx) if chunked else None
             if found is not None and found[1] >= ans.timestamp:  # a tie goes to the older record
                 ans.offset, ans.timestamp = found
         elif ts < 0:
@@ -170,7 +194,7 @@ class LocalPartition:
         else:
             found = None
             if chunked:  # the inactive chunks come first (each skipped if all its records are older)
-                found = await b.chunk_reads.offset_for_timestamp(name, idx, ts)
+                found = await chunk_reads.offset_for_timestamp(name, idx, ts)
             if found is None:
                 found = lg.offset_for_timestamp(ts)
             if found is not None and found[0] < readable:
@@ -187,20 +211,20 @@ class LocalPartition:
         with no replicas left. A chunk the offset cuts through gets it as its log start offset
         (AlterChunkAssignments with LogStartOffset, kept in the metadata): reads below it answer
         OFFSET_OUT_OF_RANGE at once, and each replica deletes what lies below it."""
-        b, p = self.b, self.p
+        deps, p = self.deps, self.p
         offset = p.high_watermark if offset == -1 else offset
         if offset < 0 or offset > p.high_watermark:
             return Errors.OFFSET_OUT_OF_RANGE, -1
-        topic = b.metadata.image.topic(p.topic)
+        topic = deps.images.image.topic(p.topic)
         chunks = topic.chunks.get(p.index, ()) if topic is not None else ()
         gone = [c for c in chunks if c.end_offset < offset]
         if gone:
-            code = await _drop_chunks(b, p.topic, p.index, gone)
+            code = await _drop_chunks(deps.forward, p.topic, p.index, gone)
             if code:
                 return code, -1
         cut = [c for c in chunks if c.first_offset < offset <= c.end_offset]
         if cut:
-            code = await _cut_chunk(b, p.topic, p.index, cut[0], offset)
+            code = await _cut_chunk(deps.forward, p.topic, p.index, cut[0], offset)
             if code:
                 return code, -1
         try:
@@ -210,18 +234,18 @@ class LocalPartition:
         return 0, low if offset >= p.log.log_start_offset else offset
 
 
-async def _cut_chunk(b: Any, topic: str, partition: int, chunk, offset: int) -> int:
+async def _cut_chunk(forward: Forwarder, topic: str, partition: int, chunk: ChunkInfo, offset: int) -> int:
     AC = AlterChunkAssignmentsRequest
     entry = AC.AlterChunkAssignment(topic_name=topic, partition_id=partition, start_offset=chunk.start_offset,
                                     chunk_epoch=-1, broker_ids=[], log_start_offset=offset)
     try:
-        resp = await b.forward(AC(chunks=[entry]), 0)
+        resp = await forward(AC(chunks=[entry]), 0)
     except ClientError:
         return Errors.REQUEST_TIMED_OUT
     return resp.results[0].error_code if resp.results else Errors.UNKNOWN_SERVER_ERROR
 
 
-async def _drop_chunks(b: Any, topic: str, partition: int, chunks) -> int:
+async def _drop_chunks(forward: Forwarder, topic: str, partition: int, chunks: list[ChunkInfo]) -> int:
     AC = AlterChunkAssignmentsRequest
     entries = [
         AC.AlterChunkAssignment(topic_name=topic, partition_id=partition, start_offset=c.start_offset,
@@ -229,7 +253,7 @@ async def _drop_chunks(b: Any, topic: str, partition: int, chunks) -> int:
         for c in chunks for r in c.replicas
     ]
     try:
-        resp = await b.forward(AC(chunks=entries), 0)
+        resp = await forward(AC(chunks=entries), 0)
     except ClientError:
         return Errors.REQUEST_TIMED_OUT
     # INVALID_REQUEST: a replica or the chunk left already (retention got there first)

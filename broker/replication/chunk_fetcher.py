@@ -22,12 +22,15 @@ they are the chunk replicas' only messages to the controller).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import Any
 
 import structlog
 
-from broker.ports import PeerListing
+from broker.config import BrokerConfig
+from broker.ports import BrokerEpoch, ControllerLink, ImageSource
 from broker.replication.chunk_replica import ChunkReplica
+from broker.replication.hosted import HostedReplicas
 from broker.replication.partition import Partition
 from broker.replication.peers import PeerClients
 from broker.replication.throttle import Throttle
@@ -42,9 +45,6 @@ from protocol.generated.alter_chunk_assignments import AlterChunkAssignmentsRequ
 from protocol.generated.fetch import FetchRequest
 from protocol.records.batch import BATCH_HEADER_SIZE, read_header
 
-if TYPE_CHECKING:
-    from broker.broker import Broker
-
 log = structlog.get_logger(__name__)
 BACKOFF_S = 0.5
 LOCAL_READ_BYTES = 1 << 20
@@ -56,12 +56,18 @@ class CopyFailed(Exception):
 
 
 class ChunkFetcher:
-    def __init__(self, broker: Broker, throttle: Throttle) -> None:
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, images: ImageSource, controller: ControllerLink, broker_epoch: BrokerEpoch,
+                 hosted: HostedReplicas, peers: PeerClients, throttle: Throttle) -> None:
+        """`peers`: connections to the chunks' other replicas (closed by stop()); `throttle`: the
+        broker's one follower replication throttle (KIP-73)."""
+        self.config = config
+        self.images = images
+        self.controller = controller
+        self.broker_epoch = broker_epoch
+        self.hosted = hosted
         self.throttle = throttle
-        self.node_id = broker.config.node_id
-        self.peers = PeerClients(PeerListing(broker.metadata, broker.config.listener.listener), broker.config.node_id,
-                                 broker.config.inter_broker_security, "chunk-fetcher")
+        self.node_id = config.node_id
+        self.peers = peers
         self._tasks: dict[tuple, asyncio.Task] = {}
         self._reported: set[tuple] = set()  # (kind, topic, partition, start, chunk epoch) sent and accepted
         self._stopping = False
@@ -98,7 +104,7 @@ class ChunkFetcher:
             if t is not None:
                 t.cancel()
 
-    def _spawn(self, key: tuple, coro) -> None:
+    def _spawn(self, key: tuple, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks[key] = task
 
@@ -165,7 +171,7 @@ class ChunkFetcher:
         else:
             entry.caught_up_broker_id = self.node_id
         try:
-            resp = await self.broker.channel.request(AC(chunks=[entry]), 0, retry=False, timeout=10)
+            resp = await self.controller.request(AC(chunks=[entry]), 0, retry=False, timeout=10)
         except ClientError as e:
             log.warning("chunk_report_failed", topic=topic, partition=index, chunk_start=info.start_offset,
                         leaving=leaving, error=str(e))
@@ -183,7 +189,7 @@ class ChunkFetcher:
         lg = p.log
         log.info("chunk_prefix_fill_started", topic=p.topic, partition=p.index, chunk_start=lg.chunk_start,
                  from_offset=lg.log_end_offset, to_offset=required_end)
-        rm = self.broker.replicas
+        rm = self.hosted
         # our leader epoch starts after the copied batches (which carry the previous chunk's)
         lg.leader_epoch_cache.truncate_from_end(lg.log_end_offset)
         warned = False
@@ -246,8 +252,8 @@ class ChunkFetcher:
             client = await self.peers.get(src)
         except ClientError as e:
             raise CopyFailed(str(e)) from None
-        topic_id = self.broker.replicas.topic_id_of(topic)
-        cfg = self.broker.config
+        topic_id = self.images.image.topic_ids.get(topic)
+        cfg = self.config
         while lg.log_end_offset < end and not self._stopping:
             partition_max_bytes = cfg.replica_fetch_max_bytes
             if throttled and self.throttle.applies(topic, index):
@@ -266,7 +272,7 @@ class ChunkFetcher:
             )
             if version >= 15:
                 req.replica_state = FetchRequest.ReplicaState(replica_id=self.node_id,
-                                                              replica_epoch=self.broker.lifecycle.broker_epoch)
+                                                              replica_epoch=self.broker_epoch())
             else:
                 req.replica_id = self.node_id
             try:
@@ -299,7 +305,7 @@ class ChunkFetcher:
 
     # ---- metadata lookups
     def _chunk_info(self, topic: str, index: int, start: int) -> ChunkInfo | None:
-        t = self.broker.metadata.image.topic(topic)
+        t = self.images.image.topic(topic)
         for c in (t.chunks.get(index, ()) if t is not None else ()):
             if c.start_offset == start:
                 return c
@@ -307,7 +313,7 @@ class ChunkFetcher:
 
     def _chunk_holding(self, topic: str, index: int, offset: int) -> ChunkInfo | None:
         """The newest inactive chunk whose [start, end] holds `offset`."""
-        t = self.broker.metadata.image.topic(topic)
+        t = self.images.image.topic(topic)
         found = None
         for c in (t.chunks.get(index, ()) if t is not None else ()):
             if c.start_offset <= offset <= c.end_offset:

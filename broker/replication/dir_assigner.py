@@ -6,12 +6,11 @@ one; failures are retried until the controller has taken each report."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from uuid import UUID
 
 import structlog
 
-from broker.controller_channel import ControllerChannel
+from broker.ports import BrokerEpoch, ControllerLink
 from node.client import ClientError
 from node.shutdown import stop_task
 from protocol.generated.assign_replicas_to_dirs import AssignReplicasToDirsRequest
@@ -23,7 +22,7 @@ RETRY_S = 0.5
 
 
 class DirAssigner:
-    def __init__(self, channel: ControllerChannel, node_id: int, broker_epoch: Callable[[], int]) -> None:
+    def __init__(self, channel: ControllerLink, node_id: int, broker_epoch: BrokerEpoch) -> None:
         self.channel = channel
         self.node_id = node_id
         self._epoch = broker_epoch

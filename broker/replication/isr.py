@@ -5,26 +5,32 @@ that caught up to the high watermark. One change in flight per partition."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 import structlog
 
+from broker.ports import BrokerEpoch, ControllerLink, ImageSource, TaskSpawner
+from broker.replication.hosted import HostedReplicas
 from broker.replication.partition import Partition, now_ms
 from node.client import ClientError
 from node.shutdown import stop_task
 from protocol.errors import Errors
 from protocol.generated.alter_partition import AlterPartitionRequest
 
-if TYPE_CHECKING:
-    from broker.broker import Broker
-
 log = structlog.get_logger(__name__)
 A = AlterPartitionRequest
 
 
 class IsrManager:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, node_id: int, lag_time_max_ms: int, images: ImageSource, controller: ControllerLink,
+                 broker_epoch: BrokerEpoch, spawn: TaskSpawner, hosted: HostedReplicas) -> None:
+        """`lag_time_max_ms`: replica.lag.time.max.ms; `hosted`: the partitions whose leaders it watches."""
+        self.node_id = node_id
+        self.lag_time_max_ms = lag_time_max_ms
+        self.images = images
+        self.controller = controller
+        self.broker_epoch = broker_epoch
+        self.spawn = spawn
+        self.hosted = hosted
         self._inflight: set[tuple[str, int]] = set()
         self._task: asyncio.Task | None = None
         self._stopping = False
@@ -38,7 +44,7 @@ class IsrManager:
         await stop_task(self._task)
 
     def follower_caught_up(self, p: Partition, replica_id: int) -> None:
-        alive = self.broker.metadata.image.brokers.get(replica_id)
+        alive = self.images.image.brokers.get(replica_id)
         if alive is None or alive.fenced or alive.in_controlled_shutdown:
             return
         self.propose(p, tuple(p.isr) + (replica_id,), "expand")
@@ -49,7 +55,7 @@ class IsrManager:
             return
         self._inflight.add(key)
         p.pending_isr = tuple(dict.fromkeys((*p.isr, *new_isr)))
-        self.broker.spawn(self._send(p, new_isr, why))
+        self.spawn(self._send(p, new_isr, why))
 
     async def _send(self, p: Partition, new_isr: tuple[int, ...], why: str) -> None:
         key = (p.topic, p.index)
@@ -60,7 +66,7 @@ class IsrManager:
                 settled = True
                 return
             try:
-                version = await self.broker.channel.version_for(A.API_KEY)
+                version = await self.controller.version_for(A.API_KEY)
             except ClientError as e:
                 log.warning("alter_partition_unavailable", error=str(e))
                 settled = True  # nothing was sent
@@ -76,9 +82,9 @@ class IsrManager:
                 td.topic_id = p.topic_id
             else:
                 td.topic_name = p.topic
-            req = A(broker_id=self.broker.config.node_id, broker_epoch=self.broker.lifecycle.broker_epoch, topics=[td])
+            req = A(broker_id=self.node_id, broker_epoch=self.broker_epoch(), topics=[td])
             try:
-                resp = await self.broker.channel.request(req, version, retry=False, timeout=10)
+                resp = await self.controller.request(req, version, retry=False, timeout=10)
             except ClientError as e:
                 log.warning("alter_partition_failed", topic=p.topic, partition=p.index, error=str(e))
                 return
@@ -106,11 +112,11 @@ class IsrManager:
                 p.maybe_advance_high_watermark()
 
     async def _shrink_loop(self) -> None:
-        lag_ms = self.broker.config.replica_lag_time_max_ms
+        lag_ms = self.lag_time_max_ms
         while not self._stopping:
             await asyncio.sleep(max(lag_ms / 2000, 0.1))
             now = now_ms()
-            for p in list(self.broker.replicas.partitions.values()):
+            for p in list(self.hosted.partitions.values()):
                 if not p.is_leader:
                     continue
                 out = [

@@ -1,5 +1,5 @@
-"""Moves of this broker's chunk replicas between its log dirs (AlterReplicaLogDirs), as the seed's
-ReplicaMoveThreadPool: `num.replica.move.threads` moves run at once (default: the number of log
+"""Moves of this broker's chunk replicas between its log dirs (AlterReplicaLogDirs, KIP-113), as
+Kafka's ReplicaAlterLogDirsThread pool: `num.replica.move.threads` moves run at once (default: the number of log
 dirs), each copying in its own thread, all held together to
 `replica.alter.log.dirs.io.max.bytes.per.second` bytes/s (alias `intra.broker.throttled.rate`; a
 dynamic broker config: changed with IncrementalAlterConfigs, it applies within 0.1 s).
@@ -8,7 +8,7 @@ A move copies `<replica>` into `<replica>.move` on the destination while the rep
 taking appends (storage/replica_move.py), round after round until less than CATCH_UP_BYTES is
 left. Then it takes the replica's lock: appends stop (Produce answers NOT_LEADER_OR_FOLLOWER,
 which clients retry; the follower fetcher skips it), the source log is closed cleanly, the rest
-is copied and synced, the seed's two renames swap the dirs, the moved log is opened and put in
+is copied and synced, two renames swap the dirs (KIP-113's `.move` and `.delete`), the moved log is opened and put in
 place, the lock is released, and the controller is told where the replica now lives
 (AssignReplicasToDirs). The source, now `<replica>.delete`, is removed in the background.
 
@@ -31,10 +31,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import structlog
 
+from broker.replication.chunk_replica import ChunkReplica
+from broker.replication.partition import Partition
+from broker.storage.log import Log
 from broker.storage.log_dir import LogDir
 from broker.storage.replica_move import (
     CopyState,
@@ -49,9 +52,6 @@ from broker.storage.replica_move import (
     swap,
 )
 
-if TYPE_CHECKING:
-    from broker.replication.replica_manager import ReplicaManager
-
 log = structlog.get_logger(__name__)
 
 Key = tuple[str, int, int]
@@ -64,6 +64,21 @@ def _failpoint(step: str) -> None:
         log.warning("replica_move_failpoint", step=step)
         while True:
             time.sleep(3600)
+
+
+class MovedReplicas(Protocol):
+    """What a move asks of the replicas it moves (the replica manager plays the part)."""
+
+    def replica(self, key: Key) -> Partition | ChunkReplica | None: ...
+
+    def dir_of(self, key: Key) -> LogDir | None:
+        """The online dir holding the replica (None: not here, or offline)."""
+
+    def install_log(self, key: Key, lg: Log, d: LogDir) -> None:
+        """Serve the replica from `lg` in `d` now (the move swapped it, or put the source back)."""
+
+    def install_failed(self, key: Key, d: LogDir, reason: str) -> None:
+        """The replica was swapped into `d`, which then failed: it is offline with `d`."""
 
 
 @dataclass
@@ -86,7 +101,7 @@ class Move:
 
 
 class LogDirMover:
-    def __init__(self, replicas: ReplicaManager, rate: Callable[[], int | None], threads: int) -> None:
+    def __init__(self, replicas: MovedReplicas, rate: Callable[[], int | None], threads: int) -> None:
         self.replicas = replicas
         self.throttle = MoveThrottle(rate)
         self.threads = max(1, threads)
@@ -136,7 +151,7 @@ class LogDirMover:
                 await asyncio.wait([previous])
             async with self._slots:
                 # a `.move` left by a crash or an earlier move is not trusted (unsynced pages may be
-                # lost): the copy starts over, as the seed's rule 1 starts the move again
+                # lost): the copy starts over, as KIP-113's restart starts the move again
                 await loop.run_in_executor(self._pool, remove_tree, m.moved_dir)
                 while True:
                     lg = self._source_log(m)
@@ -168,7 +183,7 @@ class LogDirMover:
                 m.state.stopped = True
                 await loop.run_in_executor(None, remove_tree, m.moved_dir)
 
-    def _source_log(self, m: Move):
+    def _source_log(self, m: Move) -> Log:
         r = self.replicas.replica(m.key)
         if r is None or self.replicas.dir_of(m.key) is not m.src or not m.dest.online or m.state.stopped:
             raise MoveStopped()

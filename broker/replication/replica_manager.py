@@ -1,12 +1,13 @@
 """ReplicaManager: the chunk replicas this broker holds, kept in line with the metadata image.
 
 It is a metadata publisher: each new image's delta says which partitions changed, and only
-those are touched: a replica assigned here is opened (or created in the least-used log dir),
-one moved away or of a deleted topic is closed and deleted, configs are re-applied.
+those are touched: a replica assigned here is opened (or created in the dir placement picks,
+dir_placement.py), one moved away or of a deleted topic is closed and deleted, configs are
+re-applied.
 
-Two kinds of replica: the active chunk's (a Partition, keyed (topic, partition), which Produce,
-Fetch and the coordinators look up) and inactive chunks' (a ChunkReplica, keyed (topic,
-partition, chunk start)). Chunk changes in a delta:
+Two kinds of replica (hosted.py): the active chunk's (a Partition, keyed (topic, partition),
+which Produce, Fetch and the coordinators look up) and inactive chunks' (a ChunkReplica, keyed
+(topic, partition, chunk start)). Chunk changes in a delta:
 - chunk stop: the active chunk moved on to a new start; our replica of the closed chunk keeps
   its data as a ChunkReplica (trimmed to the chunk's end) and a new dir is opened if we are also
   a replica of the new active chunk;
@@ -14,12 +15,15 @@ partition, chunk start)). Chunk changes in a delta:
   lacks of [start, end] (chunk_fetcher.py); a new active chunk's leader lacking the previous
   chunk's tail [start, previous end] copies it before taking writes;
 - chunk delete: a replica moved away, or a chunk dropped: stop copying, delete the dir.
+
+Its collaborators come through its constructor (replica_ports.py): the follower fetchers, the
+chunk copier, the ISR manager and the dir assigner; retention and checkpoints run in
+log_maintenance.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -28,20 +32,19 @@ from uuid import UUID
 import structlog
 
 from broker.config import BrokerConfig
-from broker.replication.chunk_fetcher import ChunkFetcher
 from broker.replication.chunk_replica import ChunkReplica
-from broker.replication.dir_assigner import DirAssigner
-from broker.replication.fetcher import ReplicaFetcherManager
-from broker.replication.isr import IsrManager
+from broker.replication.dir_placement import DirPlacement
+from broker.replication.hosted import HostedReplicas
 from broker.replication.log_dir_mover import LogDirMover
+from broker.replication.log_maintenance import LogMaintenance
 from broker.replication.partition import Partition
+from broker.replication.replica_ports import ChunkCopies, DirReports, FollowerFetchers, IsrChanges
 from broker.replication.throttle import MOVE_RATE_KEYS, broker_rate
-from broker.storage.cleaner import LogCleaner, retention_applies
 from broker.storage.config import LogConfig
 from broker.storage.errors import StorageError
 from broker.storage.log import Log
 from broker.storage.log_dir import LogDir
-from broker.storage.replica_move import recover_moves, remove_tree
+from broker.storage.replica_move import remove_tree
 from metadata import MetadataDelta, MetadataImage, PartitionInfo
 from metadata.broker_defaults import BROKER_DEFAULTS
 from metadata.config_defs import effective_topic_configs
@@ -49,47 +52,34 @@ from metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, ChunkInfo, TopicInfo
 from protocol.errors import Errors
 
 log = structlog.get_logger(__name__)
-ZERO_UUID = UUID(int=0)
 Key = tuple[str, int, int]  # topic, partition, chunk start
 
 
 class ReplicaManager:
-    def __init__(self, config: BrokerConfig, log_dirs: list[LogDir], dir_assigner: DirAssigner | None = None) -> None:
+    def __init__(self, config: BrokerConfig, log_dirs: list[LogDir], hosted: HostedReplicas, dir_reports: DirReports,
+                 fetchers: FollowerFetchers, chunk_fetcher: ChunkCopies, isr: IsrChanges) -> None:
         self.config = config
         self.node_id = config.node_id
         self.log_dirs = log_dirs
-        self.dir_assigner = dir_assigner
-        # replicas whose log dir went offline: not served (KAFKA_STORAGE_ERROR), never recreated
-        # elsewhere while the dir is away (the seed's rule: their data may still be there)
-        self.offline: dict[Key, LogDir] = {}
-        self.partitions: dict[tuple[str, int], Partition] = {}  # active chunk replicas
-        self.chunks: dict[tuple[str, int, int], ChunkReplica] = {}  # inactive chunk replicas
+        self.hosted = hosted
+        self.partitions = hosted.partitions  # active chunk replicas (the one dict, shared)
+        self.chunks = hosted.chunks  # inactive chunk replicas
+        self.dir_reports = dir_reports
+        self.fetchers = fetchers
+        self.chunk_fetcher = chunk_fetcher
+        self.isr = isr
         self.image = MetadataImage.EMPTY
-        self._on_disk: dict[tuple[str, int, int], LogDir] = {}
-        self._retention_task: asyncio.Task | None = None
-        self._checkpoint_task: asyncio.Task | None = None
-        self._cleaner: LogCleaner | None = None
-        self._cleaner_task: asyncio.Task | None = None
         self._topic_configs: dict[str, dict[str, str]] = {}
-        # set by the Broker once running: follower fetchers and the ISR manager
-        self.fetchers: ReplicaFetcherManager | None = None
-        self.isr: IsrManager | None = None
-        self.chunk_fetcher: ChunkFetcher | None = None
         # told (partition, is_leader) whenever this broker gains or loses a partition's
         # leadership: coordinators load and unload their state partitions with it
         self.leadership_listeners: list[Callable[[Partition, bool], None]] = []
-        loop = asyncio.get_running_loop()
-        for d in log_dirs:
-            # an I/O error can come from an executor thread: handle it on the loop
-            d.offline_listeners.append(lambda d: loop.call_soon_threadsafe(self._dir_offline, d))
-        # moves between dirs: the dir each replica should move to (AlterReplicaLogDirs, or a
-        # move a restart interrupted); applied when the replica is opened
-        self.wanted_dirs: dict[Key, LogDir] = {}
         self.mover = LogDirMover(
             self, lambda: broker_rate(self.image, self.node_id, config.props, *MOVE_RATE_KEYS),
             int(config.props.get("num.replica.move.threads", "0")) or len(log_dirs),
         )
-        self._to_delete: list = []
+        self.placement = DirPlacement(self.node_id, log_dirs, self.mover, dir_reports)
+        self.maintenance = LogMaintenance(config, log_dirs, hosted, self.topic_config, self._leave)
+        self._loaded = False  # load_dirs() ran: the logs it finds are this process's to close
         # logs of replicas a coming delta gives us, opened in threads before it is published
         # (Kafka's num.recovery.threads.per.data.dir, per online dir)
         self._preopened: dict[Key, tuple[LogDir, Log, bool]] = {}
@@ -97,36 +87,25 @@ class ReplicaManager:
         threads = int(config.props.get(key, BROKER_DEFAULTS[key])) * max(1, len(log_dirs))
         self._open_threads = max(1, threads)
         self._open_pool = ThreadPoolExecutor(self._open_threads, thread_name_prefix="log-open")
-        self._recover_moves(log_dirs)
-        for d in log_dirs:
-            if not d.online:
-                continue
-            try:
-                found = d.list_replicas()
-            except OSError as exc:
-                d.mark_offline(f"cannot list replicas: {exc}")
-                continue
-            for topic, partition, chunk_start, _ in found:
-                self._on_disk.setdefault((topic, partition, chunk_start), d)
 
-    def _recover_moves(self, log_dirs: list[LogDir]) -> None:
-        """The seed's four startup rules for `.move` and `.delete` dirs (storage/replica_move.py)."""
-        online = [d for d in log_dirs if d.online]
-        try:
-            recovered = recover_moves([d.path for d in online], any_offline=len(online) < len(log_dirs))
-        except OSError as exc:  # a rename failed: leave everything as it is for the next start
-            log.error("replica_move_recovery_failed", error=str(exc))
-            return
-        by_path = {d.path: d for d in online}
-        for key, moved in recovered.resume.items():
-            self.wanted_dirs[key] = by_path[moved.parent]
-        for key in recovered.offline:
-            self.offline[key] = next(d for d in log_dirs if not d.online)
-        self._to_delete = recovered.delete
+    def load_dirs(self) -> None:
+        """Once the log dirs are formatted or checked: follow their failures, settle the moves a
+        restart interrupted, and learn which replicas each dir holds."""
+        loop = asyncio.get_running_loop()
+        for d in self.log_dirs:
+            # an I/O error can come from an executor thread: handle it on the loop
+            d.offline_listeners.append(lambda d: loop.call_soon_threadsafe(self._dir_offline, d))
+        self.placement.load()
+        self._loaded = True
 
     # ---- lookups
     def get(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
+
+    @property
+    def offline(self) -> dict[Key, LogDir]:
+        """Replicas here whose log dir is offline."""
+        return self.placement.offline
 
     def topic_config(self, topic: str) -> dict[str, str]:
         """Every topic config's effective value (topic override, broker default, Kafka default)."""
@@ -144,18 +123,15 @@ class ReplicaManager:
     def replica_offline(self, topic: str, index: int) -> bool:
         """Our replica of the partition's active chunk sits in an offline log dir."""
         info = self.image.partition(topic, index)
-        return info is not None and (topic, index, info.start_offset) in self.offline
+        return info is not None and (topic, index, info.start_offset) in self.placement.offline
 
     def dir_of(self, key: Key) -> LogDir | None:
         """The online log dir holding a replica (None: not on this broker, or offline)."""
-        return self._on_disk.get(key)
+        return self.placement.on_disk.get(key)
 
     def replica(self, key: Key) -> Partition | ChunkReplica | None:
         """This broker's replica of a chunk: the active chunk's Partition or an inactive chunk's."""
-        p = self.partitions.get(key[:2])
-        if p is not None and p.log.chunk_start == key[2]:
-            return p
-        return self.chunks.get(key)
+        return self.hosted.replica(key)
 
     def install_log(self, key: Key, lg: Log, d: LogDir) -> None:
         """A move swapped the replica's log: serve it from `d` now, and tell the controller."""
@@ -165,64 +141,35 @@ class ReplicaManager:
             return
         lg.producer_id_expiration_ms = r.log.producer_id_expiration_ms
         r.log = lg
-        self._on_disk[key] = d
-        if self.dir_assigner is not None and d.known_id is not None:
-            self.dir_assigner.report(r.topic_id, key[1], key[2], d.known_id)
+        self.placement.placed(key, d, r.topic_id)
         log.info("replica_dir_changed", topic=key[0], partition=key[1], chunk_start=key[2], dir=str(d.path),
                  log_end_offset=lg.log_end_offset)
 
     def install_failed(self, key: Key, d: LogDir, reason: str) -> None:
         """A move swapped the replica into `d`, which then failed: the replica is offline with it."""
-        self._on_disk[key] = d
+        self.placement.on_disk[key] = d
         d.mark_offline(reason)
         self._dir_offline(d)
 
     def log_dir_by_path(self, path: str) -> LogDir | None:
-        norm = os.path.normpath(path)
-        return next((d for d in self.log_dirs if os.path.normpath(str(d.path)) == norm), None)
+        return self.placement.by_path(path)
 
     def alter_log_dir(self, topic: str, index: int, path: str) -> int:
-        """AlterReplicaLogDirs for one partition: move each of its chunk replicas here to `path`
-        ("any": cancel). An error code; nothing changes on an error."""
+        """AlterReplicaLogDirs (KIP-113) for one partition: move each of its chunk replicas here to
+        `path` ("any": cancel). An error code; nothing changes on an error."""
         info = self.image.partition(topic, index)
         if info is None:
             return Errors.UNKNOWN_TOPIC_OR_PARTITION
-        keys = [k for k in (*self._on_disk, *self.offline) if k[:2] == (topic, index)]
-        if path == "any":
-            for k in keys:
-                self.mover.cancel(k, reason="any")
-            for k in [k for k in self.wanted_dirs if k[:2] == (topic, index)]:
-                del self.wanted_dirs[k]
-            return 0
-        if not os.path.isabs(path):
-            return Errors.LOG_DIR_NOT_FOUND
-        dest = self.log_dir_by_path(path)
-        if dest is None:
-            return Errors.LOG_DIR_NOT_FOUND
-        if not dest.online or any(k in self.offline for k in keys):
-            return Errors.KAFKA_STORAGE_ERROR
-        if not keys:
-            # not here yet: remembered, and the replica is created there when the metadata gives it us
-            self.wanted_dirs[(topic, index, info.start_offset)] = dest
-            return Errors.REPLICA_NOT_AVAILABLE
-        for k in keys:
-            if self._on_disk[k] is dest:
-                self.mover.cancel(k, reason="already in the destination")
-                self.wanted_dirs.pop(k, None)
-            elif self.replica(k) is not None:
-                self.wanted_dirs.pop(k, None)
-                self.mover.start(k, self._on_disk[k], dest)
-            else:
-                self.wanted_dirs[k] = dest
-        return 0
+        return self.placement.alter(topic, index, info.start_offset, path, lambda k: self.replica(k) is not None)
 
     def replicas_in(self, d: LogDir) -> list[tuple[Key, Log]]:
         """The open chunk replicas in a log dir."""
-        return [(k, r.log) for k, dd in list(self._on_disk.items()) if dd is d and (r := self.replica(k)) is not None]
+        return [(k, r.log) for k, dd in list(self.placement.on_disk.items())
+                if dd is d and (r := self.replica(k)) is not None]
 
     def chunks_of(self, topic: str, index: int) -> list[ChunkReplica]:
         """This broker's replicas of the partition's inactive chunks, oldest first."""
-        return sorted((cr for (t, i, _), cr in self.chunks.items() if t == topic and i == index), key=lambda c: c.start)
+        return self.hosted.chunks_of(topic, index)
 
     # ---- metadata publisher
     async def prepare(self, delta: MetadataDelta, image: MetadataImage) -> None:
@@ -248,10 +195,8 @@ class ReplicaManager:
         online = [d for d in self.log_dirs if d.online]
         if not online:
             return []
-        by_id = {d.known_id: d for d in self.log_dirs if d.known_id is not None}
-        counts = {id(d): 0 for d in self.log_dirs}  # replicas per dir, as _choose_dir weighs them
-        for d in self._on_disk.values():
-            counts[id(d)] = counts.get(id(d), 0) + 1
+        by_id: dict[UUID | None, LogDir] = {d.known_id: d for d in self.log_dirs if d.known_id is not None}
+        counts = self.placement.counts()
         configs: dict[str, LogConfig] = {}
         todo = []
         for tid, idx in delta.changed_partitions:
@@ -260,16 +205,11 @@ class ReplicaManager:
             if info is None or self.node_id not in info.replicas or t.name in gone:
                 continue
             key = (t.name, idx, info.start_offset)
-            if (t.name, idx) in self.partitions or (t.name, idx) in with_chunks or key in self.offline \
-                    or key in self.wanted_dirs or key in self._preopened:
+            if (t.name, idx) in self.partitions or (t.name, idx) in with_chunks or key in self._preopened:
                 continue
-            d = self._on_disk.get(key)
+            d = self.placement.preopen_dir(key, info.replicas, info.directories, counts, by_id)
             if d is None:
-                assigned = self._assigned_dir(info.replicas, info.directories)
-                d = by_id.get(assigned) if assigned != ZERO_UUID else self._choose_dir(counts)
-                if d is None or not d.online:
-                    continue
-                counts[id(d)] = counts.get(id(d), 0) + 1  # a burst spreads as one by one would
+                continue
             cfg = configs.get(t.name)
             if cfg is None:
                 cfg = configs[t.name] = LogConfig.from_properties({name: v for name, v, _ in effective_topic_configs(
@@ -281,7 +221,7 @@ class ReplicaManager:
         """In the open pool. A log that fails to open is left to on_metadata, which handles the
         error (offline dir, storage error) as it always has."""
         for key, d, cfg, topic_id in items:
-            existed = key in self._on_disk
+            existed = key in self.placement.on_disk
             try:
                 lg = _open_replica_log(d, key, cfg, topic_id)
             except Exception:
@@ -356,9 +296,10 @@ class ReplicaManager:
         # keeps the one dir as the active chunk's (it holds the same records).
         readable = {c.start_offset: c for c in chunks
                     if self.node_id in c.replicas and not (in_active and c.start_offset == info.start_offset)}
-        for key in [k for k in self.offline if k[:2] == (name, idx)]:
+        offline = self.placement.offline
+        for key in [k for k in offline if k[:2] == (name, idx)]:
             if not (key[2] in readable or (in_active and key[2] == info.start_offset)):
-                self.offline.pop(key)  # moved away while its dir is offline: nothing left to serve
+                offline.pop(key)  # moved away while its dir is offline: nothing left to serve
         p = self.partitions.get((name, idx))
         if p is not None and p.topic_id != info.topic_id:
             self._remove_all(name, idx)  # topic re-created under the same name
@@ -380,13 +321,12 @@ class ReplicaManager:
                     continue
             else:
                 cr.update(c)
-            self._check_dir(name, c.topic_id, idx, start, c.replicas, c.directories)
-            self._maybe_move((name, idx, start))
-            if self.chunk_fetcher is not None:
-                if cr.data_gone:
-                    self._leave(cr)
-                else:
-                    self.chunk_fetcher.copy_chunk(cr)
+            self.placement.check(c.topic_id, (name, idx, start), c.replicas, c.directories)
+            self.placement.maybe_move((name, idx, start))
+            if cr.data_gone:
+                self._leave(cr)
+            else:
+                self.chunk_fetcher.copy_chunk(cr)
         if in_active:
             self._ensure(name, info, chunks)
         else:
@@ -399,13 +339,13 @@ class ReplicaManager:
             p = self._open(topic, info)
             if p is None:
                 return
-        self._check_dir(topic, info.topic_id, info.partition, info.start_offset, info.replicas, info.directories)
-        self._maybe_move((topic, info.partition, info.start_offset))
+        key = (topic, info.partition, info.start_offset)
+        self.placement.check(info.topic_id, key, info.replicas, info.directories)
+        self.placement.maybe_move(key)
         was_leader, old_epoch = p.is_leader, p.leader_epoch
-        if self.fetchers is not None:
-            self.fetchers.settle(p)
+        self.fetchers.settle(p)
         p.update(info)
-        if p.is_leader and not p.filling_prefix and self.chunk_fetcher is not None:
+        if p.is_leader and not p.filling_prefix:
             # [start, previous chunk's end] belongs to both chunks: the leader holds it before writes
             required_end = max((c.end_offset + 1 for c in chunks if c.end_offset >= info.start_offset),
                                default=info.start_offset)
@@ -414,11 +354,10 @@ class ReplicaManager:
                 self.chunk_fetcher.fill_prefix(p, required_end)
         if p.is_leader != was_leader or (p.is_leader and p.leader_epoch != old_epoch):
             self._tell_leadership(p, p.is_leader)
-        if self.fetchers is not None:
-            if p.is_leader or info.leader < 0:
-                self.fetchers.unfollow(p)
-            else:
-                self.fetchers.follow(p, info.leader)
+        if p.is_leader or info.leader < 0:
+            self.fetchers.unfollow(p)
+        else:
+            self.fetchers.follow(p, info.leader)
 
     # ---- chunk replicas
     def _stop_active(self, p: Partition, chunk: ChunkInfo | None) -> None:
@@ -428,7 +367,7 @@ class ReplicaManager:
         key = (p.topic, p.index, p.log.chunk_start)
         if chunk is None or key in self.chunks:
             p.log.delete()
-            self._on_disk.pop(key, None)
+            self.placement.on_disk.pop(key, None)
             log.info("replica_deleted", topic=p.topic, partition=p.index, chunk_start=key[2], reason="chunk closed")
             return
         cr = ChunkReplica(p.topic, chunk, p.log, self.node_id)
@@ -447,18 +386,18 @@ class ReplicaManager:
 
     def _open_chunk(self, topic: str, c: ChunkInfo) -> ChunkReplica | None:
         key = (topic, c.partition, c.start_offset)
-        d = self._dir_for(key, c.replicas, c.directories)
+        d = self.placement.dir_for(key, c.replicas, c.directories)
         if d is None:
             return None
         try:
             lg = _open_replica_log(d, key, self.log_config(topic), c.topic_id)
         except Exception as exc:
             if not d.online:
-                self.offline[key] = d
+                self.placement.offline[key] = d
             log.error("chunk_replica_open_failed", topic=topic, partition=c.partition, chunk_start=c.start_offset,
                       dir=str(d.path), error=str(exc))
             return None
-        self._on_disk[key] = d
+        self.placement.on_disk[key] = d
         cr = ChunkReplica(topic, c, lg, self.node_id)
         self._prepare_chunk(cr)
         self.chunks[key] = cr
@@ -471,19 +410,18 @@ class ReplicaManager:
         self.mover.cancel(cr.key, reason="replica removed")
         cr.closed = True
         self.chunks.pop(cr.key, None)
-        if self.chunk_fetcher is not None:
-            self.chunk_fetcher.cancel(*cr.key)
+        self.chunk_fetcher.cancel(*cr.key)
         try:
             cr.log.delete()
         except Exception:
             log.exception("chunk_replica_delete_failed", topic=cr.topic, partition=cr.index, chunk_start=cr.start)
-        self._on_disk.pop(cr.key, None)
+        self.placement.on_disk.pop(cr.key, None)
         log.info("chunk_replica_deleted", topic=cr.topic, partition=cr.index, chunk_start=cr.start)
 
     def _leave(self, cr: ChunkReplica) -> None:
         """Retention removed all of this replica's data: leave the chunk (the metadata then drops
         us from it, and we delete the dir)."""
-        if self.chunk_fetcher is None or self.node_id not in cr.info.replicas:
+        if self.node_id not in cr.info.replicas:
             return
         if not cr.leaving:
             log.info("chunk_replica_emptied", topic=cr.topic, partition=cr.index, chunk_start=cr.start,
@@ -509,26 +447,25 @@ class ReplicaManager:
         start = info.start_offset
         key = (topic, info.partition, start)
         pre = self._preopened.pop(key, None)
-        if pre is not None and (not pre[0].online or key in self.offline):
+        if pre is not None and (not pre[0].online or key in self.placement.offline):
             _close_quietly(pre[1])
             pre = None
         if pre is not None:
             d, lg, _ = pre
         else:
-            d = self._dir_for(key, info.replicas, info.directories)
+            d = self.placement.dir_for(key, info.replicas, info.directories)
             if d is None:
                 return None
             try:
                 lg = _open_replica_log(d, key, self.log_config(topic), info.topic_id)
             except StorageError:
                 if not d.online:
-                    self.offline[key] = d
+                    self.placement.offline[key] = d
                 raise
-        self._on_disk[(topic, info.partition, start)] = d
+        self.placement.on_disk[key] = d
         lg.producer_id_expiration_ms = int(self.config.props.get("producer.id.expiration.ms", "86400000"))
         p = Partition(topic, info.partition, info.topic_id, lg, self.node_id)
-        if self.isr is not None:
-            p.on_follower_caught_up = self.isr.follower_caught_up
+        p.on_follower_caught_up = self.isr.follower_caught_up
         self.partitions[(topic, info.partition)] = p
         log.info(
             "replica_opened",
@@ -540,126 +477,37 @@ class ReplicaManager:
         )
         return p
 
-    def _choose_dir(self, counts: dict[int, int] | None = None) -> LogDir:
-        """Where a new replica goes (the seed's problem 3, better than round-robin): the online dir
-        with the most usable bytes once the bytes already assigned to it but not yet written
-        there (moves into it still copying) are counted; on a tie (dirs sharing a filesystem),
-        the one holding the fewest replicas."""
-        if counts is None:  # replicas per dir (a caller placing many keeps its own tally)
-            counts = {id(d): 0 for d in self.log_dirs}
-            for d in self._on_disk.values():
-                counts[id(d)] = counts.get(id(d), 0) + 1
-        incoming = {id(d): 0 for d in self.log_dirs}
-        for m in self.mover.moves.values():
-            incoming[id(m.dest)] = incoming.get(id(m.dest), 0) + max(0, m.total_bytes - m.copied_bytes)
-        online = [d for d in self.log_dirs if d.online]
-        if not online:
-            raise StorageError("every log dir of this broker is offline")
-
-        usable_of_fs: dict[int, int] = {}  # dirs on one filesystem share one figure, so they tie
-
-        def room(d: LogDir) -> int:
-            try:
-                dev = os.stat(d.path).st_dev
-                if dev not in usable_of_fs:
-                    usable_of_fs[dev] = d.usage()[1]
-            except OSError:
-                return -1  # cannot tell: last choice
-            return usable_of_fs[dev] - incoming[id(d)]
-
-        rooms = {id(d): room(d) for d in online}
-        return max(online, key=lambda d: (rooms[id(d)], -counts.get(id(d), 0)))
-
-    def _assigned_dir(self, replicas: tuple[int, ...], directories: tuple[UUID, ...]) -> UUID:
-        """The dir the metadata gives our replica (zero: unassigned)."""
-        if len(directories) == len(replicas) and self.node_id in replicas:
-            return directories[replicas.index(self.node_id)]
-        return ZERO_UUID
-
-    def _dir_for(self, key: Key, replicas: tuple[int, ...], directories: tuple[UUID, ...]) -> LogDir | None:
-        """Where a replica lives or is to be created: where it is on disk, else the dir the
-        metadata assigns it, else the best online dir. None when it is (or may be) in an
-        offline dir: it is then served by nobody here rather than re-created empty."""
-        if key in self.offline:
-            return None
-        d = self._on_disk.get(key)
-        if d is not None:
-            return d
-        wanted = self.wanted_dirs.pop(key, None)
-        if wanted is not None and wanted.online:
-            return wanted
-        assigned = self._assigned_dir(replicas, directories)
-        if assigned != ZERO_UUID:
-            for ld in self.log_dirs:
-                if ld.known_id == assigned:
-                    if ld.online:
-                        return ld
-                    self.offline[key] = ld
-                    log.warning("replica_in_offline_dir", topic=key[0], partition=key[1], chunk_start=key[2],
-                                dir=str(ld.path))
-                    return None
-        return self._choose_dir()
-
-    def _check_dir(self, topic: str, topic_id: UUID, partition: int, start: int, replicas: tuple[int, ...],
-                   directories: tuple[UUID, ...]) -> None:
-        """Tell the controller where the replica lives when the metadata says otherwise."""
-        d = self._on_disk.get((topic, partition, start))
-        if d is None or self.dir_assigner is None or d.known_id is None:
-            return
-        if self._assigned_dir(replicas, directories) != d.known_id:
-            self.dir_assigner.report(topic_id, partition, start, d.known_id)
-
-    def _maybe_move(self, key: Key) -> None:
-        dest = self.wanted_dirs.get(key)
-        src = self._on_disk.get(key)
-        if dest is None or src is None or key in self.mover.moves:
-            return
-        del self.wanted_dirs[key]
-        if dest is not src and dest.online:
-            self.mover.start(key, src, dest)
-
     # ---- log dir failure
     def _dir_offline(self, d: LogDir) -> None:
         """A log dir failed: every replica in it stops (no fetching, no leadership here, waiters
         fail); the controller hears of the dir in the next heartbeat and moves leadership."""
-        stopped = 0
-        for key, m in list(self.mover.moves.items()):
-            if d in (m.src, m.dest):
-                self.mover.cancel(key, reason=f"log dir {d.path} offline")
-        for key, dd in list(self._on_disk.items()):
-            if dd is not d:
-                continue
-            self._on_disk.pop(key)
-            self.offline[key] = d
-            stopped += 1
+        stopped = self.placement.dir_failed(d)
+        for key in stopped:
             p = self.partitions.get(key[:2])
             if p is not None and p.log.chunk_start == key[2]:
                 self._detach(p)
                 _close_quietly(p.log)
                 t = self.image.topic(key[0])
                 info = t.partitions.get(key[1]) if t is not None else None
-                if info is not None and self.dir_assigner is not None and d.known_id is not None:
+                if info is not None and d.known_id is not None:
                     # the controller may not know yet that the replica is there: say so, so the
                     # offline dir takes it out of the ISR too
-                    self.dir_assigner.report(info.topic_id, key[1], key[2], d.known_id)
+                    self.dir_reports.report(info.topic_id, key[1], key[2], d.known_id)
             cr = self.chunks.pop(key, None)
             if cr is not None:
                 cr.closed = True
-                if self.chunk_fetcher is not None:
-                    self.chunk_fetcher.cancel(*key)
+                self.chunk_fetcher.cancel(*key)
                 _close_quietly(cr.log)
-        log.error("log_dir_replicas_stopped", path=str(d.path), replicas=stopped, reason=d.offline_reason,
+        log.error("log_dir_replicas_stopped", path=str(d.path), replicas=len(stopped), reason=d.offline_reason,
                   online_dirs=sum(1 for x in self.log_dirs if x.online))
 
     def _detach(self, p: Partition) -> None:
         """Stop serving `p` as the active chunk: no fetching, no leadership, no waiters."""
         if self.partitions.get((p.topic, p.index)) is p:
             del self.partitions[(p.topic, p.index)]
-        if self.fetchers is not None:
-            self.fetchers.settle(p)
-            self.fetchers.unfollow(p)
-        if self.chunk_fetcher is not None:
-            self.chunk_fetcher.cancel(p.topic, p.index, p.log.chunk_start)
+        self.fetchers.settle(p)
+        self.fetchers.unfollow(p)
+        self.chunk_fetcher.cancel(p.topic, p.index, p.log.chunk_start)
         if p.is_leader:
             self._tell_leadership(p, False)
         p.filling_prefix = False
@@ -673,14 +521,15 @@ class ReplicaManager:
         self._detach(p)
         if delete:
             p.log.delete()
-            self._on_disk.pop((topic, index, p.log.chunk_start), None)
+            self.placement.on_disk.pop((topic, index, p.log.chunk_start), None)
             log.info("replica_deleted", topic=topic, partition=index, chunk_start=p.log.chunk_start)
         else:
             p.log.close()
 
     def delete_strays(self, image: MetadataImage) -> None:
         """After the first catch-up: replicas on disk that the metadata no longer gives us."""
-        for (topic, index, start), d in list(self._on_disk.items()):
+        on_disk = self.placement.on_disk
+        for (topic, index, start), d in list(on_disk.items()):
             t = image.topic(topic)
             info = t.partitions.get(index) if t else None
             if info is not None and self.node_id in info.replicas and info.start_offset == start:
@@ -690,82 +539,21 @@ class ReplicaManager:
                 continue
             lg = d.open_log(topic, index, start, LogConfig())
             lg.delete()
-            self._on_disk.pop((topic, index, start), None)
+            on_disk.pop((topic, index, start), None)
             log.info("stray_replica_deleted", topic=topic, partition=index, chunk_start=start)
 
-    # ---- retention
+    # ---- background work
     def start_background(self) -> None:
         loop = asyncio.get_running_loop()
-        for path in self._to_delete:  # the seed's rule 4: `.delete` dirs go in the background
+        for path in self.placement.to_delete:  # KIP-113: `.delete` dirs a restart found go in the background
             loop.run_in_executor(None, remove_tree, path)
-        self._retention_task = loop.create_task(self._retention_loop())
-        self._checkpoint_task = loop.create_task(self._checkpoint_loop())
-        # log compaction of cleanup.policy=compact topics (log.cleaner.enable, log.cleaner.backoff.ms)
-        self._cleaner = LogCleaner(
-            lambda: [(p.log, self.topic_config(p.topic)) for p in list(self.partitions.values())], self.config.props
-        )
-        if self._cleaner.enabled:
-            self._cleaner_task = loop.create_task(self._cleaner.run())
-
-    async def _checkpoint_loop(self) -> None:
-        """Persist high watermarks and recovery points (replica.high.watermark.checkpoint.interval.ms)."""
-        interval = int(self.config.props.get("replica.high.watermark.checkpoint.interval.ms", "5000")) / 1000
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(interval)
-            logs = [p.log for p in list(self.partitions.values())] + [cr.log for cr in list(self.chunks.values())]
-            try:
-                await loop.run_in_executor(None, _checkpoint_all, logs, self.log_dirs)
-            except Exception:
-                log.exception("checkpoint_failed")
-
-    async def _retention_loop(self) -> None:
-        interval = self.config.retention_check_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval)
-            now = int(time.time() * 1000)
-            # In a thread: deleting segments renames files and fsyncs checkpoints, which at
-            # thousands of partitions would hold the event loop for seconds.
-            work = [(p, retention_applies(self.topic_config(p.topic))) for p in list(self.partitions.values())]
-            skipped, last_error = await asyncio.get_running_loop().run_in_executor(None, _retention_pass, work, now)
-            for cr in list(self.chunks.values()):
-                if not await self._enforce_chunk_retention(cr, now):
-                    skipped.append(f"{cr.topic}-{cr.index}-{cr.start}")
-            if skipped:
-                log.warning("retention_skipped", logs=len(skipped), first=skipped[:5], last_error=last_error)
-
-    async def _enforce_chunk_retention(self, cr: ChunkReplica, now: int) -> bool:
-        """Retention on an inactive chunk's replica (retention.bytes counts per chunk replica log,
-        as storage defines it); when nothing of the chunk is left, the replica leaves it. False
-        when its log refused (offline): the caller sums those up in one line."""
-        if cr.closed:
-            return True
-        cr.apply_log_start()
-        try:
-            if cr.needs_roll:
-                await asyncio.get_running_loop().run_in_executor(None, cr.log.roll)
-            n = cr.log.enforce_retention(now, delete_policy=retention_applies(self.topic_config(cr.topic)))
-        except StorageError:
-            return False
-        except Exception:
-            log.exception("retention_failed", topic=cr.topic, partition=cr.index, chunk_start=cr.start)
-            return True
-        if n:
-            log.info("retention_deleted_segments", topic=cr.topic, partition=cr.index, chunk_start=cr.start,
-                     segments=n, log_start_offset=cr.log.log_start_offset)
-        if cr.data_gone:
-            self._leave(cr)
-        return True
+        self.maintenance.start()
 
     # ---- shutdown
     def shutdown(self) -> None:
         for key in list(self.mover.moves):
             self.mover.cancel(key, reason="broker stopping")
-        if self._cleaner is not None:
-            self._cleaner.shutdown()  # a round in progress aborts; the logs close below
-        for task in (self._retention_task, self._checkpoint_task, self._cleaner_task):
-            if task is not None:
-                task.cancel()
+        self.maintenance.stop()
         self._open_pool.shutdown(wait=True, cancel_futures=True)
         for p in list(self.partitions.values()):
             p.fail_waiters()
@@ -778,37 +566,20 @@ class ReplicaManager:
         self._preopened.clear()
         # As Kafka: every log closed, then one clean-shutdown marker per dir, so the next start
         # skips recovery. The closes write without fsync (five a log made 20,000 logs take 25 s)
-        # and each dir's filesystem is synced once before its marker.
+        # and each dir's filesystem is synced once before its marker. Dirs never loaded (the
+        # broker stopped before it checked them) are left as they were.
         started = time.monotonic()
         # threads: the closes' creates and renames wait in the kernel (the filesystem's journal)
         with ThreadPoolExecutor(max(8, self._open_threads), thread_name_prefix="log-close") as pool:
             failed = {lg.dir.parent for lg, ok in zip(logs, pool.map(_close_logged, logs)) if not ok}
         closed = time.monotonic()
-        marked = [d.mark_clean_shutdown() if d.path not in failed else False for d in self.log_dirs]
+        dirs = self.log_dirs if self._loaded else []
+        marked = [d.mark_clean_shutdown() if d.path not in failed else False for d in dirs]
         log.info("logs_closed", logs=len(logs), seconds=round(closed - started, 2),
                  sync_seconds=round(time.monotonic() - closed, 2), dirs_marked_clean=sum(marked))
 
     def topic_id_of(self, topic: str) -> UUID | None:
         return self.image.topic_ids.get(topic)
-
-
-def _retention_pass(work: list[tuple[Partition, bool]], now: int) -> tuple[list[str], str]:
-    """enforce_retention on each partition's log; returns the logs that refused (offline: one line
-    per pass, not a traceback each) and the last refusal's reason."""
-    skipped: list[str] = []
-    last_error = ""
-    for p, delete_policy in work:
-        try:
-            n = p.log.enforce_retention(now, delete_policy=delete_policy)
-            if n:
-                log.info("retention_deleted_segments", topic=p.topic, partition=p.index, segments=n,
-                         log_start_offset=p.log.log_start_offset)
-        except StorageError as e:
-            skipped.append(f"{p.topic}-{p.index}")
-            last_error = str(e)
-        except Exception:
-            log.exception("retention_failed", topic=p.topic, partition=p.index)
-    return skipped, last_error
 
 
 def _open_replica_log(d: LogDir, key: Key, cfg: LogConfig, topic_id: UUID) -> Log:
@@ -851,18 +622,3 @@ def _close_quietly(lg: Log) -> None:
         lg.close()
     except Exception as exc:
         log.info("log_close_failed_offline_dir", dir=str(lg.dir), error=str(exc))
-
-
-def _checkpoint_all(logs: list, dirs: list[LogDir]) -> None:
-    """Every changed log state written without fsync, then each dir's filesystem synced once
-    (after a round of produces, 20,000 partitions' checkpoints were two fsyncs each)."""
-    written = set()
-    for lg in logs:
-        try:
-            if lg.checkpoint(sync=False):
-                written.add(lg.dir.parent)
-        except Exception:  # a closed or offline log: its state was written when it closed
-            pass
-    for d in dirs:
-        if d.path in written and d.online:
-            d.sync()

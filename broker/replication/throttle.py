@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
+from broker.ports import ImageSource
 from metadata.image import BROKER_RESOURCE, MetadataImage
-
-if TYPE_CHECKING:
-    from broker.broker import Broker
 
 RATE_KEY = "follower.replication.throttled.rate"
 REPLICAS_KEY = "follower.replication.throttled.replicas"
@@ -45,22 +42,25 @@ def broker_rate(image: MetadataImage, node_id: int, props: Mapping[str, str], *k
 
 
 class Throttle:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, images: ImageSource, node_id: int, props: Mapping[str, str]) -> None:
+        """`props`: server.properties, the rate's last fallback."""
+        self.images = images
+        self.node_id = node_id
+        self.props = props
         self._tokens = 0.0
         self._last = time.monotonic()
 
     def rate(self) -> int | None:
-        return broker_rate(self.broker.metadata.image, self.broker.config.node_id, self.broker.config.props, RATE_KEY)
+        return broker_rate(self.images.image, self.node_id, self.props, RATE_KEY)
 
     def applies(self, topic: str, index: int) -> bool:
         """Whether this broker's replica of partition `index` of `topic` is throttled."""
         if self.rate() is None:
             return False
-        spec = self.broker.metadata.image.topic_config(topic).get(REPLICAS_KEY, "")
+        spec = self.images.image.topic_config(topic).get(REPLICAS_KEY, "")
         if spec.strip() == "*":
             return True
-        want = f"{index}:{self.broker.config.node_id}"
+        want = f"{index}:{self.node_id}"
         return want in {x.strip() for x in spec.split(",")}
 
     def fetch_size(self, max_bytes: int) -> int:
