@@ -143,8 +143,12 @@ class Broker:
                     raise  # not a disk failure: a dir of another node or cluster
                 log.error("log_dir_unusable", path=str(d.path), error=str(exc))
         loop = asyncio.get_running_loop()
+
+        def failed(_d: LogDir) -> None:  # an I/O error can come from an executor thread
+            loop.call_soon_threadsafe(self._check_dirs)
+
         for d in dirs:
-            d.offline_listeners.append(lambda _d: loop.call_soon_threadsafe(self._check_dirs))
+            d.offline_listeners.append(failed)
         self._check_dirs()
         self.replicas.load_dirs()
         await self.lifecycle.register(self.cluster_id, [d.directory_id for d in dirs if d.online])

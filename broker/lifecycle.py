@@ -89,9 +89,12 @@ class BrokerLifecycle:
 
     def start_heartbeats(self) -> None:
         loop = asyncio.get_running_loop()
+
+        def failed(_d: LogDir) -> None:  # a failed dir is reported at once, not a heartbeat interval later
+            loop.call_soon_threadsafe(self._wake.set)
+
         for d in self.log_dirs:
-            # a failed dir is reported at once, not a heartbeat interval later
-            d.offline_listeners.append(lambda _d: loop.call_soon_threadsafe(self._wake.set))
+            d.offline_listeners.append(failed)
         self._task = loop.create_task(self._heartbeat_loop())
 
     def offline_dir_ids(self) -> list[uuid.UUID]:

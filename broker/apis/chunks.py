@@ -103,8 +103,8 @@ async def create_chunks(ctx: RequestContext, req: CreateChunksRequest) -> Create
                 (e, p, epochs[i])
                 for i, e, p in sealed
                 if i in sent
-                and results[i] is not None
-                and results[i].error_code == 0
+                and (r := results[i]) is not None
+                and r.error_code == 0
                 and not _image_moved_on(s, e, epochs[i])
             ]
             if pending:

@@ -175,8 +175,8 @@ class LocalPartition:
         chunked = bool(chunk_reads.chunked(name, idx))
         ans = OffsetAnswer()
         if ts == EARLIEST and chunked:
-            found = await chunk_reads.earliest(name, idx)
-            ans.offset = lg.log_start_offset if found is None else found
+            earliest = await chunk_reads.earliest(name, idx)
+            ans.offset = lg.log_start_offset if earliest is None else earliest
         elif ts in (EARLIEST, EARLIEST_LOCAL):
             ans.offset = lg.log_start_offset
         elif ts == LATEST:

@@ -253,6 +253,8 @@ class ChunkFetcher:
         except ClientError as e:
             raise CopyFailed(str(e)) from None
         topic_id = self.images.image.topic_ids.get(topic)
+        if topic_id is None:
+            raise CopyFailed(f"topic {topic} is gone from the metadata")
         cfg = self.config
         while lg.log_end_offset < end and not self._stopping:
             partition_max_bytes = cfg.replica_fetch_max_bytes

@@ -90,9 +90,9 @@ class IsrManager:
                 return
             err = resp.error_code
             part = resp.topics[0].partitions[0] if resp.topics and resp.topics[0].partitions else None
-            if err == 0 and part is not None:
-                err = part.error_code
-            if err:
+            if err == 0:
+                err = part.error_code if part is not None else Errors.UNKNOWN_SERVER_ERROR
+            if err or part is None:
                 log.info("alter_partition_rejected", topic=p.topic, partition=p.index, error_code=err, why=why)
                 if err in _NOTHING_CHANGED:
                     settled = True

@@ -92,9 +92,12 @@ class ReplicaManager:
         """Once the log dirs are formatted or checked: follow their failures, settle the moves a
         restart interrupted, and learn which replicas each dir holds."""
         loop = asyncio.get_running_loop()
+
+        def failed(d: LogDir) -> None:  # an I/O error can come from an executor thread: handle it on the loop
+            loop.call_soon_threadsafe(self._dir_offline, d)
+
         for d in self.log_dirs:
-            # an I/O error can come from an executor thread: handle it on the loop
-            d.offline_listeners.append(lambda d: loop.call_soon_threadsafe(self._dir_offline, d))
+            d.offline_listeners.append(failed)
         self.placement.load()
         self._loaded = True
 
@@ -114,7 +117,8 @@ class ReplicaManager:
             entries = effective_topic_configs(
                 self.image.topic_config(topic), self.image.configs.get((BROKER_RESOURCE, ""), {}), self.config.props
             )
-            cfg = self._topic_configs[topic] = {name: value for name, value, _ in entries}
+            # every topic config has a default (config_defs.py): no value is None
+            cfg = self._topic_configs[topic] = {name: value for name, value, _ in entries if value is not None}
         return cfg
 
     def log_config(self, topic: str) -> LogConfig:
@@ -202,7 +206,7 @@ class ReplicaManager:
         for tid, idx in delta.changed_partitions:
             t = image.topics.get(tid)
             info = t.partitions.get(idx) if t is not None else None
-            if info is None or self.node_id not in info.replicas or t.name in gone:
+            if t is None or info is None or self.node_id not in info.replicas or t.name in gone:
                 continue
             key = (t.name, idx, info.start_offset)
             if (t.name, idx) in self.partitions or (t.name, idx) in with_chunks or key in self._preopened:
@@ -213,7 +217,8 @@ class ReplicaManager:
             cfg = configs.get(t.name)
             if cfg is None:
                 cfg = configs[t.name] = LogConfig.from_properties({name: v for name, v, _ in effective_topic_configs(
-                    image.topic_config(t.name), image.configs.get((BROKER_RESOURCE, ""), {}), self.config.props)})
+                    image.topic_config(t.name), image.configs.get((BROKER_RESOURCE, ""), {}), self.config.props)
+                    if v is not None})
             todo.append((key, d, cfg, info.topic_id))
         return todo
 
@@ -276,11 +281,11 @@ class ReplicaManager:
         for rtype, name in delta.changed_configs:
             if rtype == TOPIC_RESOURCE:
                 cfg = self.log_config(name)
-                for (topic, _), p in self.partitions.items():
-                    if topic == name:
-                        p.log.update_config(cfg)
-                for (topic, _, _), cr in self.chunks.items():
-                    if topic == name:
+                for (of_topic, _), active in self.partitions.items():
+                    if of_topic == name:
+                        active.log.update_config(cfg)
+                for (of_topic, _, _), cr in self.chunks.items():
+                    if of_topic == name:
                         cr.log.update_config(cfg)
         self._drop_preopened()
 
@@ -304,9 +309,9 @@ class ReplicaManager:
         if p is not None and p.topic_id != info.topic_id:
             self._remove_all(name, idx)  # topic re-created under the same name
             p = None
-        for key, cr in list(self.chunks.items()):
-            if key[:2] == (name, idx) and (key[2] not in readable or cr.topic_id != info.topic_id):
-                self._delete_chunk(cr)
+        for key, old in list(self.chunks.items()):
+            if key[:2] == (name, idx) and (key[2] not in readable or old.topic_id != info.topic_id):
+                self._delete_chunk(old)
         # The active chunk moved on, or (cut at its first offset) moved to other brokers from the
         # same start: our dir becomes that closed chunk's replica. Opening a second log on it and
         # removing the active one would delete the dir under the chunk replica.
@@ -333,8 +338,7 @@ class ReplicaManager:
             self._remove(name, idx, delete=True)
 
     def _ensure(self, topic: str, info: PartitionInfo, chunks: tuple[ChunkInfo, ...] = ()) -> None:
-        key = (topic, info.partition)
-        p = self.partitions.get(key)
+        p = self.partitions.get((topic, info.partition))
         if p is None:
             p = self._open(topic, info)
             if p is None:
@@ -453,9 +457,10 @@ class ReplicaManager:
         if pre is not None:
             d, lg, _ = pre
         else:
-            d = self.placement.dir_for(key, info.replicas, info.directories)
-            if d is None:
+            placed = self.placement.dir_for(key, info.replicas, info.directories)
+            if placed is None:
                 return None
+            d = placed
             try:
                 lg = _open_replica_log(d, key, self.log_config(topic), info.topic_id)
             except StorageError:
