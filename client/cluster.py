@@ -180,7 +180,7 @@ class ClusterClient:
 
     async def epoch_end(self, topic: str, partition: int, epoch: int) -> EpochEnd | None:
         """Where `epoch` ended in the partition's log (the first offset after it): KIP-253's
-        thresholds (the seed's lowerOffsetThreshold / upperOffsetThreshold are this minus one).
+        thresholds (KIP-253's lowerOffsetThreshold / upperOffsetThreshold are this minus one).
 
         Asked of the leader at the leader epoch our metadata shows (current_leader_epoch), the
         epoch a count change bumped it to or a later one: a leader that has not applied the change

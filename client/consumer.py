@@ -68,7 +68,7 @@ class _ControlBatch:
 
 
 class PartitionKeyRebalanceListener:
-    """The seed's callbacks (methods may be sync or async)."""
+    """KIP-253's consumer callbacks (methods may be sync or async)."""
 
     def on_partition_key_assigned(self, partitions: list[TopicPartition]) -> None:
         """The member starts delivering these partitions' keys (their gates opened)."""
@@ -539,7 +539,7 @@ class OrderedConsumer:
             self._position[tp] = start
 
     def _worth_reporting(self, tp: TopicPartition) -> bool:
-        """The seed's condition (section 6): never reported yet, or the position rose to the high
+        """KIP-253's condition (section 6): never reported yet, or the position rose to the high
         watermark of the last fetch, or the largest leader epoch delivered rose. The gates wait
         for those crossings (an epoch's end, a marked partition's end); a position that moved
         otherwise is still reported once a second, since a member stopped exactly at an epoch's

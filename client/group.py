@@ -50,7 +50,7 @@ def decode_assignment(data: bytes) -> list[tuple[str, int]]:
 
 
 def assign(members: list[str], unmarked: list[tuple[str, int]], marked: list[tuple[str, int]]) -> dict[str, list]:
-    """Seed section 5: partitions marked for deletion get no new data, so they are spread apart
+    """KIP-253 section 5: partitions marked for deletion get no new data, so they are spread apart
     from the others; each list is dealt round robin over the members (sorted)."""
     members = sorted(members)
     out: dict[str, list[tuple[str, int]]] = {m: [] for m in members}

@@ -2,7 +2,7 @@
 topic's undeleted_partition_count.
 
 Kafka's `murmur2(key) % count` moves keys between partitions that exist both before and after a
-change (6 -> 4 moves keys from partition 3 to partition 1), which the seed's leader-epoch maps
+change (6 -> 4 moves keys from partition 3 to partition 1), which KIP-253's leader-epoch maps
 cannot order: they only say when new partitions may start and when kept partitions may go past
 the records the marked ones still hold. Linear hashing moves a key only into a new partition when
 the count grows and only out of a marked partition when it shrinks, for any counts, and at a

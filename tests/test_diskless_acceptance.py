@@ -1,4 +1,4 @@
-"""Issue 12 acceptance: aiokafka, kafka-python and confluent-kafka produce 100,000 keyed messages each to a
+"""Diskless topics end to end: aiokafka, kafka-python and confluent-kafka produce 100,000 keyed messages each to a
 6-partition diskless topic through all 3 brokers (each client bootstrapping from a different
 broker, each named leader by its client id) and read them back through every broker: every
 message once, per-partition order as acknowledged; on the local store and on SeaweedFS (S3).

@@ -1,4 +1,4 @@
-"""Issue 12 acceptance, failures: an idempotent producer whose broker is killed (-9) while it
+"""Diskless topics under failures: an idempotent producer whose broker is killed (-9) while it
 writes (files uploaded and maybe committed, answers lost) retries through another broker with no
 duplicate and no gap; a diskless coordinator's leader killed (-9) under produce load hands over to
 a follower, offsets stay contiguous and no acknowledged message is lost."""

@@ -1,4 +1,4 @@
-"""Issue 14 acceptance, produce gateways: 6 brokers in 3 racks, 2 diskless coordinators, producers
+"""Diskless produce gateways (KIP-1164): 6 brokers in 3 racks, 2 diskless coordinators, producers
 naming their rack (`client.rack`, and `diskless_az=<rack>` in client.id, which is what the broker
 can see in Metadata). In the same run, first without gateways (`diskless.produce.gateways.enable`
 false, a dynamic cluster-wide config: each producer writes every partition through one broker of
@@ -205,9 +205,9 @@ def _serves(table: dict[tuple[Any, int], list[int]], leaders: dict[int, int]) ->
 
 
 def test_gateway_table_follows_the_seed_scenarios() -> None:
-    """The seed's scenarios (3 racks, 12 coordinators on distinct brokers): gateways per
+    """KIP-1164's scenarios (3 racks, 12 coordinators on distinct brokers): gateways per
     coordinator per rack = max(1, n_brokers / 12 / 3); commit requests per file of a broker
-    (coordinator brokers it serves) as the seed counts them; co-located coordinators get
+    (coordinator brokers it serves) as KIP-1164 counts them; co-located coordinators get
     co-located gateways (at most n_racks requests per file with 2 brokers per rack)."""
     from broker.diskless.gateways import gateway_table
 

@@ -1,4 +1,4 @@
-"""Issue 14 (items 1-3, 6): diskless topics in operation.
+"""Diskless topics in operation (KIP-1164).
 
 - Retention on a diskless topic empties object storage (SeaweedFS) of every file whose batches all
   expired, files holding partitions of two coordinators included: the first owner hands each file

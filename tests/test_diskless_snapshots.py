@@ -1,4 +1,4 @@
-"""Issue 14 acceptance, snapshots and pruning: a diskless coordinator's leader snapshots its SQLite
+"""Diskless coordinator snapshots and pruning (KIP-1164): a diskless coordinator's leader snapshots its SQLite
 state every `diskless.coordinator.snapshot.interval.records` records into object storage and cuts
 its `__diskless_metadata` log at the previous snapshot, so after many commits the log is bounded
 (two intervals of records, plus a segment); a replica added afterwards starts from the snapshot (its log starts at

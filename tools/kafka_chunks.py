@@ -3,7 +3,7 @@
     kafka-chunks.sh create --bootstrap-server HOST:PORT --create-chunk-json-file FILE
     kafka-chunks.sh alter  --bootstrap-server HOST:PORT --alter-chunk-json-file FILE
 
-The files are the chunk seed's formats:
+The files are the chunks proposal's formats:
     {"partitions": [{"topic": "t", "partition": 0, "replicas": [1, 2, 3]}, ...]}
     {"chunks": [{"topic": "t", "partition": 0, "startOffset": 289818, "replicas": [4, 5, 6]}, ...]}
 

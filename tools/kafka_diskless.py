@@ -1,4 +1,4 @@
-"""kafka-diskless.sh: the operator's view of the diskless coordinators (issue 14).
+"""kafka-diskless.sh: the operator's view of the diskless coordinators (KIP-1164).
 
   --describe --bootstrap-server B [--coordinators] [--files] [--orphans] [--json]
       asks the leader of every coordinator (partition of __diskless_metadata) with

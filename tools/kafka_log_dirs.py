@@ -1,7 +1,7 @@
-"""kafka-log-dirs.sh for Strata (seed kip-113).
+"""kafka-log-dirs.sh for Strata (KIP-113).
 
   --describe --bootstrap-server B [--broker-list 1,2] [--topic-list a,b]
-      prints the seed's JSON: {"version":1,"log_dirs":[{"broker","path","is_live","partitions":
+      prints KIP-113's JSON: {"version":1,"log_dirs":[{"broker","path","is_live","partitions":
       [{"topic","partition","chunk_start_offset","size","is_temporary"}]}]}, one partitions entry
       per chunk replica; a `.move` copy is is_temporary.
   --generate-balance --bootstrap-server B --broker-list 1,2

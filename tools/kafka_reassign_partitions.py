@@ -506,7 +506,7 @@ async def execute(admin: Admin, a: argparse.Namespace) -> None:
     if log_dirs_throttle:
         await set_log_dirs_throttle(admin, dirs, a.replica_alter_log_dirs_throttle)
     addresses = await broker_addresses(admin) if dirs else {}
-    # the seed: log dir moves first (a replica not there yet answers REPLICA_NOT_AVAILABLE)...
+    # KIP-113: log dir moves first (a replica not there yet answers REPLICA_NOT_AVAILABLE)...
     pending = await send_log_dir_moves(admin, addresses, dirs)
     changed = {tp: r for tp, r in proposed.items() if r != current[tp]}
     if changed or not dirs:
@@ -663,7 +663,7 @@ class LogDirStatus:
 
 
 async def log_dir_status(admin: Admin, dirs: Mapping[tuple[TP, int], str]) -> LogDirStatus:
-    """The seed's check: DescribeLogDirs on each broker holding a replica with a log dir."""
+    """KIP-113's check: DescribeLogDirs on each broker holding a replica with a log dir."""
     addresses = await broker_addresses(admin)
     status = LogDirStatus(["Status of log directory reassignment:"], [], set(), set(), set())
     lines = status.lines

@@ -39,7 +39,7 @@ class DirInfo:
 
 
 def check_log_dir(d: str, where: str) -> None:
-    """The seed's rule: "any" or an absolute path."""
+    """KIP-113's rule: "any" or an absolute path."""
     if d != ANY_LOG_DIR and not os.path.isabs(d):
         raise AdminError(f'{where}: log dir "{d}" must be "{ANY_LOG_DIR}" or an absolute path beginning with "/"')
 
@@ -104,5 +104,5 @@ async def alter_dirs(admin: Admin, addresses: dict[int, tuple[str, int]], broker
 
 
 def is_retriable_move_error(code: int) -> bool:
-    """The seed: REPLICA_NOT_AVAILABLE is retried until --timeout (the replica is not there yet)."""
+    """KIP-113: REPLICA_NOT_AVAILABLE is retried until --timeout (the replica is not there yet)."""
     return code == Errors.REPLICA_NOT_AVAILABLE

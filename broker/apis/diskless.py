@@ -1,7 +1,7 @@
-"""The diskless coordinator's seven APIs (KIP-1164, keys seed + 1000: 1093-1098, 1100) and
-DisklessHandOverFile (1110, Strata's: the seed's WAL file handover has no API of its own).
+"""The diskless coordinator's seven APIs (KIP-1164's keys + 1000: 1093-1098, 1100) and
+DisklessHandOverFile (1110, Strata's: KIP-1164's WAL file handover has no API of its own).
 
-Only brokers may call them (the seed asks for CLUSTER_ACTION; until ACLs exist the rule is: the
+Only brokers may call them (KIP-1164 asks for CLUSTER_ACTION; until ACLs exist the rule is: the
 client id is `diskless-<node id>` of a registered, unfenced broker and the connection comes from
 that broker's host); anyone else gets CLUSTER_AUTHORIZATION_FAILED on every item.
 """
@@ -69,7 +69,7 @@ async def commit_file(ctx: RequestContext, req: Any) -> DisklessCommitFileRespon
             log_append_time=-1, log_start_offset=-1) for _ in req.batches])
     answer = _coordinator(ctx).commit_file(req, uploader)  # checked and appended now, in arrival order
     if ctx.connection is not None:
-        ctx.connection.release()  # the next commit pipelines behind this one (the seed's step 3)
+        ctx.connection.release()  # the next commit pipelines behind this one (KIP-1164's step 3)
     results = await answer
     return R(batches=[R.DisklessCommitBatchResult(
         error_code=r.error_code, error_message=r.error_message, assigned_base_offset=r.base_offset,

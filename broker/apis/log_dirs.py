@@ -1,4 +1,4 @@
-"""AlterReplicaLogDirs (34) and DescribeLogDirs (35): the JBOD seed's ChangeReplicaDir and
+"""AlterReplicaLogDirs (34) and DescribeLogDirs (35): KIP-113's ChangeReplicaDir and
 DescribeDirs, per chunk replica.
 
 AlterReplicaLogDirs moves each of the partition's chunk replicas on this broker to the dir named
