@@ -38,6 +38,7 @@ from protocol.generated.diskless_find_batches import DisklessFindBatchesRequest 
 from protocol.generated.diskless_list_offsets import DisklessListOffsetsRequest as LO
 from protocol.generated.find_coordinator import FindCoordinatorRequest
 from protocol.generated.metadata import MetadataRequest
+from tests.fakes import FakeMetadata, FakeReplicas
 
 HOST = "127.0.0.1"
 DISKLESS_KEY = 100
@@ -231,37 +232,6 @@ def _image() -> MetadataImage:
         i: PartitionInfo(DATA_ID, i, (1,), (1,), 1, 0, 0, diskless_coordinator=0) for i in (0, 1)}))
     return MetadataImage(topics=MappingProxyType({META_ID: meta, DATA_ID: data}),
                          topic_ids=MappingProxyType({DISKLESS_METADATA_TOPIC: META_ID, "dl": DATA_ID}))
-
-
-class FakeReplicas:
-    """The replica manager as the coordinator uses it: the replicas here, the image they follow,
-    the leadership listeners, topic configs."""
-
-    def __init__(self, image: MetadataImage) -> None:
-        self.image = image
-        self.partitions: dict[tuple[str, int], Partition] = {}
-        self.leadership_listeners: list = []
-
-    def get(self, topic: str, index: int) -> Partition | None:
-        return self.partitions.get((topic, index))
-
-    def topic_config(self, topic: str) -> dict[str, str]:
-        return {"min.insync.replicas": "1"}
-
-
-class FakeMetadata:
-    """The metadata view: a fixed image, caught up with the controller."""
-
-    def __init__(self, image: MetadataImage) -> None:
-        self.image = image
-        self.caught_up = asyncio.Event()
-        self.caught_up.set()
-
-    async def sync(self, timeout: float = 30.0) -> bool:
-        return True
-
-    async def wait_for_offset(self, offset: int, timeout: float = 30.0) -> bool:
-        return True
 
 
 async def _no_controller(body: Any, version: int | None = None, *, read_only: bool = False) -> Any:

@@ -43,12 +43,13 @@ from broker.coordinator.group.runtime import OffsetsPartition
 from broker.replication.partition import Partition
 from broker.storage.config import LogConfig
 from broker.storage.log import AppendOrigin, Log
-from metadata import MetadataImage, PartitionInfo
+from metadata import PartitionInfo
 from node.client import NodeClient
 from protocol.errors import Errors
 from protocol.primitives import uvarint
 from protocol.records import Record, decode_batches, encode_batch
 from tests.conftest import FAST_FENCING
+from tests.fakes import FakeMetadata, FakeReplicas
 from tools.cluster import Cluster
 
 E = Errors
@@ -193,33 +194,6 @@ UNIT_CONFIG = GroupCoordinatorConfig(
     offsets_retention_ms=60_000,
     offsets_retention_check_interval_ms=3_600_000,
 )
-
-
-class FakeReplicas:
-    def __init__(self) -> None:
-        self.partitions: dict[tuple[str, int], Partition] = {}
-        self.leadership_listeners: list = []
-
-    def get(self, topic: str, index: int) -> Partition | None:
-        return self.partitions.get((topic, index))
-
-    def topic_config(self, topic: str) -> dict[str, str]:
-        return {"min.insync.replicas": "1"}
-
-
-class FakeMetadata:
-    """The metadata view: an empty image (the partition count comes from the config), caught up."""
-
-    def __init__(self) -> None:
-        self.image = MetadataImage.EMPTY
-        self.caught_up = asyncio.Event()
-        self.caught_up.set()
-
-    async def sync(self, timeout: float = 30.0) -> bool:
-        return True
-
-    async def wait_for_offset(self, offset: int, timeout: float = 30.0) -> bool:
-        return True
 
 
 class Harness:

@@ -31,7 +31,7 @@ from broker.coordinator.transaction.records import (
 from broker.replication.partition import Partition
 from broker.storage.config import LogConfig
 from broker.storage.log import Log
-from metadata import MetadataImage, PartitionInfo
+from metadata import PartitionInfo
 from node.client import NodeClient
 from protocol.errors import Errors as E
 from protocol.generated.add_offsets_to_txn import AddOffsetsToTxnRequest
@@ -40,6 +40,7 @@ from protocol.generated.create_topics import CreateTopicsRequest
 from protocol.generated.end_txn import EndTxnRequest
 from protocol.generated.find_coordinator import FindCoordinatorRequest
 from protocol.generated.init_producer_id import InitProducerIdRequest
+from tests.fakes import FakeMetadata, FakeReplicas
 from tools.cluster import Cluster
 
 S = TransactionState
@@ -104,31 +105,6 @@ TOPIC_ID = uuid.UUID(int=78)
 TXN_STATE = "__transaction_state"
 UNIT_CONFIG = TransactionCoordinatorConfig(state_log_num_partitions=2, abort_timed_out_interval_ms=3_600_000,
                                            remove_expired_interval_ms=3_600_000, write_timeout_ms=2000)
-
-
-class FakeReplicas:
-    def __init__(self) -> None:
-        self.partitions: dict[tuple[str, int], Partition] = {}
-        self.leadership_listeners: list = []
-
-    def get(self, topic: str, index: int) -> Partition | None:
-        return self.partitions.get((topic, index))
-
-    def topic_config(self, topic: str) -> dict[str, str]:
-        return {"min.insync.replicas": "1"}
-
-
-class FakeMetadata:
-    def __init__(self) -> None:
-        self.image = MetadataImage.EMPTY
-        self.caught_up = asyncio.Event()
-        self.caught_up.set()
-
-    async def sync(self, timeout: float = 30.0) -> bool:
-        return True
-
-    async def wait_for_offset(self, offset: int, timeout: float = 30.0) -> bool:
-        return True
 
 
 class FakeProducerIds:
