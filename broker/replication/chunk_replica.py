@@ -94,10 +94,3 @@ class ChunkReplica:
                      from_offset=lg.log_end_offset, to_offset=self.end + 1)
             lg.truncate_to(self.end + 1)
         lg.update_high_watermark(self.end + 1)
-
-    @property
-    def needs_roll(self) -> bool:
-        """Complete, but its data still in the active segment, which retention never deletes: a
-        roll (done off the chunk's creation path: it fsyncs what the log had not) lets retention
-        take every segment holding the chunk's data."""
-        return self.complete and self.log.active_segment_base_offset < self.log.log_end_offset

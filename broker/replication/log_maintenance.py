@@ -15,7 +15,8 @@ from broker.config import BrokerConfig
 from broker.replication.chunk_replica import ChunkReplica
 from broker.replication.hosted import HostedReplicas
 from broker.replication.partition import Partition
-from broker.storage.cleaner import LogCleaner, retention_applies
+from broker.storage.cleaner import CleanerConfig, LogCleaner, retention_applies
+from broker.storage.config import INT64_MAX
 from broker.storage.errors import StorageError
 from broker.storage.log import Log
 from broker.storage.log_dir import LogDir
@@ -72,7 +73,7 @@ class LogMaintenance:
             now = int(time.time() * 1000)
             # In a thread: deleting segments renames files and fsyncs checkpoints, which at
             # thousands of partitions would hold the event loop for seconds.
-            work = [(p, retention_applies(self.topic_config(p.topic))) for p in list(self.hosted.partitions.values())]
+            work = [(p, *_rules_of(self.topic_config(p.topic))) for p in list(self.hosted.partitions.values())]
             skipped, last_error = await asyncio.get_running_loop().run_in_executor(None, _retention_pass, work, now)
             for cr in list(self.hosted.chunks.values()):
                 if not await self._enforce_chunk_retention(cr, now):
@@ -82,14 +83,13 @@ class LogMaintenance:
 
     async def _enforce_chunk_retention(self, cr: ChunkReplica, now: int) -> bool:
         """Retention on an inactive chunk's replica (retention.bytes counts per chunk replica log,
-        as storage defines it); when nothing of the chunk is left, the replica leaves it. False
-        when its log refused (offline): the caller sums those up in one line."""
+        as storage defines it; its last segment expires too, as every log's); when nothing of the
+        chunk is left, the replica leaves it. False when its log refused (offline): the caller
+        sums those up in one line."""
         if cr.closed:
             return True
         cr.apply_log_start()
         try:
-            if cr.needs_roll:
-                await asyncio.get_running_loop().run_in_executor(None, cr.log.roll)
             n = cr.log.enforce_retention(now, delete_policy=retention_applies(self.topic_config(cr.topic)))
         except StorageError:
             return False
@@ -104,13 +104,25 @@ class LogMaintenance:
         return True
 
 
-def _retention_pass(work: list[tuple[Partition, bool]], now: int) -> tuple[list[str], str]:
-    """enforce_retention on each partition's log; returns the logs that refused (offline: one line
-    per pass, not a traceback each) and the last refusal's reason."""
+def _rules_of(topic_config: dict[str, str]) -> tuple[bool, int | None]:
+    """(time and size retention apply, max.compaction.lag.ms of a compacted topic that sets one)."""
+    cleaner = CleanerConfig.from_topic_config(topic_config)
+    lag = cleaner.max_compaction_lag_ms
+    return cleaner.delete, lag if cleaner.compact and lag < INT64_MAX else None
+
+
+def _retention_pass(work: list[tuple[Partition, bool, int | None]], now: int) -> tuple[list[str], str]:
+    """enforce_retention on each partition's log (and, KIP-354, the roll of a compacted log's
+    active segment past max.compaction.lag.ms: Kafka checks it on append, this also on an idle
+    log); returns the logs that refused (offline: one line per pass, not a traceback each) and
+    the last refusal's reason."""
     skipped: list[str] = []
     last_error = ""
-    for p, delete_policy in work:
+    for p, delete_policy, max_compaction_lag_ms in work:
         try:
+            if max_compaction_lag_ms is not None and p.log.roll_for_compaction(max_compaction_lag_ms, now):
+                log.info("segment_rolled_for_compaction", topic=p.topic, partition=p.index,
+                         max_compaction_lag_ms=max_compaction_lag_ms)
             n = p.log.enforce_retention(now, delete_policy=delete_policy)
             if n:
                 log.info("retention_deleted_segments", topic=p.topic, partition=p.index, segments=n,

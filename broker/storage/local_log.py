@@ -29,6 +29,7 @@ from broker.storage.config import LogConfig
 from broker.storage.errors import OffsetOutOfRangeError, ResourceExhaustedError, StorageError
 from broker.storage.exhaustion import is_resource_exhaustion, note_resource_exhaustion
 from broker.storage.file_cache import FileGoneError
+from broker.storage.retention import Predicate
 from broker.storage.segment import BatchSpan, LogSegment
 from broker.storage.segment_swap import discard_cleaned, swap_in_cleaned
 from broker.storage.txn_index import AbortedTxn
@@ -187,22 +188,29 @@ class LocalLog:
         self.bases = [offset]
         self.leo = self.recovery_point = offset
 
-    def delete_prefix(
-        self, predicate: Callable[[LogSegment, int], bool], high_watermark: int, now_ms: int, reason: str
-    ) -> int:
-        """Delete segments oldest first while `predicate(segment, next base offset)` holds, never
-        the active one or one holding offsets at or above the high watermark. Returns how many."""
-        deleted = 0
+    def deletable_count(self, predicate: Predicate, high_watermark: int) -> int:
+        """How many segments, oldest first, `predicate(segment, next base or None for the last)`
+        holds for (Kafka's LocalLog.deletableSegments), each ending at or below the high watermark
+        (UnifiedLog.deleteOldSegments: the log start never passes it). The active segment counts
+        too, unless it is empty: an empty last segment is never deleted and re-created."""
         segments, bases = self.segments, self.bases
-        while len(segments) > 1:
-            seg, next_base = segments[0], bases[1]
-            if next_base > high_watermark or not predicate(seg, next_base):
+        last = len(segments) - 1
+        n = 0
+        for i, seg in enumerate(segments):
+            next_base = bases[i + 1] if i < last else None
+            end = self.leo if next_base is None else next_base
+            if end > high_watermark or (i == last and seg.size == 0) or not predicate(seg, next_base):
                 break
+            n += 1
+        return n
+
+    def delete_oldest(self, n: int, now_ms: int, reason: str) -> None:
+        """Delete the `n` oldest segments; the caller has rolled first if that is all of them."""
+        assert n < len(self.segments), "a log always keeps one segment"
+        for seg in self.segments[:n]:
             self.schedule_delete(seg, now_ms, reason)
-            del segments[0]
-            del bases[0]
-            deleted += 1
-        return deleted
+        del self.segments[:n]
+        del self.bases[:n]
 
     def schedule_delete(self, seg: LogSegment, now_ms: int, reason: str) -> None:
         seg.rename_to_deleted()

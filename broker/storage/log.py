@@ -53,7 +53,8 @@ from broker.storage.log_loader import LogLoader
 from broker.storage.log_state import LogState, write_log_state
 from broker.storage.producer_replay import index_aborted, marker_of, rebuild_producer_state, track_replicated
 from broker.storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, BatchMetadata, ProducerStateManager
-from broker.storage.segment import BatchSpan, CorruptSegmentError, LogSegment
+from broker.storage.retention import Predicate, below_log_start, compaction_roll_due, retention_rules
+from broker.storage.segment import BatchSpan, CorruptSegmentError
 from broker.storage.segment_swap import discard_cleaned
 from protocol.errors import ProtocolError
 from protocol.records.batch import BatchHeader, set_base_offset, set_log_append_time, set_partition_leader_epoch
@@ -492,6 +493,19 @@ class Log:
             rolled_to = self._local.leo
         self._flush_below(rolled_to)
 
+    @_io_guarded
+    def roll_for_compaction(self, max_compaction_lag_ms: int, now_ms: int) -> bool:
+        """KIP-354: roll an active segment whose first batch is older than max.compaction.lag.ms
+        (Kafka's LogConfig.maxSegmentMs), so the cleaner, which never cleans it, gets it in time."""
+        with self._lock:
+            self._check_usable()
+            if not compaction_roll_due(self._local.segments[-1], max_compaction_lag_ms, now_ms):
+                return False
+            self._roll_locked(now_ms)
+            rolled_to = self._local.leo
+        self._flush_below(rolled_to)
+        return True
+
     def _roll_locked(self, now_ms: int) -> None:
         previous_size = self._local.segments[-1].size
         new = self._local.roll(now_ms)
@@ -664,7 +678,7 @@ class Log:
             self._local.purge_deleted(now_ms)
             self._log_start = offset
             self.leader_epoch_cache.truncate_from_start(offset)
-            self._delete_prefix(lambda seg, next_base: next_base <= self._log_start, now_ms, "log start offset")
+            self._delete_prefix(below_log_start(lambda: offset), now_ms, "log start offset")
             self.producer_state.delete_snapshots_below(self._log_start)
             self._write_state()
             log.info("log_start_offset_raised", dir=str(self.dir), log_start_offset=offset)
@@ -672,47 +686,37 @@ class Log:
 
     @_io_guarded
     def enforce_retention(self, now_ms: int, *, delete_policy: bool = True) -> int:
-        """Delete whole segments, oldest first and never the active one or any holding offsets at or
-        above the high watermark: those wholly below the log start offset, those whose newest
-        timestamp is older than retention.ms, and those beyond retention.bytes (the last two only
-        with delete_policy: cleanup.policy has "delete"; a compact-only log keeps its segments).
+        """Delete whole segments, oldest first, by the rules of retention.py (log start offset;
+        with delete_policy, cleanup.policy has "delete": retention.bytes and retention.ms), never
+        past the high watermark; when all are due, a new empty active segment is rolled first.
         Also purges segments deleted more than file.delete.delay.ms ago. Returns the number deleted."""
         with self._lock:
             self._check_usable()
             self._local.purge_deleted(now_ms)
             self._expire_producers(now_ms)
-            cfg = self.config
-            deleted = self._delete_prefix(
-                lambda seg, next_base: next_base <= self._log_start, now_ms, "log start offset"
-            )
-            if delete_policy and cfg.retention_ms >= 0:
-                deleted += self._delete_prefix(
-                    lambda seg, next_base: now_ms - seg.largest_timestamp() > cfg.retention_ms, now_ms, "retention.ms"
-                )
-            if delete_policy and cfg.retention_bytes >= 0:
-                excess = self._local.size_bytes() - cfg.retention_bytes
-
-                def over_size(seg: LogSegment, next_base: int) -> bool:
-                    nonlocal excess
-                    if excess - seg.size < 0:
-                        return False
-                    excess -= seg.size
-                    return True
-
-                deleted += self._delete_prefix(over_size, now_ms, "retention.bytes")
+            deleted = 0
+            for reason, rule in retention_rules(
+                self.config, now_ms, delete_policy, lambda: self._log_start, self._local.size_bytes
+            ):
+                deleted += self._delete_prefix(rule, now_ms, reason)
             if deleted:
                 self._write_state()
             return deleted
 
-    def _delete_prefix(self, predicate: Callable[[LogSegment, int], bool], now_ms: int, reason: str) -> int:
-        deleted = self._local.delete_prefix(predicate, self._hw, now_ms, reason)
-        if deleted:
-            first_base = self._local.bases[0]
-            if first_base > self._log_start:
-                self._log_start = first_base
-                self.leader_epoch_cache.truncate_from_start(self._log_start)
-            self.producer_state.delete_snapshots_below(self._log_start)
-        return deleted
+    def _delete_prefix(self, predicate: Predicate, now_ms: int, reason: str) -> int:
+        local = self._local
+        n = local.deletable_count(predicate, self._hw)
+        if n == 0:
+            return 0
+        if n == len(local.segments):  # UnifiedLog.deleteSegments: keep one segment, a new one
+            self._roll_locked(now_ms)
+            self._flush_below(local.leo)
+        local.delete_oldest(n, now_ms, reason)
+        if local.bases[0] > self._log_start:
+            self._log_start = local.bases[0]
+            self.leader_epoch_cache.truncate_from_start(self._log_start)
+        self.producer_state.delete_snapshots_below(self._log_start)
+        return n
 
     @_io_guarded
     def remove_expired_producers(self, now_ms: int) -> int:
