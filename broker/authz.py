@@ -52,6 +52,7 @@ from node.authz import (
 from protocol.errors import Errors
 from protocol.generated.add_partitions_to_txn import AddPartitionsToTxnResponse
 from protocol.generated.alter_configs import AlterConfigsResponse
+from protocol.generated.consumer_group_describe import ConsumerGroupDescribeResponse
 from protocol.generated.create_topics import CreateTopicsResponse
 from protocol.generated.delete_groups import DeleteGroupsResponse
 from protocol.generated.describe_configs import DescribeConfigsResponse
@@ -66,7 +67,7 @@ TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED = (Errors.TOPIC_AUTHORIZATION_FAILED,
                                               Errors.CLUSTER_AUTHORIZATION_FAILED)
 TXN_DENIED = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 INTER_NODE = frozenset({27, 1076, 1077, 1093, 1094, 1095, 1096, 1097, 1098, 1100, 1110})
-GROUP_KEYED = frozenset({11, 12, 13, 14})  # JoinGroup, Heartbeat, LeaveGroup, SyncGroup
+GROUP_KEYED = frozenset({11, 12, 13, 14, 68})  # JoinGroup, Heartbeat, LeaveGroup, SyncGroup, ConsumerGroupHeartbeat
 TXN_KEYED = frozenset({25, 26})  # AddOffsetsToTxn, EndTxn
 READS = frozenset({15, 16, 29, 32, 35, 46, 48, 50, 55, 60, 61, 65, 66, 75, 1253})
 
@@ -300,6 +301,12 @@ def _describe_groups(check: Check, body: Any) -> Finish | None:
                    lambda g: DescribeGroupsResponse.DescribedGroup(error_code=GROUP_DENIED, group_id=g))
 
 
+def _consumer_group_describe(check: Check, body: Any) -> Finish | None:
+    return _filter(body, "group_ids", lambda g: check.allowed(DESCRIBE, GROUP, g), "groups",
+                   lambda g: ConsumerGroupDescribeResponse.DescribedGroup(
+                       error_code=GROUP_DENIED, error_message="Authorization failed.", group_id=g))
+
+
 def _delete_groups(check: Check, body: Any) -> Finish | None:
     return _filter(body, "groups_names", lambda g: check.allowed(DELETE, GROUP, g), "results",
                    lambda g: DeleteGroupsResponse.DeletableGroupResult(group_id=g, error_code=GROUP_DENIED))
@@ -331,5 +338,5 @@ PER_RESOURCE: dict[int, Callable[[Check, Any], Finish | None]] = {
     32: _configs(DESCRIBE_CONFIGS, "results", DescribeConfigsResponse.DescribeConfigsResult),
     33: _configs(ALTER_CONFIGS, "responses", AlterConfigsResponse.AlterConfigsResourceResponse), 42: _delete_groups,
     44: _configs(ALTER_CONFIGS, "responses", IncrementalAlterConfigsResponse.AlterConfigsResourceResponse),
-    75: _describe_topic_partitions,
+    75: _describe_topic_partitions, 69: _consumer_group_describe,
 }

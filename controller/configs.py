@@ -1,9 +1,10 @@
-"""IncrementalAlterConfigs and AlterConfigs for topics (resource type 2) and brokers (4).
+"""IncrementalAlterConfigs and AlterConfigs for topics (resource type 2), brokers (4) and
+KIP-848 groups (32: a group id, which need not exist yet, as Kafka).
 
 A broker resource is a broker id, or the empty name for the cluster-wide default. Each request
 is one operation: resources that pass validation are written together as ConfigRecords (a null
 value deletes the key); the others get their error. Other resource types (broker loggers,
-groups, client metrics) are not the controller's: INVALID_REQUEST.
+client metrics) are not the controller's: INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from controller.controller import Batch, Controller
 from controller.errors import ApiError, Errors
 from metadata import config_defs
 from metadata.diskless import DISKLESS_ENABLE, is_diskless
-from metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
+from metadata.image import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from protocol.generated.metadata_records.config_record import ConfigRecord
 
 log = structlog.get_logger(__name__)
@@ -43,10 +44,13 @@ def _check_resource(image: MetadataImage, rtype: int, name: str) -> None:
                 Errors.INVALID_REQUEST,
                 f"Broker resource name {name!r} is not a broker id; use a number, or '' for the cluster default.",
             )
+    elif rtype == GROUP_RESOURCE:
+        if not name:
+            raise ApiError(Errors.INVALID_REQUEST, "A group config needs a group id.")
     else:
         raise ApiError(
             Errors.INVALID_REQUEST,
-            f"Resource type {rtype} is not handled by the controller (only topics (2) and brokers (4)).",
+            f"Resource type {rtype} is not handled by the controller (only topics (2), brokers (4) and groups (32)).",
         )
 
 
@@ -54,6 +58,8 @@ def _validate(rtype: int, name: str, value: str) -> None:
     try:
         if rtype == TOPIC_RESOURCE:
             config_defs.validate_topic_config(name, value)
+        elif rtype == GROUP_RESOURCE:
+            config_defs.validate_group_config(name, value)
         else:
             config_defs.validate_broker_config(name, value)
     except config_defs.ConfigValueError as e:

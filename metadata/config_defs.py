@@ -181,6 +181,12 @@ def _broker_defs() -> dict[str, ConfigDef]:
 
 
 BROKER_CONFIGS: dict[str, ConfigDef] = _broker_defs()
+# Kafka's GroupConfig (KIP-848): per-group overrides of the broker's group.consumer.* settings
+GROUP_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
+    ConfigDef("consumer.session.timeout.ms", "INT", "45000", _at_least(1), (("group.consumer.session.timeout.ms", 1),)),
+    ConfigDef("consumer.heartbeat.interval.ms", "INT", "5000", _at_least(1),
+              (("group.consumer.heartbeat.interval.ms", 1),)),
+]}
 # Strata's own broker settings (diskless storage and what follows) are free-form until they get
 # definitions; they are accepted as strings so tools can set them.
 BROKER_CONFIG_PREFIXES = ("diskless.",)
@@ -240,13 +246,24 @@ def validate_broker_config(name: str, value: str) -> None:
     parse_value(d, value)
 
 
+def validate_group_config(name: str, value: str) -> None:
+    d = GROUP_CONFIGS.get(name)
+    if d is None:
+        raise ConfigValueError(f"Unknown group config name: {name}.")
+    parse_value(d, value)
+
+
+def _defs(resource_type: int) -> dict[str, ConfigDef]:
+    return TOPIC_CONFIGS if resource_type == 2 else GROUP_CONFIGS if resource_type == 32 else BROKER_CONFIGS
+
+
 def config_type(resource_type: int, name: str) -> str | None:
-    d = (TOPIC_CONFIGS if resource_type == 2 else BROKER_CONFIGS).get(name)
+    d = _defs(resource_type).get(name)
     return None if d is None else d.type
 
 
 def default_value(resource_type: int, name: str) -> str | None:
-    d = (TOPIC_CONFIGS if resource_type == 2 else BROKER_CONFIGS).get(name)
+    d = _defs(resource_type).get(name)
     return None if d is None else d.default
 
 

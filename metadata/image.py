@@ -20,6 +20,7 @@ METADATA_TOPIC_ID = UUID(int=1)  # Kafka's fixed id for the metadata topic
 NO_LEADER = -1
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
+GROUP_RESOURCE = 32  # KIP-848 group configs (kafka-configs.sh --entity-type groups)
 
 
 @dataclass(frozen=True)

@@ -137,6 +137,7 @@ class Errors:
     TELEMETRY_TOO_LARGE: Final = 118
     INVALID_REGISTRATION: Final = 119
     TRANSACTION_ABORTABLE: Final = 120
+    INVALID_REGULAR_EXPRESSION: Final = 128
     # Strata's own codes start at 1000, clear of Kafka's (see README "Error codes of Strata's own")
     INVALID_PARTITION_METADATA: Final = 1000
 
@@ -304,6 +305,7 @@ _TABLE: list[tuple[int, bool, str]] = [
     (Errors.TELEMETRY_TOO_LARGE, False, "The telemetry payload is too large."),
     (Errors.INVALID_REGISTRATION, False, "The broker registration is not valid."),
     (Errors.TRANSACTION_ABORTABLE, False, "The server hit an error the transaction can recover from by aborting."),
+    (Errors.INVALID_REGULAR_EXPRESSION, False, "The regular expression is not valid."),
     # Strata's own codes start at 1000, clear of Kafka's (see README "Error codes of Strata's own")
     (
         Errors.INVALID_PARTITION_METADATA,

@@ -389,19 +389,16 @@ def test_broker_loggers(bs: str) -> None:
 
 
 @pytest.mark.parametrize("args", [
-    ["--describe", "--entity-type", "groups", "--entity-name", "g"],
-    ["--alter", "--group", "g", "--add-config", "consumer.session.timeout.ms=45000"],
     ["--describe", "--entity-type", "client-metrics"],
     ["--alter", "--client-metrics", "m", "--add-config", "interval.ms=1000"],
 ])
 def test_unsupported_entity_types_are_one_line(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    """groups and client-metrics: Kafka's entity types with nothing behind them in Strata; said in one
-    line, exit 1, before any connection."""
+    """client-metrics: Kafka's entity type with nothing behind it in Strata; said in one line, exit
+    1, before any connection."""
     assert kafka_configs.main(["--bootstrap-server", "127.0.0.1:1", *args]) == 1
     out, err = capsys.readouterr()
     assert out == "" and len(err.splitlines()) == 1, err
-    assert err.startswith(f"Error: entity type {'groups' if 'group' in ' '.join(args) else 'client-metrics'} "
-                          "is not supported: "), err
+    assert err.startswith("Error: entity type client-metrics is not supported: "), err
 
 
 def test_logger_levels_filter_by_the_nearest_ancestor(capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,8 +16,10 @@ DescribeClientQuotas / AlterClientQuotas; users' SCRAM credentials through
 Describe/AlterUserScramCredentials, the password salted here (PBKDF2, a random salt) so only the
 salted password travels; ips' connection_creation_rate through the client quota APIs too;
 broker loggers (BROKER_LOGGER resources) through DescribeConfigs / IncrementalAlterConfigs sent to
-the broker named. groups and client-metrics, Kafka's other entity types, have nothing behind them
-in Strata (no KIP-848 groups, no KIP-714 telemetry): one line, exit 1. Output lines and messages
+the broker named; groups (KIP-848 consumer groups' consumer.session.timeout.ms and
+consumer.heartbeat.interval.ms) through DescribeConfigs / IncrementalAlterConfigs of GROUP
+resources. client-metrics has nothing behind it in Strata (no KIP-714 telemetry): one line,
+exit 1. Output lines and messages
 are Kafka's. Bad arguments (an unknown entity type, a malformed --add-config, a non-numeric quota)
 are one line and exit 2, before any connection;
 what the cluster refuses (an unknown config key, a missing topic) is one line and exit 1.
@@ -46,21 +48,22 @@ from protocol.generated.describe_user_scram_credentials import DescribeUserScram
 from protocol.generated.incremental_alter_configs import IncrementalAlterConfigsRequest
 from tools.admin import AdminError, ToolArgumentParser, admin_for, broker_error, run_tool
 from tools.brokers import Brokers
+from tools.kafka_consumer_groups import list_groups
 
 TOPICS, BROKERS, USERS, CLIENTS, IPS = "topics", "brokers", "users", "clients", "ips"
 BROKER_LOGGERS, CLIENT_METRICS, GROUPS = "broker-loggers", "client-metrics", "groups"
 ENTITY_TYPES = (TOPICS, CLIENTS, USERS, BROKERS, IPS, BROKER_LOGGERS, CLIENT_METRICS, GROUPS)
 # Kafka's entity types Strata has nothing behind: what the tool says instead
 UNSUPPORTED = {
-    GROUPS: "group configs (consumer.session.timeout.ms, share.*) are for KIP-848 consumer and share groups; "
-            "Strata serves the classic group protocol only, whose timeouts each member sends in JoinGroup",
     CLIENT_METRICS: "client metrics subscriptions need KIP-714 client telemetry (GetTelemetrySubscriptions, "
                     "PushTelemetry), which Strata does not serve",
 }
-TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE = 2, 4, 8
-RESOURCE_TYPES = {TOPICS: TOPIC_RESOURCE, BROKERS: BROKER_RESOURCE, BROKER_LOGGERS: BROKER_LOGGER_RESOURCE}
+TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE, GROUP_RESOURCE = 2, 4, 8, 32
+RESOURCE_TYPES = {TOPICS: TOPIC_RESOURCE, BROKERS: BROKER_RESOURCE, BROKER_LOGGERS: BROKER_LOGGER_RESOURCE,
+                  GROUPS: GROUP_RESOURCE}
 SOURCE_NAMES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
-                4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG"}
+                4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+                8: "DYNAMIC_GROUP_CONFIG"}
 QUOTA_ENTITY = {USERS: "user", CLIENTS: "client-id", IPS: "ip"}
 SET, DELETE = 0, 1
 DEFAULT_ITERATIONS = 4096  # Kafka's
@@ -278,18 +281,22 @@ async def resource_configs(brokers: Brokers, etype: str, name: str, synonyms: bo
 
 def _dynamic_source(etype: str, name: str) -> int | None:
     """The source --describe shows without --all (None: every entry, as for broker loggers)."""
+    if etype == GROUPS:
+        return 8
     return None if etype == BROKER_LOGGERS else 1 if etype == TOPICS else 2 if name else 3
 
 
 async def describe_resources(brokers: Brokers, etype: str, name: str | None, describe_all: bool) -> None:
-    if name is None:
+    if name is None and etype == GROUPS:
+        entities = [g for g, _ in await list_groups(brokers)]
+    elif name is None:
         if etype == TOPICS:
             entities = sorted(t for t in await brokers.topics())
         else:
             await brokers.topics([])
             entities = [str(b) for b in sorted(brokers.addresses)] + [""]
     else:
-        if not describe_all and etype != BROKER_LOGGERS:  # a broker logger's broker answers for itself
+        if not describe_all and etype not in (BROKER_LOGGERS, GROUPS):  # those answer for any name
             if etype == TOPICS:
                 known = name in await brokers.topics([name])
             else:
@@ -324,7 +331,7 @@ async def alter_resource(brokers: Brokers, cmd: Command, etype: str, name: str) 
     R = IncrementalAlterConfigsRequest
     ops = [R.AlterableConfig(name=k, config_operation=DELETE, value=None) for k in cmd.delete]
     ops += [R.AlterableConfig(name=k, config_operation=SET, value=v) for k, v in cmd.add.items()]
-    rtype = TOPIC_RESOURCE if etype == TOPICS else BROKER_RESOURCE
+    rtype = RESOURCE_TYPES[etype]
     resp = await brokers.admin.request(
         R(resources=[R.AlterConfigsResource(resource_type=rtype, resource_name=name, configs=ops)]),
         to_controller=True)
@@ -442,13 +449,13 @@ async def run(cmd: Command) -> None:
         raise AdminError(f"entity type {head} is not supported: {UNSUPPORTED[head]}")
     async with admin_for(a, a.timeout) as admin, Brokers(admin) as brokers:
         if a.describe:
-            if head in (TOPICS, BROKERS, BROKER_LOGGERS):
+            if head in (TOPICS, BROKERS, BROKER_LOGGERS, GROUPS):
                 await describe_resources(brokers, head, name, a.all)
             else:
                 await describe_quotas_and_scram(brokers, cmd)
             return
         assert name is not None  # --alter names every entity (checked with the arguments)
-        if head in (TOPICS, BROKERS):
+        if head in (TOPICS, BROKERS, GROUPS):
             await alter_resource(brokers, cmd, head, name)
         elif head == BROKER_LOGGERS:
             await alter_loggers(brokers, cmd, name)

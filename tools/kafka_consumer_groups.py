@@ -1,7 +1,7 @@
 """kafka-consumer-groups.sh for Strata: list, describe, delete consumer groups, reset and delete
 their offsets, with the options and output of Kafka's ConsumerGroupCommand.
 
-  --list [--state [S,S]] [--type [classic]]
+  --list [--state [S,S]] [--type [classic,consumer]]
   --describe (--group G ... | --all-groups) [--offsets (default) | --members [--verbose] | --state]
   --reset-offsets (--group G ... | --all-groups) (--topic T[:P,P] ... | --all-topics)
       (--to-earliest | --to-latest | --to-current | --to-offset N | --shift-by N |
@@ -15,6 +15,11 @@ to the group's coordinator, ListOffsets to partition leaders. Tables have Kafka'
 widths. Departures: errors and warnings go to stderr, one line, and exit 1 (Kafka prints errors on
 stdout and mostly exits 0); `--members --verbose` prints each topic's partitions as
 ``topic(0,1)`` (Kafka's Scala tool; the Java port dropped the topic name). Bad arguments exit 2.
+
+KIP-848 consumer groups are described with ConsumerGroupDescribe (a classic group answers
+GROUP_ID_NOT_FOUND there and is described with DescribeGroups, as Kafka's admin falls back):
+`--members --verbose` then shows each member's epoch and current assignment, and the target
+epoch and assignment; `--state --verbose` the group and target assignment epochs.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from datetime import datetime
 
 from client.group import decode_assignment
 from protocol.errors import Errors, error_message, error_name
+from protocol.generated.consumer_group_describe import ConsumerGroupDescribeRequest
 from protocol.generated.delete_groups import DeleteGroupsRequest
 from protocol.generated.describe_groups import DescribeGroupsRequest
 from protocol.generated.list_groups import ListGroupsRequest
@@ -47,7 +53,7 @@ from tools.brokers import EARLIEST, LATEST, Brokers, Coordinator, TopicPartition
 from tools.group_offsets import OFFSET_FETCH_VERSION, offset_commit_request, offset_fetch_request, partition_results
 
 MISSING = "-"
-STATES = ["PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty"]
+STATES = ["PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty", "Assigning", "Reconciling"]
 DURATION = re.compile(r"(-)?P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?", re.IGNORECASE)
 
 
@@ -59,6 +65,9 @@ class Member:
     client_id: str
     host: str
     assignment: list[TopicPartition]
+    # KIP-848 members only
+    epoch: int | None = None
+    target: list[TopicPartition] | None = None
 
 
 @dataclass
@@ -68,10 +77,18 @@ class Group:
     protocol: str  # the assignment strategy
     coordinator: Coordinator
     members: list[Member] = field(default_factory=list)
+    type: str = "classic"
+    group_epoch: int | None = None
+    assignment_epoch: int | None = None
 
 
 async def list_groups(brokers: Brokers) -> list[tuple[str, str]]:
-    """(group id, state) of every consumer group (ListGroups to each broker, as Kafka's admin)."""
+    return [(g, s) for g, s, _ in await list_typed_groups(brokers)]
+
+
+async def list_typed_groups(brokers: Brokers) -> list[tuple[str, str, str]]:
+    """(group id, state, type) of every consumer group (ListGroups to each broker, as Kafka's
+    admin): classic groups of the consumer protocol type and KIP-848 consumer groups."""
     await brokers.topics([])
     answers = await asyncio.gather(*(brokers.send(b, ListGroupsRequest(states_filter=[], types_filter=[]))
                                      for b in sorted(brokers.addresses)))
@@ -81,12 +98,26 @@ async def list_groups(brokers: Brokers) -> list[tuple[str, str]]:
             raise broker_error(f"cannot list the groups of broker {b}", resp.error_code)
         for g in resp.groups:
             if g.protocol_type in ("consumer", ""):
-                out[g.group_id] = g.group_state
-    return sorted(out.items())
+                out[g.group_id] = (g.group_state, g.group_type or "classic")
+    return sorted((g, s, t) for g, (s, t) in out.items())
 
 
 async def describe_group(brokers: Brokers, group: str) -> Group:
     coordinator = await brokers.coordinator(group)
+    cgd = await brokers.send_to(coordinator.host, coordinator.port,
+                                ConsumerGroupDescribeRequest(group_ids=[group], include_authorized_operations=False))
+    c = cgd.groups[0]
+    if c.error_code == 0:
+        def tps(a) -> list[TopicPartition]:  # noqa: ANN001 - a generated Assignment
+            return sorted((t.topic_name, p) for t in a.topic_partitions for p in t.partitions)
+
+        return Group(group, c.group_state, c.assignor_name, coordinator, [
+            Member(m.member_id, m.instance_id or "", m.client_id, m.client_host, tps(m.assignment), m.member_epoch,
+                   tps(m.target_assignment))
+            for m in c.members
+        ], "consumer", c.group_epoch, c.assignment_epoch)
+    if c.error_code != Errors.GROUP_ID_NOT_FOUND:
+        raise broker_error(f"cannot describe group '{group}'", c.error_code, c.error_message)
     resp = await brokers.send_to(coordinator.host, coordinator.port, DescribeGroupsRequest(groups=[group]))
     d = resp.groups[0]
     if d.error_code == Errors.GROUP_ID_NOT_FOUND:
@@ -140,7 +171,9 @@ def table(widths: Sequence[int | None], rows: Sequence[Sequence[object]]) -> str
 
 # ---------------------------------------------------------------- --list
 async def list_action(brokers: Brokers, a: argparse.Namespace) -> None:
-    groups = await list_groups(brokers)
+    typed = await list_typed_groups(brokers)
+    kinds = {g: t for g, _, t in typed}
+    groups = [(g, s) for g, s, _ in typed]
     if a.state is None and a.type is None:
         for g, _ in groups:
             print(g)
@@ -152,7 +185,7 @@ async def list_action(brokers: Brokers, a: argparse.Namespace) -> None:
     types = {t.lower() for t in (a.type or "").split(",") if t}
     if types - {"classic", "consumer"}:
         raise AdminError(f"Invalid types list '{a.type}'. Valid types are: classic, consumer")
-    shown = [(g, s) for g, s in groups if (not wanted or s.lower() in wanted) and (not types or "classic" in types)]
+    shown = [(g, s) for g, s in groups if (not wanted or s.lower() in wanted) and (not types or kinds[g] in types)]
     width = max([15, *(len(g) for g, _ in shown)]) + 10
     header, cols = ["GROUP"], [width]
     if a.type is not None:
@@ -161,8 +194,8 @@ async def list_action(brokers: Brokers, a: argparse.Namespace) -> None:
     if a.state is not None:
         header.append("STATE")
         cols.append(20)
-    rows = [header] + [[g] + (["Classic"] if a.type is not None else []) + ([s] if a.state is not None else [])
-                       for g, s in shown]
+    rows = [header] + [[g] + ([kinds[g].capitalize()] if a.type is not None else []) +
+                       ([s] if a.state is not None else []) for g, s in shown]
     print("\n".join(row_text(cols, r) for r in rows))
 
 
@@ -174,7 +207,7 @@ async def describe_action(brokers: Brokers, a: argparse.Namespace) -> None:
         if a.members:
             print_members(g, a.verbose)
         elif a.state is not None:
-            print_state(g)
+            print_state(g, a.verbose)
         else:
             await print_offsets(brokers, g)
 
@@ -231,6 +264,17 @@ def print_members(g: Group, verbose: bool) -> None:
     cols = [w["g"], w["c"], *([w["i"]] if with_instance else []), w["h"], w["cl"], 15]
     header = ["GROUP", "CONSUMER-ID", *(["GROUP-INSTANCE-ID"] if with_instance else []), "HOST", "CLIENT-ID",
               "#PARTITIONS"]
+    if verbose and g.type == "consumer":
+        # Kafka 4's columns for a KIP-848 group: epochs and the current and target assignments
+        w["a"] = max([18, *(len(assignment_text(m.assignment)) for m in g.members)])
+        lines = [row_text([*cols, 15, w["a"], 15], [*header, "CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH"])
+                 + " TARGET-ASSIGNMENT"]
+        for m in g.members:
+            row = [g.group_id, m.member_id, *([m.instance_id] if with_instance else []), m.host, m.client_id,
+                   len(m.assignment), m.epoch, assignment_text(m.assignment), g.assignment_epoch]
+            lines.append(row_text([*cols, 15, w["a"], 15], row) + " " + assignment_text(m.target or []))
+        print("\n" + "\n".join(lines))
+        return
     lines = [row_text(cols, header) + " " + ("ASSIGNMENT" if verbose else "")]
     for m in g.members:
         row = [g.group_id, m.member_id, *([m.instance_id] if with_instance else []), m.host, m.client_id,
@@ -248,13 +292,21 @@ def assignment_text(tps: list[TopicPartition]) -> str:
     return ", ".join(sorted(f"{t}({','.join(map(str, sorted(ps)))})" for t, ps in by_topic.items()))
 
 
-def print_state(g: Group) -> None:
+def print_state(g: Group, verbose: bool = False) -> None:
     state_note(g, 1)
     c = g.coordinator
     coordinator = f"{c.host}:{c.port}  ({c.node_id})"
     width = max(25, len(coordinator))
-    rows: list[list[object]] = [["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
-                                [g.group_id, coordinator, g.protocol, g.state, len(g.members)]]
+    if verbose:
+        rows: list[list[object]] = [
+            ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH",
+             "#MEMBERS"],
+            [g.group_id, coordinator, g.protocol, g.state, show(g.group_epoch), show(g.assignment_epoch),
+             len(g.members)]]
+        print(table([width, 25, 20, 15, 15, 25, None], rows))
+        return
+    rows = [["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
+            [g.group_id, coordinator, g.protocol, g.state, len(g.members)]]
     print(table([width, 25, 20, 15, None], rows))
 
 
@@ -503,7 +555,8 @@ def build_parser() -> ToolArgumentParser:
                          ("delete-offsets", "delete the offsets of a group")):
         ap.add_argument(f"--{action}", action="store_true", help=text)
     ap.add_argument("--members", action="store_true", help="with --describe: the group's members")
-    ap.add_argument("--verbose", action="store_true", help="with --members: each member's partitions")
+    ap.add_argument("--verbose", action="store_true",
+                    help="with --members: each member's partitions (and epochs); with --state: the group's epochs")
     ap.add_argument("--offsets", action="store_true", help="with --describe: offsets and lag (the default)")
     ap.add_argument("--state", nargs="?", const="", default=None, metavar="S,S",
                     help="with --describe: the group's state; with --list: states (filtered by S,S)")
@@ -558,8 +611,8 @@ def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
             ap.error("Option --describe takes at most one of these options: --members, --offsets, --state")
         if a.state:
             ap.error("Option --describe does not take a value for --state")
-        if a.verbose and not a.members:
-            ap.error("Option --verbose is only allowed with --members")
+        if a.verbose and not (a.members or a.state is not None):
+            ap.error("Option --verbose is only allowed with --members or --state")
     if a.delete and not (a.group or a.all_groups):
         ap.error("Option --delete takes one of these options: --all-groups, --group")
     if a.delete_offsets and (not a.group or not a.topic or len(a.group) != 1):

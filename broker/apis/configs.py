@@ -10,7 +10,7 @@ from broker.apis import broker_loggers
 from broker.apis.registry import RequestContext, api
 from metadata import config_defs as defs
 from metadata.broker_defaults import BROKER_CATALOG, BROKER_DEFAULTS, broker_synonyms, is_sensitive
-from metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
+from metadata.image import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
 from protocol.errors import Errors
 from protocol.generated.alter_configs import AlterConfigsResponse
 from protocol.generated.describe_configs import DescribeConfigsResponse
@@ -20,9 +20,9 @@ R = DescribeConfigsResponse
 # Kafka's ConfigSource and ConfigType numbers.
 DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 2, 3
 STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 4, 5
+DYNAMIC_GROUP_CONFIG = 8
 UNSUPPORTED = {  # Kafka's resource types with nothing behind them here
     16: "client metrics resources are not supported: Strata does not serve KIP-714 client telemetry",
-    32: "group configs are not supported: Strata serves the classic group protocol only (no KIP-848 groups)",
 }
 CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7, "PASSWORD": 9}
 
@@ -39,10 +39,30 @@ async def describe_configs(ctx: RequestContext, req) -> DescribeConfigsResponse:
             _broker(ctx, req, res, r)
         elif res.resource_type == broker_loggers.BROKER_LOGGER:
             broker_loggers.describe(res, ctx.services.config.node_id, r)
+        elif res.resource_type == GROUP_RESOURCE:
+            _group(ctx, req, res, r)
         else:
             r.error_code = Errors.INVALID_REQUEST
             r.error_message = UNSUPPORTED.get(res.resource_type, f"resource type {res.resource_type} is not supported")
     return R(results=results)
+
+
+def _group(ctx: RequestContext, req, res, r) -> None:
+    """A KIP-848 group's configs (Kafka's GroupConfig): its own value, else the broker's
+    group.consumer.* setting, else Kafka's default. Any group id may be described."""
+    s = ctx.services
+    explicit = s.metadata.image.configs.get((GROUP_RESOURCE, res.resource_name), {})
+    for name, d in sorted(defs.GROUP_CONFIGS.items()):
+        if not _wanted(res, name):
+            continue
+        synonyms = _synonyms([n for n, _ in d.synonyms], [(s.config.props, STATIC_BROKER_CONFIG)])
+        if name in explicit:
+            synonyms.insert(0, R.DescribeConfigsSynonym(name=name, value=explicit[name], source=DYNAMIC_GROUP_CONFIG))
+        value, source = (synonyms[0].value, synonyms[0].source) if synonyms else (d.default, DEFAULT_CONFIG)
+        r.configs.append(R.DescribeConfigsResourceResult(
+            name=name, value=value, read_only=False, is_default=source == DEFAULT_CONFIG, config_source=source,
+            is_sensitive=False, synonyms=synonyms if req.include_synonyms else [],
+            config_type=CONFIG_TYPES.get(d.type, 0), documentation=None))
 
 
 def _wanted(res, name: str) -> bool:

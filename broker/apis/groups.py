@@ -1,5 +1,6 @@
 """Group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
-TxnOffsetCommit, OffsetFetch, OffsetDelete, ListGroups, DescribeGroups, DeleteGroups.
+TxnOffsetCommit, OffsetFetch, OffsetDelete, ListGroups, DescribeGroups, DeleteGroups, and
+KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe.
 
 Thin translation between each version's request/response and the group coordinator
 (broker/coordinator/group), which owns the semantics. FindCoordinator names the leader of the
@@ -16,11 +17,15 @@ from broker.apis.registry import RequestContext, api
 from broker.apis.transactions import transaction_coordinator
 from broker.coordinator import wall_clock_ms
 from broker.coordinator.group.base import Group
+from broker.coordinator.group.consumer import HeartbeatRequest
+from broker.coordinator.group.consumer_records import Assignment
 from broker.coordinator.group.coordinator import GROUP_OPERATIONS, GroupCoordinator
 from broker.coordinator.group.group import ClassicGroup, PositionExchange
 from broker.coordinator.group.records import OFFSETS_TOPIC, OffsetAndMetadata
 from broker.coordinator.transaction.records import TRANSACTION_STATE_TOPIC
 from protocol.errors import Errors
+from protocol.generated.consumer_group_describe import ConsumerGroupDescribeResponse
+from protocol.generated.consumer_group_heartbeat import ConsumerGroupHeartbeatResponse
 from protocol.generated.delete_groups import DeleteGroupsResponse
 from protocol.generated.describe_groups import DescribeGroupsResponse
 from protocol.generated.find_coordinator import FindCoordinatorResponse
@@ -315,9 +320,9 @@ async def offset_fetch(ctx: RequestContext, req) -> OffsetFetchResponse:
     v = ctx.api_version
     c = _coordinator(ctx)
 
-    def fetch(group_id: str, topics) -> tuple[int, list]:
+    def fetch(group_id: str, topics, member_id: str | None = None, member_epoch: int = -1) -> tuple[int, list]:
         parts = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
-        err, rows = c.fetch_offsets(group_id, parts)
+        err, rows = c.fetch_offsets(group_id, parts, member_id, member_epoch)
         if err and v < 2 and parts is not None:
             return err, [(tp, (None, err)) for tp in parts]  # v0-1 have no group-level error
         unstable = c.unstable_partitions(group_id) if v >= 7 and req.require_stable else set()
@@ -341,7 +346,7 @@ async def offset_fetch(ctx: RequestContext, req) -> OffsetFetchResponse:
         return R(topics=topics, error_code=err if v >= 2 else 0)
     groups = []
     for g in req.groups:
-        err, rows = fetch(g.group_id, g.topics)
+        err, rows = fetch(g.group_id, g.topics, g.member_id if v >= 9 else None, g.member_epoch if v >= 9 else -1)
         groups.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=err, topics=[] if err else [
             R.OffsetFetchResponseTopics(name=name, partitions=[partition(R.OffsetFetchResponsePartitions, i, val)
                                                                for i, val in parts])
@@ -385,15 +390,17 @@ async def list_groups(ctx: RequestContext, req) -> ListGroupsResponse:
     c = _coordinator(ctx)
     err, groups = c.list_groups(req.states_filter if v >= 4 else (), req.types_filter if v >= 5 else ())
     return R(error_code=err, groups=[
-        R.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value,
-                      group_type="classic")
-        for g in map(_classic, groups)
+        R.ListedGroup(group_id=g.group_id, protocol_type=_protocol_type(g), group_state=g.state_name,
+                      group_type=g.type)
+        for g in groups
     ])
 
 
-def _classic(g: Group) -> ClassicGroup:
-    assert isinstance(g, ClassicGroup), "classic is the only group type the coordinator makes"
-    return g
+def _protocol_type(g: Group) -> str:
+    """A classic group's protocol type is its members'; a KIP-848 consumer group's is "consumer"."""
+    if isinstance(g, ClassicGroup):
+        return g.protocol_type or ""
+    return getattr(g, "protocol_type", "") or ""
 
 
 @api(15, 0, 6)
@@ -441,3 +448,74 @@ async def delete_groups(ctx: RequestContext, req) -> DeleteGroupsResponse:
     ids = list(dict.fromkeys(req.groups_names))
     errors = c.delete_groups(ids)
     return R(results=[R.DeletableGroupResult(group_id=g, error_code=errors[g]) for g in ids])
+
+
+# ---------------------------------------------------------------- KIP-848 consumer groups
+def _assignment_by_id(topics: list | None) -> Assignment | None:
+    if topics is None:
+        return None
+    out: dict = {}
+    for t in topics:
+        out[t.topic_id] = out.get(t.topic_id, frozenset()) | frozenset(t.partitions)
+    return out
+
+
+@api(68, 0, 1)
+async def consumer_group_heartbeat(ctx: RequestContext, req) -> ConsumerGroupHeartbeatResponse:
+    R = ConsumerGroupHeartbeatResponse
+    v = ctx.api_version
+    result = await _coordinator(ctx).consumer_group_heartbeat(HeartbeatRequest(
+        group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch, instance_id=req.instance_id,
+        rack_id=req.rack_id, rebalance_timeout_ms=req.rebalance_timeout_ms,
+        subscribed_topic_names=req.subscribed_topic_names,
+        subscribed_topic_regex=req.subscribed_topic_regex if v >= 1 else None,
+        server_assignor=req.server_assignor, owned=_assignment_by_id(req.topic_partitions),
+        client_id=ctx.client_id or "", client_host=_client_host(ctx), api_version=v,
+    ))
+    assignment = None
+    if result.assignment is not None:
+        assignment = R.Assignment(topic_partitions=[
+            R.TopicPartitions(topic_id=tid, partitions=sorted(ps)) for tid, ps in sorted(result.assignment.items())
+        ])
+    return R(error_code=result.error, error_message=result.message, member_id=result.member_id,
+             member_epoch=result.member_epoch, heartbeat_interval_ms=result.heartbeat_interval_ms,
+             assignment=assignment)
+
+
+@api(69, 0, 1)
+async def consumer_group_describe(ctx: RequestContext, req) -> ConsumerGroupDescribeResponse:
+    R = ConsumerGroupDescribeResponse
+    c = _coordinator(ctx)
+    image = ctx.services.metadata.image
+    ops = GROUP_OPERATIONS if req.include_authorized_operations else NO_AUTHORIZED_OPERATIONS
+
+    def assignment(a: Assignment) -> Any:
+        out = []
+        for tid, ps in sorted(a.items()):
+            t = image.topics.get(tid)
+            if t is not None and ps:
+                out.append(R.TopicPartitions(topic_id=tid, topic_name=t.name, partitions=sorted(ps)))
+        return R.Assignment(topic_partitions=out)
+
+    groups = []
+    for gid in req.group_ids:
+        err, message, g = c.consumer_group_describe(gid)
+        d = R.DescribedGroup(error_code=err, error_message=message, group_id=gid, group_state="", group_epoch=0,
+                             assignment_epoch=0, assignor_name="", members=[], authorized_operations=ops)
+        groups.append(d)
+        if g is None:
+            if not err:
+                d.group_state = "Dead"
+            continue
+        d.group_state = g.state_name
+        d.group_epoch, d.assignment_epoch = g.group_epoch, g.assignment_epoch
+        d.assignor_name = g.preferred_assignor(c.config.consumer_assignors[0])
+        d.members = [
+            R.Member(member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
+                     client_id=m.client_id, client_host=m.client_host,
+                     subscribed_topic_names=list(m.subscribed_topic_names),
+                     subscribed_topic_regex=m.subscribed_topic_regex, assignment=assignment(m.assigned),
+                     target_assignment=assignment(g.targets.get(m.member_id, {})), member_type=1)
+            for m in g.members.values()
+        ]
+    return R(groups=groups)

@@ -17,6 +17,8 @@ import protocol.generated.assign_replicas_to_dirs as assign_replicas_to_dirs
 import protocol.generated.begin_quorum_epoch as begin_quorum_epoch
 import protocol.generated.broker_heartbeat as broker_heartbeat
 import protocol.generated.broker_registration as broker_registration
+import protocol.generated.consumer_group_describe as consumer_group_describe
+import protocol.generated.consumer_group_heartbeat as consumer_group_heartbeat
 import protocol.generated.create_acls as create_acls
 import protocol.generated.create_chunks as create_chunks
 import protocol.generated.create_partitions as create_partitions
@@ -163,6 +165,8 @@ REQUESTS: dict[int, type[Message]] = {
     65: describe_transactions.DescribeTransactionsRequest,
     66: list_transactions.ListTransactionsRequest,
     67: allocate_producer_ids.AllocateProducerIdsRequest,
+    68: consumer_group_heartbeat.ConsumerGroupHeartbeatRequest,
+    69: consumer_group_describe.ConsumerGroupDescribeRequest,
     73: assign_replicas_to_dirs.AssignReplicasToDirsRequest,
     75: describe_topic_partitions.DescribeTopicPartitionsRequest,
     1076: create_chunks.CreateChunksRequest,
@@ -235,6 +239,8 @@ RESPONSES: dict[int, type[Message]] = {
     65: describe_transactions.DescribeTransactionsResponse,
     66: list_transactions.ListTransactionsResponse,
     67: allocate_producer_ids.AllocateProducerIdsResponse,
+    68: consumer_group_heartbeat.ConsumerGroupHeartbeatResponse,
+    69: consumer_group_describe.ConsumerGroupDescribeResponse,
     73: assign_replicas_to_dirs.AssignReplicasToDirsResponse,
     75: describe_topic_partitions.DescribeTopicPartitionsResponse,
     1076: create_chunks.CreateChunksResponse,

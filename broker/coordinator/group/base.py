@@ -71,6 +71,10 @@ class Group(abc.ABC):
     def validate_txn_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int) -> int:
         """0 when this TxnOffsetCommit may write, else the error every partition answers."""
 
+    def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> int:
+        """0 when this OffsetFetch (v9+ carries a KIP-848 member's id and epoch) may read."""
+        return 0
+
     @abc.abstractmethod
     def validate_offset_delete(self, partitions: Iterable[TopicPartition]) -> tuple[int, dict[TopicPartition, int]]:
         """(group error, per partition: 0 when its offset may be deleted, else why not)."""

@@ -20,6 +20,16 @@ class GroupCoordinatorConfig:
     offsets_retention_check_interval_ms: int = 600000
     offset_commit_timeout_ms: int = 5000
     load_buffer_size: int = 5 * 1024 * 1024
+    # KIP-848 consumer groups
+    consumer_session_timeout_ms: int = 45000
+    consumer_min_session_timeout_ms: int = 45000
+    consumer_max_session_timeout_ms: int = 60000
+    consumer_heartbeat_interval_ms: int = 5000
+    consumer_min_heartbeat_interval_ms: int = 5000
+    consumer_max_heartbeat_interval_ms: int = 15000
+    consumer_max_size: int = 2**31 - 1
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    consumer_migration_policy: str = "bidirectional"
 
     @classmethod
     def from_props(cls, props: Mapping[str, str]) -> GroupCoordinatorConfig:
@@ -43,4 +53,31 @@ class GroupCoordinatorConfig:
             ),
             offset_commit_timeout_ms=get("offsets.commit.timeout.ms", d.offset_commit_timeout_ms),
             load_buffer_size=get("offsets.load.buffer.size", d.load_buffer_size),
+            consumer_session_timeout_ms=get("group.consumer.session.timeout.ms", d.consumer_session_timeout_ms),
+            consumer_min_session_timeout_ms=get("group.consumer.min.session.timeout.ms",
+                                                d.consumer_min_session_timeout_ms),
+            consumer_max_session_timeout_ms=get("group.consumer.max.session.timeout.ms",
+                                                d.consumer_max_session_timeout_ms),
+            consumer_heartbeat_interval_ms=get("group.consumer.heartbeat.interval.ms",
+                                               d.consumer_heartbeat_interval_ms),
+            consumer_min_heartbeat_interval_ms=get("group.consumer.min.heartbeat.interval.ms",
+                                                   d.consumer_min_heartbeat_interval_ms),
+            consumer_max_heartbeat_interval_ms=get("group.consumer.max.heartbeat.interval.ms",
+                                                   d.consumer_max_heartbeat_interval_ms),
+            consumer_max_size=get("group.consumer.max.size", d.consumer_max_size),
+            consumer_assignors=tuple(_assignor_name(a) for a in (props.get("group.consumer.assignors") or
+                                                                 ",".join(d.consumer_assignors)).split(",")
+                                     if a.strip()),
+            consumer_migration_policy=(props.get("group.consumer.migration.policy") or
+                                       d.consumer_migration_policy).strip().lower(),
         )
+
+
+def _assignor_name(value: str) -> str:
+    """Kafka takes assignor names or class names (org.apache.kafka.coordinator.group.assignor.
+    UniformAssignor): both name ours."""
+    v = value.strip()
+    for cls, name in (("UniformAssignor", "uniform"), ("RangeAssignor", "range")):
+        if v.endswith(cls):
+            return name
+    return v

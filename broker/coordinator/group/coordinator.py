@@ -8,9 +8,11 @@ COORDINATOR_LOAD_IN_PROGRESS; when leadership goes, its groups are unloaded (wai
 answer NOT_COORDINATOR). Groups of partitions we do not lead answer NOT_COORDINATOR.
 
 This class ties the pieces to the partitioned topic and routes each request to the piece that
-owns it: the classic group protocol (classic.py) and the committed offsets of every group type
-(offsets_manager.py). A second group type (KIP-848's consumer groups, share groups) is another
-manager beside the classic one, sharing the offsets manager and the partitions.
+owns it: the classic group protocol (classic.py), KIP-848 consumer groups (consumer.py), and the
+committed offsets of every group type (offsets_manager.py). A group id names one group of one
+type; a request of the other protocol gets the answer Kafka gives, and an empty group changes
+type when the other protocol's first member joins, its offsets kept (KIP-848, "Upgrade and
+downgrade").
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import structlog
 from broker.coordinator.group.base import Group, TopicPartition
 from broker.coordinator.group.classic import GROUP_OPERATIONS, ClassicGroupManager, GroupSummary
 from broker.coordinator.group.config import GroupCoordinatorConfig
+from broker.coordinator.group.consumer import ConsumerGroupManager, HeartbeatRequest, HeartbeatResult
+from broker.coordinator.group.consumer_group import ConsumerGroup
 from broker.coordinator.group.group import (
     ClassicGroup,
     JoinCallback,
@@ -39,6 +43,7 @@ from broker.coordinator.group.records import OFFSETS_TOPIC, OffsetAndMetadata, p
 from broker.coordinator.group.runtime import (
     DELETE_GROUPS,
     EMPTY_GROUP_ID_ALLOWED,
+    HEARTBEAT,
     OffsetsPartition,
     Records,
 )
@@ -68,6 +73,7 @@ class GroupCoordinator(PartitionedCoordinator[OffsetsPartition]):
         super().__init__(replicas, metadata, config.offsets_topic_num_partitions, config.load_buffer_size,
                          config.offset_commit_timeout_ms)
         self.classic = ClassicGroupManager(config, self)
+        self.consumer = ConsumerGroupManager(config, self, metadata, self._take_over)
         self.offsets = OffsetsManager(config, self, ClassicGroup, self._member_committed)
         self._every(config.offsets_retention_check_interval_ms, self.expire_offsets, "offsets_expiry_failed")
         self._watch_leadership()
@@ -83,10 +89,12 @@ class GroupCoordinator(PartitionedCoordinator[OffsetsPartition]):
 
     def _apply_loaded(self, ps: OffsetsPartition, loaded: LoadedPartition, started: float) -> None:
         self.classic.load(ps, loaded.groups)
+        self.consumer.load(ps, loaded.consumer_groups)
         self.offsets.load(ps, loaded.offsets, loaded.pending_txn)
         ps.loading = False
         self.offsets.complete_transactions_ended_while_loading(ps)
         self.classic.resume(ps)
+        self.consumer.resume(ps)
         log.info("group_partition_loaded", partition=ps.index, epoch=ps.epoch, groups=len(ps.groups),
                  records=loaded.records, end_offset=loaded.end_offset,
                  ms=round((time.monotonic() - started) * 1000))
@@ -129,12 +137,56 @@ class GroupCoordinator(PartitionedCoordinator[OffsetsPartition]):
         if isinstance(group, ClassicGroup):
             self.classic.member_committed(group, member_id)
 
+    # ------------------------------------------------------------------ one group id, one type
+    def _take_over(self, ps: OffsetsPartition, group_id: str, new: Group) -> None:
+        """`new` replaces the empty group `group_id` of the other type, with its offsets."""
+        old = ps.groups.get(group_id)
+        if old is not None:
+            new.offsets, new.pending_offset_commits = old.offsets, old.pending_offset_commits
+            new.pending_txn_offsets = old.pending_txn_offsets
+            old.cancel_timers()
+            old.mark_dead()
+        ps.groups[group_id] = new
+
+    def _consumer_group(self, group_id: str) -> ConsumerGroup | None:
+        """The live consumer group of that id when we coordinate it, for the classic APIs to refuse
+        or convert."""
+        err, ps = self.status(group_id, HEARTBEAT)
+        group = ps.groups.get(group_id) if ps is not None and not err else None
+        return group if isinstance(group, ConsumerGroup) and not group.is_dead else None
+
+    def _classic_join_refused(self, group_id: str) -> int:
+        """0 when a JoinGroup may go to the classic manager; an empty consumer group becomes a
+        classic one first (its records tombstoned, offsets kept)."""
+        group = self._consumer_group(group_id)
+        if group is None:
+            return 0
+        if not group.is_empty:
+            log.info("classic_join_refused", group=group_id, reason="the group is a consumer group with members")
+            return Errors.INCONSISTENT_GROUP_PROTOCOL
+        ps = self._partitions[self.partition_for(group_id)]
+        keys = group.tombstone_keys()
+        self._take_over(ps, group_id, ClassicGroup(group_id))
+        self.write(ps.index, [(k, None) for k in keys])
+        log.info("consumer_group_converted_to_classic", group=group_id)
+        return 0
+
+    # ------------------------------------------------------------------ KIP-848 consumer groups
+    async def consumer_group_heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
+        return await self.consumer.heartbeat(req)
+
+    def consumer_group_describe(self, group_id: str) -> tuple[int, str | None, ConsumerGroup | None]:
+        return self.consumer.describe(group_id)
+
     # ------------------------------------------------------------------ the classic protocol
     async def join_group(
         self, group_id: str, member_id: str, group_instance_id: str | None, *, require_known_member_id: bool,
         support_skip_assignment: bool, client_id: str, client_host: str, rebalance_timeout_ms: int,
         session_timeout_ms: int, protocol_type: str, protocols: list[tuple[str, bytes]], reason: str | None = None,
     ) -> JoinResult:
+        err = self._classic_join_refused(group_id)
+        if err:
+            return JoinResult(err, member_id)
         return await self.classic.join_group(
             group_id, member_id, group_instance_id, require_known_member_id=require_known_member_id,
             support_skip_assignment=support_skip_assignment, client_id=client_id, client_host=client_host,
@@ -146,6 +198,10 @@ class GroupCoordinator(PartitionedCoordinator[OffsetsPartition]):
         client_id: str, client_host: str, rebalance_timeout_ms: int, session_timeout_ms: int, protocol_type: str,
         protocols: list[tuple[str, bytes]], respond: JoinCallback, reason: str,
     ) -> None:
+        err = self._classic_join_refused(group_id)
+        if err:
+            respond(JoinResult(err, member_id))
+            return
         self.classic.handle_join_group(group_id, member_id, instance_id, require_known, support_skip, client_id,
                                        client_host, rebalance_timeout_ms, session_timeout_ms, protocol_type,
                                        protocols, respond, reason)
@@ -154,6 +210,8 @@ class GroupCoordinator(PartitionedCoordinator[OffsetsPartition]):
         self, group_id: str, generation_id: int, member_id: str, protocol_type: str | None,
         protocol_name: str | None, group_instance_id: str | None, assignments: dict[str, bytes],
     ) -> SyncResult:
+        if self._consumer_group(group_id) is not None:
+            return SyncResult(Errors.UNKNOWN_MEMBER_ID)
         return await self.classic.sync_group(group_id, generation_id, member_id, protocol_type, protocol_name,
                                              group_instance_id, assignments)
 
@@ -161,20 +219,30 @@ class GroupCoordinator(PartitionedCoordinator[OffsetsPartition]):
         self, group_id: str, generation_id: int, member_id: str, protocol_type: str | None,
         protocol_name: str | None, instance_id: str | None, assignments: dict[str, bytes], respond: SyncCallback,
     ) -> None:
+        if self._consumer_group(group_id) is not None:
+            respond(SyncResult(Errors.UNKNOWN_MEMBER_ID))
+            return
         self.classic.handle_sync_group(group_id, generation_id, member_id, protocol_type, protocol_name, instance_id,
                                        assignments, respond)
 
     def heartbeat(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
                   positions: PositionExchange | None = None) -> int:
         """`positions`, when given, is a PositionExchange (KIP-253): filled in on success."""
+        if self._consumer_group(group_id) is not None:
+            return Errors.UNKNOWN_MEMBER_ID  # a classic member of a consumer group rejoins, and is refused there
         return self.classic.heartbeat(group_id, member_id, instance_id, generation_id, positions)
 
     def leave_group(self, group_id: str, members: list[tuple[str, str | None, str | None]]) -> tuple[int, list[int]]:
         """members: (member id, instance id, reason). Returns (group error, one error per member)."""
+        if self._consumer_group(group_id) is not None:
+            return 0, [Errors.UNKNOWN_MEMBER_ID] * len(members)
         return self.classic.leave_group(group_id, members)
 
     def describe_group(self, group_id: str) -> tuple[int, GroupSummary | None]:
-        """(error, summary); summary None for an unknown group."""
+        """(error, summary); summary None for an unknown group, or one that is not classic
+        (Kafka's DescribeGroups: GROUP_ID_NOT_FOUND from v6)."""
+        if self._consumer_group(group_id) is not None:
+            return 0, None
         return self.classic.describe_group(group_id)
 
     # ------------------------------------------------------------------ offsets
@@ -206,9 +274,10 @@ class GroupCoordinator(PartitionedCoordinator[OffsetsPartition]):
         return self.offsets.unstable_partitions(group_id)
 
     def fetch_offsets(
-        self, group_id: str, partitions: list[TopicPartition] | None,
+        self, group_id: str, partitions: list[TopicPartition] | None, member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> tuple[int, list[tuple[TopicPartition, OffsetAndMetadata | None]]]:
-        return self.offsets.fetch_offsets(group_id, partitions)
+        return self.offsets.fetch_offsets(group_id, partitions, member_id, member_epoch)
 
     def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> tuple[int, dict[TopicPartition, int]]:
         return self.offsets.delete_offsets(group_id, partitions)

@@ -1,7 +1,8 @@
 """Reading a __consumer_offsets partition when this broker comes to lead it: the log scanned from
 its start to its end (in an executor), last record per key wins, tombstones delete. What it finds
 is handed to the managers that own it, as Kafka's shard replays each record to the manager of
-its key: group metadata to the classic group manager, offsets to the offsets manager.
+its key: group metadata to the classic group manager, KIP-848 consumer group records to the
+consumer group manager, offsets to the offsets manager.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from broker.coordinator.group.base import TopicPartition
+from broker.coordinator.group.consumer_records import LoadedConsumerGroup, decode_consumer_key, replay
 from broker.coordinator.group.records import (
     GroupMetadataKey,
     GroupMetadataRecord,
@@ -42,6 +44,7 @@ class LoadedPartition:
     records: int = 0
     end_offset: int = 0
     pending_txn: PendingTxnOffsets = field(default_factory=dict)
+    consumer_groups: dict[str, LoadedConsumerGroup] = field(default_factory=dict)
 
 
 def read_partition(lg: Log, max_bytes: int) -> LoadedPartition:
@@ -51,6 +54,7 @@ def read_partition(lg: Log, max_bytes: int) -> LoadedPartition:
     groups: dict[str, GroupMetadataRecord | None] = {}
     offsets: dict[str, dict[TopicPartition, tuple[OffsetAndMetadata, int]]] = {}
     pending_txn: PendingTxnOffsets = {}
+    consumer_groups: dict[str, LoadedConsumerGroup] = {}
     offset = lg.log_start_offset
     count = 0
 
@@ -85,7 +89,9 @@ def read_partition(lg: Log, max_bytes: int) -> LoadedPartition:
                             apply_offset(key.group, (key.topic, key.partition), value, r.offset)
                     elif isinstance(key, GroupMetadataKey):
                         groups[key.group] = None if r.value is None else decode_group_metadata_value(r.value)
+                    elif r.key is not None and (ckey := decode_consumer_key(r.key)) is not None:
+                        replay(consumer_groups, ckey, r.value)
                 except RecordFormatError as e:
                     log.warning("offsets_record_skipped", offset=r.offset, error=str(e))
         offset = h.base_offset + h.last_offset_delta + 1
-    return LoadedPartition(groups, offsets, count, offset, pending_txn)
+    return LoadedPartition(groups, offsets, count, offset, pending_txn, consumer_groups)

@@ -227,10 +227,12 @@ class OffsetsManager:
         return {tp for per in group.pending_txn_offsets.values() for tp in per}
 
     def fetch_offsets(
-        self, group_id: str, partitions: list[TopicPartition] | None,
+        self, group_id: str, partitions: list[TopicPartition] | None, member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> tuple[int, list[tuple[TopicPartition, OffsetAndMetadata | None]]]:
         """Committed offsets of the requested partitions (None: every committed partition); a
-        partition without a commit has None."""
+        partition without a commit has None. A KIP-848 member's fetch carries its id and epoch,
+        which its group checks (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID)."""
         err, ps = self._runtime.status(group_id, OFFSET_FETCH)
         if err:
             return err, []
@@ -238,6 +240,9 @@ class OffsetsManager:
         group = ps.groups.get(group_id)
         if group is None or group.is_dead:
             return 0, [] if partitions is None else [(tp, None) for tp in partitions]
+        err = group.validate_offset_fetch(member_id, member_epoch)
+        if err:
+            return err, []
         if partitions is None:
             return 0, [(tp, c.value) for tp, c in sorted(group.offsets.items())]
         out = []

@@ -1,0 +1,505 @@
+"""KIP-848 consumer groups (Kafka's GroupMetadataManager for consumer groups): the
+ConsumerGroupHeartbeat that members join, heartbeat, reconcile and leave with, the target
+assignment the coordinator computes with a server-side assignor, member session and rebalance
+timeouts, and the records that make it all durable. A sibling of the classic group manager
+(classic.py); committed offsets are the offsets manager's, as for every group type.
+
+One heartbeat, as Kafka's consumerGroupHeartbeat: check the member's epoch; take its new
+subscription; bump the group epoch when membership, a subscription or the subscribed topics'
+metadata changed; compute a new target assignment when the group epoch passed the assignment
+epoch; move the member one step towards its target (reconciliation.py); answer its epoch and,
+when it changed, the partitions it may use now. Every state change is written to the group's
+__consumer_offsets partition before any await, and the answer waits for it to be replicated.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import structlog
+
+from broker.coordinator.group.assignors import ASSIGNORS, MemberSpec
+from broker.coordinator.group.config import GroupCoordinatorConfig
+from broker.coordinator.group.consumer_group import (
+    LEAVE_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    ConsumerGroup,
+    ConsumerMember,
+    MemberState,
+)
+from broker.coordinator.group.consumer_records import (
+    Assignment,
+    LoadedConsumerGroup,
+    TopicMetadata,
+    current_assignment_key,
+    current_assignment_value,
+    epoch_value,
+    group_metadata_key,
+    member_metadata_key,
+    member_metadata_value,
+    partition_metadata_key,
+    partition_metadata_value,
+    target_assignment_member_key,
+    target_assignment_member_value,
+    target_assignment_metadata_key,
+)
+from broker.coordinator.group.reconciliation import FencedMember, NextAssignment, reconcile
+from broker.coordinator.group.records import group_metadata_key as classic_group_metadata_key
+from broker.coordinator.group.runtime import GroupRuntime, OffsetsPartition
+from broker.coordinator.group.subscriptions import InvalidRegex, compile_regex, resolve, topic_specs
+from broker.coordinator.partitioned import state_write_error
+from metadata.image import GROUP_RESOURCE
+from protocol.errors import Errors
+
+if TYPE_CHECKING:
+    from broker.ports import ImageSource
+
+log = structlog.get_logger(__name__)
+
+CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
+MAX_SUBSCRIBED_TOPICS = 10_000  # a subscription past this is refused (INVALID_REQUEST), not stored
+Record = tuple[bytes, bytes | None]
+
+
+class HeartbeatError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class HeartbeatRequest:
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: list[str] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: Assignment | None = None
+    client_id: str = ""
+    client_host: str = ""
+    api_version: int = 1
+
+
+@dataclass
+class HeartbeatResult:
+    error: int
+    message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: Assignment | None = None
+
+
+class ConsumerGroupManager:
+    def __init__(self, config: GroupCoordinatorConfig, runtime: GroupRuntime, images: ImageSource,
+                 take_over: Callable[[OffsetsPartition, str, ConsumerGroup], None]) -> None:
+        """`take_over(partition, group id, new group)`: put a consumer group in place of an empty
+        classic group of that id, its committed offsets carried over."""
+        self.config = config
+        self._runtime = runtime
+        self._images = images
+        self._take_over = take_over
+
+    # ------------------------------------------------------------------ loading
+    def load(self, ps: OffsetsPartition, loaded: dict[str, LoadedConsumerGroup]) -> None:
+        for gid, lg in loaded.items():
+            group = ConsumerGroup(gid)
+            group.group_epoch, group.assignment_epoch = lg.group_epoch, lg.assignment_epoch
+            for mid, sub in lg.members.items():
+                m = ConsumerMember(mid)
+                m.apply_subscription(sub)
+                cur = lg.current.get(mid)
+                if cur is not None:
+                    m.apply_current(cur)
+                group.put_member(m)
+            group.targets = {mid: a for mid, a in lg.targets.items() if mid in group.members}
+            group.subscription_metadata = {t.topic_id: (t.name, t.num_partitions) for t in lg.partition_metadata}
+            group.note_state()
+            ps.groups[gid] = group
+
+    def resume(self, ps: OffsetsPartition) -> None:
+        """A loaded partition's consumer groups carry on: sessions (and pending revocations) run
+        from now, as Kafka's onLoaded."""
+        for group in ps.groups.values():
+            if isinstance(group, ConsumerGroup):
+                for m in group.members.values():
+                    self._schedule_session(group, m)
+                    if m.state is MemberState.UNREVOKED_PARTITIONS:
+                        self._schedule_rebalance_timeout(group, m)
+
+    # ------------------------------------------------------------------ the heartbeat
+    async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
+        try:
+            self._validate(req)
+            if not req.member_id:
+                req.member_id = new_member_id()
+            err, ps = self._runtime.status(req.group_id, CONSUMER_GROUP_HEARTBEAT)
+            if err:
+                return HeartbeatResult(err)
+            assert ps is not None
+            result, records = self._heartbeat(ps, req)
+        except HeartbeatError as e:
+            log.info("consumer_group_heartbeat_refused", group=req.group_id, member=req.member_id,
+                     epoch=req.member_epoch, error_code=e.code, reason=e.message)
+            return HeartbeatResult(e.code, e.message)
+        if records:
+            code, _, done = self._runtime.write(ps.index, records)
+            if not code:
+                code = await done
+            if code:
+                log.warning("consumer_group_records_not_written", group=req.group_id, error_code=code)
+                return HeartbeatResult(state_write_error(code))
+        return result
+
+    def _validate(self, req: HeartbeatRequest) -> None:
+        """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid."""
+        bad = Errors.INVALID_REQUEST
+        if not req.group_id:
+            raise HeartbeatError(Errors.INVALID_GROUP_ID, "GroupId can't be empty.")
+        if req.instance_id is not None and not req.instance_id:
+            raise HeartbeatError(bad, "InstanceId can't be empty.")
+        if req.rack_id is not None and not req.rack_id:
+            raise HeartbeatError(bad, "RackId can't be empty.")
+        if not req.member_id and (req.api_version >= 1 or req.member_epoch != 0):
+            raise HeartbeatError(bad, "MemberId can't be empty.")
+        if req.member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            raise HeartbeatError(bad, f"MemberEpoch {req.member_epoch} is invalid.")
+        if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH and req.instance_id is None:
+            raise HeartbeatError(bad, "InstanceId can't be null when leaving as a static member.")
+        if req.member_epoch == 0:
+            if req.rebalance_timeout_ms == -1:
+                raise HeartbeatError(bad, "RebalanceTimeoutMs must be provided in first request.")
+            if req.owned is None or any(req.owned.values()):
+                raise HeartbeatError(bad, "TopicPartitions must be empty when (re-)joining.")
+            if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
+                raise HeartbeatError(bad, "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
+        if req.subscribed_topic_names is not None and len(req.subscribed_topic_names) > MAX_SUBSCRIBED_TOPICS:
+            raise HeartbeatError(bad, f"The subscription names {len(req.subscribed_topic_names)} topics, more "
+                                      f"than {MAX_SUBSCRIBED_TOPICS}.")
+        if req.server_assignor is not None and req.server_assignor not in self.config.consumer_assignors:
+            raise HeartbeatError(Errors.UNSUPPORTED_ASSIGNOR,
+                                 f"ServerAssignor {req.server_assignor} is not supported. Supported assignors: "
+                                 f"{', '.join(self.config.consumer_assignors)}.")
+        if req.subscribed_topic_regex:
+            try:
+                compile_regex(req.subscribed_topic_regex)
+            except InvalidRegex as e:
+                raise HeartbeatError(Errors.INVALID_REGULAR_EXPRESSION, str(e)) from None
+
+    def _group(self, ps: OffsetsPartition, req: HeartbeatRequest, records: list[Record]) -> ConsumerGroup:
+        group = ps.groups.get(req.group_id)
+        if isinstance(group, ConsumerGroup) and not group.is_dead:
+            return group
+        if group is not None and not group.is_dead:
+            if not group.is_empty or req.member_epoch != 0:
+                raise HeartbeatError(Errors.GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a consumer group.")
+            # an empty classic group (offsets only, or every member gone) becomes a consumer
+            # group keeping its offsets (KIP-848, "Upgrade and downgrade")
+            log.info("classic_group_converted_to_consumer", group=req.group_id)
+            new = ConsumerGroup(req.group_id)
+            self._take_over(ps, req.group_id, new)
+            records.append((classic_group_metadata_key(req.group_id), None))
+            return new
+        if req.member_epoch != 0:
+            # the group is unknown here (deleted, or lost with its coordinator): the member rejoins
+            raise HeartbeatError(Errors.UNKNOWN_MEMBER_ID, f"Group {req.group_id} has no member {req.member_id}.")
+        new = ConsumerGroup(req.group_id)
+        ps.groups[req.group_id] = new
+        log.info("consumer_group_created", group=req.group_id)
+        return new
+
+    def _heartbeat(self, ps: OffsetsPartition, req: HeartbeatRequest) -> tuple[HeartbeatResult, list[Record]]:
+        records: list[Record] = []
+        if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+            return self._leave(ps, req, records), records
+        group = self._group(ps, req, records)
+        member = self._member(group, req, records)
+        gid = group.group_id
+        bump = False
+        if member.member_id not in group.members:
+            bump = True
+        sub = member.subscription()
+        updated = member  # changed in place: its timers find it by id
+        if req.instance_id is not None:
+            updated.instance_id = req.instance_id
+        if req.rack_id is not None:
+            updated.rack_id = req.rack_id
+        if req.rebalance_timeout_ms != -1:
+            updated.rebalance_timeout_ms = req.rebalance_timeout_ms
+        if req.subscribed_topic_names is not None:
+            updated.subscribed_topic_names = tuple(sorted(set(req.subscribed_topic_names)))
+        if req.subscribed_topic_regex is not None:
+            updated.subscribed_topic_regex = req.subscribed_topic_regex or None
+        if req.server_assignor is not None:
+            updated.server_assignor = req.server_assignor
+        updated.client_id, updated.client_host = req.client_id, req.client_host
+        new_sub = updated.subscription()
+        if new_sub != sub or bump:
+            records.append((member_metadata_key(gid, updated.member_id), member_metadata_value(new_sub)))
+            if (new_sub.subscribed_topic_names, new_sub.subscribed_topic_regex, new_sub.server_assignor) != (
+                    sub.subscribed_topic_names, sub.subscribed_topic_regex, sub.server_assignor):
+                bump = True
+        group.put_member(updated)
+        # the subscribed topics' metadata: a change (new topic, partitions added, a regex now
+        # matching more) triggers a new target assignment (KIP-848, "Group Epoch")
+        image = self._images.image
+        topics = resolve(image, group.subscribed_topic_names(),
+                         [m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex])
+        specs = topic_specs(image, topics)
+        metadata = {tid: (topics[tid], spec.partitions) for tid, spec in specs.items()}
+        if metadata != group.subscription_metadata:
+            group.subscription_metadata = metadata
+            records.append((partition_metadata_key(gid), partition_metadata_value(
+                [TopicMetadata(tid, name, n) for tid, (name, n) in sorted(metadata.items())])))
+            bump = True
+        if bump:
+            group.group_epoch += 1
+            records.append((group_metadata_key(gid), epoch_value(group.group_epoch)))
+            log.info("consumer_group_epoch_bumped", group=gid, epoch=group.group_epoch, member=updated.member_id)
+        if group.group_epoch > group.assignment_epoch:
+            self._compute_target(group, specs, records)
+        before = updated.assigned
+        self._reconcile(group, updated, req.owned, records)
+        self._schedule_session(group, updated)
+        group.note_state()
+        send = req.member_epoch == 0 or req.owned is not None or updated.assigned != before
+        return HeartbeatResult(0, None, updated.member_id, updated.member_epoch, self._heartbeat_interval(gid),
+                               updated.assigned if send else None), records
+
+    def _member(self, group: ConsumerGroup, req: HeartbeatRequest, records: list[Record]) -> ConsumerMember:
+        """The member the heartbeat is from (new when joining), its epoch checked (Kafka's
+        throwIfMemberEpochIsInvalid)."""
+        if req.member_epoch == 0:
+            if req.instance_id is not None:
+                old = group.static_member(req.instance_id)
+                if old is not None and old.member_id != req.member_id:
+                    if old.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                        raise HeartbeatError(Errors.UNRELEASED_INSTANCE_ID,
+                                             f"Static member {old.member_id} with instance id {req.instance_id} "
+                                             f"is not released yet.")
+                    return self._replace_static_member(group, old, req.member_id, records)
+            existing = group.members.get(req.member_id)
+            if existing is None:
+                if len(group.members) >= self.config.consumer_max_size:
+                    raise HeartbeatError(Errors.GROUP_MAX_SIZE_REACHED,
+                                         f"The consumer group has reached its maximum capacity of "
+                                         f"{self.config.consumer_max_size} members.")
+                return ConsumerMember(req.member_id, member_epoch=0, previous_member_epoch=0)
+            # a member rejoining with epoch 0 gave up its partitions: it starts again from none
+            group.update_assignment(existing, 0, existing.member_epoch, MemberState.STABLE, {}, {})
+            return existing
+        m = group.members.get(req.member_id)
+        if m is None:
+            raise HeartbeatError(Errors.UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group "
+                                                           f"{group.group_id}.")
+        if req.member_epoch > m.member_epoch:
+            raise HeartbeatError(Errors.FENCED_MEMBER_EPOCH, f"The consumer group member has a greater epoch "
+                                 f"({req.member_epoch}) than the one known by the group coordinator "
+                                 f"({m.member_epoch}). The member must abandon all its partitions and rejoin.")
+        if req.member_epoch < m.member_epoch:
+            # a member that missed the answer to its last heartbeat may repeat it once
+            if req.member_epoch != m.previous_member_epoch or req.owned is None or not _subset(req.owned, m.assigned):
+                raise HeartbeatError(Errors.FENCED_MEMBER_EPOCH, f"The consumer group member has a smaller epoch "
+                                     f"({req.member_epoch}) than the one known by the group coordinator "
+                                     f"({m.member_epoch}). The member must abandon all its partitions and rejoin.")
+        return m
+
+    def _replace_static_member(self, group: ConsumerGroup, old: ConsumerMember, new_id: str,
+                               records: list[Record]) -> ConsumerMember:
+        """A static member back under a new member id takes over its predecessor's assignment,
+        without a new group epoch (KIP-848, "Static Membership")."""
+        gid = group.group_id
+        group.remove_member(old.member_id)
+        target = group.targets.get(old.member_id)
+        records += [(current_assignment_key(gid, old.member_id), None),
+                    (target_assignment_member_key(gid, old.member_id), None),
+                    (member_metadata_key(gid, old.member_id), None)]
+        m = ConsumerMember(new_id, instance_id=old.instance_id, rack_id=old.rack_id, client_id=old.client_id,
+                           client_host=old.client_host, subscribed_topic_names=old.subscribed_topic_names,
+                           subscribed_topic_regex=old.subscribed_topic_regex,
+                           rebalance_timeout_ms=old.rebalance_timeout_ms, server_assignor=old.server_assignor,
+                           member_epoch=old.previous_member_epoch, previous_member_epoch=old.previous_member_epoch,
+                           state=MemberState.STABLE, assigned=old.assigned, pending_revocation={})
+        group.put_member(m)
+        if target is not None:
+            group.targets[new_id] = target
+            records.append((target_assignment_member_key(gid, new_id), target_assignment_member_value(target)))
+        records.append((member_metadata_key(gid, new_id), member_metadata_value(m.subscription())))
+        log.info("consumer_group_static_member_replaced", group=gid, instance=old.instance_id,
+                 old_member=old.member_id, member=new_id)
+        return m
+
+    def _compute_target(self, group: ConsumerGroup, specs: dict, records: list[Record]) -> None:
+        """A new target assignment at the group epoch (Kafka's TargetAssignmentBuilder): only the
+        members whose part changed get a record."""
+        name = group.preferred_assignor(self.config.consumer_assignors[0])
+        assignor = ASSIGNORS.get(name, ASSIGNORS[self.config.consumer_assignors[0]])
+        ids = {n: tid for tid, (n, _) in group.subscription_metadata.items()}
+        inputs = {}
+        for mid, m in group.members.items():
+            subscribed = {ids[n] for n in m.subscribed_topic_names if n in ids}
+            if m.subscribed_topic_regex:
+                try:
+                    p = compile_regex(m.subscribed_topic_regex)
+                    subscribed |= {tid for n, tid in ids.items() if p.fullmatch(n) and not n.startswith("__")}
+                except InvalidRegex:
+                    pass
+            inputs[mid] = MemberSpec(frozenset(subscribed), m.rack_id, group.targets.get(mid, {}))
+        target = assignor(inputs, specs)
+        gid = group.group_id
+        for mid, a in target.items():
+            a = {tid: ps for tid, ps in a.items() if ps}
+            if group.targets.get(mid) != a:
+                group.targets[mid] = a
+                records.append((target_assignment_member_key(gid, mid), target_assignment_member_value(a)))
+        group.assignment_epoch = group.group_epoch
+        records.append((target_assignment_metadata_key(gid), epoch_value(group.assignment_epoch)))
+        log.info("consumer_group_target_assignment", group=gid, epoch=group.assignment_epoch, assignor=name,
+                 members=len(target), partitions=sum(len(p) for a in target.values() for p in a.values()))
+
+    def _reconcile(self, group: ConsumerGroup, m: ConsumerMember, owned: Assignment | None,
+                   records: list[Record]) -> None:
+        current = NextAssignment(m.member_epoch, m.previous_member_epoch, m.state, m.assigned, m.pending_revocation)
+        try:
+            nxt = reconcile(current, group.assignment_epoch, group.targets.get(m.member_id, {}), group.partition_epoch,
+                            owned)
+        except FencedMember as e:
+            raise HeartbeatError(Errors.FENCED_MEMBER_EPOCH, str(e)) from None
+        if nxt != current or m.member_epoch == 0:
+            group.update_assignment(m, nxt.member_epoch, nxt.previous_member_epoch, nxt.state, nxt.assigned,
+                                    nxt.pending_revocation)
+            records.append((current_assignment_key(group.group_id, m.member_id),
+                            current_assignment_value(m.current_assignment())))
+            if nxt.state is not current.state or nxt.member_epoch != current.member_epoch:
+                log.debug("consumer_group_member_reconciled", group=group.group_id, member=m.member_id,
+                          epoch=m.member_epoch, state=m.state.name)
+        if m.state is MemberState.UNREVOKED_PARTITIONS:
+            if m.rebalance_timer is None:
+                self._schedule_rebalance_timeout(group, m)
+        elif m.rebalance_timer is not None:
+            m.rebalance_timer.cancel()
+            m.rebalance_timer = None
+
+    # ------------------------------------------------------------------ leaving and fencing
+    def _leave(self, ps: OffsetsPartition, req: HeartbeatRequest, records: list[Record]) -> HeartbeatResult:
+        group = ps.groups.get(req.group_id)
+        if not isinstance(group, ConsumerGroup) or group.is_dead:
+            raise HeartbeatError(Errors.GROUP_ID_NOT_FOUND, f"Group {req.group_id} not found.")
+        m = group.members.get(req.member_id)
+        if req.instance_id is not None:
+            m = group.static_member(req.instance_id)
+            if m is None or m.member_id != req.member_id:
+                raise HeartbeatError(Errors.UNKNOWN_MEMBER_ID if m is None else Errors.FENCED_INSTANCE_ID,
+                                     f"Instance id {req.instance_id} is not held by member {req.member_id}.")
+        if m is None:
+            raise HeartbeatError(Errors.UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group "
+                                                           f"{req.group_id}.")
+        if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            # the static member comes back soon: it keeps its assignment for its session timeout
+            group.update_assignment(m, LEAVE_GROUP_STATIC_MEMBER_EPOCH, m.member_epoch, m.state, m.assigned,
+                                    m.pending_revocation)
+            records.append((current_assignment_key(group.group_id, m.member_id),
+                            current_assignment_value(m.current_assignment())))
+            log.info("consumer_group_static_member_left_temporarily", group=group.group_id, member=m.member_id)
+            group.note_state()
+            return HeartbeatResult(0, None, m.member_id, LEAVE_GROUP_STATIC_MEMBER_EPOCH)
+        log.info("consumer_group_member_left", group=group.group_id, member=m.member_id)
+        self._fence(group, m, records)
+        return HeartbeatResult(0, None, m.member_id, LEAVE_GROUP_MEMBER_EPOCH)
+
+    def _fence(self, group: ConsumerGroup, m: ConsumerMember, records: list[Record]) -> None:
+        """Remove a member (left, session expired, revocation too slow) and bump the group epoch:
+        the next heartbeat computes a target without it."""
+        gid = group.group_id
+        group.remove_member(m.member_id)
+        records += [(current_assignment_key(gid, m.member_id), None),
+                    (target_assignment_member_key(gid, m.member_id), None),
+                    (member_metadata_key(gid, m.member_id), None)]
+        group.group_epoch += 1
+        records.append((group_metadata_key(gid), epoch_value(group.group_epoch)))
+        group.note_state()
+
+    def _fence_now(self, group: ConsumerGroup, m: ConsumerMember, why: str) -> None:
+        if group.is_dead or group.members.get(m.member_id) is not m:
+            return
+        log.info("consumer_group_member_fenced", group=group.group_id, member=m.member_id, reason=why)
+        records: list[Record] = []
+        self._fence(group, m, records)
+        pid = self._runtime.partition_for(group.group_id)
+        code, _, _ = self._runtime.write(pid, records)
+        if code:
+            log.warning("consumer_group_records_not_written", group=group.group_id, error_code=code)
+
+    # ------------------------------------------------------------------ timers
+    def _group_config(self, group_id: str, name: str, default: int) -> int:
+        """A group's own setting (kafka-configs.sh --entity-type groups, Kafka's GroupConfig), else
+        the broker's."""
+        raw = self._images.image.configs.get((GROUP_RESOURCE, group_id), {}).get(name)
+        try:
+            return int(raw) if raw is not None else default
+        except ValueError:
+            return default
+
+    def _session_timeout(self, group_id: str) -> int:
+        return self._group_config(group_id, "consumer.session.timeout.ms", self.config.consumer_session_timeout_ms)
+
+    def _heartbeat_interval(self, group_id: str) -> int:
+        return self._group_config(group_id, "consumer.heartbeat.interval.ms",
+                                  self.config.consumer_heartbeat_interval_ms)
+
+    def _schedule_session(self, group: ConsumerGroup, m: ConsumerMember) -> None:
+        if m.session_timer is not None:
+            m.session_timer.cancel()
+        m.session_timer = self._runtime.timer(self._session_timeout(group.group_id), self._on_session_expired,
+                                              group, m.member_id)
+
+    def _on_session_expired(self, group: ConsumerGroup, member_id: str) -> None:
+        m = group.members.get(member_id)
+        if m is not None:
+            m.session_timer = None
+            self._fence_now(group, m, "session timeout expired")
+
+    def _schedule_rebalance_timeout(self, group: ConsumerGroup, m: ConsumerMember) -> None:
+        if m.rebalance_timer is not None:
+            m.rebalance_timer.cancel()
+        timeout = m.rebalance_timeout_ms if m.rebalance_timeout_ms > 0 else self._session_timeout(group.group_id)
+        m.rebalance_timer = self._runtime.timer(timeout, self._on_rebalance_expired, group, m.member_id,
+                                                m.member_epoch)
+
+    def _on_rebalance_expired(self, group: ConsumerGroup, member_id: str, epoch: int) -> None:
+        m = group.members.get(member_id)
+        if m is None:
+            return
+        m.rebalance_timer = None
+        if m.state is MemberState.UNREVOKED_PARTITIONS and m.member_epoch == epoch:
+            self._fence_now(group, m, "did not revoke its partitions within its rebalance timeout")
+
+    # ------------------------------------------------------------------ describe
+    def describe(self, group_id: str) -> tuple[int, str | None, ConsumerGroup | None]:
+        err, ps = self._runtime.status(group_id, CONSUMER_GROUP_DESCRIBE)
+        if err:
+            return err, None, None
+        assert ps is not None
+        group = ps.groups.get(group_id)
+        if group is None or group.is_dead:
+            return Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
+        if not isinstance(group, ConsumerGroup):
+            return Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.", None
+        return 0, None, group
+
+
+def _subset(owned: Assignment, assigned: Assignment) -> bool:
+    return all(parts <= assigned.get(tid, frozenset()) for tid, parts in owned.items())
+
+
+def new_member_id() -> str:
+    """A member id for a v0 member that sent none (v1+ members make their own, KIP-1082)."""
+    return str(uuid.uuid4())

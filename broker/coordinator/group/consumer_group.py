@@ -1,0 +1,307 @@
+"""A KIP-848 consumer group's state (Kafka's ConsumerGroup and ConsumerGroupMember): a sibling of
+the classic group (group.py) under the same base (base.py), kept in the same __consumer_offsets
+partitions.
+
+Pure state, no I/O: the consumer group manager (consumer.py) drives it and runs its timers. The
+group has three epochs (KIP-848, "Group Epoch - Trigger a rebalance"): the group epoch, bumped
+whenever membership, a subscription or the subscribed topics' metadata change; the assignment
+epoch, the group epoch the target assignment was computed at; and each member's epoch, which
+reaches the assignment epoch once the member has reconciled its part of the target. The group
+also knows, per partition, the epoch of the member that owns it (assigned or pending
+revocation), so that a partition is given to its next owner only once released ("Assignment
+Reconciliation", revoke before assign).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import ClassVar
+from uuid import UUID
+
+from broker.coordinator import wall_clock_ms
+from broker.coordinator.group.base import CommittedOffset, Group, TopicPartition
+from broker.coordinator.group.consumer_records import (
+    Assignment,
+    CurrentAssignment,
+    MemberSubscription,
+    current_assignment_key,
+    group_metadata_key,
+    member_metadata_key,
+    partition_metadata_key,
+    target_assignment_member_key,
+    target_assignment_metadata_key,
+)
+from protocol.errors import Errors
+
+LEAVE_GROUP_MEMBER_EPOCH = -1
+LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
+
+
+class ConsumerGroupState(enum.Enum):
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+class MemberState(enum.IntEnum):
+    """Kafka's MemberState byte values, as the current assignment record stores them."""
+
+    UNKNOWN = 0
+    STABLE = 1
+    UNREVOKED_PARTITIONS = 2
+    UNRELEASED_PARTITIONS = 3
+
+
+@dataclass
+class ConsumerMember:
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str | None = None
+    rebalance_timeout_ms: int = -1
+    server_assignor: str | None = None
+    member_epoch: int = 0
+    previous_member_epoch: int = 0
+    state: MemberState = MemberState.STABLE
+    assigned: Assignment = field(default_factory=dict)
+    pending_revocation: Assignment = field(default_factory=dict)
+    # the consumer group manager's timers
+    session_timer: asyncio.TimerHandle | None = field(default=None, repr=False, compare=False)
+    rebalance_timer: asyncio.TimerHandle | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def is_static(self) -> bool:
+        return self.instance_id is not None
+
+    def subscription(self) -> MemberSubscription:
+        return MemberSubscription(self.instance_id, self.rack_id, self.client_id, self.client_host,
+                                  self.subscribed_topic_names, self.subscribed_topic_regex,
+                                  self.rebalance_timeout_ms, self.server_assignor)
+
+    def current_assignment(self) -> CurrentAssignment:
+        return CurrentAssignment(self.member_epoch, self.previous_member_epoch, int(self.state), self.assigned,
+                                 self.pending_revocation)
+
+    def apply_subscription(self, s: MemberSubscription) -> None:
+        self.instance_id, self.rack_id = s.instance_id, s.rack_id
+        self.client_id, self.client_host = s.client_id, s.client_host
+        self.subscribed_topic_names, self.subscribed_topic_regex = s.subscribed_topic_names, s.subscribed_topic_regex
+        self.rebalance_timeout_ms, self.server_assignor = s.rebalance_timeout_ms, s.server_assignor
+
+    def apply_current(self, c: CurrentAssignment) -> None:
+        self.member_epoch, self.previous_member_epoch = c.member_epoch, c.previous_member_epoch
+        self.state = MemberState(c.state) if c.state in MemberState._value2member_map_ else MemberState.UNKNOWN
+        self.assigned, self.pending_revocation = dict(c.assigned), dict(c.pending_revocation)
+
+    def cancel_timers(self) -> None:
+        for t in (self.session_timer, self.rebalance_timer):
+            if t is not None:
+                t.cancel()
+        self.session_timer = self.rebalance_timer = None
+
+
+class ConsumerGroup(Group):
+    type: ClassVar[str] = "consumer"
+    protocol_type: ClassVar[str] = "consumer"
+
+    def __init__(self, group_id: str, clock: Callable[[], int] = wall_clock_ms) -> None:
+        super().__init__(group_id, clock)
+        self.group_epoch = 0
+        self.assignment_epoch = 0
+        self.members: dict[str, ConsumerMember] = {}
+        self.static_members: dict[str, str] = {}  # instance id -> member id
+        self.targets: dict[str, Assignment] = {}  # member id -> its part of the target assignment
+        self.partition_epochs: dict[tuple[UUID, int], int] = {}  # owned partition -> owner's epoch
+        # what the last assignment saw of the subscribed topics: topic id -> (name, partition count)
+        self.subscription_metadata: dict[UUID, tuple[str, int]] = {}
+        self.dead = False
+        self.state_timestamp = clock()
+        self._last_state = ConsumerGroupState.EMPTY
+
+    def __repr__(self) -> str:
+        return (f"ConsumerGroup({self.group_id!r}, {self.state.value}, epoch={self.group_epoch}, "
+                f"assignment_epoch={self.assignment_epoch}, members={len(self.members)})")
+
+    # ---- state (Kafka's ConsumerGroup.maybeUpdateGroupState)
+    @property
+    def state(self) -> ConsumerGroupState:
+        if self.dead:
+            return ConsumerGroupState.DEAD
+        if not self.members:
+            return ConsumerGroupState.EMPTY
+        if self.group_epoch != self.assignment_epoch:
+            return ConsumerGroupState.ASSIGNING
+        for m in self.members.values():
+            if m.member_epoch != self.assignment_epoch or m.state is not MemberState.STABLE:
+                return ConsumerGroupState.RECONCILING
+        return ConsumerGroupState.STABLE
+
+    def note_state(self) -> None:
+        """Stamp the time the state last changed (offset expiry of an empty group counts from it)."""
+        s = self.state
+        if s is not self._last_state:
+            self._last_state = s
+            self.state_timestamp = self.clock()
+
+    # ---- members
+    def put_member(self, member: ConsumerMember) -> None:
+        """Add or replace a member (same id), keeping the partition epochs and static ids true."""
+        old = self.members.get(member.member_id)
+        if old is not None:
+            self._drop_partition_epochs(old)
+            if old.instance_id is not None and self.static_members.get(old.instance_id) == old.member_id:
+                del self.static_members[old.instance_id]
+        self.members[member.member_id] = member
+        if member.instance_id is not None:
+            self.static_members[member.instance_id] = member.member_id
+        self._add_partition_epochs(member)
+
+    def remove_member(self, member_id: str) -> ConsumerMember | None:
+        m = self.members.pop(member_id, None)
+        if m is not None:
+            self._drop_partition_epochs(m)
+            if m.instance_id is not None and self.static_members.get(m.instance_id) == member_id:
+                del self.static_members[m.instance_id]
+            m.cancel_timers()
+        self.targets.pop(member_id, None)
+        return m
+
+    def static_member(self, instance_id: str) -> ConsumerMember | None:
+        mid = self.static_members.get(instance_id)
+        return None if mid is None else self.members.get(mid)
+
+    def update_assignment(self, member: ConsumerMember, epoch: int, previous: int, state: MemberState,
+                          assigned: Assignment, pending: Assignment) -> None:
+        self._drop_partition_epochs(member)
+        member.member_epoch, member.previous_member_epoch, member.state = epoch, previous, state
+        member.assigned, member.pending_revocation = assigned, pending
+        self._add_partition_epochs(member)
+
+    def _add_partition_epochs(self, m: ConsumerMember) -> None:
+        for a in (m.assigned, m.pending_revocation):
+            for tid, parts in a.items():
+                for p in parts:
+                    self.partition_epochs[(tid, p)] = m.member_epoch
+
+    def _drop_partition_epochs(self, m: ConsumerMember) -> None:
+        for a in (m.assigned, m.pending_revocation):
+            for tid, parts in a.items():
+                for p in parts:
+                    self.partition_epochs.pop((tid, p), None)
+
+    def partition_epoch(self, topic_id: UUID, partition: int) -> int:
+        """The epoch of the member owning the partition, -1 when it is free."""
+        return self.partition_epochs.get((topic_id, partition), -1)
+
+    # ---- subscriptions
+    def subscribed_topic_names(self) -> Counter[str]:
+        c: Counter[str] = Counter()
+        for m in self.members.values():
+            c.update(m.subscribed_topic_names)
+        return c
+
+    def preferred_assignor(self, default: str) -> str:
+        """The assignor most members ask for (Kafka's ConsumerGroup.computePreferredServerAssignor)."""
+        votes = Counter(m.server_assignor for m in self.members.values() if m.server_assignor)
+        return votes.most_common(1)[0][0] if votes else default
+
+    def subscribed_topics(self) -> set[str]:
+        """Names of the topics the members subscribe to now (regular expressions as last resolved
+        by the manager, which records them in subscription_metadata)."""
+        names = set(self.subscribed_topic_names())
+        names.update(name for name, _ in self.subscription_metadata.values())
+        return names
+
+    # ---- the rules the offsets manager asks of a group (base.Group)
+    @property
+    def state_name(self) -> str:
+        return self.state.value
+
+    @property
+    def is_dead(self) -> bool:
+        return self.dead
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.members
+
+    def mark_dead(self) -> None:
+        self.dead = True
+
+    def validate_member_epoch(self, member_id: str, epoch: int) -> int:
+        """Kafka's ConsumerGroup.validateOffsetCommit / validateOffsetFetch for a member."""
+        m = self.members.get(member_id)
+        if m is None:
+            return Errors.UNKNOWN_MEMBER_ID
+        if epoch != m.member_epoch:
+            return Errors.STALE_MEMBER_EPOCH
+        return 0
+
+    def validate_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int) -> int:
+        if self.dead:
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and not self.members:
+            return 0  # an admin client, or a consumer without group management, commits for an empty group
+        return self.validate_member_epoch(member_id, generation_id)
+
+    def validate_txn_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int) -> int:
+        if self.dead:
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and not member_id:
+            return 0
+        m = self.members.get(member_id)
+        if m is None:
+            return Errors.UNKNOWN_MEMBER_ID
+        if generation_id >= 0 and generation_id != m.member_epoch:
+            return Errors.ILLEGAL_GENERATION  # TxnOffsetCommit's code for a stale epoch (Kafka's)
+        return 0
+
+    def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> int:
+        if member_id is None and member_epoch < 0:
+            return 0  # the admin client, or a consumer that sends neither
+        return self.validate_member_epoch(member_id or "", member_epoch)
+
+    def validate_offset_delete(self, partitions: Iterable[TopicPartition]) -> tuple[int, dict[TopicPartition, int]]:
+        if not self.members:
+            return 0, {tp: 0 for tp in partitions}
+        subscribed = self.subscribed_topics()
+        return 0, {tp: Errors.GROUP_SUBSCRIBED_TO_TOPIC if tp[0] in subscribed else 0 for tp in partitions}
+
+    def validate_delete_group(self) -> int:
+        return 0 if not self.members else Errors.NON_EMPTY_GROUP
+
+    def expired_offsets(self, now_ms: int, retention_ms: int) -> list[TopicPartition]:
+        """Kafka's ConsumerGroup.offsetExpirationCondition: from each commit's time; a non-empty
+        group keeps the offsets of the topics it subscribes to."""
+
+        def since_commit(c: CommittedOffset) -> int:
+            return c.value.commit_timestamp
+
+        keep = self.subscribed_topics() if self.members else set()
+        return self.offsets_expired_since(now_ms, retention_ms, since_commit, keep)
+
+    def tombstone_keys(self) -> list[bytes]:
+        """The group's own records, the group epoch last (replaying its tombstone ends the group)."""
+        keys = []
+        for mid in self.members:
+            keys += [current_assignment_key(self.group_id, mid), target_assignment_member_key(self.group_id, mid),
+                     member_metadata_key(self.group_id, mid)]
+        return keys + [target_assignment_metadata_key(self.group_id), partition_metadata_key(self.group_id),
+                       group_metadata_key(self.group_id)]
+
+    def cancel_timers(self) -> None:
+        for m in self.members.values():
+            m.cancel_timers()
+
+    def unload(self) -> None:
+        self.dead = True
+        self.cancel_timers()

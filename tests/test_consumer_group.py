@@ -1,0 +1,268 @@
+"""KIP-848 consumer groups in-process: the records of __consumer_offsets they are kept in, the
+server-side assignors, reconciliation (revoke before assign), and the consumer group manager
+driven through the coordinator over real __consumer_offsets logs (joins, epochs, fencing,
+session expiry, offset commits with member epochs, reload from the log, conversion of an empty
+group between the classic and the consumer protocol)."""
+
+from __future__ import annotations
+
+import uuid
+from types import MappingProxyType
+
+from broker.coordinator.group.assignors import MemberSpec, TopicSpec, range_, uniform
+from broker.coordinator.group.consumer import HeartbeatRequest
+from broker.coordinator.group.consumer_group import ConsumerGroup, ConsumerGroupState, MemberState
+from broker.coordinator.group.consumer_records import (
+    CurrentAssignment,
+    LoadedConsumerGroup,
+    MemberSubscription,
+    TopicMetadata,
+    current_assignment_key,
+    current_assignment_value,
+    decode_consumer_key,
+    decode_current_assignment_value,
+    decode_member_metadata_value,
+    decode_partition_metadata_value,
+    epoch_value,
+    group_metadata_key,
+    member_metadata_key,
+    member_metadata_value,
+    partition_metadata_value,
+    replay,
+)
+from broker.coordinator.group.group import ClassicGroup
+from broker.coordinator.group.reconciliation import NextAssignment, reconcile
+from broker.coordinator.group.records import OffsetAndMetadata
+from broker.coordinator.group.subscriptions import InvalidRegex, compile_regex
+from metadata import MetadataImage, PartitionInfo
+from metadata.image import BrokerInfo, TopicInfo
+from protocol.errors import Errors
+from tests.test_group_coordinator import Harness, eventually, pid, run
+
+E = Errors
+T1, T2 = uuid.UUID(int=1), uuid.UUID(int=2)
+
+
+# ======================================================================= records
+def test_consumer_group_records_round_trip_and_replay():
+    sub = MemberSubscription("i1", "rack-a", "cli", "/127.0.0.1", ("a", "b"), None, 30000, "uniform")
+    assert decode_member_metadata_value(member_metadata_value(sub)) == sub
+    cur = CurrentAssignment(5, 4, 2, {T1: frozenset({0, 2})}, {T2: frozenset({1})})
+    assert decode_current_assignment_value(current_assignment_value(cur)) == cur
+    meta = [TopicMetadata(T1, "a", 6), TopicMetadata(T2, "b", 3, {0: ("r1", "r2")})]
+    assert decode_partition_metadata_value(partition_metadata_value(meta)) == meta
+    k = decode_consumer_key(member_metadata_key("g", "m1"))
+    assert k is not None and (k.type, k.group, k.member) == (5, "g", "m1")
+    assert decode_consumer_key(b"\x00\x02\x00\x01g") is None  # a classic group metadata key
+
+    groups: dict[str, LoadedConsumerGroup] = {}
+    for key, value in [(member_metadata_key("g", "m1"), member_metadata_value(sub)),
+                       (group_metadata_key("g"), epoch_value(3)),
+                       (current_assignment_key("g", "m1"), current_assignment_value(cur)),
+                       (member_metadata_key("g", "m2"), member_metadata_value(sub)),
+                       (member_metadata_key("g", "m2"), None)]:
+        ck = decode_consumer_key(key)
+        assert ck is not None
+        replay(groups, ck, value)
+    assert groups["g"].group_epoch == 3 and list(groups["g"].members) == ["m1"] and groups["g"].current["m1"] == cur
+    ck = decode_consumer_key(group_metadata_key("g"))
+    assert ck is not None
+    replay(groups, ck, None)
+    assert groups == {}
+
+
+# ======================================================================= assignors and reconciliation
+def _members(n: int, topics=(T1,), current=None, racks=None) -> dict[str, MemberSpec]:
+    return {f"m{i}": MemberSpec(frozenset(topics), (racks or {}).get(f"m{i}"), (current or {}).get(f"m{i}", {}))
+            for i in range(n)}
+
+
+def _count(a) -> dict[str, int]:
+    return {m: sum(len(p) for p in x.values()) for m, x in a.items()}
+
+
+def test_uniform_is_balanced_and_moves_only_what_must_move():
+    topics = {T1: TopicSpec(6)}
+    first = uniform(_members(3), topics)
+    assert sorted(_count(first).values()) == [2, 2, 2]
+    # a fourth member: the old members keep what they can, one partition moves
+    second = uniform(_members(4, current=first), topics)
+    assert sorted(_count(second).values()) == [1, 1, 2, 2]
+    moved = sum(len(first[m][T1] - second[m].get(T1, frozenset())) for m in first)
+    assert moved == 1
+    # one leaves: its partitions go, nobody else's move
+    rest = {m: s for m, s in _members(4, current=second).items() if m != "m3"}
+    third = uniform(rest, topics)
+    assert all(second[m][T1] <= third[m][T1] for m in rest if T1 in second[m])
+    assert sum(_count(third).values()) == 6
+    # different subscriptions: each gets only what it subscribes to, balanced where it can be
+    mixed = uniform({"a": MemberSpec(frozenset({T1})), "b": MemberSpec(frozenset({T1, T2}))},
+                    {T1: TopicSpec(2), T2: TopicSpec(2)})
+    assert T2 not in mixed["a"] and _count(mixed) == {"a": 2, "b": 2}
+    # racks: a partition goes to a member in one of its replicas' racks when balance allows
+    racked = uniform(_members(2, racks={"m0": "east", "m1": "west"}),
+                     {T1: TopicSpec(2, {0: frozenset({"west"}), 1: frozenset({"east"})})})
+    assert racked["m0"][T1] == {1} and racked["m1"][T1] == {0}
+
+
+def test_range_co_partitions():
+    a = range_(_members(2, topics=(T1, T2)), {T1: TopicSpec(3), T2: TopicSpec(3)})
+    assert a["m0"] == {T1: {0, 1}, T2: {0, 1}} and a["m1"] == {T1: {2}, T2: {2}}
+
+
+def test_reconciliation_revokes_before_it_assigns():
+    free = {(T1, 0): -1, (T1, 1): -1, (T1, 2): 3}
+    epoch_of = lambda t, p: free.get((t, p), -1)  # noqa: E731
+    cur = NextAssignment(3, 2, MemberState.STABLE, {T1: frozenset({0, 1})}, {})
+    # target at epoch 4 moves partition 1 away and gives 2 (still owned by someone at epoch 3)
+    nxt = reconcile(cur, 4, {T1: frozenset({0, 2})}, epoch_of, None)
+    assert nxt.state is MemberState.UNREVOKED_PARTITIONS and nxt.member_epoch == 3
+    assert nxt.assigned == {T1: {0}} and nxt.pending_revocation == {T1: {1}}
+    assert reconcile(nxt, 4, {T1: frozenset({0, 2})}, epoch_of, {T1: frozenset({0, 1})}) == nxt  # not yet
+    done = reconcile(nxt, 4, {T1: frozenset({0, 2})}, epoch_of, {T1: frozenset({0})})
+    assert done.state is MemberState.UNRELEASED_PARTITIONS and done.member_epoch == 4 and done.assigned == {T1: {0}}
+    free[(T1, 2)] = -1  # its owner released it
+    final = reconcile(done, 4, {T1: frozenset({0, 2})}, epoch_of, {T1: frozenset({0})})
+    assert final.state is MemberState.STABLE and final.assigned == {T1: {0, 2}}
+
+
+def test_regular_expressions_follow_re2():
+    assert compile_regex("orders-.*").fullmatch("orders-1")
+    for bad in ("(", "a(?=b)", r"(a)\1", "a*+"):
+        try:
+            compile_regex(bad)
+        except InvalidRegex:
+            continue
+        raise AssertionError(f"{bad!r} compiled")
+
+
+# ======================================================================= the manager, in-process
+def _image(partitions: int = 6, name: str = "orders", tid: uuid.UUID = T1) -> MetadataImage:
+    parts = {p: PartitionInfo(tid, p, (1,), (1,), 1, 0, 0) for p in range(partitions)}
+    broker = BrokerInfo(1, 0, uuid.UUID(int=9), (), "rack-1", fenced=False)
+    return MetadataImage(topics=MappingProxyType({tid: TopicInfo(tid, name, MappingProxyType(parts))}),
+                         topic_ids=MappingProxyType({name: tid}), brokers=MappingProxyType({1: broker}))
+
+
+def hb(h: Harness, gid: str, member: str, epoch: int, owned=None, topics=("orders",), **kw):
+    return h.coordinator.consumer_group_heartbeat(HeartbeatRequest(
+        gid, member, epoch, rebalance_timeout_ms=kw.pop("rebalance", 5000),
+        subscribed_topic_names=list(topics) if epoch == 0 else kw.pop("names", None),
+        owned=({} if epoch == 0 else None) if owned is None else owned, client_id="cli", **kw))
+
+
+async def _settle(h: Harness, gid: str, members: dict[str, tuple[int, dict]]) -> dict[str, tuple[int, dict]]:
+    """Heartbeat every member (acknowledging what it was given) until the group is stable."""
+    group = h.coordinator.partition(pid(gid)).groups[gid]
+    for _ in range(10):
+        for mid, (epoch, owned) in list(members.items()):
+            r = await hb(h, gid, mid, epoch, owned=owned)
+            assert r.error == 0, (mid, r)
+            members[mid] = (r.member_epoch, owned if r.assignment is None else r.assignment)
+        if group.state is ConsumerGroupState.STABLE:
+            return members
+    raise AssertionError(f"not stable: {group}")
+
+
+def test_members_join_reconcile_commit_and_reload(tmp_path):
+    async def scenario(h: Harness):
+        gid = "billing"
+        h.metadata.image = _image()
+        c = h.coordinator
+        await h.lead(pid(gid))
+        r = await hb(h, gid, "m1", 0)
+        assert r.error == 0 and r.member_epoch == 1 and r.assignment == {T1: frozenset(range(6))}
+        members = {"m1": (1, r.assignment)}
+        for m in ("m2", "m3"):
+            r = await hb(h, gid, m, 0)
+            assert r.error == 0 and r.assignment == {}  # everything is still m1's: nothing until released
+            members[m] = (r.member_epoch, {})
+        members = await _settle(h, gid, members)
+        owned = [set(a.get(T1, ())) for _, a in members.values()]
+        assert sorted(len(o) for o in owned) == [2, 2, 2] and set().union(*owned) == set(range(6))
+        group = c.partition(pid(gid)).groups[gid]
+        assert isinstance(group, ConsumerGroup) and group.state_name == "Stable" and group.group_epoch == 3
+
+        # commits carry the member epoch
+        epoch1 = members["m1"][0]
+        tp = ("orders", 0)
+        assert await c.commit_offsets(gid, "m1", None, epoch1, {tp: OffsetAndMetadata(5)}) == {tp: 0}
+        assert await c.commit_offsets(gid, "m1", None, epoch1 - 1, {tp: OffsetAndMetadata(6)}) == {
+            tp: E.STALE_MEMBER_EPOCH}
+        assert await c.commit_offsets(gid, "nobody", None, 1, {tp: OffsetAndMetadata(6)}) == {tp: E.UNKNOWN_MEMBER_ID}
+        assert c.fetch_offsets(gid, [tp], "m1", epoch1 + 1)[0] == E.STALE_MEMBER_EPOCH
+        assert c.fetch_offsets(gid, [tp], "m1", epoch1) == (0, [(tp, OffsetAndMetadata(5))])
+
+        # bad input: Kafka's codes
+        assert (await hb(h, gid, "m1", epoch1 + 5, owned={})).error == E.FENCED_MEMBER_EPOCH
+        assert (await hb(h, gid, "ghost", 3, owned={})).error == E.UNKNOWN_MEMBER_ID
+        assert (await hb(h, gid, "m9", 0, server_assignor="sticky")).error == E.UNSUPPORTED_ASSIGNOR
+        assert (await h.coordinator.consumer_group_heartbeat(HeartbeatRequest(
+            gid, "m9", 0, rebalance_timeout_ms=1000, subscribed_topic_regex="(", owned={}))).error == \
+            E.INVALID_REGULAR_EXPRESSION
+        assert (await hb(h, gid, "", 0)).error == E.INVALID_REQUEST  # v1: the client names itself
+        assert c.heartbeat(gid, "m1", None, 1) == E.UNKNOWN_MEMBER_ID  # a classic heartbeat
+        assert (await h.join(gid)).error == E.INCONSISTENT_GROUP_PROTOCOL
+
+        # a restart of the coordinator resumes the group from its records
+        h.resign(pid(gid))
+        await h.lead(pid(gid))
+        again = c.partition(pid(gid)).groups[gid]
+        assert isinstance(again, ConsumerGroup) and again is not group
+        assert (again.group_epoch, again.assignment_epoch) == (group.group_epoch, group.assignment_epoch)
+        assert {m: (x.member_epoch, x.assigned) for m, x in again.members.items()} == \
+            {m: (x.member_epoch, x.assigned) for m, x in group.members.items()}
+        assert again.state_name == "Stable" and again.offsets[tp].value.offset == 5
+        r = await hb(h, gid, "m2", members["m2"][0])
+        assert r.error == 0 and r.member_epoch == members["m2"][0]
+
+        # leaving: the others get the partitions once the group epoch moves
+        r = await hb(h, gid, "m3", -1)
+        assert (r.error, r.member_epoch) == (0, -1)
+        del members["m3"]
+        members = await _settle(h, gid, members)
+        assert sorted(len(a.get(T1, ())) for _, a in members.values()) == [3, 3]
+
+    run(tmp_path, scenario)
+
+
+def test_session_expiry_fences_and_an_empty_group_changes_protocol(tmp_path):
+    async def scenario(h: Harness):
+        gid = "expiring"
+        h.metadata.image = _image()
+        c = h.coordinator
+        c.consumer.config = c.config = type(c.config)(**{**c.config.__dict__, "consumer_session_timeout_ms": 200})
+        await h.lead(pid(gid))
+        assert (await hb(h, gid, "m1", 0)).error == 0
+        group = c.partition(pid(gid)).groups[gid]
+        assert await eventually(lambda: not group.members, timeout=3)
+        assert group.state_name == "Empty"
+        # an empty consumer group becomes classic for a classic member, offsets kept
+        tp = ("orders", 1)
+        assert await c.commit_offsets(gid, "", None, -1, {tp: OffsetAndMetadata(7)}) == {tp: 0}
+        joined = await h.join_new(gid)
+        assert joined.error == 0
+        classic = c.partition(pid(gid)).groups[gid]
+        assert isinstance(classic, ClassicGroup) and classic.offsets[tp].value.offset == 7
+        assert (await hb(h, gid, "m2", 0)).error == E.GROUP_ID_NOT_FOUND  # not while classic members are in
+
+    run(tmp_path, scenario)
+
+
+def test_new_partitions_reach_members(tmp_path):
+    async def scenario(h: Harness):
+        gid = "growing"
+        h.metadata.image = _image(2)
+        await h.lead(pid(gid))
+        r = await hb(h, gid, "m1", 0)
+        assert r.assignment == {T1: frozenset({0, 1})}
+        h.metadata.image = _image(4)  # partitions added (KIP-253 count change alike)
+        r2 = await hb(h, gid, "m1", r.member_epoch)
+        assert r2.member_epoch == r.member_epoch + 1 and r2.assignment == {T1: frozenset(range(4))}
+
+    run(tmp_path, scenario)
+
+
+def test_state_names():
+    g = ConsumerGroup("g")
+    assert g.state_name == "Empty" and g.type == "consumer"
