@@ -4,7 +4,7 @@
 while the topic goes 3 -> 6 -> 4 -> 8 -> 2 partitions, consumed by a 3-member OrderedConsumer
 group with one member restarted mid-way: every key arrives in order without gaps or duplicates,
 and each marked partition is deleted once the test empties it (DeleteRecords up to the group's
-committed offsets). With `kill`, the controller is killed -9 during each alter and restarted;
+committed offsets), or, in the retention variant, once retention alone has emptied it. With `kill`, the controller is killed -9 during each alter and restarted;
 the alter is retried until it is in. The stock-client run (aiokafka) shows the reordering the
 ordered clients prevent.
 """
@@ -34,6 +34,7 @@ TOPIC = "orders"
 KEYS = [b"key-%03d" % i for i in range(100)]
 FAST = {"partition.deletion.check.interval.ms": 200}
 BROKER = {"group.initial.rebalance.delay.ms": 0}
+RETENTION_MS = 20000  # the retention-alone variant's retention.ms
 
 
 def alter(c: Cluster, count: int, kill: bool) -> None:
@@ -143,16 +144,23 @@ class Scenario:
         finally:
             await m.stop()
 
-    async def drain_marked(self, cc: ClusterClient) -> None:
+    async def drain_marked(self, cc: ClusterClient, by_retention: bool = False) -> None:
         """Empty each marked partition (DeleteRecords) whenever the group has committed all of it,
         until the controller has deleted every one. Emptied again if need be: its leader may take
-        a last write while it learns of the shrink (the alter is in the controller's log first)."""
+        a last write while it learns of the shrink (the alter is in the controller's log first).
+        `by_retention`: no DeleteRecords; retention alone empties them (kafka-topics.sh --describe
+        says when), and the group must have read every record of them by then."""
         _, marked = await layout(cc)
+        if by_retention:
+            described = await asyncio.to_thread(subprocess.run, [SCRIPT, "--bootstrap-server", self.c.bootstrap,
+                                                "--describe", "--topic", TOPIC], capture_output=True, text=True)
+            lines = [ln for ln in described.stdout.splitlines() if "MarkedForDeletion: true" in ln]
+            assert len(lines) == len(marked) and all("EmptiedByRetentionIn: " in ln for ln in lines), described
 
         async def deleted() -> bool:
             parts, _ = await layout(cc)
             left = [idx for idx in marked if idx in parts]
-            for idx in left:
+            for idx in [] if by_retention else left:
                 try:
                     start, end = await cc.list_offset(TOPIC, idx, EARLIEST), await cc.list_offset(TOPIC, idx, LATEST)
                     if start < end <= self.committed.get((TOPIC, idx), 0):
@@ -162,14 +170,16 @@ class Scenario:
                     pass  # deleted, or its leader moved, meanwhile: look again
             return not left
 
-        await wait_for(deleted, what="marked partitions consumed and deleted")
+        await wait_for(deleted, timeout=RETENTION_MS / 1000 + 60 if by_retention else 60,
+                       what="marked partitions consumed and deleted")
         for idx in marked:  # a later growth re-creates the index empty
             self.committed.pop((TOPIC, idx), None)
 
 
-async def ordered_scenario(c: Cluster, kill: bool) -> None:
+async def ordered_scenario(c: Cluster, kill: bool, by_retention: bool = False) -> None:
+    retention = ["--config", f"retention.ms={RETENTION_MS}", "--config", "segment.ms=2000"] if by_retention else []
     subprocess.run([SCRIPT, "--bootstrap-server", c.bootstrap, "--create", "--topic", TOPIC, "--partitions", "3",
-                    "--replication-factor", "2"], check=True, capture_output=True, timeout=60)
+                    "--replication-factor", "2", *retention], check=True, capture_output=True, timeout=60)
     s = Scenario(c)
     cc = ClusterClient(c.bootstrap, "test")
     restart = asyncio.Event()
@@ -203,7 +213,7 @@ async def ordered_scenario(c: Cluster, kill: bool) -> None:
             if count == 4:
                 restart.set()
             if marked:
-                await s.drain_marked(cc)
+                await s.drain_marked(cc, by_retention)
             s.marked = set()
             before = count
             async def settled(n=count) -> bool:
@@ -239,6 +249,13 @@ async def ordered_scenario(c: Cluster, kill: bool) -> None:
 def test_ordered_delivery_across_count_changes(cluster_factory, kill: bool) -> None:
     c = cluster_factory(controller_overrides=FAST, broker_overrides=BROKER)
     asyncio.run(ordered_scenario(c, kill))
+
+
+def test_ordered_delivery_across_count_changes_by_retention_alone(cluster_factory) -> None:
+    """The same scenario with no DeleteRecords: each marked partition is emptied by retention
+    (retention.ms=20000; Kafka's rule that deletes an idle log's expired active segment)."""
+    c = cluster_factory(controller_overrides=FAST, broker_overrides={**BROKER, "log.retention.check.interval.ms": 500})
+    asyncio.run(ordered_scenario(c, False, by_retention=True))
 
 
 async def stock_scenario(c: Cluster) -> int:

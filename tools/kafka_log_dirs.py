@@ -3,7 +3,10 @@
   --describe --bootstrap-server B [--broker-list 1,2] [--topic-list a,b]
       prints KIP-113's JSON: {"version":1,"log_dirs":[{"broker","path","is_live","partitions":
       [{"topic","partition","chunk_start_offset","size","is_temporary"}]}]}, one partitions entry
-      per chunk replica; a `.move` copy is is_temporary.
+      per chunk replica; a `.move` copy is is_temporary. With --kafka-json: Apache Kafka's shipped
+      shape (LogDirsCommand), for tools written against it: {"version":1,"brokers":[{"broker",
+      "logDirs":[{"logDir","error","partitions":[{"partition":"topic-N","size","offsetLag",
+      "isFuture"}]}]}]}, one partitions entry per partition (its chunk replicas in the dir summed).
   --generate-balance --bootstrap-server B --broker-list 1,2
       prints a reassignment JSON (with "log_dirs") for kafka-reassign-partitions.sh that evens out
       the bytes per log dir on each broker listed, moving as few bytes as it can: repeatedly the
@@ -21,6 +24,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from protocol.errors import Errors, error_name
 from tools.admin import Admin, AdminError, ToolArgumentParser, admin_for, run_tool
 from tools.log_dirs import ANY_LOG_DIR, DirInfo, broker_addresses, describe_dirs
 
@@ -66,6 +70,31 @@ def describe_json(dirs: list[DirInfo]) -> dict:
             for d in dirs
         ],
     }
+
+
+# Kafka's JSON names a dir's error by its exception class (Errors.exceptionName), null for none.
+_KAFKA_EXCEPTION = {Errors.KAFKA_STORAGE_ERROR: "org.apache.kafka.common.errors.KafkaStorageException"}
+
+
+def kafka_describe_json(dirs: list[DirInfo]) -> dict:
+    """Apache Kafka's LogDirsCommand output: partitions as "topic-N"; a partition's chunk replicas
+    in one dir are one entry (sizes summed, the largest offset lag), a `.move` copy its own."""
+    brokers: dict[int, list[dict]] = {}
+    for d in dirs:
+        merged: dict[tuple[str, int, bool], list[int]] = {}
+        for r in d.replicas:
+            entry = merged.setdefault((r.topic, r.partition, r.is_future), [0, 0])
+            entry[0] += r.size
+            entry[1] = max(entry[1], r.offset_lag)
+        brokers.setdefault(d.broker, []).append({
+            "logDir": d.path,
+            "error": None if d.error_code == 0 else _KAFKA_EXCEPTION.get(d.error_code, error_name(d.error_code)),
+            "partitions": [
+                {"partition": f"{t}-{p}", "size": size, "offsetLag": lag, "isFuture": future}
+                for (t, p, future), (size, lag) in sorted(merged.items())
+            ],
+        })
+    return {"version": 1, "brokers": [{"broker": b, "logDirs": ds} for b, ds in brokers.items()]}
 
 
 def balance(dirs: list[DirInfo]) -> dict[int, dict[tuple[str, int], str]]:
@@ -121,7 +150,8 @@ async def run(a: argparse.Namespace) -> None:
         if a.describe:
             print("Querying brokers for log directories information")
             print(f"Received log directory information from brokers {','.join(str(b) for b in sorted({d.broker for d in dirs}))}")
-            print(json.dumps(describe_json(dirs), separators=(",", ":")))
+            shape = kafka_describe_json if a.kafka_json else describe_json
+            print(json.dumps(shape(dirs), separators=(",", ":")))
             return
         plan = balance(dirs)
         tps = sorted({tp for moves in plan.values() for tp in moves})
@@ -152,6 +182,8 @@ def build_parser() -> ToolArgumentParser:
     ap.add_argument("--broker-list", type=parse_id_list, metavar="ID,ID,...", help="brokers to query (default: all)")
     ap.add_argument("--topic-list", type=lambda v: [t for t in v.split(",") if t], metavar="T,T,...",
                     help="with --describe: only these topics (default: all)")
+    ap.add_argument("--kafka-json", action="store_true",
+                    help="with --describe: print Apache Kafka's JSON shape (brokers/logDirs/partitions) instead of KIP-113's")
     return ap
 
 
@@ -160,6 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = ap.parse_tool_args(argv)
     if a.generate_balance and a.broker_list is None:
         ap.error("--generate-balance needs --broker-list")
+    if a.kafka_json and not a.describe:
+        ap.error("option --kafka-json needs --describe")
     if a.generate_balance and a.topic_list is not None:
         ap.error("option --topic-list can't be used with --generate-balance")
     return run_tool(run(a))

@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from protocol.errors import Errors
@@ -29,6 +31,7 @@ from tools.admin import (
     run_tool,
     topic_id_str,
 )
+from tools.brokers import EARLIEST, LATEST, MAX_TIMESTAMP, Brokers
 
 
 def parse_config(value: str) -> tuple[str, str]:
@@ -169,6 +172,7 @@ async def describe(admin: Admin, a: argparse.Namespace) -> None:
         if t.error_code:
             raise broker_error(f"cannot describe topic '{name}'", t.error_code)
     configs = await admin.describe_topic_configs(list(topics))
+    expiry = await marked_expiry(admin, topics, configs)
     lines = []
     for name, t in topics.items():
         parts = sorted(t.partitions, key=lambda p: p.partition_index)
@@ -187,11 +191,49 @@ async def describe(admin: Admin, a: argparse.Namespace) -> None:
             if p.offline_replicas:
                 line += f"\tOffline: {','.join(map(str, p.offline_replicas))}"
             if p.marked_for_deletion:
-                line += "\tMarkedForDeletion: true"
+                line += "\tMarkedForDeletion: true" + expiry.get((name, p.partition_index), "")
             lines.append(line + chunk_fields(p))
             lines.extend(chunk_lines(p))
     if lines:
         print("\n".join(lines))
+
+
+async def marked_expiry(admin: Admin, topics: dict[str, Any], configs: dict[str, list[Any]]) -> dict[tuple[str, int], str]:
+    """For each partition marked for deletion (KIP-253), when retention empties it: its newest
+    record's time (ListOffsets MAX_TIMESTAMP to its leader) + the topic's retention.ms, as
+    `\tEmptiedByRetentionIn: 12.3s (2026-01-01T00:00:12Z)`; `0s (empty)` once log start == log
+    end (the controller deletes it at its next check); `never (...)` when no time retention runs."""
+    marked = [(n, p.partition_index) for n, t in topics.items() for p in t.partitions if p.marked_for_deletion]
+    if not marked:
+        return {}
+    out: dict[tuple[str, int], str] = {}
+    async with Brokers(admin) as brokers:
+        try:
+            start = await brokers.list_offsets(dict.fromkeys(marked, EARLIEST))
+            end = await brokers.list_offsets(dict.fromkeys(marked, LATEST))
+            newest = await brokers.list_offsets(dict.fromkeys(marked, MAX_TIMESTAMP))
+        except AdminError:
+            return {}  # a leader unreachable: the partition lines still print
+    now_ms = time.time() * 1000
+    for tp in marked:
+        cfg = {e.name: e.value for e in configs.get(tp[0], [])}
+        retention_ms = int(cfg.get("retention.ms") or 604800000)
+        if start[tp].error_code or end[tp].error_code:
+            continue
+        if start[tp].offset >= end[tp].offset:
+            text = "0s (empty)"
+        elif "delete" not in str(cfg.get("cleanup.policy") or "delete"):
+            text = "never (cleanup.policy has no delete)"
+        elif retention_ms < 0:
+            text = "never (retention.ms=-1)"
+        elif newest[tp].error_code or newest[tp].timestamp < 0:
+            continue
+        else:
+            at = newest[tp].timestamp + retention_ms
+            when = datetime.fromtimestamp(at / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            text = f"{max(0.0, (at - now_ms) / 1000):.1f}s ({when})"
+        out[tp] = f"\tEmptiedByRetentionIn: {text}"
+    return out
 
 
 def count_field(t: Any, partitions: int) -> str:
