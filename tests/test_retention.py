@@ -204,3 +204,18 @@ def test_idle_compacted_log_rolled_by_max_compaction_lag_then_cleaned_and_tombst
 def values(lg: Log) -> list[tuple[bytes | None, bytes | None]]:
     info = lg.read(lg.log_start_offset, 1 << 20)
     return [(r.key, r.value) for b in decode_batches(b"".join(bytes(p) for p in info.records)) for r in b.records]
+
+
+def test_a_compacted_log_rolls_on_append_by_max_compaction_lag(tmp_path):
+    # Kafka's LogConfig.maxSegmentMs: min(segment.ms, max.compaction.lag.ms) for compacted logs
+    props = {"cleanup.policy": "compact", "max.compaction.lag.ms": "2000", "segment.ms": "60000"}
+    cfg = LogConfig.from_properties(props, LogConfig(segment_bytes=1 << 20))
+    assert cfg.compact and cfg.max_segment_ms == 2000
+    assert LogConfig.from_properties({**props, "cleanup.policy": "delete"}).max_segment_ms == 60000
+    lg = Log.open(tmp_path / "orders-0-0", cfg, now_ms=NOW)
+    lg.append_as_leader(batch(ts=NOW), 0, NOW)
+    lg.append_as_leader(batch(ts=NOW + 2000), 0, NOW + 2000)
+    assert lg.segment_base_offsets == [0]
+    lg.append_as_leader(batch(ts=NOW + 2003), 0, NOW + 2003)  # 2001 ms after the first batch
+    assert lg.segment_base_offsets == [0, 6]
+    lg.close()

@@ -28,6 +28,8 @@ class LogConfig:
     message_timestamp_before_max_ms: int = INT64_MAX  # message.timestamp.before.max.ms
     message_timestamp_after_max_ms: int = 3600000  # message.timestamp.after.max.ms
     file_delete_delay_ms: int = 60000  # file.delete.delay.ms (deleted segments renamed .deleted first)
+    max_compaction_lag_ms: int = INT64_MAX  # max.compaction.lag.ms
+    compact: bool = False  # cleanup.policy has "compact"
 
     def __post_init__(self) -> None:
         # One place checks ranges, so a LogConfig built by hand is as safe as one parsed.
@@ -41,6 +43,12 @@ class LogConfig:
             raise ValueError(
                 f"message.timestamp.type: {self.message_timestamp_type!r} is not one of {', '.join(TIMESTAMP_TYPES)}"
             )
+
+    @property
+    def max_segment_ms(self) -> int:
+        """How old the active segment's first batch may get before an append rolls it (Kafka's
+        LogConfig.maxSegmentMs): a compacted log rolls by max.compaction.lag.ms too (KIP-354)."""
+        return min(self.segment_ms, self.max_compaction_lag_ms) if self.compact else self.segment_ms
 
     @property
     def log_append_time(self) -> bool:
@@ -58,6 +66,8 @@ class LogConfig:
                 changes[_FIELD[name]] = parse(name, raw)
             elif name == "message.timestamp.type":
                 changes["message_timestamp_type"] = str(raw).strip()
+            elif name == "cleanup.policy":
+                changes["compact"] = "compact" in {p.strip().lower() for p in str(raw).split(",")}
         return dataclasses.replace(defaults if defaults is not None else cls(), **changes)
 
 
@@ -82,5 +92,6 @@ _INT_RULES: dict[str, tuple[Callable[[str, str], int], int, int]] = {
     "retention.bytes": (_parse_int, -1, INT64_MAX),
     "max.message.bytes": (_parse_int, 0, INT32_MAX),
     "file.delete.delay.ms": (_parse_int, 0, INT64_MAX),
+    "max.compaction.lag.ms": (_parse_int, 1, INT64_MAX),
 }
 _FIELD = {name: name.replace(".", "_") for name in _INT_RULES}

@@ -91,7 +91,8 @@ class LocalLog:
     def should_roll(self, append_bytes: int, last_offset: int, max_timestamp: int, now_ms: int) -> bool:
         """Whether the active segment must roll before an append (Kafka's maybeRoll check)."""
         cfg = self.config
-        segment_ms = cfg.segment_ms - min(self.roll_jitter_ms, cfg.segment_ms - 1)
+        max_segment_ms = cfg.max_segment_ms
+        segment_ms = max_segment_ms - min(self.roll_jitter_ms, max_segment_ms - 1)
         return self.segments[-1].should_roll(
             append_bytes, last_offset, max_timestamp, now_ms, cfg.segment_bytes, segment_ms
         )
