@@ -266,3 +266,46 @@ def test_new_partitions_reach_members(tmp_path):
 def test_state_names():
     g = ConsumerGroup("g")
     assert g.state_name == "Empty" and g.type == "consumer"
+
+
+def _two_topics() -> MetadataImage:
+    a, b = _image(4), _image(2, "audit", T2)
+    return MetadataImage(topics=MappingProxyType({**a.topics, **b.topics}),
+                         topic_ids=MappingProxyType({**a.topic_ids, **b.topic_ids}), brokers=a.brokers)
+
+
+def test_static_members_regex_and_the_rebalance_timeout(tmp_path):
+    async def scenario(h: Harness):
+        gid = "statics"
+        h.metadata.image = _image(4)
+        c = h.coordinator
+        await h.lead(pid(gid))
+        r1 = await hb(h, gid, "s1", 0, instance_id="i1")
+        assert r1.error == 0 and r1.assignment == {T1: frozenset(range(4))}
+        group = c.partition(pid(gid)).groups[gid]
+        assert isinstance(group, ConsumerGroup)
+        # a static member leaving for a while keeps its partitions; its instance id is held
+        left = await hb(h, gid, "s1", -2, instance_id="i1")
+        assert (left.error, left.member_epoch) == (0, -2)
+        assert (await hb(h, gid, "s9", 0, instance_id="i1")).error == 0  # s1 released: s9 takes over
+        assert "s1" not in group.members and group.members["s9"].assigned == {T1: frozenset(range(4))}
+        epoch = group.group_epoch
+        assert (await hb(h, gid, "s10", 0, instance_id="i1")).error == E.UNRELEASED_INSTANCE_ID
+        assert group.group_epoch == epoch  # nothing changed for the refused claim
+
+        # a regular expression, resolved on the broker: a matching topic created later joins in
+        r = await h.coordinator.consumer_group_heartbeat(HeartbeatRequest(
+            gid, "rx", 0, rebalance_timeout_ms=300, subscribed_topic_regex="au.*", owned={}, client_id="cli"))
+        assert r.error == 0 and r.assignment == {}  # no topic matches yet
+        h.metadata.image = _two_topics()
+        r = await hb(h, gid, "rx", r.member_epoch, owned={})
+        assert r.error == 0 and r.assignment == {T2: frozenset({0, 1})}
+
+        # s9 never revokes what a new member's arrival takes from it: fenced after its rebalance timeout
+        s9_epoch = group.members["s9"].member_epoch
+        assert (await hb(h, gid, "late", 0, rebalance=300)).error == 0
+        r = await hb(h, gid, "s9", s9_epoch, instance_id="i1", rebalance=300)
+        assert r.error == 0 and group.members["s9"].state is MemberState.UNREVOKED_PARTITIONS
+        assert await eventually(lambda: "s9" not in group.members, timeout=3)
+
+    run(tmp_path, scenario)
