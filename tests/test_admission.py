@@ -354,3 +354,25 @@ def test_a_loop_that_waits_for_a_cpu_keeps_large_requests_paced_longer() -> None
     alone, decay = measure(hog=False)
     assert alone < LagAdmission.UNCONTENDED, f"with a CPU to itself the loop waited {alone:.0%} of the time"
     assert decay == LagAdmission.FAST_DECAY
+
+
+def test_the_lag_probe_parks_while_no_request_comes() -> None:
+    """An idle broker wakes for no probe of its own: after IDLE_PARK_PROBES quiet probes the
+    admission's timer parks, and the next request re-arms it (and is not held back)."""
+    from node.loop_lag import LagAdmission
+
+    async def run() -> tuple[bool, bool, float, bool]:
+        admission = LagAdmission(target_ms=1)
+        admission.PROBE_S = 0.001  # park within a second in this test
+        admission.start()
+        await asyncio.sleep(0.001 * LagAdmission.IDLE_PARK_PROBES * 3)
+        parked = admission._timer is None
+        hold = admission.hold_for(1 << 20, 0.0)
+        rearmed = admission._timer is not None
+        admission.stop()
+        return parked, rearmed, hold, admission._timer is None
+
+    parked, rearmed, hold, stopped = asyncio.run(run())
+    assert parked, "the probe kept running with no request to admit"
+    assert rearmed and hold == 0.0, "a request after the quiet spell re-arms the probe and starts at once"
+    assert stopped
