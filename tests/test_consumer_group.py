@@ -6,6 +6,7 @@ group between the classic and the consumer protocol)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from types import MappingProxyType
 
@@ -202,7 +203,7 @@ def test_members_join_reconcile_commit_and_reload(tmp_path):
             E.INVALID_REGULAR_EXPRESSION
         assert (await hb(h, gid, "", 0)).error == E.INVALID_REQUEST  # v1: the client names itself
         assert c.heartbeat(gid, "m1", None, 1) == E.UNKNOWN_MEMBER_ID  # a classic heartbeat
-        assert (await h.join(gid)).error == E.INCONSISTENT_GROUP_PROTOCOL
+        assert (await h.join(gid)).error == E.MEMBER_ID_REQUIRED  # a classic member may join (migration)
 
         # a restart of the coordinator resumes the group from its records
         h.resign(pid(gid))
@@ -244,7 +245,10 @@ def test_session_expiry_fences_and_an_empty_group_changes_protocol(tmp_path):
         assert joined.error == 0
         classic = c.partition(pid(gid)).groups[gid]
         assert isinstance(classic, ClassicGroup) and classic.offsets[tp].value.offset == 7
-        assert (await hb(h, gid, "m2", 0)).error == E.GROUP_ID_NOT_FOUND  # not while classic members are in
+        assert (await hb(h, gid, "m2", 0)).error == 0  # the live classic group upgrades (KIP-848 migration)
+        upgraded = c.partition(pid(gid)).groups[gid]
+        assert isinstance(upgraded, ConsumerGroup) and len(upgraded.members) == 2
+        assert upgraded.offsets[tp].value.offset == 7
 
     run(tmp_path, scenario)
 
@@ -307,5 +311,57 @@ def test_static_members_regex_and_the_rebalance_timeout(tmp_path):
         r = await hb(h, gid, "s9", s9_epoch, instance_id="i1", rebalance=300)
         assert r.error == 0 and group.members["s9"].state is MemberState.UNREVOKED_PARTITIONS
         assert await eventually(lambda: "s9" not in group.members, timeout=3)
+
+    run(tmp_path, scenario)
+
+
+def test_online_upgrade_and_downgrade_keep_members_and_offsets(tmp_path):
+    """KIP-848's migration: a consumer-protocol member joining a live classic group converts it;
+    the classic members go on with JoinGroup/SyncGroup/Heartbeat; when the consumer member
+    leaves, the group is classic again and its members rejoin. Offsets stay."""
+    from broker.coordinator.group.migration import encode_assignment, parse_assignment
+    from tests.test_group_coordinator import subscription
+
+    async def scenario(h: Harness):
+        gid = "migrating"
+        h.metadata.image = _image(4)
+        c = h.coordinator
+        await h.lead(pid(gid))
+        sub = (("range", subscription("orders")),)
+        a, b = await asyncio.gather(h.join_new(gid, protocols=sub), h.join_new(gid, protocols=sub))
+        plan = {a.member_id: encode_assignment({"orders": [0, 1]}), b.member_id: encode_assignment({"orders": [2, 3]})}
+        await asyncio.gather(*(h.sync(gid, 1, x.member_id, plan if x.leader_id == x.member_id else {}) for x in (a, b)))
+        tp = ("orders", 0)
+        assert await c.commit_offsets(gid, a.member_id, None, 1, {tp: OffsetAndMetadata(11)}) == {tp: 0}
+
+        # upgrade: the consumer member joins the live classic group
+        r = await hb(h, gid, "new", 0)
+        assert r.error == 0 and r.assignment == {}
+        group = c.partition(pid(gid)).groups[gid]
+        assert isinstance(group, ConsumerGroup) and set(group.members) == {a.member_id, b.member_id, "new"}
+        assert group.offsets[tp].value.offset == 11
+        assert c.heartbeat(gid, a.member_id, None, 1) == E.REBALANCE_IN_PROGRESS
+        owned = {}
+        for _ in range(4):  # the classic members rejoin until each is at its target
+            for x in (a, b):
+                j = await h.join(gid, x.member_id, protocols=sub)
+                assert j.error == 0, j
+                s = await h.sync(gid, j.generation_id, x.member_id)
+                assert s.error == 0
+                owned[x.member_id] = parse_assignment(s.assignment).get("orders", [])
+            r = await hb(h, gid, "new", r.member_epoch, owned={})
+            assert r.error == 0
+            if r.assignment:
+                owned["new"] = sorted(r.assignment[T1])
+        assert sorted(p for ps in owned.values() for p in ps) == [0, 1, 2, 3] and owned["new"]
+        assert await c.commit_offsets(gid, "new", None, r.member_epoch, {tp: OffsetAndMetadata(12)}) == {tp: 0}
+
+        # downgrade: the consumer member leaves; the classic members rejoin a classic group
+        assert (await hb(h, gid, "new", -1)).error == 0
+        classic = c.partition(pid(gid)).groups[gid]
+        assert isinstance(classic, ClassicGroup) and set(classic.members) == {a.member_id, b.member_id}
+        assert classic.state_name == "PreparingRebalance" and classic.offsets[tp].value.offset == 12
+        j1, j2 = await asyncio.gather(*(h.join(gid, x.member_id, protocols=sub) for x in (a, b)))
+        assert j1.error == j2.error == 0 and j1.generation_id == j2.generation_id
 
     run(tmp_path, scenario)

@@ -515,7 +515,8 @@ async def consumer_group_describe(ctx: RequestContext, req) -> ConsumerGroupDesc
                      client_id=m.client_id, client_host=m.client_host,
                      subscribed_topic_names=list(m.subscribed_topic_names),
                      subscribed_topic_regex=m.subscribed_topic_regex, assignment=assignment(m.assigned),
-                     target_assignment=assignment(g.targets.get(m.member_id, {})), member_type=1)
+                     target_assignment=assignment(g.targets.get(m.member_id, {})),
+                     member_type=0 if m.classic_protocols is not None else 1)
             for m in g.members.values()
         ]
     return R(groups=groups)

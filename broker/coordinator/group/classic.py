@@ -116,6 +116,13 @@ class ClassicGroupManager:
         group.subscribed_topics = group.compute_subscribed_topics()
         return group
 
+    def adopt(self, group: ClassicGroup) -> None:
+        """A group made classic again from a consumer group (KIP-848 downgrade): its members'
+        sessions run from now, and a rebalance has them rejoin under the classic protocol."""
+        for m in group.members.values():
+            self._schedule_heartbeat(group, m)
+        self._prepare_rebalance(group, "converted from a consumer group")
+
     # ------------------------------------------------------------------ asked by the offsets manager
     def member_committed(self, group: ClassicGroup, member_id: str) -> None:
         """An accepted offset commit counts as the member's heartbeat (Kafka's rule)."""

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from broker.coordinator.group.assignors import ASSIGNORS, MemberSpec
+from broker.coordinator.group.base import Group
 from broker.coordinator.group.config import GroupCoordinatorConfig
 from broker.coordinator.group.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
@@ -46,7 +47,21 @@ from broker.coordinator.group.consumer_records import (
     target_assignment_member_value,
     target_assignment_metadata_key,
 )
+from broker.coordinator.group.group import ClassicGroup, JoinCallback, JoinResult, SyncResult
+from broker.coordinator.group.migration import (
+    DOWNGRADE_POLICIES,
+    UPGRADE_POLICIES,
+    by_id,
+    by_name,
+    classic_group_from_consumer,
+    classic_member,
+    consumer_group_from_classic,
+    encode_assignment,
+    parse_subscription,
+    protocol_name,
+)
 from broker.coordinator.group.reconciliation import FencedMember, NextAssignment, reconcile
+from broker.coordinator.group.records import GroupMetadataRecord, MemberRecord, group_metadata_value
 from broker.coordinator.group.records import group_metadata_key as classic_group_metadata_key
 from broker.coordinator.group.runtime import GroupRuntime, OffsetsPartition
 from broker.coordinator.group.subscriptions import InvalidRegex, compile_regex, resolve, topic_specs
@@ -100,13 +115,16 @@ class HeartbeatResult:
 
 class ConsumerGroupManager:
     def __init__(self, config: GroupCoordinatorConfig, runtime: GroupRuntime, images: ImageSource,
-                 take_over: Callable[[OffsetsPartition, str, ConsumerGroup], None]) -> None:
-        """`take_over(partition, group id, new group)`: put a consumer group in place of an empty
-        classic group of that id, its committed offsets carried over."""
+                 take_over: Callable[[OffsetsPartition, str, Group], None],
+                 downgraded: Callable[[ClassicGroup], None]) -> None:
+        """`take_over(partition, group id, new group)`: put a group in place of the group of the
+        other type of that id, its committed offsets carried over. `downgraded(group)`: a classic
+        group made from a consumer group, for the classic manager to run (its members rejoin)."""
         self.config = config
         self._runtime = runtime
         self._images = images
         self._take_over = take_over
+        self._downgraded = downgraded
 
     # ------------------------------------------------------------------ loading
     def load(self, ps: OffsetsPartition, loaded: dict[str, LoadedConsumerGroup]) -> None:
@@ -199,6 +217,10 @@ class ConsumerGroupManager:
         if isinstance(group, ConsumerGroup) and not group.is_dead:
             return group
         if group is not None and not group.is_dead:
+            if isinstance(group, ClassicGroup) and not group.is_empty and req.member_epoch == 0 and \
+                    self.config.consumer_migration_policy in UPGRADE_POLICIES and group.is_consumer_group and \
+                    len(group.members) < self.config.consumer_max_size:
+                return self._upgrade(ps, group, records)
             if not group.is_empty or req.member_epoch != 0:
                 raise HeartbeatError(Errors.GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a consumer group.")
             # an empty classic group (offsets only, or every member gone) becomes a consumer
@@ -248,8 +270,20 @@ class ConsumerGroupManager:
                     sub.subscribed_topic_names, sub.subscribed_topic_regex, sub.server_assignor):
                 bump = True
         group.put_member(updated)
-        # the subscribed topics' metadata: a change (new topic, partitions added, a regex now
-        # matching more) triggers a new target assignment (KIP-848, "Group Epoch")
+        self._refresh(group, bump, updated.member_id, records)
+        before = updated.assigned
+        self._reconcile(group, updated, req.owned, records)
+        self._schedule_session(group, updated)
+        group.note_state()
+        send = req.member_epoch == 0 or req.owned is not None or updated.assigned != before
+        return HeartbeatResult(0, None, updated.member_id, updated.member_epoch, self._heartbeat_interval(gid),
+                               updated.assigned if send else None), records
+
+    def _refresh(self, group: ConsumerGroup, bump: bool, member_id: str, records: list[Record]) -> None:
+        """The subscribed topics' metadata: a change (new topic, partitions added, a regex now
+        matching more) bumps the group epoch too (KIP-848, "Group Epoch"); a new group epoch
+        gets a new target assignment."""
+        gid = group.group_id
         image = self._images.image
         topics = resolve(image, group.subscribed_topic_names(),
                          [m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex])
@@ -263,16 +297,9 @@ class ConsumerGroupManager:
         if bump:
             group.group_epoch += 1
             records.append((group_metadata_key(gid), epoch_value(group.group_epoch)))
-            log.info("consumer_group_epoch_bumped", group=gid, epoch=group.group_epoch, member=updated.member_id)
+            log.info("consumer_group_epoch_bumped", group=gid, epoch=group.group_epoch, member=member_id)
         if group.group_epoch > group.assignment_epoch:
             self._compute_target(group, specs, records)
-        before = updated.assigned
-        self._reconcile(group, updated, req.owned, records)
-        self._schedule_session(group, updated)
-        group.note_state()
-        send = req.member_epoch == 0 or req.owned is not None or updated.assigned != before
-        return HeartbeatResult(0, None, updated.member_id, updated.member_epoch, self._heartbeat_interval(gid),
-                               updated.assigned if send else None), records
 
     def _member(self, group: ConsumerGroup, req: HeartbeatRequest, records: list[Record]) -> ConsumerMember:
         """The member the heartbeat is from (new when joining), its epoch checked (Kafka's
@@ -413,6 +440,7 @@ class ConsumerGroupManager:
             return HeartbeatResult(0, None, m.member_id, LEAVE_GROUP_STATIC_MEMBER_EPOCH)
         log.info("consumer_group_member_left", group=group.group_id, member=m.member_id)
         self._fence(group, m, records)
+        self._maybe_downgrade(ps, group, records)
         return HeartbeatResult(0, None, m.member_id, LEAVE_GROUP_MEMBER_EPOCH)
 
     def _fence(self, group: ConsumerGroup, m: ConsumerMember, records: list[Record]) -> None:
@@ -434,6 +462,9 @@ class ConsumerGroupManager:
         records: list[Record] = []
         self._fence(group, m, records)
         pid = self._runtime.partition_for(group.group_id)
+        ps = self._runtime.partition(pid)
+        if ps is not None:
+            self._maybe_downgrade(ps, group, records)
         code, _, _ = self._runtime.write(pid, records)
         if code:
             log.warning("consumer_group_records_not_written", group=group.group_id, error_code=code)
@@ -458,8 +489,8 @@ class ConsumerGroupManager:
     def _schedule_session(self, group: ConsumerGroup, m: ConsumerMember) -> None:
         if m.session_timer is not None:
             m.session_timer.cancel()
-        m.session_timer = self._runtime.timer(self._session_timeout(group.group_id), self._on_session_expired,
-                                              group, m.member_id)
+        timeout = m.classic_session_timeout_ms or self._session_timeout(group.group_id)
+        m.session_timer = self._runtime.timer(timeout, self._on_session_expired, group, m.member_id)
 
     def _on_session_expired(self, group: ConsumerGroup, member_id: str) -> None:
         m = group.members.get(member_id)
@@ -481,6 +512,143 @@ class ConsumerGroupManager:
         m.rebalance_timer = None
         if m.state is MemberState.UNREVOKED_PARTITIONS and m.member_epoch == epoch:
             self._fence_now(group, m, "did not revoke its partitions within its rebalance timeout")
+
+    # ------------------------------------------------------------------ migration (KIP-848, "Upgrade and downgrade")
+    def _upgrade(self, ps: OffsetsPartition, classic: ClassicGroup, records: list[Record]) -> ConsumerGroup:
+        """A live classic group becomes a consumer group: its members stay, as classic members."""
+        gid = classic.group_id
+        # a rebalance under way ends: its members rejoin, as classic members of the consumer group
+        for cm in list(classic.members.values()):
+            classic.complete_join(cm, JoinResult(Errors.REBALANCE_IN_PROGRESS, cm.member_id))
+            classic.complete_sync(cm, SyncResult(Errors.REBALANCE_IN_PROGRESS))
+        group = consumer_group_from_classic(classic, self._images.image)
+        self._take_over(ps, gid, group)
+        records.append((classic_group_metadata_key(gid), None))
+        for mid, m in group.members.items():
+            records += [(member_metadata_key(gid, mid), member_metadata_value(m.subscription())),
+                        (target_assignment_member_key(gid, mid), target_assignment_member_value(group.targets[mid])),
+                        (current_assignment_key(gid, mid), current_assignment_value(m.current_assignment()))]
+            self._schedule_session(group, m)
+        records += [(group_metadata_key(gid), epoch_value(group.group_epoch)),
+                    (target_assignment_metadata_key(gid), epoch_value(group.assignment_epoch))]
+        log.info("classic_group_upgraded_to_consumer", group=gid, epoch=group.group_epoch, members=len(group.members))
+        return group
+
+    def _maybe_downgrade(self, ps: OffsetsPartition, group: ConsumerGroup, records: list[Record]) -> None:
+        """The last consumer-protocol member left: the classic members carry on in a classic group."""
+        if not group.members or not all(classic_member(m) for m in group.members.values()) or \
+                self.config.consumer_migration_policy not in DOWNGRADE_POLICIES:
+            return
+        gid = group.group_id
+        image = self._images.image
+        records += [(k, None) for k in group.tombstone_keys()]
+        classic = classic_group_from_consumer(group, image)
+        protocol = classic.protocol_name or ""
+        rec = GroupMetadataRecord("consumer", classic.generation_id, protocol or None, classic.leader_id,
+                                  classic.state_timestamp or -1, [
+            MemberRecord(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                         m.session_timeout_ms, m.metadata(protocol), m.assignment)
+            for m in classic.members.values()])
+        records.append((classic_group_metadata_key(gid), group_metadata_value(rec)))
+        self._take_over(ps, gid, classic)
+        log.info("consumer_group_downgraded_to_classic", group=gid, generation=classic.generation_id,
+                 members=classic.size)
+        self._downgraded(classic)
+
+    def handle_classic_join(self, ps: OffsetsPartition, group: ConsumerGroup, member_id: str, instance_id: str | None,
+                            require_known: bool, client_id: str, client_host: str, rebalance_timeout_ms: int,
+                            session_timeout_ms: int, protocols: list[tuple[str, bytes]],
+                            respond: JoinCallback) -> None:
+        """A classic member's JoinGroup in a consumer group (Kafka's classicGroupJoinToConsumerGroup):
+        answered at once with its member epoch as generation; its SyncGroup gets its assignment."""
+        if not member_id:
+            new_id = ClassicGroup.generate_member_id(client_id, instance_id)
+            if require_known:
+                respond(JoinResult(Errors.MEMBER_ID_REQUIRED, new_id))
+                return
+            member_id = new_id
+        m = group.members.get(member_id)
+        if m is not None and not classic_member(m):
+            respond(JoinResult(Errors.INCONSISTENT_GROUP_PROTOCOL, member_id))
+            return
+        try:
+            topics, owned_names = parse_subscription(protocols[0][1]) if protocols else ([], {})
+        except ValueError as e:
+            log.info("classic_join_refused", group=group.group_id, member=member_id, reason=str(e))
+            respond(JoinResult(Errors.INCONSISTENT_GROUP_PROTOCOL, member_id))
+            return
+        records: list[Record] = []
+        gid = group.group_id
+        is_new = m is None
+        if m is None:
+            m = ConsumerMember(member_id, member_epoch=0, previous_member_epoch=0)
+        before = m.subscription()
+        m.instance_id, m.client_id, m.client_host = instance_id, client_id, client_host
+        m.rebalance_timeout_ms, m.subscribed_topic_names = rebalance_timeout_ms, tuple(sorted(set(topics)))
+        m.classic_session_timeout_ms, m.classic_protocols = session_timeout_ms, [(n, bytes(b)) for n, b in protocols]
+        if is_new or m.subscription() != before:
+            records.append((member_metadata_key(gid, member_id), member_metadata_value(m.subscription())))
+        group.put_member(m)
+        self._refresh(group, is_new or m.subscribed_topic_names != before.subscribed_topic_names, member_id, records)
+        try:
+            self._reconcile(group, m, by_id(self._images.image, owned_names), records)
+        except HeartbeatError:
+            group.update_assignment(m, 0, m.member_epoch, MemberState.STABLE, {}, {})
+            self._reconcile(group, m, {}, records)
+        self._schedule_session(group, m)
+        group.note_state()
+        result = JoinResult(0, member_id, m.member_epoch, "consumer", protocol_name(m), "", False, [])
+        if not records:
+            respond(result)
+            return
+        code, _, done = self._runtime.write(ps.index, records)
+        if code:
+            respond(JoinResult(state_write_error(code), member_id))
+            return
+        done.add_done_callback(lambda f: respond(result if not f.result() else
+                                                 JoinResult(state_write_error(f.result()), member_id)))
+
+    def classic_sync(self, group: ConsumerGroup, member_id: str, generation_id: int) -> SyncResult:
+        m = group.members.get(member_id)
+        if m is None or not classic_member(m):
+            return SyncResult(Errors.UNKNOWN_MEMBER_ID)
+        if generation_id != m.member_epoch:
+            return SyncResult(Errors.ILLEGAL_GENERATION)
+        self._schedule_session(group, m)
+        return SyncResult(0, "consumer", protocol_name(m), encode_assignment(by_name(self._images.image, m.assigned)))
+
+    def classic_heartbeat(self, group: ConsumerGroup, member_id: str, generation_id: int) -> int:
+        """REBALANCE_IN_PROGRESS while the member is not at the group's epoch with its target: it
+        rejoins, and each JoinGroup moves it a step (revoke before assign)."""
+        m = group.members.get(member_id)
+        if m is None or not classic_member(m):
+            return Errors.UNKNOWN_MEMBER_ID
+        if generation_id != m.member_epoch:
+            return Errors.ILLEGAL_GENERATION
+        self._schedule_session(group, m)
+        if m.member_epoch != group.group_epoch or m.state is not MemberState.STABLE or \
+                group.targets.get(member_id, {}) != m.assigned:
+            return Errors.REBALANCE_IN_PROGRESS
+        return 0
+
+    def classic_leave(self, ps: OffsetsPartition, group: ConsumerGroup,
+                      members: list[tuple[str, str | None, str | None]]) -> list[int]:
+        out = []
+        records: list[Record] = []
+        for member_id, instance_id, _ in members:
+            m = group.members.get(member_id)
+            if m is None and instance_id is not None:
+                m = group.static_member(instance_id)
+            if m is None:
+                out.append(Errors.UNKNOWN_MEMBER_ID)
+                continue
+            log.info("consumer_group_member_left", group=group.group_id, member=m.member_id, protocol="classic")
+            self._fence(group, m, records)
+            out.append(0)
+        if records:
+            self._maybe_downgrade(ps, group, records)
+            self._runtime.write(ps.index, records)
+        return out
 
     # ------------------------------------------------------------------ describe
     def describe(self, group_id: str) -> tuple[int, str | None, ConsumerGroup | None]:

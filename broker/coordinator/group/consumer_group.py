@@ -74,6 +74,10 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    # a classic-protocol member of a migrated group (KIP-848, "Upgrade and downgrade"): its
+    # session timeout and JoinGroup protocols; None for a consumer-protocol member
+    classic_session_timeout_ms: int | None = None
+    classic_protocols: list[tuple[str, bytes]] | None = None
     # the consumer group manager's timers
     session_timer: asyncio.TimerHandle | None = field(default=None, repr=False, compare=False)
     rebalance_timer: asyncio.TimerHandle | None = field(default=None, repr=False, compare=False)
@@ -83,9 +87,12 @@ class ConsumerMember:
         return self.instance_id is not None
 
     def subscription(self) -> MemberSubscription:
+        classic = None
+        if self.classic_protocols is not None:
+            classic = (self.classic_session_timeout_ms or 0, tuple(self.classic_protocols))
         return MemberSubscription(self.instance_id, self.rack_id, self.client_id, self.client_host,
                                   self.subscribed_topic_names, self.subscribed_topic_regex,
-                                  self.rebalance_timeout_ms, self.server_assignor)
+                                  self.rebalance_timeout_ms, self.server_assignor, classic)
 
     def current_assignment(self) -> CurrentAssignment:
         return CurrentAssignment(self.member_epoch, self.previous_member_epoch, int(self.state), self.assigned,
@@ -96,6 +103,8 @@ class ConsumerMember:
         self.client_id, self.client_host = s.client_id, s.client_host
         self.subscribed_topic_names, self.subscribed_topic_regex = s.subscribed_topic_names, s.subscribed_topic_regex
         self.rebalance_timeout_ms, self.server_assignor = s.rebalance_timeout_ms, s.server_assignor
+        if s.classic is not None:
+            self.classic_session_timeout_ms, self.classic_protocols = s.classic[0], list(s.classic[1])
 
     def apply_current(self, c: CurrentAssignment) -> None:
         self.member_epoch, self.previous_member_epoch = c.member_epoch, c.previous_member_epoch

@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from broker.coordinator.group.records import RecordFormatError, _Reader
 from protocol.errors import ProtocolError
-from protocol.primitives import uvarint
+from protocol.primitives import read_uvarint, uvarint
 
 # key record types (Kafka's)
 GROUP_METADATA, PARTITION_METADATA, MEMBER_METADATA = 3, 4, 5
@@ -58,6 +58,8 @@ class MemberSubscription:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    # ClassicMemberMetadata (tagged field 0): a classic member's session timeout and protocols
+    classic: tuple[int, tuple[tuple[str, bytes], ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -228,7 +230,21 @@ def member_metadata_value(m: MemberSubscription) -> bytes:
     w.nstr(m.subscribed_topic_regex)
     w.int32(m.rebalance_timeout_ms)
     w.nstr(m.server_assignor)
-    w.tags()
+    if m.classic is None:
+        w.tags()
+        return bytes(w.out)
+    inner = _Writer()
+    del inner.out[:]  # a struct, no version prefix
+    inner.int32(m.classic[0])
+    inner.count(len(m.classic[1]))
+    for name, meta in m.classic[1]:
+        inner.nstr(name)
+        inner.out += uvarint(len(meta) + 1)
+        inner.out += meta
+        inner.tags()
+    inner.tags()
+    w.out += uvarint(1) + uvarint(0) + uvarint(len(inner.out))
+    w.out += inner.out
     return bytes(w.out)
 
 
@@ -242,9 +258,23 @@ def _read_member_metadata_value(r: _FlexReader) -> MemberSubscription:
     regex = r.nstr()
     rebalance_timeout_ms = r.int32()
     assignor = r.nstr()
-    r.tags()  # tag 0, ClassicMemberMetadata, is a migrated classic member's: skipped
+    classic = None
+    n, r.pos = read_uvarint(r.buf, r.pos)
+    for _ in range(n):
+        tag, r.pos = read_uvarint(r.buf, r.pos)
+        size, r.pos = read_uvarint(r.buf, r.pos)
+        end = r.pos + size
+        if tag == 0:  # ClassicMemberMetadata: a migrated classic member's
+            session = r.int32()
+            protocols = []
+            for _ in range(r.array_len()):
+                name = r.str()
+                protocols.append((name, r.bytes()))
+                r.tags()
+            classic = (session, tuple(protocols))
+        r.pos = end
     return MemberSubscription(instance_id, rack_id, client_id, client_host, topics, regex, rebalance_timeout_ms,
-                              assignor)
+                              assignor, classic)
 
 
 def target_assignment_member_value(a: Assignment) -> bytes:

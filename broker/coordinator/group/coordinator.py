@@ -73,7 +73,7 @@ class GroupCoordinator(PartitionedCoordinator[OffsetsPartition]):
         super().__init__(replicas, metadata, config.offsets_topic_num_partitions, config.load_buffer_size,
                          config.offset_commit_timeout_ms)
         self.classic = ClassicGroupManager(config, self)
-        self.consumer = ConsumerGroupManager(config, self, metadata, self._take_over)
+        self.consumer = ConsumerGroupManager(config, self, metadata, self._take_over, self.classic.adopt)
         self.offsets = OffsetsManager(config, self, ClassicGroup, self._member_committed)
         self._every(config.offsets_retention_check_interval_ms, self.expire_offsets, "offsets_expiry_failed")
         self._watch_leadership()
@@ -157,11 +157,14 @@ class GroupCoordinator(PartitionedCoordinator[OffsetsPartition]):
 
     def _classic_join_refused(self, group_id: str) -> int:
         """0 when a JoinGroup may go to the classic manager; an empty consumer group becomes a
-        classic one first (its records tombstoned, offsets kept)."""
+        classic one first (its records tombstoned, offsets kept). -1: the consumer group takes the
+        member in (KIP-848 migration)."""
         group = self._consumer_group(group_id)
         if group is None:
             return 0
         if not group.is_empty:
+            if self.config.consumer_migration_policy != "disabled":
+                return -1
             log.info("classic_join_refused", group=group_id, reason="the group is a consumer group with members")
             return Errors.INCONSISTENT_GROUP_PROTOCOL
         ps = self._partitions[self.partition_for(group_id)]
@@ -184,6 +187,17 @@ class GroupCoordinator(PartitionedCoordinator[OffsetsPartition]):
         support_skip_assignment: bool, client_id: str, client_host: str, rebalance_timeout_ms: int,
         session_timeout_ms: int, protocol_type: str, protocols: list[tuple[str, bytes]], reason: str | None = None,
     ) -> JoinResult:
+        if self._classic_join_refused(group_id) == -1:
+            fut: asyncio.Future[JoinResult] = self._loop.create_future()
+
+            def respond(result: JoinResult) -> None:
+                if not fut.done():
+                    fut.set_result(result)
+
+            self.handle_join_group(group_id, member_id, group_instance_id, require_known_member_id,
+                                   support_skip_assignment, client_id, client_host, rebalance_timeout_ms,
+                                   session_timeout_ms, protocol_type, protocols, respond, reason or "")
+            return await fut
         err = self._classic_join_refused(group_id)
         if err:
             return JoinResult(err, member_id)
@@ -199,6 +213,13 @@ class GroupCoordinator(PartitionedCoordinator[OffsetsPartition]):
         protocols: list[tuple[str, bytes]], respond: JoinCallback, reason: str,
     ) -> None:
         err = self._classic_join_refused(group_id)
+        if err == -1:
+            group = self._consumer_group(group_id)
+            assert group is not None
+            self.consumer.handle_classic_join(self._partitions[self.partition_for(group_id)], group, member_id,
+                                              instance_id, require_known, client_id, client_host,
+                                              rebalance_timeout_ms, session_timeout_ms, protocols, respond)
+            return
         if err:
             respond(JoinResult(err, member_id))
             return
@@ -210,8 +231,8 @@ class GroupCoordinator(PartitionedCoordinator[OffsetsPartition]):
         self, group_id: str, generation_id: int, member_id: str, protocol_type: str | None,
         protocol_name: str | None, group_instance_id: str | None, assignments: dict[str, bytes],
     ) -> SyncResult:
-        if self._consumer_group(group_id) is not None:
-            return SyncResult(Errors.UNKNOWN_MEMBER_ID)
+        if (cg := self._consumer_group(group_id)) is not None:
+            return self.consumer.classic_sync(cg, member_id, generation_id)
         return await self.classic.sync_group(group_id, generation_id, member_id, protocol_type, protocol_name,
                                              group_instance_id, assignments)
 
@@ -219,8 +240,8 @@ class GroupCoordinator(PartitionedCoordinator[OffsetsPartition]):
         self, group_id: str, generation_id: int, member_id: str, protocol_type: str | None,
         protocol_name: str | None, instance_id: str | None, assignments: dict[str, bytes], respond: SyncCallback,
     ) -> None:
-        if self._consumer_group(group_id) is not None:
-            respond(SyncResult(Errors.UNKNOWN_MEMBER_ID))
+        if (cg := self._consumer_group(group_id)) is not None:
+            respond(self.consumer.classic_sync(cg, member_id, generation_id))
             return
         self.classic.handle_sync_group(group_id, generation_id, member_id, protocol_type, protocol_name, instance_id,
                                        assignments, respond)
@@ -228,14 +249,14 @@ class GroupCoordinator(PartitionedCoordinator[OffsetsPartition]):
     def heartbeat(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
                   positions: PositionExchange | None = None) -> int:
         """`positions`, when given, is a PositionExchange (KIP-253): filled in on success."""
-        if self._consumer_group(group_id) is not None:
-            return Errors.UNKNOWN_MEMBER_ID  # a classic member of a consumer group rejoins, and is refused there
+        if (cg := self._consumer_group(group_id)) is not None:
+            return self.consumer.classic_heartbeat(cg, member_id, generation_id)
         return self.classic.heartbeat(group_id, member_id, instance_id, generation_id, positions)
 
     def leave_group(self, group_id: str, members: list[tuple[str, str | None, str | None]]) -> tuple[int, list[int]]:
         """members: (member id, instance id, reason). Returns (group error, one error per member)."""
-        if self._consumer_group(group_id) is not None:
-            return 0, [Errors.UNKNOWN_MEMBER_ID] * len(members)
+        if (cg := self._consumer_group(group_id)) is not None:
+            return 0, self.consumer.classic_leave(self._partitions[self.partition_for(group_id)], cg, members)
         return self.classic.leave_group(group_id, members)
 
     def describe_group(self, group_id: str) -> tuple[int, GroupSummary | None]:
