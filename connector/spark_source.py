@@ -29,6 +29,8 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
     InputPartition,
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
@@ -265,6 +267,16 @@ class StrataDataSource(DataSource):
 
     def streamReader(self, schema) -> DataSourceStreamReader:
         return StrataStreamReader(SourceOptions.parse(self.options, streaming=True))
+
+    def writer(self, schema, overwrite: bool) -> DataSourceWriter:
+        from connector.spark_sink import make_writer  # the sink's modules load only where it writes
+
+        return make_writer(self.options, schema, overwrite, streaming=False)
+
+    def streamWriter(self, schema, overwrite: bool) -> DataSourceStreamWriter:
+        from connector.spark_sink import make_writer
+
+        return make_writer(self.options, schema, overwrite, streaming=True)
 
 
 class StrataBatchReader(DataSourceReader):

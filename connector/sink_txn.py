@@ -1,0 +1,197 @@
+"""The transactional half of the `strata` sink: ending a task's transaction from the driver, and
+the commit log that makes a micro-batch's commit decision durable.
+
+A task writes its rows inside a transaction it does not end; the driver ends them all once every
+task has succeeded. Kafka's protocol lets any client end a transaction that knows its
+(transactional.id, producer id, epoch): EndTxn carries exactly these, as Flink's Kafka sink relies
+on when it resumes a transaction after a restart. KIP-939's PREPARED state would let the
+coordinator keep a transaction past its timeout; without it, a task's transaction lives at most
+transaction.timeout.ms (15 minutes by default) before the coordinator aborts it.
+
+The commit log (a compacted topic, one partition) holds, per query, the last micro-batch whose
+commit the driver decided and the transactions that make it up. It is written before the first
+EndTxn, so a driver that dies between the two is followed by one that rolls the decision forward.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from connector.sink_options import SinkError, SinkOptions
+from node.client import ClientError, NodeClient
+from node.security import client_security
+from protocol.errors import Errors, error_name
+from protocol.generated.end_txn import EndTxnRequest
+from protocol.generated.find_coordinator import FindCoordinatorRequest
+
+_RETRIABLE = {Errors.COORDINATOR_LOAD_IN_PROGRESS, Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR,
+              Errors.CONCURRENT_TRANSACTIONS, Errors.REQUEST_TIMED_OUT}
+# what a consumer or admin client may be given of the producer's settings
+_SHARED_PREFIXES = ("bootstrap.servers", "security.", "ssl.", "sasl.", "client.id", "socket.", "broker.address.")
+
+
+@dataclass(frozen=True)
+class Txn:
+    transactional_id: str
+    producer_id: int
+    epoch: int
+
+    def to_json(self) -> list:
+        return [self.transactional_id, self.producer_id, self.epoch]
+
+
+def shared_config(opts: SinkOptions) -> dict[str, str | int | float | bool]:
+    return {k: v for k, v in opts.producer.items() if k.startswith(_SHARED_PREFIXES)}
+
+
+# ---------------------------------------------------------------- EndTxn from the driver
+def end_transactions(opts: SinkOptions, txns: list[Txn], commit: bool, timeout: float = 120.0) -> None:
+    """End each transaction (commit or abort) as its own producer would. Idempotent: ending an
+    already committed transaction again answers success (Kafka's coordinator does the same for a
+    retried EndTxn). A commit that meets a fenced producer means the coordinator aborted the
+    transaction (its timeout passed): the rows are gone, and that fails loudly."""
+    if txns:
+        asyncio.run(_end_all(opts, txns, commit, timeout))
+
+
+async def _end_all(opts: SinkOptions, txns: list[Txn], commit: bool, timeout: float) -> None:
+    from connector.cluster_view import parse_bootstrap
+
+    p = opts.producer
+    sec = client_security(p.get("security.protocol", "PLAINTEXT").upper(), p.get, "strata sink",
+                          p.get("sasl.mechanism") or p.get("sasl.mechanisms"), {})
+    bootstrap = parse_bootstrap(opts.bootstrap)
+    clients: dict[tuple[str, int], NodeClient] = {}
+
+    async def client(addr: tuple[str, int]) -> NodeClient:
+        c = clients.get(addr)
+        if c is None or not c.connected:
+            c = clients[addr] = await NodeClient(*addr, client_id="strata-spark-sink", timeout=10.0,
+                                                 security=sec).connect()
+        return c
+
+    async def end(t: Txn) -> None:
+        deadline = time.monotonic() + timeout
+        last = ""
+        ended = False
+        while time.monotonic() < deadline:
+            try:
+                coord = None
+                for addr in bootstrap:
+                    try:
+                        r = await (await client(addr)).request(FindCoordinatorRequest(
+                            key=t.transactional_id, key_type=1), 3)
+                    except ClientError as e:
+                        last = str(e)
+                        continue
+                    if r.error_code == 0:
+                        coord = (r.host, r.port)
+                        break
+                    last = error_name(r.error_code)
+                if coord is not None:
+                    resp = await (await client(coord)).request(EndTxnRequest(
+                        transactional_id=t.transactional_id, producer_id=t.producer_id,
+                        producer_epoch=t.epoch, committed=commit))
+                    if resp.error_code == 0:
+                        if ended:
+                            return
+                        # The first answer comes once the coordinator has prepared; asking again
+                        # answers CONCURRENT_TRANSACTIONS until every marker is written, then success
+                        # (CompleteCommit): only then are the rows visible to read_committed readers.
+                        ended = True
+                        continue
+                    last = error_name(resp.error_code)
+                    if resp.error_code not in _RETRIABLE:
+                        what = "commit" if commit else "abort"
+                        raise SinkError(f"cannot {what} transaction {t.transactional_id} (producer {t.producer_id}, "
+                                        f"epoch {t.epoch}): {last}"
+                                        + (" (it was aborted: transaction.timeout.ms passed?)" if commit else ""))
+            except ClientError as e:
+                last = str(e)
+            await asyncio.sleep(0.05 if ended else 0.2)
+        raise SinkError(f"transaction {t.transactional_id}: no answer to EndTxn within {timeout:.0f}s ({last})")
+
+    try:
+        await asyncio.gather(*(end(t) for t in txns))
+    finally:
+        for c in clients.values():
+            await c.close()
+
+
+# ---------------------------------------------------------------- the commit log
+@dataclass(frozen=True)
+class Decision:
+    batch: int
+    txns: tuple[Txn, ...]
+
+
+class CommitLog:
+    """Per query, the last micro-batch whose commit was decided, keyed by the query's id."""
+
+    def __init__(self, opts: SinkOptions) -> None:
+        self.opts = opts
+        self.topic = opts.commit_log_topic
+
+    def ensure(self) -> None:
+        admin = AdminClient(shared_config(self.opts))
+        md = admin.list_topics(timeout=30)
+        if self.topic in md.topics and not md.topics[self.topic].error:
+            return
+        rf = min(3, len(md.brokers))
+        try:
+            admin.create_topics([NewTopic(self.topic, 1, rf, config={"cleanup.policy": "compact",
+                                                                  "min.insync.replicas": str(min(2, rf))})
+                                 ])[self.topic].result(30)
+        except KafkaException as e:
+            if "TOPIC_ALREADY_EXISTS" not in str(e) and "already exists" not in str(e):
+                raise SinkError(f"commitLogTopic: cannot create {self.topic}: {e}") from None
+
+    def read(self, query: str) -> Decision | None:
+        cfg = shared_config(self.opts) | {"group.id": "strata-spark-sink", "enable.auto.commit": "false",
+                                          "isolation.level": "read_committed", "enable.partition.eof": "true"}
+        c = Consumer(cfg)
+        try:
+            tp = TopicPartition(self.topic, 0)
+            low, high = c.get_watermark_offsets(tp, timeout=30)
+            if high <= low:
+                return None
+            c.assign([TopicPartition(self.topic, 0, low)])
+            found = None
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                m = c.poll(1.0)
+                if m is None:
+                    continue
+                err = m.error()
+                if err is not None:
+                    if err.code() == -191:  # _PARTITION_EOF
+                        break
+                    raise SinkError(f"commitLogTopic {self.topic}: {err}")
+                if m.key() == query.encode():
+                    found = m.value()
+                if (m.offset() or 0) + 1 >= high:
+                    break
+            else:
+                raise SinkError(f"commitLogTopic {self.topic}: not read to its end within 60s")
+        finally:
+            c.close()
+        if found is None:
+            return None
+        d = json.loads(found)
+        return Decision(int(d["batch"]), tuple(Txn(str(t), int(p), int(e)) for t, p, e in d["txns"]))
+
+    def write(self, query: str, decision: Decision) -> None:
+        p = Producer(shared_config(self.opts) | {"acks": "all", "enable.idempotence": "true"})
+        body = json.dumps({"batch": decision.batch, "txns": [t.to_json() for t in decision.txns]})
+        errors: list[str] = []
+        p.produce(self.topic, key=query.encode(), value=body.encode(), partition=0,
+                  on_delivery=lambda err, _m: errors.append(str(err)) if err else None)
+        if p.flush(60) or errors:
+            raise SinkError(f"commitLogTopic {self.topic}: the decision for batch {decision.batch} was not "
+                            f"written: {errors or 'not acknowledged within 60s'}")

@@ -1,0 +1,41 @@
+"""A streaming query that tests/test_spark_sink.py runs as its own process group, so that the test
+can SIGKILL the driver, its JVM and its Python workers at once, the way a lost driver ends:
+`python -m tests.spark_sink_app BOOTSTRAP INPUT_DIR CHECKPOINT TOPIC`.
+
+JSON files of {"id": n} in INPUT_DIR, one file per micro-batch, become records key=str(n),
+value=b"v<n>" in TOPIC, through the `strata` sink (exactly once), with Trigger.AvailableNow.
+The environment's STRATA_SINK_TEST_CRASH names the crash point (connector/spark_sink.py).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main() -> None:
+    bootstrap, input_dir, checkpoint, topic = sys.argv[1:5]
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["STRATA_SINK_TEST_PGID"] = str(os.getpgid(0))  # what a crash point kills (the JVM inherits it)
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("strata-sink-app")
+             .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1").config("spark.sql.shuffle.partitions", "2")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    q = (spark.readStream.format("json").schema("id long").option("maxFilesPerTrigger", "1").load(input_dir)
+         .selectExpr("CAST(id AS STRING) AS key", "CONCAT('v', CAST(id AS STRING)) AS value")
+         .writeStream.format("strata").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+         .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    q.awaitTermination(600)
+    if q.exception() is not None:
+        print(f"query failed: {q.exception()}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    print("done", flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
