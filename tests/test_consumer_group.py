@@ -296,6 +296,11 @@ def test_static_members_regex_and_the_rebalance_timeout(tmp_path):
         epoch = group.group_epoch
         assert (await hb(h, gid, "s10", 0, instance_id="i1")).error == E.UNRELEASED_INSTANCE_ID
         assert group.group_epoch == epoch  # nothing changed for the refused claim
+        h.resign(pid(gid))  # the takeover is in the log
+        await h.lead(pid(gid))
+        group = c.partition(pid(gid)).groups[gid]
+        assert isinstance(group, ConsumerGroup) and set(group.members) == {"s9"}
+        assert group.members["s9"].assigned == {T1: frozenset(range(4))} and group.static_members == {"i1": "s9"}
 
         # a regular expression, resolved on the broker: a matching topic created later joins in
         r = await h.coordinator.consumer_group_heartbeat(HeartbeatRequest(

@@ -359,7 +359,8 @@ class ConsumerGroupManager:
         if target is not None:
             group.targets[new_id] = target
             records.append((target_assignment_member_key(gid, new_id), target_assignment_member_value(target)))
-        records.append((member_metadata_key(gid, new_id), member_metadata_value(m.subscription())))
+        records += [(member_metadata_key(gid, new_id), member_metadata_value(m.subscription())),
+                    (current_assignment_key(gid, new_id), current_assignment_value(m.current_assignment()))]
         log.info("consumer_group_static_member_replaced", group=gid, instance=old.instance_id,
                  old_member=old.member_id, member=new_id)
         return m
