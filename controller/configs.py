@@ -10,6 +10,7 @@ client metrics) are not the controller's: INVALID_REQUEST.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,12 +55,12 @@ def _check_resource(image: MetadataImage, rtype: int, name: str) -> None:
         )
 
 
-def _validate(rtype: int, name: str, value: str) -> None:
+def _validate(rtype: int, name: str, value: str, props: Mapping[str, str]) -> None:
     try:
         if rtype == TOPIC_RESOURCE:
             config_defs.validate_topic_config(name, value)
         elif rtype == GROUP_RESOURCE:
-            config_defs.validate_group_config(name, value)
+            config_defs.validate_group_config(name, value, props)  # within the group.consumer.* bounds
         else:
             config_defs.validate_broker_config(name, value)
     except config_defs.ConfigValueError as e:
@@ -166,7 +167,7 @@ class ConfigControl:
                 if op == SUBTRACT and not have:
                     wanted[c.name] = None
                     continue
-            _validate(r.resource_type, c.name, value)
+            _validate(r.resource_type, c.name, value, self.ctl.config.static)
             wanted[c.name] = value
         return wanted
 
@@ -176,7 +177,7 @@ class ConfigControl:
         for c in r.configs:
             if c.value is None:
                 raise ApiError(Errors.INVALID_REQUEST, f"Null value not supported for config {c.name}.")
-            _validate(r.resource_type, c.name, c.value)
+            _validate(r.resource_type, c.name, c.value, self.ctl.config.static)
             wanted[c.name] = c.value
         for k in current:
             if k not in wanted:

@@ -246,11 +246,25 @@ def validate_broker_config(name: str, value: str) -> None:
     parse_value(d, value)
 
 
-def validate_group_config(name: str, value: str) -> None:
+# a group's value must lie within the broker's bounds (Kafka's GroupConfig.validate)
+GROUP_CONFIG_BOUNDS = {
+    "consumer.session.timeout.ms": (("group.consumer.min.session.timeout.ms", 45000),
+                                    ("group.consumer.max.session.timeout.ms", 60000)),
+    "consumer.heartbeat.interval.ms": (("group.consumer.min.heartbeat.interval.ms", 5000),
+                                       ("group.consumer.max.heartbeat.interval.ms", 15000)),
+}
+
+
+def validate_group_config(name: str, value: str, props: Mapping[str, str] | None = None) -> None:
     d = GROUP_CONFIGS.get(name)
     if d is None:
         raise ConfigValueError(f"Unknown group config name: {name}.")
-    parse_value(d, value)
+    v = parse_value(d, value)
+    (lo_name, lo_default), (hi_name, hi_default) = GROUP_CONFIG_BOUNDS[name]
+    lo, hi = (int((props or {}).get(n) or default) for n, default in ((lo_name, lo_default), (hi_name, hi_default)))
+    if not lo <= v <= hi:  # type: ignore[operator]
+        raise ConfigValueError(f"Invalid value {value} for config {name}: must be between {lo_name} ({lo}) and "
+                               f"{hi_name} ({hi}).")
 
 
 def _defs(resource_type: int) -> dict[str, ConfigDef]:

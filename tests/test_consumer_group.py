@@ -370,3 +370,17 @@ def test_online_upgrade_and_downgrade_keep_members_and_offsets(tmp_path):
         assert j1.error == j2.error == 0 and j1.generation_id == j2.generation_id
 
     run(tmp_path, scenario)
+
+
+def test_group_configs_stay_within_the_broker_bounds():
+    from metadata.config_defs import ConfigValueError, validate_group_config
+
+    validate_group_config("consumer.session.timeout.ms", "45000")
+    validate_group_config("consumer.heartbeat.interval.ms", "700", {"group.consumer.min.heartbeat.interval.ms": "500"})
+    for name, value in (("consumer.session.timeout.ms", "1000"), ("consumer.heartbeat.interval.ms", "60000"),
+                        ("consumer.heartbeat.interval.ms", "x"), ("consumer.assignor", "uniform")):
+        try:
+            validate_group_config(name, value)
+        except ConfigValueError:
+            continue
+        raise AssertionError(f"{name}={value} accepted")

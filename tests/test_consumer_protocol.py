@@ -36,7 +36,8 @@ BROKER = {
     "group.consumer.heartbeat.interval.ms": HEARTBEAT_MS,
     "group.consumer.session.timeout.ms": 8000,
 }
-CONTROLLER = {"broker.session.timeout.ms": 3000}
+# the group config bounds (the controller checks group configs against them, as Kafka's)
+CONTROLLER = {"broker.session.timeout.ms": 3000, "group.consumer.min.heartbeat.interval.ms": 500}
 
 
 @pytest.fixture(scope="module")
@@ -270,6 +271,9 @@ def test_group_configs_and_the_tools(cluster, capsys):
                                "--add-config", "consumer.heartbeat.interval.ms=700"]) == 0
     assert kafka_configs.main([*bs, "--describe", "--entity-type", "groups", "--entity-name", group]) == 0
     assert "consumer.heartbeat.interval.ms=700" in capsys.readouterr().out
+    assert kafka_configs.main([*bs, "--alter", "--entity-type", "groups", "--entity-name", group,
+                               "--add-config", "consumer.session.timeout.ms=1000"]) == 1  # below the minimum
+    assert "group.consumer.min.session.timeout.ms" in capsys.readouterr().err
 
     node = wait_for(lambda: coordinator(c, group), 30, "the group's coordinator")
 
