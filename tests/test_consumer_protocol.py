@@ -340,3 +340,43 @@ def test_rolling_upgrade_and_downgrade_keep_consuming(cluster):
     got = [v for m in everyone for v in m.values()]
     assert set(got) == produced, "nothing lost"
     assert len(got) - len(produced) <= 6 * 500, "duplicates only from uncommitted batches"
+
+
+def test_regex_subscription_and_static_member_restart(cluster):
+    """A librdkafka regular expression subscription resolved on the broker (a matching topic
+    created later is picked up), and a static member (group.instance.id) that restarts taking
+    its partitions back without the group moving anything else."""
+    c = cluster
+    group = "kip848-rx"
+    create_topic(c, "kip848-rx-a")
+    rx = Consumer(c, group, "^kip848-rx-.*", "rx")
+    rx.start()
+    try:
+        wait_for(lambda: rx.assignment == set(range(PARTITIONS)), 60, "the regex's first topic assigned")
+        create_topic(c, "kip848-rx-b")
+        values = produce(c, "kip848-rx-b", "rx", 60)
+        wait_for(lambda: set(rx.values()) >= values, 60, "the topic created later consumed")
+    finally:
+        stop([rx])
+
+    sgroup, topic = "kip848-static", "kip848-static"
+    create_topic(c, topic)
+    members = []
+    for i in range(2):
+        m = Consumer(c, sgroup, topic, f"s{i}")
+        m.conf["group.instance.id"] = f"instance-{i}"
+        members.append(m)
+        m.start()
+    try:
+        d = wait_for(lambda: settled(c, sgroup, 2), 60, "2 static members settled")
+        before = {m.client_id: {p.partition for p in m.assignment.topic_partitions} for m in d.members}
+        stop([members[0]])  # leaves with epoch -2: its partitions wait for it
+        again = Consumer(c, sgroup, topic, "s0")
+        again.conf["group.instance.id"] = "instance-0"
+        again.start()
+        members.append(again)
+        d = wait_for(lambda: settled(c, sgroup, 2), 60, "the static member back")
+        after = {m.client_id: {p.partition for p in m.assignment.topic_partitions} for m in d.members}
+        assert after == before, (before, after)
+    finally:
+        stop(members)
