@@ -138,9 +138,9 @@ def test_regular_expressions_follow_re2():
 
 
 # ======================================================================= the manager, in-process
-def _image(partitions: int = 6, name: str = "orders", tid: uuid.UUID = T1) -> MetadataImage:
+def _image(partitions: int = 6, name: str = "orders", tid: uuid.UUID = T1, rack: str = "rack-1") -> MetadataImage:
     parts = {p: PartitionInfo(tid, p, (1,), (1,), 1, 0, 0) for p in range(partitions)}
-    broker = BrokerInfo(1, 0, uuid.UUID(int=9), (), "rack-1", fenced=False)
+    broker = BrokerInfo(1, 0, uuid.UUID(int=9), (), rack, fenced=False)
     return MetadataImage(topics=MappingProxyType({tid: TopicInfo(tid, name, MappingProxyType(parts))}),
                          topic_ids=MappingProxyType({name: tid}), brokers=MappingProxyType({1: broker}))
 
@@ -263,6 +263,10 @@ def test_new_partitions_reach_members(tmp_path):
         h.metadata.image = _image(4)  # partitions added (KIP-253 count change alike)
         r2 = await hb(h, gid, "m1", r.member_epoch)
         assert r2.member_epoch == r.member_epoch + 1 and r2.assignment == {T1: frozenset(range(4))}
+        h.metadata.image = _image(4, rack="rack-2")  # the replicas' racks changed (KIP-1101)
+        r3 = await hb(h, gid, "m1", r2.member_epoch)
+        assert r3.member_epoch == r2.member_epoch + 1
+        assert (await hb(h, gid, "m1", r3.member_epoch)).member_epoch == r3.member_epoch  # nothing new: no bump
 
     run(tmp_path, scenario)
 

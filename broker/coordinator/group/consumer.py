@@ -140,6 +140,7 @@ class ConsumerGroupManager:
                 group.put_member(m)
             group.targets = {mid: a for mid, a in lg.targets.items() if mid in group.members}
             group.subscription_metadata = {t.topic_id: (t.name, t.num_partitions) for t in lg.partition_metadata}
+            group.partition_racks = {t.topic_id: dict(t.racks) for t in lg.partition_metadata}
             group.note_state()
             ps.groups[gid] = group
 
@@ -289,10 +290,12 @@ class ConsumerGroupManager:
                          [m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex])
         specs = topic_specs(image, topics)
         metadata = {tid: (topics[tid], spec.partitions) for tid, spec in specs.items()}
-        if metadata != group.subscription_metadata:
-            group.subscription_metadata = metadata
+        # replica racks count too: a rack-aware assignment changes with them (KIP-1101)
+        racks = {tid: {p: tuple(sorted(rs)) for p, rs in spec.racks.items()} for tid, spec in specs.items()}
+        if metadata != group.subscription_metadata or racks != group.partition_racks:
+            group.subscription_metadata, group.partition_racks = metadata, racks
             records.append((partition_metadata_key(gid), partition_metadata_value(
-                [TopicMetadata(tid, name, n) for tid, (name, n) in sorted(metadata.items())])))
+                [TopicMetadata(tid, name, n, racks.get(tid, {})) for tid, (name, n) in sorted(metadata.items())])))
             bump = True
         if bump:
             group.group_epoch += 1

@@ -132,6 +132,7 @@ class ConsumerGroup(Group):
         self.partition_epochs: dict[tuple[UUID, int], int] = {}  # owned partition -> owner's epoch
         # what the last assignment saw of the subscribed topics: topic id -> (name, partition count)
         self.subscription_metadata: dict[UUID, tuple[str, int]] = {}
+        self.partition_racks: dict[UUID, dict[int, tuple[str, ...]]] = {}  # and their replicas' racks
         self.dead = False
         self.state_timestamp = clock()
         self._last_state = ConsumerGroupState.EMPTY
