@@ -251,6 +251,7 @@ class ConsumerGroupManager:
             bump = True
         sub = member.subscription()
         updated = member  # changed in place: its timers find it by id
+        updated.classic_protocols = updated.classic_session_timeout_ms = None  # it speaks the consumer protocol now
         if req.instance_id is not None:
             updated.instance_id = req.instance_id
         if req.rack_id is not None:
