@@ -20,7 +20,7 @@ import json
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from connector.sink_options import SinkError, SinkOptions
@@ -156,29 +156,27 @@ class CommitLog:
         cfg = shared_config(self.opts) | {"group.id": "strata-spark-sink", "enable.auto.commit": "false",
                                           "isolation.level": "read_committed", "enable.partition.eof": "true"}
         c = Consumer(cfg)
+        # To the partition's end (the EOF event), not to a high watermark asked first: a leader
+        # that has just died makes that question time out, while the fetcher follows the new one.
+        c.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
+        found = None
+        deadline = time.monotonic() + 90
         try:
-            tp = TopicPartition(self.topic, 0)
-            low, high = c.get_watermark_offsets(tp, timeout=30)
-            if high <= low:
-                return None
-            c.assign([TopicPartition(self.topic, 0, low)])
-            found = None
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
+            while True:
+                if time.monotonic() > deadline:
+                    raise SinkError(f"commitLogTopic {self.topic}: not read to its end within 90s")
                 m = c.poll(1.0)
                 if m is None:
                     continue
                 err = m.error()
                 if err is not None:
-                    if err.code() == -191:  # _PARTITION_EOF
+                    if err.code() == KafkaError._PARTITION_EOF:
                         break
+                    if err.retriable() or not err.fatal():
+                        continue  # a leader moving: the consumer goes on by itself
                     raise SinkError(f"commitLogTopic {self.topic}: {err}")
                 if m.key() == query.encode():
                     found = m.value()
-                if (m.offset() or 0) + 1 >= high:
-                    break
-            else:
-                raise SinkError(f"commitLogTopic {self.topic}: not read to its end within 60s")
         finally:
             c.close()
         if found is None:

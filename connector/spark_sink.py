@@ -9,6 +9,7 @@ connector/sink_txn.py for its two halves (ending transactions from the driver, t
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -358,6 +359,10 @@ class StrataStreamWriter(DataSourceStreamArrowWriter):
         query = self.opts.txn_prefix or query_id
         if query is None or batch is None:
             raise SinkError("exactly-once streaming writes need Spark's query id and batch id (task properties)")
+        first = next((b for b in iterator if b.num_rows), None)
+        if first is None:  # nothing to write: no commit log read, no transaction (a replay plans the same rows)
+            return SinkMessage(rows=0, query=query)
+        iterator = itertools.chain([first], iterator)
         decided = CommitLog(self.opts).read(query)
         if decided is not None and decided.batch >= int(batch):
             return SinkMessage(rows=0, query=query, skipped=True)  # written and decided before a restart
@@ -373,14 +378,16 @@ class StrataStreamWriter(DataSourceStreamArrowWriter):
         if query is None:
             return  # no task ran: nothing was written
         log = CommitLog(self.opts)
+        txns = tuple(m.txn for m in msgs if m.txn is not None)
         if any(m.skipped for m in msgs):
-            if not all(m.skipped for m in msgs):
+            if txns:
                 raise SinkError(f"batch {batchId}: tasks disagree on whether it was already committed")
             decided = log.read(query)
             if decided is not None and decided.batch == batchId:
                 end_transactions(self.opts, list(decided.txns), commit=True)  # roll the decision forward
             return
-        txns = tuple(m.txn for m in msgs if m.txn is not None)
+        if not txns:
+            return  # every task was empty
         log.write(query, Decision(batchId, txns))  # the commit point
         _crash_point("decided", batchId)
         end_transactions(self.opts, list(txns), commit=True)

@@ -3,7 +3,10 @@
 Starts a local cluster (1 controller, 3 brokers, in a temp dir), writes page views to a topic,
 moves the partition's active chunk to other brokers with kafka-chunks.sh (so the old views sit in
 an inactive chunk served by its replicas), writes more, and prints a Spark aggregate read with
-`spark.read.format("strata")`. Everything stops at the end.
+`spark.read.format("strata")`. Then the pipeline the other way: a streaming query reads the page
+views, counts them per page and writes the counts to a second topic with the `strata` sink
+(exactly once, Trigger.AvailableNow); the counts are read back from that topic. Everything stops
+at the end.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 from tools.cluster import Cluster
 
 TOPIC = "page-views"
+COUNTS = "page-view-counts"
 PAGES = ["/", "/docs", "/pricing", "/blog", "/signup"]
 
 
@@ -60,7 +64,8 @@ def main() -> None:
 
         spark = (SparkSession.builder.master("local[2]").appName("strata-example")
                  .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
-                 .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+                 .config("spark.driver.bindAddress", "127.0.0.1").config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.sql.shuffle.partitions", "2").getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
         started = time.monotonic()
         views = (spark.read.format("strata")
@@ -69,6 +74,32 @@ def main() -> None:
                  .load())
         views.selectExpr("CAST(key AS STRING) AS page").groupBy("page").count().orderBy("page").show()
         print(f"read {views.count():,} page views in {time.monotonic() - started:.1f}s", flush=True)
+
+        tool("kafka-topics.sh", "--bootstrap-server", bootstrap, "--create", "--topic", COUNTS,
+             "--partitions", "1", "--replication-factor", "3")
+        started = time.monotonic()
+        query = (spark.readStream.format("strata")
+                 .option("kafka.bootstrap.servers", bootstrap)
+                 .option("subscribe", TOPIC)
+                 .option("startingOffsets", "earliest")
+                 .load()
+                 .selectExpr("CAST(key AS STRING) AS page").groupBy("page").count()
+                 .selectExpr("page AS key", "CAST(count AS STRING) AS value")
+                 .writeStream.format("strata")                  # was: .format("kafka")
+                 .option("kafka.bootstrap.servers", bootstrap)
+                 .option("topic", COUNTS)
+                 .option("checkpointLocation", str(Path(tmp) / "checkpoint"))
+                 .outputMode("complete")
+                 .trigger(availableNow=True)
+                 .start())
+        query.awaitTermination()
+        print(f"streaming query wrote the counts to {COUNTS} in {time.monotonic() - started:.1f}s", flush=True)
+        counts = (spark.read.format("strata")
+                  .option("kafka.bootstrap.servers", bootstrap)
+                  .option("subscribe", COUNTS)
+                  .load()
+                  .selectExpr("CAST(key AS STRING) AS page", "CAST(value AS STRING) AS views"))
+        counts.orderBy("page").show()
         spark.stop()
 
 
