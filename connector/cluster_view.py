@@ -12,6 +12,7 @@ import asyncio
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from uuid import UUID
 
 from metadata.read_replicas import hash_order
 from node.client import ClientError, NodeClient
@@ -79,9 +80,11 @@ def run(coro):
 class ClusterView:
     """A snapshot of the cluster's metadata, taken from the first bootstrap server that answers."""
 
-    def __init__(self, brokers: dict[int, tuple[str, int]], partitions: dict[tuple[str, int], PartitionView]) -> None:
+    def __init__(self, brokers: dict[int, tuple[str, int]], partitions: dict[tuple[str, int], PartitionView],
+                 topic_ids: dict[str, UUID] | None = None) -> None:
         self.brokers = brokers
         self.partitions = partitions
+        self.topic_ids = topic_ids or {}
 
     @classmethod
     def load(cls, bootstrap: list[tuple[str, int]], timeout: float = 30.0) -> ClusterView:
@@ -99,9 +102,11 @@ class ClusterView:
                 continue
             brokers = {b.node_id: (b.host, b.port) for b in resp.brokers}
             parts = {}
+            ids = {}
             for t in resp.topics:
                 if t.error_code or t.name is None:
                     continue
+                ids[t.name] = t.topic_id
                 for p in t.partitions:
                     chunks = [
                         ChunkView(c.start_offset, c.stop_offset, tuple(c.isr_nodes or c.replica_nodes), False)
@@ -111,7 +116,7 @@ class ClusterView:
                     leader_first = (p.leader_id, *[r for r in p.replica_nodes if r != p.leader_id])
                     chunks.append(ChunkView(active_start, None, leader_first, True))
                     parts[(t.name, p.partition_index)] = PartitionView(t.name, p.partition_index, p.leader_id, tuple(chunks))
-            return cls(brokers, parts)
+            return cls(brokers, parts, ids)
         raise SourceError(f"no bootstrap server answered Metadata: {'; '.join(errors)}")
 
     def topics(self) -> set[str]:

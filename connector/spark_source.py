@@ -46,6 +46,7 @@ from connector.cluster_view import (
     SourceError,
     parse_bootstrap,
 )
+from connector.diskless_read import StoreOptions, diskless_topics, find_batches, read_ranges
 from connector.range_reader import RangeReader
 from metadata.read_replicas import hash_order
 
@@ -70,6 +71,7 @@ class SourceOptions:
     client_id: str
     request_timeout: float
     fetch_max_bytes: int
+    store: StoreOptions | None = None  # diskless topics read straight from here (None: broker Fetch)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -93,6 +95,14 @@ class SourceOptions:
         if not streaming and "endingoffsets" in o and o["endingoffsets"].strip().lower() == "earliest":
             raise SourceError("endingOffsets may not be earliest")
         max_per_trigger = o.get("maxoffsetspertrigger")
+        direct = o.get("disklessdirectread", "true").lower()
+        if direct not in ("true", "false"):
+            raise SourceError(f"disklessDirectRead: expected true or false, got {o['disklessdirectread']!r}")
+        store = None
+        if direct == "true" and o.get("diskless.storage.url"):
+            store = StoreOptions(o["diskless.storage.url"], o.get("diskless.storage.s3.endpoint"),
+                                 o.get("diskless.storage.s3.region"), o.get("diskless.storage.s3.access.key.id"),
+                                 o.get("diskless.storage.s3.secret.access.key"))
         return cls(
             bootstrap=parse_bootstrap(bootstrap),
             subscribe=o.get("subscribe"),
@@ -109,6 +119,7 @@ class SourceOptions:
             client_id=o.get("kafka.client.id", "strata-spark"),
             request_timeout=int(o.get("kafka.request.timeout.ms", "30000")) / 1000,
             fetch_max_bytes=int(o.get("kafka.fetch.max.bytes", str(8 << 20))),
+            store=store,
         )
 
 
@@ -239,14 +250,33 @@ def _spread(pieces: list[Piece]) -> list[Piece]:
 
 
 class _PieceInput(InputPartition):
-    def __init__(self, piece: Piece, addresses: dict[int, tuple[str, int]]) -> None:
+    def __init__(self, piece: Piece, addresses: dict[int, tuple[str, int]], rows: list | None = None) -> None:
         super().__init__(piece)
         self.piece = piece
         self.addresses = addresses
+        self.rows = rows  # a diskless piece read from the object store: its WAL batches
+
+
+def _inputs(opts: SourceOptions, plan: _Plan, pieces: list[Piece]) -> list[InputPartition]:
+    """The pieces as Spark's input partitions; with a store to read from, those of diskless topics
+    carry the WAL byte ranges the coordinator names (connector/diskless_read.py)."""
+    diskless = set()
+    if opts.store is not None and pieces:
+        diskless = diskless_topics(plan.view, {p.topic for p in pieces}, opts.request_timeout)
+    out: list[InputPartition] = []
+    for p in pieces:
+        rows = None
+        if p.topic in diskless:
+            rows = find_batches(plan.view, p.topic, p.partition, p.start, p.end, opts.request_timeout)
+        out.append(_PieceInput(p, plan.view.brokers, rows))
+    return out
 
 
 def _read_piece(opts: SourceOptions, part: _PieceInput) -> Iterator[pa.RecordBatch]:
     p = part.piece
+    if part.rows is not None and opts.store is not None:
+        yield from read_ranges(opts.store, p.topic, p.partition, p.start, p.end, part.rows, opts.include_headers)
+        return
     reader = RangeReader(part.addresses, isolation_level=opts.isolation_level, include_headers=opts.include_headers,
                          max_bytes=opts.fetch_max_bytes, request_timeout=opts.request_timeout, client_id=opts.client_id)
     yield from reader.read(p.topic, p.partition, p.start, p.end, p.brokers)
@@ -287,7 +317,7 @@ class StrataBatchReader(DataSourceReader):
         plan = _Plan(self.opts)
         start = plan.check_data_loss(plan.starting())
         end = plan.resolve(self.opts.ending, LATEST, "endingOffsets")
-        return [_PieceInput(p, plan.view.brokers) for p in plan.pieces(start, end)]
+        return _inputs(self.opts, plan, plan.pieces(start, end))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read_piece(self.opts, partition)  # type: ignore[arg-type]
@@ -340,7 +370,7 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         plan = _Plan(self.opts)
         begin, stop = _from_json(start), _from_json(end)
         begin = plan.check_data_loss({tp: begin.get(tp, 0) for tp in stop if tp in plan.parts})
-        return [_PieceInput(p, plan.view.brokers) for p in plan.pieces(begin, stop)]
+        return _inputs(self.opts, plan, plan.pieces(begin, stop))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read_piece(self.opts, partition)  # type: ignore[arg-type]

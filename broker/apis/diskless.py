@@ -3,7 +3,8 @@ DisklessHandOverFile (1110, Strata's: KIP-1164's WAL file handover has no API of
 
 Only brokers may call them (KIP-1164 asks for CLUSTER_ACTION; until ACLs exist the rule is: the
 client id is `diskless-<node id>` of a registered, unfenced broker and the connection comes from
-that broker's host); anyone else gets CLUSTER_AUTHORIZATION_FAILED on every item.
+that broker's host); anyone else gets CLUSTER_AUTHORIZATION_FAILED on every item. DisklessFindBatches
+is the exception: it changes nothing, and a reader of the object store plans from it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import asyncio
 from typing import Any
 
 from broker.apis.registry import RequestContext, api
-from broker.diskless.batches import BatchLookup, FoundBatches
+from broker.diskless.batches import BatchLookup
 from protocol.errors import Errors, error_message
 from protocol.generated.diskless_commit_file import DisklessCommitFileResponse
 from protocol.generated.diskless_create_partitions import DisklessCreatePartitionsResponse
@@ -146,10 +147,10 @@ async def find_batches(ctx: RequestContext, req: Any) -> DisklessFindBatchesResp
     R = DisklessFindBatchesResponse
     lookups = [BatchLookup(t.topic_id, p.partition_index, p.offset, max(p.max_partition_fetch_bytes, 1))
                for t in req.topics for p in t.partitions]
-    if calling_broker(ctx) is None:
-        found = [FoundBatches(Errors.CLUSTER_AUTHORIZATION_FAILED, -1, -1, []) for _ in lookups]
-    else:
-        found = await _coordinator(ctx).find_batches(lookups, req.max_batches_per_partition)
+    # Read-only, so not only for brokers: a reader that fetches WAL byte ranges from the object
+    # store itself (the Spark source's direct read) plans from it. With ACLs on, the request still
+    # needs CLUSTER_ACTION (broker/authz.py), as KIP-1164 asks.
+    found = await _coordinator(ctx).find_batches(lookups, req.max_batches_per_partition)
     budget = max(req.fetch_max_bytes, 1)
     answers = iter(found)
     out = []

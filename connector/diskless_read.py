@@ -1,0 +1,142 @@
+"""Diskless topics (KIP-1164) read straight from object storage: no broker carries the data.
+
+The driver asks the partition's diskless coordinator (any replica of its `__diskless_metadata`
+partition answers DisklessFindBatches from its SQLite) which WAL files and byte ranges hold the
+batches of each piece's offset range; executors read those ranges from the store (a local
+directory or S3, the brokers' `diskless.storage.url`), patch each batch's assigned base offset
+into its header (outside the CRC, as the brokers' read path does) and decode them into Arrow.
+Diskless topics take no transactions, so every committed batch is readable under read_committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from uuid import UUID
+
+import pyarrow as pa
+
+from broker.diskless.batches import BatchRow
+from broker.diskless.object_store import LocalObjectStore, ObjectStore, S3ObjectStore
+from broker.diskless.reader import BlockCache, read_batches
+from connector.arrow_records import records_to_arrow
+from connector.cluster_view import ClusterView, SourceError
+from node.client import ClientError, NodeClient
+from protocol.generated.describe_configs import DescribeConfigsRequest
+from protocol.generated.diskless_find_batches import DisklessFindBatchesRequest as FB
+
+DISKLESS_METADATA_TOPIC = "__diskless_metadata"
+_TOPIC_RESOURCE = 2
+_GROUP_BYTES = 32 << 20  # WAL bytes decoded into one Arrow batch
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    url: str  # file:///abs/dir or s3://bucket/prefix
+    endpoint: str | None = None
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+
+    def open(self) -> ObjectStore:
+        from urllib.parse import urlparse
+
+        u = urlparse(self.url)
+        if u.scheme == "file" and u.path.startswith("/"):
+            return LocalObjectStore(u.path)
+        if u.scheme == "s3" and u.netloc:
+            return S3ObjectStore(u.netloc, endpoint=self.endpoint, region=self.region,
+                                 access_key_id=self.access_key_id, secret_access_key=self.secret_access_key)
+        raise SourceError(f"diskless.storage.url: {self.url!r} is neither file:///abs/dir nor s3://bucket/prefix")
+
+
+def diskless_topics(view: ClusterView, topics: set[str], timeout: float) -> set[str]:
+    """The topics of `topics` created with diskless.enable=true (DescribeConfigs)."""
+    return asyncio.run(_diskless_topics(view, sorted(topics), timeout))
+
+
+async def _diskless_topics(view: ClusterView, topics: list[str], timeout: float) -> set[str]:
+    R = DescribeConfigsRequest
+    req = R(resources=[R.DescribeConfigsResource(resource_type=_TOPIC_RESOURCE, resource_name=t,
+                                                 configuration_keys=["diskless.enable"]) for t in topics])
+    last = ""
+    for host, port in view.brokers.values():
+        try:
+            async with NodeClient(host, port, client_id="strata-spark", timeout=timeout) as c:
+                resp = await c.request(req)
+        except ClientError as e:
+            last = str(e)
+            continue
+        return {r.resource_name for r in resp.results if not r.error_code
+                and any(c.name == "diskless.enable" and (c.value or "").lower() == "true" for c in r.configs)}
+    raise SourceError(f"no broker answered DescribeConfigs: {last}")
+
+
+def find_batches(view: ClusterView, topic: str, partition: int, start: int, end: int,
+                 timeout: float) -> list[BatchRow]:
+    """The batches holding offsets [start, end) of a diskless partition, from its coordinator."""
+    return asyncio.run(_find_batches(view, topic, partition, start, end, timeout))
+
+
+async def _find_batches(view: ClusterView, topic: str, partition: int, start: int, end: int,
+                        timeout: float) -> list[BatchRow]:
+    topic_id: UUID | None = view.topic_ids.get(topic)
+    n = sum(1 for t, _ in view.partitions if t == DISKLESS_METADATA_TOPIC)
+    if topic_id is None or not n:
+        raise SourceError(f"{topic}-{partition}: no diskless coordinator in the metadata")
+    index = (zlib.crc32(topic_id.bytes) + partition) % n  # the controller's mapping, fixed at creation
+    brokers = [b for b in view.partitions[(DISKLESS_METADATA_TOPIC, index)].chunks[-1].brokers if b in view.brokers]
+    rows: list[BatchRow] = []
+    offset, last_error = start, ""
+    for broker in brokers:
+        try:
+            async with NodeClient(*view.brokers[broker], client_id="strata-spark", timeout=timeout) as c:
+                while offset < end:
+                    resp = await c.request(FB(fetch_max_bytes=256 << 20, max_batches_per_partition=10_000, topics=[
+                        FB.DisklessFindBatchesTopic(topic_id=topic_id, partitions=[FB.DisklessFindBatchesPartition(
+                            partition_index=partition, offset=offset, max_partition_fetch_bytes=256 << 20)])]))
+                    p = resp.topics[0].partitions[0]
+                    if p.error_code:
+                        raise SourceError(f"DisklessFindBatches {topic}-{partition} at {offset}: error {p.error_code}")
+                    if not p.batches:
+                        break  # a follower's view a little behind: what it has is planned
+                    for b in p.batches:
+                        rows.append(BatchRow(b.batch_id, b.object_key, b.magic, b.byte_offset, b.byte_size,
+                                             b.base_offset, b.last_offset, b.log_append_timestamp,
+                                             b.batch_max_timestamp, b.timestamp_type))
+                    offset = p.batches[-1].last_offset + 1
+            if offset >= end:
+                return [r for r in rows if r.last_offset >= start and r.base_offset < end]
+            last_error = f"broker {broker} knows batches up to offset {offset} only"
+        except ClientError as e:
+            last_error = str(e)
+    raise SourceError(f"{topic}-{partition}: the diskless coordinator did not plan [{start}, {end}): {last_error}")
+
+
+def read_ranges(store: StoreOptions, topic: str, partition: int, start: int, end: int, rows: list[BatchRow],
+                include_headers: bool) -> Iterator[pa.RecordBatch]:
+    """On an executor: the rows' byte ranges from the store, decoded into Arrow, [start, end) only."""
+    groups: list[list[BatchRow]] = [[]]
+    size = 0
+    for r in rows:
+        if groups[-1] and size + r.byte_size > _GROUP_BYTES:
+            groups.append([])
+            size = 0
+        groups[-1].append(r)
+        size += r.byte_size
+    for group in groups:
+        if group:
+            data = asyncio.run(_read(store, group))
+            batch, _ = records_to_arrow([data], topic, partition, start=start, end=end, include_headers=include_headers)
+            if batch.num_rows:
+                yield batch
+
+
+async def _read(store: StoreOptions, rows: list[BatchRow]) -> bytes:
+    s = store.open()
+    try:
+        return await read_batches(BlockCache(s, capacity=2 * _GROUP_BYTES), rows)
+    finally:
+        await s.close()
