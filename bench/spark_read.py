@@ -8,6 +8,11 @@ Workload (Strata only; tools.cluster.Cluster in a temp dir, 3 brokers, logs on d
   chunked     topic `chunked`: 1 partition, replication factor 1, written in 3 equal thirds with a
               new chunk between them (kafka-chunks.sh create: broker 1, then 2, then 3), so each third
               sits on its own broker. Pieces of the inactive chunks go to their replicas.
+  diskless    topic `diskless`: 3 partitions, diskless.enable=true, WAL files on SeaweedFS (S3), the
+              same records; read twice: "direct" (the driver plans from the diskless coordinator's
+              batch index, executors get the byte ranges from S3 themselves) and "through brokers"
+              (disklessDirectRead=false: the brokers' Fetch, which reads S3 through their block
+              cache). --skip-diskless leaves it out.
 Each read is `spark.read.format("strata") ... .load().count()` (local[2], minPartitions
 --min-partitions) plus a pass that decodes every column (`.selectExpr("sum(length(value))")`),
 timed from the action to its result; rows/s = records / seconds. "bytes served" is per broker, from
@@ -15,6 +20,7 @@ the read plan (each piece's first-choice broker, records x record bytes): with n
 is who served it. The table prints the median of --runs runs; it asserts nothing.
 
     .venv/bin/python bench/spark_read.py [--records 5000000] [--size 100] [--runs 3] [--min-partitions 6]
+                                         [--skip-diskless]
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from confluent_kafka import Producer  # noqa: E402
 
 from connector.spark_source import SourceOptions, _Plan  # noqa: E402
+from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedS3  # noqa: E402
 from tools.cluster import Cluster  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -92,54 +99,97 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--min-partitions", type=int, default=6)
+    ap.add_argument("--skip-diskless", action="store_true")
     a = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    with tempfile.TemporaryDirectory(prefix="strata-bench-spark-") as tmp, Cluster(Path(tmp), verbose=False) as c:
-        bs = c.bootstrap
-        run_tool("kafka-topics.sh", "--bootstrap-server", bs, "--create", "--topic", "flat", "--replica-assignment", "1:2:3")
-        run_tool("kafka-topics.sh", "--bootstrap-server", bs, "--create", "--topic", "chunked", "--replica-assignment", "1")
-        say(f"writing {a.records:,} records of {a.size} bytes to each topic")
-        produce(bs, "flat", 0, a.records, a.size)
-        third = a.records // 3
-        for k, broker in enumerate((1, 2, 3)):
-            if broker != 1:
-                create_chunk(bs, "chunked", broker, Path(tmp))
-            n = third if k < 2 else a.records - 2 * third
-            produce(bs, "chunked", k * third, n, a.size)
+    with tempfile.TemporaryDirectory(prefix="strata-bench-spark-") as tmp:
+        s3 = None
+        overrides: dict[str, str] = {}
+        if not a.skip_diskless:
+            say("starting SeaweedFS")
+            s3 = SeaweedS3(Path(tmp) / "s3").start()
+            os.environ.update(s3.env())
+            overrides = {"diskless.storage.url": f"s3://{s3.bucket}/wal", "diskless.storage.s3.endpoint": s3.endpoint,
+                         "diskless.storage.s3.region": "us-east-1", "diskless.metadata.topic.num.partitions": "3"}
+        try:
+            with Cluster(Path(tmp) / "cluster", verbose=False, broker_overrides=overrides,
+                         controller_overrides={k: v for k, v in overrides.items() if "metadata.topic" in k}) as c:
+                run_all(a, c, Path(tmp), s3)
+        finally:
+            if s3 is not None:
+                s3.stop()
 
-        from pyspark.sql import SparkSession
 
-        spark = (SparkSession.builder.master("local[2]").appName("strata-bench")
-                 .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
-                 .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
-        results = {}
-        for run in range(a.runs):
-            for topic in ("flat", "chunked"):
-                df = (spark.read.format("strata").option("kafka.bootstrap.servers", bs)
-                      .option("subscribe", topic).option("minPartitions", str(a.min_partitions)).load())
-                t = time.monotonic()
-                n = df.count()
-                count_s = time.monotonic() - t
-                t = time.monotonic()
-                df.selectExpr("sum(length(value))").collect()
-                decode_s = time.monotonic() - t
-                if n != a.records:
-                    raise SystemExit(f"{topic}: read {n:,} records, wrote {a.records:,}")
-                results.setdefault(topic, []).append((n / count_s, n / decode_s))
-                say(f"  run {run + 1} {topic}: count {n / count_s:,.0f} rows/s, sum(length(value)) {n / decode_s:,.0f} rows/s")
-        spark.stop()
-        record_bytes = a.size + 20  # value + per-record framing, roughly
-        print(f"\nSpark batch read, {a.records:,} records x {a.size} B, local[2], minPartitions={a.min_partitions}, "
-              f"median of {a.runs}")
-        print(f"{'topic':<26}{'count() rows/s':>16}{'sum(len) rows/s':>17}   bytes served per broker (plan)")
-        for topic, label in (("flat", "unchunked (RF 3, leader)"), ("chunked", "3 chunks on 3 brokers")):
-            counts = statistics.median(r[0] for r in results[topic])
-            sums = statistics.median(r[1] for r in results[topic])
-            per = served_per_broker(bs, topic, a.min_partitions, record_bytes)
-            spread = ", ".join(f"b{b}: {v / 1e6:,.0f} MB" for b, v in sorted(per.items()))
-            print(f"{label:<26}{counts:>16,.0f}{sums:>17,.0f}   {spread}")
+def run_all(a: argparse.Namespace, c: Cluster, tmp: Path, s3: SeaweedS3 | None) -> None:
+    bs = c.bootstrap
+    run_tool("kafka-topics.sh", "--bootstrap-server", bs, "--create", "--topic", "flat", "--replica-assignment", "1:2:3")
+    run_tool("kafka-topics.sh", "--bootstrap-server", bs, "--create", "--topic", "chunked", "--replica-assignment", "1")
+    say(f"writing {a.records:,} records of {a.size} bytes to each topic")
+    produce(bs, "flat", 0, a.records, a.size)
+    third = a.records // 3
+    for k, broker in enumerate((1, 2, 3)):
+        if broker != 1:
+            create_chunk(bs, "chunked", broker, Path(tmp))
+        n = third if k < 2 else a.records - 2 * third
+        produce(bs, "chunked", k * third, n, a.size)
+    direct: dict[str, str] = {}
+    if s3 is not None:
+        run_tool("kafka-topics.sh", "--bootstrap-server", bs, "--create", "--topic", "diskless", "--partitions", "3",
+                 "--replication-factor", "1", "--config", "diskless.enable=true")
+        produce(bs, "diskless", 0, a.records, a.size)
+        direct = {"diskless.storage.url": f"s3://{s3.bucket}/wal", "diskless.storage.s3.endpoint": s3.endpoint,
+                  "diskless.storage.s3.region": "us-east-1", "diskless.storage.s3.access.key.id": ACCESS_KEY,
+                  "diskless.storage.s3.secret.access.key": SECRET_KEY}
+    reads = [("flat", "flat", {}), ("chunked", "chunked", {})]
+    if direct:
+        reads += [("diskless direct", "diskless", direct),
+                  ("diskless via brokers", "diskless", {**direct, "disklessDirectRead": "false"})]
+
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("strata-bench")
+             .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    results = {}
+    for run in range(a.runs):
+        for label, topic, extra in reads:
+            r = (spark.read.format("strata").option("kafka.bootstrap.servers", bs)
+                 .option("subscribe", topic).option("minPartitions", str(a.min_partitions)))
+            for k, v in extra.items():
+                r = r.option(k, v)
+            df = r.load()
+            t = time.monotonic()
+            n = df.count()
+            count_s = time.monotonic() - t
+            t = time.monotonic()
+            df.selectExpr("sum(length(value))").collect()
+            decode_s = time.monotonic() - t
+            if n != a.records:
+                raise SystemExit(f"{topic}: read {n:,} records, wrote {a.records:,}")
+            results.setdefault(label, []).append((n / count_s, n / decode_s))
+            say(f"  run {run + 1} {label}: count {n / count_s:,.0f} rows/s, sum(length(value)) {n / decode_s:,.0f} rows/s")
+    spark.stop()
+    record_bytes = a.size + 20  # value + per-record framing, roughly
+    print(f"\nSpark batch read, {a.records:,} records x {a.size} B, local[2], minPartitions={a.min_partitions}, "
+          f"median of {a.runs}")
+    print(f"{'topic':<26}{'count() rows/s':>16}{'sum(len) rows/s':>17}   bytes served per broker (plan)")
+    for topic, label in (("flat", "unchunked (RF 3, leader)"), ("chunked", "3 chunks on 3 brokers")):
+        counts = statistics.median(r[0] for r in results[topic])
+        sums = statistics.median(r[1] for r in results[topic])
+        per = served_per_broker(bs, topic, a.min_partitions, record_bytes)
+        spread = ", ".join(f"b{b}: {v / 1e6:,.0f} MB" for b, v in sorted(per.items()))
+        print(f"{label:<26}{counts:>16,.0f}{sums:>17,.0f}   {spread}")
+    if direct:
+        for label in ("diskless direct", "diskless via brokers"):
+            counts = statistics.median(r[0] for r in results[label])
+            sums = statistics.median(r[1] for r in results[label])
+            print(f"{label:<26}{counts:>16,.0f}{sums:>17,.0f}   "
+                  + ("S3 ranges read by the executors" if "direct" in label else "broker Fetch (S3 via block cache)"))
+        ratio = statistics.median(r[1] for r in results["diskless direct"]) / statistics.median(
+            r[1] for r in results["diskless via brokers"])
+        print(f"diskless direct / via brokers (sum(len)): {ratio:.2f}x")
 
 
 if __name__ == "__main__":

@@ -110,6 +110,10 @@ def test_block_cache_reads_and_evicts(tmp_path: Path) -> None:
         assert await cache.read("wal/a", 9990, 10_000) == data[9990:]
         reads = await asyncio.gather(*(cache.read("wal/a", 2048 + i, 3000) for i in range(5)))
         assert reads == [data[2048 + i:3000] for i in range(5)]
+        # concurrent reads sharing a block in flight that the first one fetches only up to its end
+        fresh = BlockCache(store, capacity=4096, block_size=1024)
+        both = await asyncio.gather(fresh.read("wal/a", 5000, 5100), fresh.read("wal/a", 5050, 5900))
+        assert both == [data[5000:5100], data[5050:5900]]
 
     asyncio.run(run())
 

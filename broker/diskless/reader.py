@@ -90,7 +90,12 @@ class BlockCache:
             for i in futs:
                 self._inflight.pop((object_key, i), None)
         for i, f in waits:
-            have[i] = await f
+            block = await f
+            need = min(end, (i + 1) * bs)
+            if i * bs + len(block) < need:  # another reader's fetch, cut short at its own end
+                block = await self.store.get_range(object_key, i * bs, need if i == last else (i + 1) * bs)
+                self._put((object_key, i), block)
+            have[i] = block
         joined = b"".join(have[i] for i in range(first, last + 1))
         offset = start - first * bs
         return joined[offset:offset + (end - start)]
