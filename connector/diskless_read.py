@@ -116,6 +116,12 @@ async def _find_batches(view: ClusterView, topic: str, partition: int, start: in
     raise SourceError(f"{topic}-{partition}: the diskless coordinator did not plan [{start}, {end}): {last_error}")
 
 
+# One event loop and one store client per executor process, kept across pieces: an S3 client's
+# connection pool and credentials are set up once, not per piece.
+_RUNNER = asyncio.Runner()
+_stores: dict[StoreOptions, ObjectStore] = {}
+
+
 def read_ranges(store: StoreOptions, topic: str, partition: int, start: int, end: int, rows: list[BatchRow],
                 include_headers: bool) -> Iterator[pa.RecordBatch]:
     """On an executor: the rows' byte ranges from the store, decoded into Arrow, [start, end) only."""
@@ -129,7 +135,7 @@ def read_ranges(store: StoreOptions, topic: str, partition: int, start: int, end
         size += r.byte_size
     for group in groups:
         if group:
-            data = asyncio.run(_read(store, group))
+            data = _RUNNER.run(_read(store, group))
             batch, _ = records_to_arrow([data], topic, partition, start=start, end=end, include_headers=include_headers)
             if batch.num_rows:
                 yield batch
@@ -154,12 +160,11 @@ async def _read(store: StoreOptions, rows: list[BatchRow]) -> bytes:
         k = last[r.object_key] = (k + 1) if k is not None else 0
         spans[(r.object_key, k)] = (r.byte_offset, r.byte_offset + r.byte_size)
         where.append((r.object_key, k))
-    s = store.open()
-    try:
-        keys = list(spans)
-        got = await asyncio.gather(*(s.get_range(key, *spans[(key, n)]) for key, n in keys))
-    finally:
-        await s.close()
+    s = _stores.get(store)
+    if s is None:
+        s = _stores[store] = store.open()
+    keys = list(spans)
+    got = await asyncio.gather(*(s.get_range(key, *spans[(key, n)]) for key, n in keys))
     data = dict(zip(keys, got))
     out = bytearray()
     for r, span in zip(rows, where):
