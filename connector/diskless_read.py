@@ -1,10 +1,12 @@
 """Diskless topics (KIP-1164) read straight from object storage: no broker carries the data.
 
-The driver asks the partition's diskless coordinator (any replica of its `__diskless_metadata`
+The driver asks each partition's diskless coordinator (any replica of its `__diskless_metadata`
 partition answers DisklessFindBatches from its SQLite) which WAL files and byte ranges hold the
-batches of each piece's offset range; executors read those ranges from the store (a local
-directory or S3, the brokers' `diskless.storage.url`), patch each batch's assigned base offset
-into its header (outside the CRC, as the brokers' read path does) and decode them into Arrow.
+batches of the offsets to read, and deals the files out to Spark partitions (a WAL file
+interleaves many partitions' batches: cut by file, each file is fetched once); executors read the
+ranges from the store (a local directory or S3, the brokers' `diskless.storage.url`), patch each
+batch's assigned base offset into its header (outside the CRC, as the brokers' read path does)
+and decode them into Arrow, per partition.
 Diskless topics take no transactions, so every committed batch is readable under read_committed.
 """
 
@@ -122,26 +124,7 @@ _RUNNER = asyncio.Runner()
 _stores: dict[StoreOptions, ObjectStore] = {}
 
 
-def read_ranges(store: StoreOptions, topic: str, partition: int, start: int, end: int, rows: list[BatchRow],
-                include_headers: bool) -> Iterator[pa.RecordBatch]:
-    """On an executor: the rows' byte ranges from the store, decoded into Arrow, [start, end) only."""
-    groups: list[list[BatchRow]] = [[]]
-    size = 0
-    for r in rows:
-        if groups[-1] and size + r.byte_size > _GROUP_BYTES:
-            groups.append([])
-            size = 0
-        groups[-1].append(r)
-        size += r.byte_size
-    for group in groups:
-        if group:
-            data = _RUNNER.run(_read(store, group))
-            batch, _ = records_to_arrow([data], topic, partition, start=start, end=end, include_headers=include_headers)
-            if batch.num_rows:
-                yield batch
-
-
-async def _read(store: StoreOptions, rows: list[BatchRow]) -> bytes:
+async def _read(store: StoreOptions, rows: list[BatchRow]) -> list[bytearray]:
     """The rows' batches in order, each with its assigned base offset patched into its header.
     A WAL file interleaves the batches of many partitions, so the batches of one file are fetched
     as one ranged get over their span when the gaps are small (fewer, larger requests, as the
@@ -166,13 +149,65 @@ async def _read(store: StoreOptions, rows: list[BatchRow]) -> bytes:
     keys = list(spans)
     got = await asyncio.gather(*(s.get_range(key, *spans[(key, n)]) for key, n in keys))
     data = dict(zip(keys, got))
-    out = bytearray()
+    out = []
     for r, span in zip(rows, where):
         lo, hi = spans[span]
         blob = data[span]
         if len(blob) != hi - lo:
             raise SourceError(f"object {span[0]}: asked bytes [{lo}, {hi}), got {len(blob)}")
-        base = len(out)
-        out += blob[r.byte_offset - lo:r.byte_offset - lo + r.byte_size]
-        set_base_offset(out, base, r.base_offset)
-    return bytes(out)
+        one = bytearray(blob[r.byte_offset - lo:r.byte_offset - lo + r.byte_size])
+        set_base_offset(one, 0, r.base_offset)
+        out.append(one)
+    return out
+
+
+# ---------------------------------------------------------------- planning by WAL file
+@dataclass(frozen=True)
+class FileShare:
+    """What one Spark partition reads: whole WAL files, each fetched once, and in them the batches
+    of every planned partition (a WAL file interleaves many partitions' batches)."""
+
+    rows: tuple[tuple[str, int, BatchRow], ...]  # (topic, partition, batch)
+    bounds: tuple[tuple[str, int, int, int], ...]  # (topic, partition, start, end)
+
+
+def plan_files(view: ClusterView, ranges: dict[tuple[str, int], tuple[int, int]], shares: int,
+               timeout: float) -> list[FileShare]:
+    """The batches of every range, from the coordinators, grouped by WAL file and the files dealt
+    out to `shares` shares by size (largest first, to the lightest share)."""
+    files: dict[str, list[tuple[str, int, BatchRow]]] = {}
+    for (topic, partition), (start, end) in sorted(ranges.items()):
+        for r in find_batches(view, topic, partition, start, end, timeout):
+            files.setdefault(r.object_key, []).append((topic, partition, r))
+    bins: list[list[tuple[str, int, BatchRow]]] = [[] for _ in range(max(1, shares))]
+    weight = [0] * len(bins)
+    for key in sorted(files, key=lambda k: -sum(r.byte_size for _, _, r in files[k])):
+        i = weight.index(min(weight))
+        bins[i].extend(files[key])
+        weight[i] += sum(r.byte_size for _, _, r in files[key])
+    bounds = tuple((t, p, s, e) for (t, p), (s, e) in sorted(ranges.items()))
+    return [FileShare(tuple(b), bounds) for b in bins if b]
+
+
+def read_files(store: StoreOptions, share: FileShare, include_headers: bool) -> Iterator[pa.RecordBatch]:
+    """On an executor: the share's files, about _GROUP_BYTES at a time, decoded per partition."""
+    bounds = {(t, p): (s, e) for t, p, s, e in share.bounds}
+    group: list[tuple[str, int, BatchRow]] = []
+    size = 0
+    rows = sorted(share.rows, key=lambda x: (x[2].object_key, x[2].byte_offset))
+    for i, item in enumerate(rows):
+        group.append(item)
+        size += item[2].byte_size
+        if size >= _GROUP_BYTES or i == len(rows) - 1:
+            blobs = _RUNNER.run(_read(store, [r for _, _, r in group]))
+            by_tp: dict[tuple[str, int], list[tuple[int, bytearray]]] = {}
+            for (t, p, r), blob in zip(group, blobs):
+                by_tp.setdefault((t, p), []).append((r.base_offset, blob))
+            for (t, p), batches in sorted(by_tp.items()):
+                batches.sort(key=lambda x: x[0])
+                start, end = bounds[(t, p)]
+                batch, _ = records_to_arrow([b"".join(b for _, b in batches)], t, p, start=start, end=end,
+                                            include_headers=include_headers)
+                if batch.num_rows:
+                    yield batch
+            group, size = [], 0

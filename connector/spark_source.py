@@ -46,7 +46,7 @@ from connector.cluster_view import (
     SourceError,
     parse_bootstrap,
 )
-from connector.diskless_read import StoreOptions, diskless_topics, find_batches, read_ranges
+from connector.diskless_read import FileShare, StoreOptions, diskless_topics, plan_files, read_files
 from connector.range_reader import RangeReader
 from metadata.read_replicas import hash_order
 
@@ -250,11 +250,10 @@ def _spread(pieces: list[Piece]) -> list[Piece]:
 
 
 class _PieceInput(InputPartition):
-    def __init__(self, piece: Piece, addresses: dict[int, tuple[str, int]], rows: list | None = None) -> None:
+    def __init__(self, piece: Piece, addresses: dict[int, tuple[str, int]]) -> None:
         super().__init__(piece)
         self.piece = piece
         self.addresses = addresses
-        self.rows = rows  # a diskless piece read from the object store: its WAL batches
 
 
 def _inputs(opts: SourceOptions, plan: _Plan, pieces: list[Piece]) -> list[InputPartition]:
@@ -263,20 +262,31 @@ def _inputs(opts: SourceOptions, plan: _Plan, pieces: list[Piece]) -> list[Input
     diskless = set()
     if opts.store is not None and pieces:
         diskless = diskless_topics(plan.view, {p.topic for p in pieces}, opts.request_timeout)
-    out: list[InputPartition] = []
+    out: list[InputPartition] = [_PieceInput(p, plan.view.brokers) for p in pieces if p.topic not in diskless]
+    ranges: dict[TopicPartition, tuple[int, int]] = {}
+    count = 0
     for p in pieces:
-        rows = None
         if p.topic in diskless:
-            rows = find_batches(plan.view, p.topic, p.partition, p.start, p.end, opts.request_timeout)
-        out.append(_PieceInput(p, plan.view.brokers, rows))
+            count += 1
+            s, e = ranges.get((p.topic, p.partition), (p.start, p.end))
+            ranges[(p.topic, p.partition)] = (min(s, p.start), max(e, p.end))
+    if ranges:  # diskless pieces are cut by WAL file, so that each file is fetched once
+        out.extend(_FilesInput(share) for share in plan_files(plan.view, ranges, count, opts.request_timeout))
     return out
 
 
-def _read_piece(opts: SourceOptions, part: _PieceInput) -> Iterator[pa.RecordBatch]:
-    p = part.piece
-    if part.rows is not None and opts.store is not None:
-        yield from read_ranges(opts.store, p.topic, p.partition, p.start, p.end, part.rows, opts.include_headers)
+class _FilesInput(InputPartition):
+    def __init__(self, share: FileShare) -> None:
+        super().__init__(len(share.rows))
+        self.share = share
+
+
+def _read_piece(opts: SourceOptions, part: InputPartition) -> Iterator[pa.RecordBatch]:
+    if isinstance(part, _FilesInput) and opts.store is not None:
+        yield from read_files(opts.store, part.share, opts.include_headers)
         return
+    assert isinstance(part, _PieceInput)
+    p = part.piece
     reader = RangeReader(part.addresses, isolation_level=opts.isolation_level, include_headers=opts.include_headers,
                          max_bytes=opts.fetch_max_bytes, request_timeout=opts.request_timeout, client_id=opts.client_id)
     yield from reader.read(p.topic, p.partition, p.start, p.end, p.brokers)
@@ -320,7 +330,7 @@ class StrataBatchReader(DataSourceReader):
         return _inputs(self.opts, plan, plan.pieces(start, end))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read_piece(self.opts, partition)  # type: ignore[arg-type]
+        return _read_piece(self.opts, partition)
 
 
 def _to_json(offsets: dict[TopicPartition, int]) -> dict:
@@ -373,7 +383,7 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _inputs(self.opts, plan, plan.pieces(begin, stop))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read_piece(self.opts, partition)  # type: ignore[arg-type]
+        return _read_piece(self.opts, partition)
 
     def commit(self, end: dict) -> None:
         pass  # nothing to release: progress lives in Spark's checkpoint
