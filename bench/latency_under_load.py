@@ -40,7 +40,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from produce_consume import Strata, System, Tansu, create_topic, delete_topic, find_tansu, say  # noqa: E402
+from produce_consume import (  # noqa: E402
+    Strata,
+    System,
+    Tansu,
+    create_topic,
+    delete_topic,
+    extract_tree,
+    find_tansu,
+    say,
+)
 
 SMALL = textwrap.dedent("""
     import json, sys, threading, time
@@ -93,7 +102,6 @@ BULK = textwrap.dedent("""
 
 
 SCENARIOS = ("idle", "bulk", "bulk + 20 small")
-REPO = Path(__file__).resolve().parents[1]
 
 
 def pct(values: list[float], q: float) -> float:
@@ -150,14 +158,6 @@ def median(values: list[float]) -> float:
     return s[len(s) // 2] if s else float("nan")
 
 
-def extract_tree(ref: str) -> Path:
-    """`ref` of this repository as a source tree in a temp dir (git archive: no git state is touched)."""
-    out = Path(tempfile.mkdtemp(prefix="strata-latency-ref-"))
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref], capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
-    return out
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=15.0, help="small-send time per scenario")
@@ -178,7 +178,7 @@ def main() -> int:
         wanted.discard("tansu")
     trees: list[tuple[str, Path | None]] = [("", None)]
     for ref in filter(None, (args.compare or "").split(",")):
-        trees.append((f" [{ref}]", extract_tree(ref)))
+        trees.append((f" [{ref}]", extract_tree(ref, work)))
     systems: list[tuple[str, Callable[[], System]]] = []
     notes = []
     for brokers, key, label in ((1, "strata1", "strata 1 broker"), (3, "strata3", "strata 3 brokers RF 3")):
@@ -209,9 +209,8 @@ def main() -> int:
     finally:
         for _, system in up:
             system.stop()
-        # the clusters' data and the extracted --compare trees: a run leaves nothing behind
-        for d in [work, *(root for _, root in trees if root is not None)]:
-            shutil.rmtree(d, ignore_errors=True)
+        # the clusters' data and the extracted --compare trees (under it): a run leaves nothing behind
+        shutil.rmtree(work, ignore_errors=True)
     print(f"\nsmall sends: 1 byte, acks=all, linger 0, one every 2 ms per client, {seconds:.0f} s; "
           "bulk: 1 KiB records, linger.ms=5, acks=all, as fast as it goes"
           + (f"; median of {args.rounds} interleaved rounds" if args.rounds > 1 else ""))

@@ -8,6 +8,7 @@ launcher itself kills them if the interpreter exits first.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
@@ -107,6 +108,17 @@ def eventually(check: Callable[[], Any], timeout: float = 30.0, interval: float 
 
     wait_for(passed, timeout, "a check to pass", interval, (AssertionError,))
     return done[-1]
+
+
+async def eventually_async(pred: Callable[[], bool], timeout: float = 5.0) -> bool:
+    """In a test's event loop: wait until `pred()` holds (True) or `timeout` passes (False),
+    looking every 10 ms while the coordinator under test runs its timers and writes."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
 
 
 def installed_script(name: str) -> str:

@@ -48,7 +48,7 @@ from node.client import NodeClient
 from protocol.errors import Errors
 from protocol.primitives import uvarint
 from protocol.records import Record, decode_batches, encode_batch
-from tests.conftest import FAST_FENCING
+from tests.conftest import FAST_FENCING, eventually_async
 from tests.fakes import FakeMetadata, FakeReplicas
 from tools.cluster import Cluster
 
@@ -271,15 +271,6 @@ class Harness:
         return [r for b in decode_batches(b"".join(bytes(x) for x in info.records)) for r in b.records]
 
 
-async def eventually(pred, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.01)
-    return True
-
-
 def run(tmp_path: Path, scenario, config: GroupCoordinatorConfig = UNIT_CONFIG):
     async def main():
         h = Harness(tmp_path, config)
@@ -399,7 +390,7 @@ def test_new_member_triggers_rebalance_and_stale_generations_are_refused(tmp_pat
         a = await h.join_new(gid)
         assert (await h.sync(gid, 1, a.member_id, {a.member_id: b"all"})).assignment == b"all"
         joining = asyncio.ensure_future(h.join_new(gid))
-        assert await eventually(lambda: c.heartbeat(gid, a.member_id, None, 1) == E.REBALANCE_IN_PROGRESS)
+        assert await eventually_async(lambda: c.heartbeat(gid, a.member_id, None, 1) == E.REBALANCE_IN_PROGRESS)
         # a commit of the old generation is still accepted while preparing (Kafka's rule)
         assert await c.commit_offsets(gid, a.member_id, None, 1, {("t", 0): OffsetAndMetadata(5)}) == {("t", 0): 0}
         assert (await h.sync(gid, 1, a.member_id)).error == E.REBALANCE_IN_PROGRESS
@@ -454,7 +445,7 @@ def test_pending_members_and_unsynced_members_expire(tmp_path):
         assert first.error == E.MEMBER_ID_REQUIRED
         g = c.partition(pid(gid)).groups[gid]
         assert first.member_id in g.pending_members
-        assert await eventually(lambda: first.member_id not in g.pending_members)  # never came back: forgotten
+        assert await eventually_async(lambda: first.member_id not in g.pending_members)  # never came back: forgotten
         a, b = await asyncio.gather(h.join_new(gid, rebalance=300), h.join_new(gid, rebalance=300))
         follower = b if a.leader_id == a.member_id else a
         # the leader never sends SyncGroup: after the rebalance timeout it is dropped

@@ -40,6 +40,7 @@ from protocol.generated.create_topics import CreateTopicsRequest
 from protocol.generated.end_txn import EndTxnRequest
 from protocol.generated.find_coordinator import FindCoordinatorRequest
 from protocol.generated.init_producer_id import InitProducerIdRequest
+from tests.conftest import eventually_async
 from tests.fakes import FakeMetadata, FakeReplicas
 from tools.cluster import Cluster
 
@@ -170,21 +171,12 @@ class TxnHarness:
         """Lead partition `index` (again, under a new epoch) and wait until it is loaded."""
         self.set_leader(index, 1)
         probe = next(t for t in (f"probe-{i}" for i in range(1000)) if self.coordinator.partition_for(t) == index)
-        assert await _eventually(lambda: self.coordinator.is_coordinator_for(probe)), "partition did not load"
+        assert await eventually_async(lambda: self.coordinator.is_coordinator_for(probe)), "partition did not load"
 
     def close(self) -> None:
         self.coordinator.shutdown()
         for p in self.replicas.partitions.values():
             p.log.close()
-
-
-async def _eventually(pred, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.01)
-    return True
 
 
 def test_transactions_commit_abort_and_reload_in_process(tmp_path):
@@ -205,7 +197,7 @@ def test_transactions_commit_abort_and_reload_in_process(tmp_path):
             assert c.describe(tid)[1].partitions == {("data", 0), ("data", 1), group_partition}
             assert await c.add_partitions(tid, pid, epoch + 1, {("data", 2)}) == E.PRODUCER_FENCED
             assert await c.end_transaction(tid, pid, epoch, True) == 0
-            assert await _eventually(lambda: c.describe(tid)[1].state is S.COMPLETE_COMMIT)
+            assert await eventually_async(lambda: c.describe(tid)[1].state is S.COMPLETE_COMMIT)
             assert h.markers.written == [(pid, epoch, True, frozenset({("data", 0), ("data", 1), group_partition}),
                                           h.epochs[idx])]
             # a second transaction is prepared to abort, its markers held; the coordinator moves
@@ -218,7 +210,7 @@ def test_transactions_commit_abort_and_reload_in_process(tmp_path):
             # back here under a new epoch: reloaded from the log, the abort is finished
             h.markers.blocked = False
             await h.lead(idx)
-            assert await _eventually(lambda: c.describe(tid)[1] is not None
+            assert await eventually_async(lambda: c.describe(tid)[1] is not None
                                      and c.describe(tid)[1].state is S.COMPLETE_ABORT)
             assert h.markers.written[-1] == (pid, epoch, False, frozenset({("data", 2)}), h.epochs[idx])
             meta = c.describe(tid)[1]
