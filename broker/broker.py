@@ -15,6 +15,12 @@ import structlog
 
 from broker.config import BrokerConfig
 from broker.controller_channel import ControllerChannel
+from broker.coordinator.group import GroupCoordinator, GroupCoordinatorConfig
+from broker.coordinator.transaction import TransactionCoordinator, TransactionCoordinatorConfig
+from broker.coordinator.transaction.markers import TxnMarkerSender
+from broker.diskless.config import DisklessConfig
+from broker.diskless.coordinator.coordinator import DisklessCoordinator
+from broker.diskless.partition import DisklessService
 from broker.fetch_sessions import FetchSessionCache
 from broker.lifecycle import BrokerLifecycle
 from broker.metadata_loader import MetadataLoader
@@ -87,13 +93,6 @@ class Broker:
                                        self.chunk_fetcher, self.isr)
         self.chunk_reads = ChunkReads(config.node_id, self.metadata, self.hosted, self._peer_clients("chunk-reader"))
         # the coordinators load their state partitions (__consumer_offsets, __transaction_state) as we lead them
-        from broker.coordinator.group import GroupCoordinator, GroupCoordinatorConfig
-        from broker.coordinator.transaction import TransactionCoordinator, TransactionCoordinatorConfig
-        from broker.coordinator.transaction.markers import TxnMarkerSender
-        from broker.diskless.config import DisklessConfig
-        from broker.diskless.coordinator.coordinator import DisklessCoordinator
-        from broker.diskless.partition import DisklessService
-
         self.group_coordinator = GroupCoordinator(
             GroupCoordinatorConfig.from_props(self.config.props), self.replicas, self.metadata, self.forward)
         markers = TxnMarkerSender(self.config.node_id, self.metadata, self.peer_listing, self.config.inter_broker_security)
