@@ -218,8 +218,7 @@ class DisklessService:
 
     def _committed(self, topic_id: UUID, partition: int) -> None:
         for fut in self._waiters.pop((topic_id, partition), []):
-            if not fut.done():
-                fut.set_result(None)
+            _wake(fut)
 
     # ------------------------------------------------------------------ metadata
     def assign_leaders(self, topics: list[Any], client_id: str | None) -> None:
@@ -314,6 +313,7 @@ class DisklessService:
 
 
 def _wake(fut: asyncio.Future) -> None:
-    """A long poll's periodic re-ask (diskless.fetch.poll.ms): wake it unless already woken."""
+    """Wake a long poll (a commit to its partition, or its diskless.fetch.poll.ms re-ask) unless
+    already woken."""
     if not fut.done():
         fut.set_result(None)
