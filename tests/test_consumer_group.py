@@ -38,7 +38,8 @@ from broker.coordinator.group.subscriptions import InvalidRegex, compile_regex
 from metadata import MetadataImage, PartitionInfo
 from metadata.image import BrokerInfo, TopicInfo
 from protocol.errors import Errors
-from tests.test_group_coordinator import Harness, eventually, pid, run
+from tests.conftest import eventually_async
+from tests.test_group_coordinator import Harness, pid, run
 
 E = Errors
 T1, T2 = uuid.UUID(int=1), uuid.UUID(int=2)
@@ -236,7 +237,7 @@ def test_session_expiry_fences_and_an_empty_group_changes_protocol(tmp_path):
         await h.lead(pid(gid))
         assert (await hb(h, gid, "m1", 0)).error == 0
         group = c.partition(pid(gid)).groups[gid]
-        assert await eventually(lambda: not group.members, timeout=3)
+        assert await eventually_async(lambda: not group.members, timeout=3)
         assert group.state_name == "Empty"
         # an empty consumer group becomes classic for a classic member, offsets kept
         tp = ("orders", 1)
@@ -319,7 +320,7 @@ def test_static_members_regex_and_the_rebalance_timeout(tmp_path):
         assert (await hb(h, gid, "late", 0, rebalance=300)).error == 0
         r = await hb(h, gid, "s9", s9_epoch, instance_id="i1", rebalance=300)
         assert r.error == 0 and group.members["s9"].state is MemberState.UNREVOKED_PARTITIONS
-        assert await eventually(lambda: "s9" not in group.members, timeout=3)
+        assert await eventually_async(lambda: "s9" not in group.members, timeout=3)
 
     run(tmp_path, scenario)
 
