@@ -84,6 +84,10 @@ class SinkOptions:
             producer[name] = value
         producer.setdefault("acks", "all")
         producer.setdefault("partitioner", "murmur2_random")  # the Java client's default, as Spark's sink uses
+        # A misspelt topic name is refused, never created: without this, librdkafka's producer asks
+        # for auto-creation in its Metadata requests, and a broker with auto.create.topics.enable
+        # creates the topic while a task is still checking it (a race between the tasks).
+        producer.setdefault("allow.auto.create.topics", "false")
         eo = o.get("exactlyonce", "true" if streaming else "false").lower()
         if eo not in ("true", "false"):
             raise SinkError(f"exactlyOnce: expected true or false, got {o['exactlyonce']!r}")
