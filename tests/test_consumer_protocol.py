@@ -6,6 +6,8 @@ real 3-broker cluster (one shared by the module):
   assignments, and ListGroups lists it with type and state.
 - a fourth member joining moves only the partitions that must move: the members that keep
   partitions keep consuming them without a pause longer than a heartbeat interval or so.
+- a member leaving (closing, or killed so that its session times out) moves only its own
+  partitions: the others keep theirs and keep consuming them without such a pause.
 - kill -9 of the coordinator's broker: the group resumes on the new coordinator, nothing lost,
   duplicates only from work not committed.
 """
@@ -13,6 +15,10 @@ real 3-broker cluster (one shared by the module):
 from __future__ import annotations
 
 import functools
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -207,16 +213,134 @@ def test_a_joining_member_moves_only_what_must_move(cluster):
         after = {m.name: set(m.assignment) for m in members}
         moved = sum(len(before[n] - after[n]) for n in before)
         assert moved == 1, (before, after)  # 6 partitions over 3 -> 4 members: one moves
-        # the partitions a member kept flowed on: no gap past a couple of heartbeat intervals
-        for m in members[:3]:
-            for p in before[m.name] & after[m.name]:
-                times = [t for q, _, _, t in m.records if q == p and t > joined_at - 1]
-                gaps = [b - a for a, b in zip(times, times[1:])]
-                assert times and max(gaps, default=0) < 2 * HEARTBEAT_MS / 1000 + 0.5, (m.name, p, max(gaps))
+        assert_kept_flowing(members[:3], before, after, joined_at)
         wait_for(lambda: set(v for m in members for v in m.values()) >= produced, 60, "everything consumed")
     finally:
         flowing.set()
         stop(members)
+
+
+# a consumer in a process of its own, so that the test can kill -9 it; it prints "A p,p,..."
+# on each assignment change and "R partition value" per record, committing after each batch
+_CHILD = """
+import sys
+from confluent_kafka import Consumer
+conf, topic = eval(sys.argv[1]), sys.argv[2]
+c = Consumer(conf)
+owned = set()
+def show():
+    print("A " + ",".join(str(p) for p in sorted(owned)), flush=True)
+c.subscribe([topic], on_assign=lambda _, ps: (owned.update(p.partition for p in ps), show()),
+            on_revoke=lambda _, ps: (owned.difference_update(p.partition for p in ps), show()))
+while True:
+    got = [m for m in c.consume(500, 0.1) if m.error() is None]
+    for m in got:
+        print("R %d %s" % (m.partition(), m.value().decode()), flush=True)
+    if got:
+        c.commit(asynchronous=False)
+"""
+
+
+class ChildConsumer:
+    def __init__(self, c: Cluster, group: str, topic: str, name: str) -> None:
+        conf = {"bootstrap.servers": c.bootstrap, "group.id": group, "group.protocol": "consumer",
+                "client.id": name, "enable.auto.commit": False, "auto.offset.reset": "earliest"}
+        self.name = name
+        self.assignment: set[int] = set()
+        self.seen: list[bytes] = []
+        self.proc = subprocess.Popen([sys.executable, "-c", _CHILD, repr(conf), topic], stdout=subprocess.PIPE,
+                                     text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            kind, _, rest = line.rstrip("\n").partition(" ")
+            if kind == "A":
+                self.assignment = {int(p) for p in rest.split(",") if p}
+            elif kind == "R":
+                self.seen.append(rest.partition(" ")[2].encode())
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+        self.reader.join(10)
+
+
+def assert_kept_flowing(members: list[Consumer], before: dict[str, set[int]], after: dict[str, set[int]],
+                        since: float) -> None:
+    """The partitions a member kept flowed on: no gap between two records' receive times past a
+    couple of heartbeat intervals (the feeder writes every partition every ~0.3 s)."""
+    for m in members:
+        for p in before[m.name] & after[m.name]:
+            times = [t for q, _, _, t in m.records if q == p and t > since - 1]
+            gaps = [b - a for a, b in zip(times, times[1:])]
+            assert times and max(gaps, default=0) < 2 * HEARTBEAT_MS / 1000 + 0.5, (m.name, p, max(gaps))
+
+
+def test_a_leaving_member_moves_only_its_partitions(cluster):
+    """One member closes (it leaves with epoch -1), then another is killed -9 (its session times
+    out): each time only the leaver's partitions move, and the others' partitions flow on."""
+    c = cluster
+    topic, group = "kip848-leave", "kip848-leave"
+    create_topic(c, topic)
+    members = [Consumer(c, group, topic, f"l{i}") for i in range(4)]
+    flowing = threading.Event()
+    produced: set[bytes] = set()
+    child: ChildConsumer | None = None
+
+    def flow() -> None:
+        i = 0
+        while not flowing.is_set():
+            produced.update(produce(c, topic, f"l{i}", 60, pause=0.004))
+            i += 1
+
+    feeder = threading.Thread(target=flow, daemon=True)
+    try:
+        for m in members:
+            m.start()
+        wait_for(lambda: settled(c, group, 4), 60, "4 members settled")
+        feeder.start()
+        time.sleep(2)
+        # a member closes: it leaves at once
+        leaver = members.pop()
+        before = {m.name: set(m.assignment) for m in members}
+        left_at = time.monotonic()
+        stop([leaver])
+        wait_for(lambda: settled(c, group, 3), 60, "3 members settled after a member closed")
+        time.sleep(2)
+        after = {m.name: set(m.assignment) for m in members}
+        assert all(before[n] <= after[n] for n in before), (before, after)  # nobody lost a partition
+        assert sorted(p for a in after.values() for p in a) == list(range(PARTITIONS))
+        assert_kept_flowing(members, before, after, left_at)
+
+        # a member in its own process joins, then is killed: its session expires
+        child = ChildConsumer(c, group, topic, "l-child")
+        wait_for(lambda: settled(c, group, 4) and child.assignment, 60, "the child member settled")
+        time.sleep(2)
+        before = {m.name: set(m.assignment) for m in members}
+        killed_at = time.monotonic()
+        child.kill()
+        # the session timeout (8 s) passes before the group settles without it
+        wait_for(lambda: settled(c, group, 3), 60, "3 members settled after a member was killed")
+        assert time.monotonic() - killed_at > 5, "the killed member was fenced by its session timeout"
+        time.sleep(2)
+        after = {m.name: set(m.assignment) for m in members}
+        assert all(before[n] <= after[n] for n in before), (before, after)
+        assert sorted(p for a in after.values() for p in a) == list(range(PARTITIONS))
+        assert_kept_flowing(members, before, after, killed_at)
+        flowing.set()
+        feeder.join(60)
+        readers = [*members, leaver]
+        wait_for(lambda: set(v for m in readers for v in m.values()) | set(child.seen) >= produced, 60,
+                 "everything consumed")
+    finally:
+        flowing.set()
+        stop(members)
+        if child is not None:
+            child.kill()
 
 
 def test_coordinator_kill_resumes_the_group(cluster):
