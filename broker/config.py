@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from broker.coordinator.group.config import GroupCoordinatorConfig
 from broker.quotas.manager import QuotaWindows
 from metadata.acls import Authorizer
 from node.config import ConfigError, Endpoint, NodeConfig
@@ -85,6 +86,7 @@ class BrokerConfig:
         if not voters:
             raise ConfigError("controller.quorum.voters is required")
         _check_diskless(cfg)
+        GroupCoordinatorConfig.from_props(cfg.props)  # the group.consumer.* settings, checked as Kafka's
         return cls(
             node_id=cfg.node_id,
             listener=listener,

@@ -389,3 +389,129 @@ def test_group_configs_stay_within_the_broker_bounds():
         except ConfigValueError:
             continue
         raise AssertionError(f"{name}={value} accepted")
+
+
+def test_broker_group_consumer_settings_are_checked_as_kafka():
+    """Kafka's GroupCoordinatorConfig checks at startup: a bad group.consumer.* or
+    group.coordinator.rebalance.protocols value is one ConfigError naming it."""
+    from broker.coordinator.group.config import GroupCoordinatorConfig
+    from node.config import ConfigError
+
+    ok = GroupCoordinatorConfig.from_props({
+        "group.consumer.heartbeat.interval.ms": "500", "group.consumer.min.heartbeat.interval.ms": "500",
+        "group.consumer.session.timeout.ms": "8000", "group.consumer.min.session.timeout.ms": "6000",
+        "group.consumer.assignors": "org.apache.kafka.coordinator.group.assignor.RangeAssignor,uniform",
+        "group.coordinator.rebalance.protocols": "classic,consumer"})
+    assert ok.consumer_assignors == ("range", "uniform") and ok.consumer_protocol_enabled
+    assert not GroupCoordinatorConfig.from_props({"group.coordinator.rebalance.protocols": "classic"}
+                                                 ).consumer_protocol_enabled
+    for props, says in (
+            ({"group.consumer.heartbeat.interval.ms": "500"}, "must be greater than or equal to"),
+            ({"group.consumer.session.timeout.ms": "8000"}, "group.consumer.min.session.timeout.ms"),
+            ({"group.consumer.max.heartbeat.interval.ms": "4000"}, "group.consumer.max.heartbeat.interval.ms"),
+            ({"group.consumer.heartbeat.interval.ms": "50000", "group.consumer.max.heartbeat.interval.ms": "60000"},
+             "must be less than group.consumer.session.timeout.ms"),
+            ({"group.consumer.min.session.timeout.ms": "0"}, "at least 1"),
+            ({"group.consumer.session.timeout.ms": "soon"}, "not an integer"),
+            ({"group.consumer.assignors": "sticky"}, "unknown assignor 'sticky'"),
+            ({"group.consumer.assignors": "range,range"}, "twice"),
+            ({"group.consumer.assignors": ""}, "at least one assignor"),
+            ({"group.consumer.migration.policy": "sideways"}, "group.consumer.migration.policy"),
+            ({"group.coordinator.rebalance.protocols": "consumer"}, "Disabling the 'classic' protocol"),
+            ({"group.coordinator.rebalance.protocols": "classic,modern"}, "'modern' is not one of")):
+        try:
+            GroupCoordinatorConfig.from_props(props)
+        except ConfigError as e:
+            assert says in str(e) and "\n" not in str(e), (props, str(e))
+            continue
+        raise AssertionError(f"{props} accepted")
+
+
+def test_consumer_protocol_disabled_and_old_offset_commits(tmp_path):
+    """Without `consumer` in group.coordinator.rebalance.protocols both KIP-848 APIs answer
+    UNSUPPORTED_VERSION, as Kafka's KafkaApis, while classic groups carry on."""
+    from broker.coordinator.group.config import GroupCoordinatorConfig
+    from tests.test_group_coordinator import UNIT_CONFIG
+
+    async def scenario(h: Harness):
+        gid = "classic-only"
+        h.metadata.image = _image()
+        await h.lead(pid(gid))
+        r = await hb(h, gid, "m1", 0)
+        assert r.error == E.UNSUPPORTED_VERSION and r.message
+        assert h.coordinator.consumer_group_describe(gid)[0] == E.UNSUPPORTED_VERSION
+        assert (await h.join_new(gid)).error == 0
+
+    config = GroupCoordinatorConfig(**{**UNIT_CONFIG.__dict__, "rebalance_protocols": ("classic",)})
+    run(tmp_path / "disabled", scenario, config)
+
+    async def commits(h: Harness):
+        """Kafka's ConsumerGroup.validateOffsetCommit: a KIP-848 member commits with v9+."""
+        gid = "old-commits"
+        h.metadata.image = _image()
+        c = h.coordinator
+        await h.lead(pid(gid))
+        r = await hb(h, gid, "m1", 0)
+        tp = ("orders", 0)
+        assert await c.commit_offsets(gid, "m1", None, r.member_epoch, {tp: OffsetAndMetadata(3)}, 8) == {
+            tp: E.UNSUPPORTED_VERSION}
+        assert await c.commit_offsets(gid, "m1", None, r.member_epoch, {tp: OffsetAndMetadata(3)}, 9) == {tp: 0}
+        assert await c.commit_offsets(gid, "nobody", None, 1, {tp: OffsetAndMetadata(3)}, 8) == {
+            tp: E.UNKNOWN_MEMBER_ID}
+
+    run(tmp_path / "commits", commits)
+
+
+def test_regex_resolutions_are_records_a_reload_resumes_from(tmp_path):
+    """Kafka's ConsumerGroupRegularExpression record (type 16): a subscribed regular expression's
+    topics, written when they change, replayed by a coordinator that loads the group (which
+    matches again only once the metadata moved past the record's image offset), tombstoned when
+    no member subscribes to it any more."""
+    import dataclasses
+
+    from broker.coordinator.group.consumer_records import REGULAR_EXPRESSION, decode_regex_value
+
+    def regex_records(h: Harness, gid: str) -> list:
+        out = []
+        for r in h.records(pid(gid)):
+            k = decode_consumer_key(r.key)
+            if k is not None and k.type == REGULAR_EXPRESSION:
+                out.append((k.regex, None if r.value is None else decode_regex_value(r.value).topics))
+        return out
+
+    async def scenario(h: Harness):
+        gid = "regexes"
+        h.metadata.image = dataclasses.replace(_two_topics(), offset=10)
+        c = h.coordinator
+        await h.lead(pid(gid))
+        r = await c.consumer_group_heartbeat(HeartbeatRequest(
+            gid, "rx", 0, rebalance_timeout_ms=5000, subscribed_topic_regex="au.*", owned={}, client_id="cli"))
+        assert r.error == 0 and r.assignment == {T2: frozenset({0, 1})}
+        assert regex_records(h, gid) == [("au.*", ("audit",))]
+        r = await hb(h, gid, "rx", r.member_epoch, owned=r.assignment)
+        assert regex_records(h, gid) == [("au.*", ("audit",))]  # nothing new: no record
+
+        # a reload takes the resolution from the record; with the image at the record's offset it
+        # is not matched again (the image below claims offset 10 with another matching topic)
+        h.resign(pid(gid))
+        await h.lead(pid(gid))
+        group = c.partition(pid(gid)).groups[gid]
+        assert isinstance(group, ConsumerGroup) and group.resolved_regexes["au.*"].topics == ("audit",)
+        a, b = _two_topics(), _image(3, "audit-2", uuid.UUID(int=3))
+        more = MetadataImage(offset=10, topics=MappingProxyType({**a.topics, **b.topics}),
+                             topic_ids=MappingProxyType({**a.topic_ids, **b.topic_ids}), brokers=a.brokers)
+        h.metadata.image = more
+        epoch = group.group_epoch
+        r = await hb(h, gid, "rx", r.member_epoch, owned={T2: frozenset({0, 1})})
+        assert r.error == 0 and group.group_epoch == epoch and len(regex_records(h, gid)) == 1
+        # the metadata moves on: matched again, a new record, a new epoch with the new topic
+        h.metadata.image = dataclasses.replace(more, offset=11)
+        r = await hb(h, gid, "rx", r.member_epoch, owned={T2: frozenset({0, 1})})
+        assert r.error == 0 and group.group_epoch == epoch + 1
+        assert regex_records(h, gid)[-1] == ("au.*", ("audit", "audit-2"))
+
+        # the last member subscribing to it leaves: the resolution is tombstoned
+        assert (await hb(h, gid, "rx", -1)).error == 0
+        assert regex_records(h, gid)[-1] == ("au.*", None) and group.resolved_regexes == {}
+
+    run(tmp_path, scenario)

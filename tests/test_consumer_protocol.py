@@ -41,6 +41,9 @@ BROKER = {
     "broker.heartbeat.interval.ms": 500,
     "group.consumer.heartbeat.interval.ms": HEARTBEAT_MS,
     "group.consumer.session.timeout.ms": 8000,
+    # the broker checks its settings within these bounds at startup, as Kafka's
+    "group.consumer.min.heartbeat.interval.ms": HEARTBEAT_MS,
+    "group.consumer.min.session.timeout.ms": 6000,
 }
 # the group config bounds (the controller checks group configs against them, as Kafka's)
 CONTROLLER = {"broker.session.timeout.ms": 3000, "group.consumer.min.heartbeat.interval.ms": 500}

@@ -560,7 +560,8 @@ class OffsetsOnlyGroup(Group):
     def mark_dead(self) -> None:
         self.dead = True
 
-    def validate_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int) -> int:
+    def validate_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int,
+                               api_version: int = 9) -> int:
         return E.ILLEGAL_GENERATION if generation_id >= 0 else 0
 
     def validate_txn_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int) -> int:

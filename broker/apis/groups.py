@@ -286,6 +286,7 @@ async def offset_commit(ctx: RequestContext, req) -> OffsetCommitResponse:
             req.group_instance_id if v >= 7 else None,
             req.generation_id_or_member_epoch if v >= 1 else -1,
             offsets,
+            v,
         ))
     return _commit_response(R, R.OffsetCommitResponseTopic, R.OffsetCommitResponsePartition, req.topics, errors)
 

@@ -21,6 +21,8 @@ from broker.coordinator import wall_clock_ms
 from broker.coordinator.group.records import OffsetAndMetadata
 
 TopicPartition = tuple[str, int]
+# the OffsetCommit version Strata serves last; KIP-848 members must commit with v9 or later
+OFFSET_COMMIT_LATEST_VERSION = 9
 
 
 @dataclass
@@ -64,8 +66,10 @@ class Group(abc.ABC):
     def mark_dead(self) -> None: ...
 
     @abc.abstractmethod
-    def validate_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int) -> int:
-        """0 when this OffsetCommit may write, else the error every partition answers."""
+    def validate_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int,
+                               api_version: int = OFFSET_COMMIT_LATEST_VERSION) -> int:
+        """0 when this OffsetCommit (of that version) may write, else the error every partition
+        answers."""
 
     @abc.abstractmethod
     def validate_txn_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int) -> int:

@@ -34,6 +34,7 @@ from broker.coordinator.group.consumer_group import (
 from broker.coordinator.group.consumer_records import (
     Assignment,
     LoadedConsumerGroup,
+    ResolvedRegex,
     TopicMetadata,
     current_assignment_key,
     current_assignment_value,
@@ -43,6 +44,8 @@ from broker.coordinator.group.consumer_records import (
     member_metadata_value,
     partition_metadata_key,
     partition_metadata_value,
+    regex_key,
+    regex_value,
     target_assignment_member_key,
     target_assignment_member_value,
     target_assignment_metadata_key,
@@ -77,6 +80,7 @@ log = structlog.get_logger(__name__)
 CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 MAX_SUBSCRIBED_TOPICS = 10_000  # a subscription past this is refused (INVALID_REQUEST), not stored
 Record = tuple[bytes, bytes | None]
+DISABLED_MESSAGE = "The version of API is not supported."  # Kafka's UnsupportedVersionException's
 
 
 class HeartbeatError(Exception):
@@ -141,6 +145,7 @@ class ConsumerGroupManager:
             group.targets = {mid: a for mid, a in lg.targets.items() if mid in group.members}
             group.subscription_metadata = {t.topic_id: (t.name, t.num_partitions) for t in lg.partition_metadata}
             group.partition_racks = {t.topic_id: dict(t.racks) for t in lg.partition_metadata}
+            group.resolved_regexes = dict(lg.regexes)
             group.note_state()
             ps.groups[gid] = group
 
@@ -157,6 +162,7 @@ class ConsumerGroupManager:
     # ------------------------------------------------------------------ the heartbeat
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
         try:
+            self._check_enabled()
             self._validate(req)
             if not req.member_id:
                 req.member_id = new_member_id()
@@ -177,6 +183,12 @@ class ConsumerGroupManager:
                 log.warning("consumer_group_records_not_written", group=req.group_id, error_code=code)
                 return HeartbeatResult(state_write_error(code))
         return result
+
+    def _check_enabled(self) -> None:
+        """Without `consumer` in group.coordinator.rebalance.protocols, Kafka's KafkaApis answers
+        KIP-848's APIs with UNSUPPORTED_VERSION (they stay advertised in ApiVersions)."""
+        if not self.config.consumer_protocol_enabled:
+            raise HeartbeatError(Errors.UNSUPPORTED_VERSION, DISABLED_MESSAGE)
 
     def _validate(self, req: HeartbeatRequest) -> None:
         """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid."""
@@ -287,8 +299,11 @@ class ConsumerGroupManager:
         gets a new target assignment."""
         gid = group.group_id
         image = self._images.image
-        topics = resolve(image, group.subscribed_topic_names(),
-                         [m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex])
+        self._resolve_regexes(group, records)
+        names = set(group.subscribed_topic_names())
+        for r in group.subscribed_regexes():
+            names.update(group.resolved_regexes[r].topics)
+        topics = resolve(image, names, ())
         specs = topic_specs(image, topics)
         metadata = {tid: (topics[tid], spec.partitions) for tid, spec in specs.items()}
         # replica racks count too: a rack-aware assignment changes with them (KIP-1101)
@@ -304,6 +319,37 @@ class ConsumerGroupManager:
             log.info("consumer_group_epoch_bumped", group=gid, epoch=group.group_epoch, member=member_id)
         if group.group_epoch > group.assignment_epoch:
             self._compute_target(group, specs, records)
+
+    def _resolve_regexes(self, group: ConsumerGroup, records: list[Record]) -> None:
+        """Each subscribed regular expression's topics, kept with the image offset they were
+        matched at and written as Kafka's ConsumerGroupRegularExpression record (KIP-848): a
+        coordinator that loads the group takes them from the record and matches again only once
+        the metadata moved past that offset. A regular expression no member subscribes to any
+        more is tombstoned. (Kafka matches in the background, at most every 10 s; Strata matches
+        at the first heartbeat that sees a new image, cheap enough inline.)"""
+        gid = group.group_id
+        image = self._images.image
+        wanted = group.subscribed_regexes()
+        self._drop_regexes(group, records)
+        changed_image = group.regex_image is not image
+        for r in sorted(wanted):
+            cur = group.resolved_regexes.get(r)
+            if cur is not None and (not changed_image or 0 <= image.offset == cur.version):
+                continue
+            topics = tuple(sorted(resolve(image, (), [r]).values()))
+            if cur is None or cur.topics != topics:
+                new = ResolvedRegex(topics, image.offset, group.clock())
+                group.resolved_regexes[r] = new
+                records.append((regex_key(gid, r), regex_value(new)))
+        group.regex_image = image
+
+    @staticmethod
+    def _drop_regexes(group: ConsumerGroup, records: list[Record]) -> None:
+        """Tombstone the resolutions of regular expressions no member subscribes to any more."""
+        wanted = group.subscribed_regexes()
+        for r in [r for r in group.resolved_regexes if r not in wanted]:
+            del group.resolved_regexes[r]
+            records.append((regex_key(group.group_id, r), None))
 
     def _member(self, group: ConsumerGroup, req: HeartbeatRequest, records: list[Record]) -> ConsumerMember:
         """The member the heartbeat is from (new when joining), its epoch checked (Kafka's
@@ -378,12 +424,9 @@ class ConsumerGroupManager:
         inputs = {}
         for mid, m in group.members.items():
             subscribed = {ids[n] for n in m.subscribed_topic_names if n in ids}
-            if m.subscribed_topic_regex:
-                try:
-                    p = compile_regex(m.subscribed_topic_regex)
-                    subscribed |= {tid for n, tid in ids.items() if p.fullmatch(n) and not n.startswith("__")}
-                except InvalidRegex:
-                    pass
+            resolved = group.resolved_regexes.get(m.subscribed_topic_regex) if m.subscribed_topic_regex else None
+            if resolved is not None:
+                subscribed |= {ids[n] for n in resolved.topics if n in ids}
             inputs[mid] = MemberSpec(frozenset(subscribed), m.rack_id, group.targets.get(mid, {}))
         target = assignor(inputs, specs)
         gid = group.group_id
@@ -456,6 +499,7 @@ class ConsumerGroupManager:
         records += [(current_assignment_key(gid, m.member_id), None),
                     (target_assignment_member_key(gid, m.member_id), None),
                     (member_metadata_key(gid, m.member_id), None)]
+        self._drop_regexes(group, records)
         group.group_epoch += 1
         records.append((group_metadata_key(gid), epoch_value(group.group_epoch)))
         group.note_state()
@@ -657,6 +701,8 @@ class ConsumerGroupManager:
 
     # ------------------------------------------------------------------ describe
     def describe(self, group_id: str) -> tuple[int, str | None, ConsumerGroup | None]:
+        if not self.config.consumer_protocol_enabled:
+            return Errors.UNSUPPORTED_VERSION, DISABLED_MESSAGE, None
         err, ps = self._runtime.status(group_id, CONSUMER_GROUP_DESCRIBE)
         if err:
             return err, None, None

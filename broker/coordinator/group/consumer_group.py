@@ -23,15 +23,17 @@ from typing import ClassVar
 from uuid import UUID
 
 from broker.coordinator import wall_clock_ms
-from broker.coordinator.group.base import CommittedOffset, Group, TopicPartition
+from broker.coordinator.group.base import OFFSET_COMMIT_LATEST_VERSION, CommittedOffset, Group, TopicPartition
 from broker.coordinator.group.consumer_records import (
     Assignment,
     CurrentAssignment,
     MemberSubscription,
+    ResolvedRegex,
     current_assignment_key,
     group_metadata_key,
     member_metadata_key,
     partition_metadata_key,
+    regex_key,
     target_assignment_member_key,
     target_assignment_metadata_key,
 )
@@ -133,6 +135,10 @@ class ConsumerGroup(Group):
         # what the last assignment saw of the subscribed topics: topic id -> (name, partition count)
         self.subscription_metadata: dict[UUID, tuple[str, int]] = {}
         self.partition_racks: dict[UUID, dict[int, tuple[str, ...]]] = {}  # and their replicas' racks
+        # each subscribed regular expression's last resolution (record type 16), and the image it
+        # was last checked against (memory only: after a load, the record's version stands in)
+        self.resolved_regexes: dict[str, ResolvedRegex] = {}
+        self.regex_image: object | None = None
         self.dead = False
         self.state_timestamp = clock()
         self._last_state = ConsumerGroupState.EMPTY
@@ -224,6 +230,9 @@ class ConsumerGroup(Group):
         votes = Counter(m.server_assignor for m in self.members.values() if m.server_assignor)
         return votes.most_common(1)[0][0] if votes else default
 
+    def subscribed_regexes(self) -> set[str]:
+        return {m.subscribed_topic_regex for m in self.members.values() if m.subscribed_topic_regex}
+
     def subscribed_topics(self) -> set[str]:
         """Names of the topics the members subscribe to now (regular expressions as last resolved
         by the manager, which records them in subscription_metadata)."""
@@ -248,19 +257,27 @@ class ConsumerGroup(Group):
         self.dead = True
 
     def validate_member_epoch(self, member_id: str, epoch: int) -> int:
-        """Kafka's ConsumerGroup.validateOffsetCommit / validateOffsetFetch for a member."""
+        """Kafka's ConsumerGroup.validateOffsetCommit / validateOffsetFetch for a member: a stale
+        epoch is ILLEGAL_GENERATION for a classic member of a migrated group (its generation is
+        its member epoch), STALE_MEMBER_EPOCH for a consumer-protocol member."""
         m = self.members.get(member_id)
         if m is None:
             return Errors.UNKNOWN_MEMBER_ID
         if epoch != m.member_epoch:
-            return Errors.STALE_MEMBER_EPOCH
+            return Errors.ILLEGAL_GENERATION if m.classic_protocols is not None else Errors.STALE_MEMBER_EPOCH
         return 0
 
-    def validate_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int) -> int:
+    def validate_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int,
+                               api_version: int = OFFSET_COMMIT_LATEST_VERSION) -> int:
         if self.dead:
             return Errors.COORDINATOR_NOT_AVAILABLE
         if generation_id < 0 and not self.members:
             return 0  # an admin client, or a consumer without group management, commits for an empty group
+        m = self.members.get(member_id)
+        if m is not None and m.classic_protocols is None and api_version < 9:
+            # a KIP-848 member commits with v9+, which carries its member epoch (Kafka's
+            # validateOffsetCommit: UnsupportedVersionException)
+            return Errors.UNSUPPORTED_VERSION
         return self.validate_member_epoch(member_id, generation_id)
 
     def validate_txn_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int) -> int:
@@ -301,7 +318,7 @@ class ConsumerGroup(Group):
 
     def tombstone_keys(self) -> list[bytes]:
         """The group's own records, the group epoch last (replaying its tombstone ends the group)."""
-        keys = []
+        keys = [regex_key(self.group_id, r) for r in self.resolved_regexes]
         for mid in self.members:
             keys += [current_assignment_key(self.group_id, mid), target_assignment_member_key(self.group_id, mid),
                      member_metadata_key(self.group_id, mid)]

@@ -5,7 +5,8 @@ A key is an int16 record type then its fields, never flexible: 3 group metadata 
 4 partition metadata (the subscribed topics' partition counts and racks the last assignment
 saw), 5 member metadata (a member's subscription), 6 target assignment metadata (the epoch of
 the target assignment), 7 target assignment of a member, 8 current assignment of a member
-(epoch, state, partitions owned and pending revocation). Values are flexible from v0 (compact
+(epoch, state, partitions owned and pending revocation), 16 a regular expression's resolution
+(the topic names it matched and the metadata image version it was resolved at). Values are flexible from v0 (compact
 strings and arrays, tagged fields) and start with their int16 version; a null value is a
 tombstone. Kafka's GroupCoordinatorRecordHelpers writes the same records, in the same order:
 member subscription, then group epoch, then target assignment, then the member's current
@@ -27,11 +28,13 @@ from protocol.primitives import read_uvarint, uvarint
 # key record types (Kafka's)
 GROUP_METADATA, PARTITION_METADATA, MEMBER_METADATA = 3, 4, 5
 TARGET_ASSIGNMENT_METADATA, TARGET_ASSIGNMENT_MEMBER, CURRENT_MEMBER_ASSIGNMENT = 6, 7, 8
-CONSUMER_KEY_TYPES = frozenset(range(3, 9))
+REGULAR_EXPRESSION = 16
+CONSUMER_KEY_TYPES = frozenset({*range(3, 9), REGULAR_EXPRESSION})
 VALUE_VERSION = 0
 
 _H = struct.Struct(">h")
 _I = struct.Struct(">i")
+_Q = struct.Struct(">q")
 _B = struct.Struct(">b")
 T = TypeVar("T")
 
@@ -44,6 +47,7 @@ class ConsumerKey:
     type: int
     group: str
     member: str | None = None
+    regex: str | None = None  # type 16's second field
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,16 @@ class CurrentAssignment:
     state: int  # MemberState's value (consumer_group.py)
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ResolvedRegex:
+    """ConsumerGroupRegularExpressionValue: the topics a subscribed regular expression matched,
+    the metadata image offset it was matched against, and when."""
+
+    topics: tuple[str, ...]
+    version: int
+    timestamp: int
 
 
 @dataclass(frozen=True)
@@ -116,6 +130,10 @@ def current_assignment_key(group: str, member: str) -> bytes:
     return _key(CURRENT_MEMBER_ASSIGNMENT, group, member)
 
 
+def regex_key(group: str, regex: str) -> bytes:
+    return _key(REGULAR_EXPRESSION, group, regex)
+
+
 def decode_consumer_key(key: bytes) -> ConsumerKey | None:
     """A consumer group record's key, or None when `key` is of another record type."""
     try:
@@ -124,6 +142,8 @@ def decode_consumer_key(key: bytes) -> ConsumerKey | None:
         if t not in CONSUMER_KEY_TYPES:
             return None
         group = r.str()
+        if t == REGULAR_EXPRESSION:
+            return ConsumerKey(t, group, regex=r.str())
         member = r.str() if t in (MEMBER_METADATA, TARGET_ASSIGNMENT_MEMBER, CURRENT_MEMBER_ASSIGNMENT) else None
         return ConsumerKey(t, group, member)
     except (IndexError, struct.error, ProtocolError) as e:
@@ -140,6 +160,9 @@ class _Writer:
 
     def int32(self, v: int) -> None:
         self.out += _I.pack(v)
+
+    def int64(self, v: int) -> None:
+        self.out += _Q.pack(v)
 
     def nstr(self, s: str | None) -> None:
         if s is None:
@@ -355,6 +378,28 @@ def _read_partition_metadata_value(r: _FlexReader) -> list[TopicMetadata]:
     return topics
 
 
+def regex_value(r: ResolvedRegex) -> bytes:
+    w = _Writer()
+    w.count(len(r.topics))
+    for t in r.topics:
+        w.nstr(t)
+    w.int64(r.version)
+    w.int64(r.timestamp)
+    w.tags()
+    return bytes(w.out)
+
+
+def decode_regex_value(value: bytes) -> ResolvedRegex:
+    return _parse("regular expression", value, _read_regex_value)
+
+
+def _read_regex_value(r: _FlexReader) -> ResolvedRegex:
+    topics = tuple(r.str() for _ in range(r.array_len()))
+    version, timestamp = r.int64(), r.int64()
+    r.tags()
+    return ResolvedRegex(topics, version, timestamp)
+
+
 # ---------------------------------------------------------------- what a partition's log holds of a group
 @dataclass
 class LoadedConsumerGroup:
@@ -367,6 +412,7 @@ class LoadedConsumerGroup:
     targets: dict[str, Assignment] = field(default_factory=dict)
     current: dict[str, CurrentAssignment] = field(default_factory=dict)
     partition_metadata: list[TopicMetadata] = field(default_factory=list)
+    regexes: dict[str, ResolvedRegex] = field(default_factory=dict)
 
 
 def replay(groups: dict[str, LoadedConsumerGroup], key: ConsumerKey, value: bytes | None) -> None:
@@ -402,3 +448,8 @@ def replay(groups: dict[str, LoadedConsumerGroup], key: ConsumerKey, value: byte
             g.current.pop(member, None)
         else:
             g.current[member] = decode_current_assignment_value(value)
+    elif key.type == REGULAR_EXPRESSION:
+        if value is None:
+            g.regexes.pop(key.regex or "", None)
+        else:
+            g.regexes[key.regex or ""] = decode_regex_value(value)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from broker.coordinator.group.base import Group, TopicPartition
+from broker.coordinator.group.base import OFFSET_COMMIT_LATEST_VERSION, Group, TopicPartition
 from broker.coordinator.group.classic import GROUP_OPERATIONS, ClassicGroupManager, GroupSummary
 from broker.coordinator.group.config import GroupCoordinatorConfig
 from broker.coordinator.group.consumer import ConsumerGroupManager, HeartbeatRequest, HeartbeatResult
@@ -269,9 +269,10 @@ class GroupCoordinator(PartitionedCoordinator[OffsetsPartition]):
     # ------------------------------------------------------------------ offsets
     async def commit_offsets(
         self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
-        offsets: dict[TopicPartition, OffsetAndMetadata],
+        offsets: dict[TopicPartition, OffsetAndMetadata], api_version: int = OFFSET_COMMIT_LATEST_VERSION,
     ) -> dict[TopicPartition, int]:
-        return await self.offsets.commit_offsets(group_id, member_id, instance_id, generation_id, offsets)
+        return await self.offsets.commit_offsets(group_id, member_id, instance_id, generation_id, offsets,
+                                                 api_version)
 
     def handle_commit_offsets(
         self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,

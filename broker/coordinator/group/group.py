@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from broker.coordinator import wall_clock_ms
-from broker.coordinator.group.base import CommittedOffset, Group, TopicPartition
+from broker.coordinator.group.base import OFFSET_COMMIT_LATEST_VERSION, CommittedOffset, Group, TopicPartition
 from broker.coordinator.group.records import group_metadata_key
 from protocol.errors import Errors
 
@@ -477,7 +477,8 @@ class ClassicGroup(Group):
             return 0
         return 0 if self.has(member_id) else Errors.UNKNOWN_MEMBER_ID
 
-    def validate_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int) -> int:
+    def validate_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int,
+                               api_version: int = OFFSET_COMMIT_LATEST_VERSION) -> int:
         if self.is_(GroupState.DEAD):
             return Errors.COORDINATOR_NOT_AVAILABLE
         if generation_id < 0 and self.is_(GroupState.EMPTY):

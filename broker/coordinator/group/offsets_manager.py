@@ -18,7 +18,7 @@ from collections.abc import Callable
 import structlog
 
 from broker.coordinator import wall_clock_ms
-from broker.coordinator.group.base import Group, TopicPartition
+from broker.coordinator.group.base import OFFSET_COMMIT_LATEST_VERSION, Group, TopicPartition
 from broker.coordinator.group.config import GroupCoordinatorConfig
 from broker.coordinator.group.loader import PendingTxnOffsets
 from broker.coordinator.group.records import OffsetAndMetadata, offset_commit_key, offset_commit_value
@@ -81,7 +81,7 @@ class OffsetsManager:
     # ------------------------------------------------------------------ OffsetCommit
     async def commit_offsets(
         self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
-        offsets: dict[TopicPartition, OffsetAndMetadata],
+        offsets: dict[TopicPartition, OffsetAndMetadata], api_version: int = OFFSET_COMMIT_LATEST_VERSION,
     ) -> dict[TopicPartition, int]:
         fut = self._loop.create_future()
 
@@ -89,12 +89,13 @@ class OffsetsManager:
             if not fut.done():
                 fut.set_result(result)
 
-        self.handle_commit_offsets(group_id, member_id, instance_id, generation_id, offsets, respond)
+        self.handle_commit_offsets(group_id, member_id, instance_id, generation_id, offsets, respond, api_version)
         return await fut
 
     def handle_commit_offsets(
         self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
         offsets: dict[TopicPartition, OffsetAndMetadata], respond: CommitCallback,
+        api_version: int = OFFSET_COMMIT_LATEST_VERSION,
     ) -> None:
         def all_(code: int) -> None:
             respond({tp: code for tp in offsets})
@@ -111,8 +112,10 @@ class OffsetsManager:
                 return
             log.info("group_created_by_offset_commit", group=group_id)
             group = ps.groups[group_id] = self._new_group(group_id)
-        err = group.validate_offset_commit(member_id, instance_id, generation_id)
+        err = group.validate_offset_commit(member_id, instance_id, generation_id, api_version)
         if err:
+            log.info("offset_commit_refused", group=group_id, member=member_id, generation=generation_id,
+                     version=api_version, error_code=err)
             all_(err)
             return
         self._member_committed(group, member_id)
