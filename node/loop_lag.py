@@ -20,6 +20,10 @@ log = structlog.get_logger(__name__)
 
 
 class LoopLagGauge:
+    # While admission has parked its probe (no client request for 2 s), one sample a second is
+    # enough for the log line: ten a second cost an idle broker about 0.2% of a CPU, measured.
+    IDLE_SAMPLE_S = 1.0
+
     def __init__(self, interval_s: float, sample_s: float = 0.1, admission: LagAdmission | None = None) -> None:
         self.interval_s = interval_s
         self.sample_s = sample_s
@@ -57,7 +61,8 @@ class LoopLagGauge:
         next_log = loop.time() + self.interval_s
         try:
             while True:
-                await asyncio.sleep(self.sample_s)
+                idle = self.admission is not None and self.admission.parked
+                await asyncio.sleep(self.IDLE_SAMPLE_S if idle else self.sample_s)
                 self.samples.append(await self.sample())
                 if loop.time() >= next_log:
                     next_log = loop.time() + self.interval_s
@@ -151,6 +156,11 @@ class LagAdmission:
         if self._run_queue is not None:
             self._run_queue.close()
             self._run_queue = None
+
+    @property
+    def parked(self) -> bool:
+        """No client request asked for 2 s: the probe waits for the next one."""
+        return self._parked
 
     def hold_for(self, size: int, held_s: float) -> float:
         """Seconds a client request of `size` bytes, held back for `held_s` already, should wait

@@ -370,6 +370,7 @@ class ReplicaFetcher:
             self._truncate_diverged(p, de.epoch, de.end_offset)
             return 0
         appended = 0
+        hw_before = lg.high_watermark
         try:
             if pd.records:
                 appended = lg.append_as_follower(pd.records).bytes
@@ -382,6 +383,10 @@ class ReplicaFetcher:
             log.warning("follower_append_failed", topic=p.topic, partition=p.index, error=str(e))
             return None
         p.caught_up_at = time.monotonic()
+        if appended or lg.high_watermark != hw_before:
+            # long polls parked on this follower (KIP-392 consumers, the diskless materializer)
+            # wake now, as Kafka completes delayed fetches when a follower's high watermark moves
+            p.notify_data()
         return appended
 
     def _truncate_diverged(self, p: Partition, leader_epoch: int, leader_end: int) -> None:
