@@ -515,3 +515,84 @@ def test_regex_resolutions_are_records_a_reload_resumes_from(tmp_path):
         assert regex_records(h, gid)[-1] == ("au.*", None) and group.resolved_regexes == {}
 
     run(tmp_path, scenario)
+
+
+def test_a_failed_write_rolls_the_group_back(tmp_path):
+    """A group's records not written (refused at once, or failing to replicate): what the
+    operation changed in memory is put back, as Kafka's timeline structures revert to the last
+    written offset; the operations queued behind a failed write are undone with it."""
+
+    async def scenario(h: Harness):
+        gid = "rollback"
+        h.metadata.image = _image()
+        c = h.coordinator
+        await h.lead(pid(gid))
+        real = c.write
+        held: list[asyncio.Future] = []
+        mode = {"now": 0, "hold": False}
+
+        def write(index, records, producer=None):
+            if mode["now"]:
+                done = asyncio.get_running_loop().create_future()
+                done.set_result(mode["now"])
+                return mode["now"], -1, done
+            code, first, done = real(index, records, producer)
+            if not mode["hold"]:
+                return code, first, done
+            fut = asyncio.get_running_loop().create_future()
+            held.append(fut)
+            return code, first, fut
+
+        c.write = write  # type: ignore[method-assign]
+        r1 = await hb(h, gid, "m1", 0)
+        group = c.partition(pid(gid)).groups[gid]
+        assert isinstance(group, ConsumerGroup) and r1.error == 0
+
+        def state():
+            return (group.group_epoch, group.assignment_epoch, {m: (x.member_epoch, x.assigned, x.state)
+                                                                 for m, x in group.members.items()},
+                    dict(group.targets), dict(group.partition_epochs))
+
+        before = state()
+        # refused at once (not the leader any more): nothing changed
+        mode["now"] = E.NOT_LEADER_OR_FOLLOWER
+        assert (await hb(h, gid, "m2", 0)).error == E.NOT_COORDINATOR
+        assert state() == before
+        # a new group whose first write fails is gone again
+        assert (await hb(h, gid + "-new", "x", 0)).error == E.NOT_COORDINATOR
+        assert gid + "-new" not in c.partition(pid(gid + "-new")).groups
+        mode["now"] = 0
+
+        # written but not replicated: two joins in flight, the first fails, both are undone
+        mode["hold"] = True
+        j2 = asyncio.ensure_future(hb(h, gid, "m2", 0))
+        j3 = asyncio.ensure_future(hb(h, gid, "m3", 0))
+        assert await eventually_async(lambda: len(held) == 2, timeout=3)
+        assert set(group.members) == {"m1", "m2", "m3"}
+        held[0].set_result(E.REQUEST_TIMED_OUT)
+        assert (await j2).error == E.COORDINATOR_NOT_AVAILABLE
+        assert state() == before
+        held[1].set_result(E.REQUEST_TIMED_OUT)  # undone already: nothing more to undo
+        assert (await j3).error == E.COORDINATOR_NOT_AVAILABLE and state() == before
+        held.clear()
+
+        # a refused heartbeat is undone too (nothing to undo here), its session left running
+        mode["hold"] = False
+        timer = group.members["m1"].session_timer
+        assert (await hb(h, gid, "m1", r1.member_epoch + 3, owned={})).error == E.FENCED_MEMBER_EPOCH
+        assert state() == before and group.members["m1"].session_timer is timer
+
+        # a session expiry whose fencing is not written: the member is back, and its session
+        # runs again (it is fenced once the write goes through)
+        c.consumer.config = c.config = type(c.config)(**{**c.config.__dict__, "consumer_session_timeout_ms": 200})
+        assert (await hb(h, gid, "m1", r1.member_epoch)).error == 0  # its session now ends in 200 ms
+        mode["hold"] = True
+        assert await eventually_async(lambda: len(held) == 1, timeout=3)
+        assert "m1" not in group.members
+        mode["hold"] = False
+        held[0].set_result(E.REQUEST_TIMED_OUT)
+        await asyncio.sleep(0)  # the write's callbacks run
+        assert "m1" in group.members and group.members["m1"].session_timer is not None
+        assert await eventually_async(lambda: not group.members, timeout=3)
+
+    run(tmp_path, scenario)

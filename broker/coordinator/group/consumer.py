@@ -14,6 +14,7 @@ __consumer_offsets partition before any await, and the answer waits for it to be
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from broker.coordinator.group import rollback
 from broker.coordinator.group.assignors import ASSIGNORS, MemberSpec
 from broker.coordinator.group.base import Group
 from broker.coordinator.group.config import GroupCoordinatorConfig
@@ -154,13 +156,34 @@ class ConsumerGroupManager:
         from now, as Kafka's onLoaded."""
         for group in ps.groups.values():
             if isinstance(group, ConsumerGroup):
-                for m in group.members.values():
-                    self._schedule_session(group, m)
-                    if m.state is MemberState.UNREVOKED_PARTITIONS:
-                        self._schedule_rebalance_timeout(group, m)
+                self._rearm(group)
+
+    def _rearm(self, group: ConsumerGroup) -> None:
+        """Timers for members that have none (loaded, or put back by a rollback): the session,
+        and the rebalance timeout of one that has partitions to revoke."""
+        for m in group.members.values():
+            if m.session_timer is None:
+                self._schedule_session(group, m)
+            if m.state is MemberState.UNREVOKED_PARTITIONS:
+                if m.rebalance_timer is None:
+                    self._schedule_rebalance_timeout(group, m)
+            elif m.rebalance_timer is not None:
+                m.rebalance_timer.cancel()
+                m.rebalance_timer = None
+
+    def _write(self, u: rollback.Undo, records: list[Record]) -> tuple[int, asyncio.Future]:
+        """Write an operation's records; if they are not written, what it changed is undone."""
+        code, _, done = self._runtime.write(u.ps.index, records)
+        if code:
+            rollback.undo(u, self._rearm, f"write failed with error {code}")
+            return code, done
+        rollback.written_later(u)
+        done.add_done_callback(lambda f: rollback.settle(u, f.result(), self._rearm))
+        return 0, done
 
     # ------------------------------------------------------------------ the heartbeat
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
+        undo: rollback.Undo | None = None
         try:
             self._check_enabled()
             self._validate(req)
@@ -170,17 +193,20 @@ class ConsumerGroupManager:
             if err:
                 return HeartbeatResult(err)
             assert ps is not None
+            undo = rollback.begin(ps, req.group_id)
             result, records = self._heartbeat(ps, req)
         except HeartbeatError as e:
+            if undo is not None:  # refused part way: what it changed goes (Kafka's ops are atomic)
+                rollback.undo(undo, self._rearm, e.message, quiet=True)
             log.info("consumer_group_heartbeat_refused", group=req.group_id, member=req.member_id,
                      epoch=req.member_epoch, error_code=e.code, reason=e.message)
             return HeartbeatResult(e.code, e.message)
         if records:
-            code, _, done = self._runtime.write(ps.index, records)
+            assert undo is not None
+            code, done = self._write(undo, records)
             if not code:
                 code = await done
             if code:
-                log.warning("consumer_group_records_not_written", group=req.group_id, error_code=code)
                 return HeartbeatResult(state_write_error(code))
         return result
 
@@ -507,16 +533,15 @@ class ConsumerGroupManager:
     def _fence_now(self, group: ConsumerGroup, m: ConsumerMember, why: str) -> None:
         if group.is_dead or group.members.get(m.member_id) is not m:
             return
+        ps = self._runtime.partition(self._runtime.partition_for(group.group_id))
+        if ps is None or ps.groups.get(group.group_id) is not group:
+            return  # no longer ours: the partition is being unloaded
         log.info("consumer_group_member_fenced", group=group.group_id, member=m.member_id, reason=why)
         records: list[Record] = []
+        u = rollback.begin(ps, group.group_id)
         self._fence(group, m, records)
-        pid = self._runtime.partition_for(group.group_id)
-        ps = self._runtime.partition(pid)
-        if ps is not None:
-            self._maybe_downgrade(ps, group, records)
-        code, _, _ = self._runtime.write(pid, records)
-        if code:
-            log.warning("consumer_group_records_not_written", group=group.group_id, error_code=code)
+        self._maybe_downgrade(ps, group, records)
+        self._write(u, records)
 
     # ------------------------------------------------------------------ timers
     def _group_config(self, group_id: str, name: str, default: int) -> int:
@@ -628,6 +653,7 @@ class ConsumerGroupManager:
             return
         records: list[Record] = []
         gid = group.group_id
+        u = rollback.begin(ps, gid)
         is_new = m is None
         if m is None:
             m = ConsumerMember(member_id, member_epoch=0, previous_member_epoch=0)
@@ -650,7 +676,7 @@ class ConsumerGroupManager:
         if not records:
             respond(result)
             return
-        code, _, done = self._runtime.write(ps.index, records)
+        code, done = self._write(u, records)
         if code:
             respond(JoinResult(state_write_error(code), member_id))
             return
@@ -684,6 +710,7 @@ class ConsumerGroupManager:
                       members: list[tuple[str, str | None, str | None]]) -> list[int]:
         out = []
         records: list[Record] = []
+        u = rollback.begin(ps, group.group_id)
         for member_id, instance_id, _ in members:
             m = group.members.get(member_id)
             if m is None and instance_id is not None:
@@ -696,7 +723,7 @@ class ConsumerGroupManager:
             out.append(0)
         if records:
             self._maybe_downgrade(ps, group, records)
-            self._runtime.write(ps.index, records)
+            self._write(u, records)
         return out
 
     # ------------------------------------------------------------------ describe

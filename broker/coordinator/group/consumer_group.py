@@ -15,11 +15,12 @@ Reconciliation", revoke before assign).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 from uuid import UUID
 
 from broker.coordinator import wall_clock_ms
@@ -120,6 +121,34 @@ class ConsumerMember:
         self.session_timer = self.rebalance_timer = None
 
 
+def _copy_member(m: ConsumerMember) -> ConsumerMember:
+    """A member's state without its timers (those belong to the manager's live member)."""
+    return dataclasses.replace(m, assigned=dict(m.assigned), pending_revocation=dict(m.pending_revocation),
+                               classic_protocols=None if m.classic_protocols is None else list(m.classic_protocols),
+                               session_timer=None, rebalance_timer=None)
+
+
+@dataclass
+class GroupSnapshot:
+    """A consumer group's state at one moment, to put back when the records of an operation
+    that changed it are not written (Kafka's timeline structures revert to the last written
+    offset; this is the same for the one group an operation touches)."""
+
+    group_epoch: int
+    assignment_epoch: int
+    members: dict[str, ConsumerMember]
+    static_members: dict[str, str]
+    targets: dict[str, Assignment]
+    partition_epochs: dict[tuple[UUID, int], int]
+    subscription_metadata: dict[UUID, tuple[str, int]]
+    partition_racks: dict[UUID, dict[int, tuple[str, ...]]]
+    resolved_regexes: dict[str, ResolvedRegex]
+    regex_image: object | None
+    dead: bool
+    state_timestamp: int
+    last_state: ConsumerGroupState
+
+
 class ConsumerGroup(Group):
     type: ClassVar[str] = "consumer"
     protocol_type: ClassVar[str] = "consumer"
@@ -139,6 +168,7 @@ class ConsumerGroup(Group):
         # was last checked against (memory only: after a load, the record's version stands in)
         self.resolved_regexes: dict[str, ResolvedRegex] = {}
         self.regex_image: object | None = None
+        self.undos: list[Any] = []  # operations whose records are not written yet (rollback.py)
         self.dead = False
         self.state_timestamp = clock()
         self._last_state = ConsumerGroupState.EMPTY
@@ -167,6 +197,35 @@ class ConsumerGroup(Group):
         if s is not self._last_state:
             self._last_state = s
             self.state_timestamp = self.clock()
+
+    # ---- snapshots (rollback.py)
+    def snapshot(self) -> GroupSnapshot:
+        return GroupSnapshot(self.group_epoch, self.assignment_epoch,
+                             {mid: _copy_member(m) for mid, m in self.members.items()}, dict(self.static_members),
+                             dict(self.targets), dict(self.partition_epochs), dict(self.subscription_metadata),
+                             dict(self.partition_racks), dict(self.resolved_regexes), self.regex_image, self.dead,
+                             self.state_timestamp, self._last_state)
+
+    def restore(self, s: GroupSnapshot) -> None:
+        """Put the snapshot's state back. A member in both keeps its running timers; one the
+        snapshot does not have loses them; one only the snapshot has comes back without any
+        (the manager arms them)."""
+        live = self.members
+        self.members = {}
+        for mid, m in s.members.items():
+            copy = _copy_member(m)
+            old = live.pop(mid, None)
+            if old is not None:
+                copy.session_timer, copy.rebalance_timer = old.session_timer, old.rebalance_timer
+            self.members[mid] = copy
+        for gone in live.values():
+            gone.cancel_timers()
+        self.group_epoch, self.assignment_epoch = s.group_epoch, s.assignment_epoch
+        self.static_members, self.targets = dict(s.static_members), dict(s.targets)
+        self.partition_epochs, self.subscription_metadata = dict(s.partition_epochs), dict(s.subscription_metadata)
+        self.partition_racks, self.resolved_regexes = dict(s.partition_racks), dict(s.resolved_regexes)
+        self.regex_image, self.dead = s.regex_image, s.dead
+        self.state_timestamp, self._last_state = s.state_timestamp, s.last_state
 
     # ---- members
     def put_member(self, member: ConsumerMember) -> None:
