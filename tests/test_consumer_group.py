@@ -7,6 +7,7 @@ group between the classic and the consumer protocol)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from types import MappingProxyType
 
@@ -110,6 +111,15 @@ def test_uniform_is_balanced_and_moves_only_what_must_move():
 def test_range_co_partitions():
     a = range_(_members(2, topics=(T1, T2)), {T1: TopicSpec(3), T2: TopicSpec(3)})
     assert a["m0"] == {T1: {0, 1}, T2: {0, 1}} and a["m1"] == {T1: {2}, T2: {2}}
+    # as Kafka's RangeAssignor: static members first, by instance id; ranges dealt afresh (not
+    # sticky), so a static member back under a new member id gets the same ranges again
+    topics = {T1: TopicSpec(5)}
+    group = {"zz": MemberSpec(frozenset({T1}), instance_id="i-a"), "aa": MemberSpec(frozenset({T1})),
+             "mm": MemberSpec(frozenset({T1}), instance_id="i-b")}
+    first = range_(group, topics)
+    assert first == {"zz": {T1: {0, 1}}, "mm": {T1: {2, 3}}, "aa": {T1: {4}}}
+    group["new"] = dataclasses.replace(group.pop("zz"), current=first["zz"])
+    assert range_(group, topics)["new"] == first["zz"]
 
 
 def test_reconciliation_revokes_before_it_assigns():
@@ -467,8 +477,6 @@ def test_regex_resolutions_are_records_a_reload_resumes_from(tmp_path):
     topics, written when they change, replayed by a coordinator that loads the group (which
     matches again only once the metadata moved past the record's image offset), tombstoned when
     no member subscribes to it any more."""
-    import dataclasses
-
     from broker.coordinator.group.consumer_records import REGULAR_EXPRESSION, decode_regex_value
 
     def regex_records(h: Harness, gid: str) -> list:

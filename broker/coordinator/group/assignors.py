@@ -9,9 +9,12 @@ another that could take it); the rest go to the least loaded member that subscri
 preferring a member in one of the partition's replica racks (KIP-881). So a member joining or
 leaving moves only the partitions that must move.
 
-range: per topic, the subscribed members sorted by member id each take a contiguous range,
-the first ones one more when the count does not divide; members subscribed to the same topics
-get the same partition numbers of each (co-partitioning).
+range: per topic, the subscribed members in order (static members first, by instance id, then
+the others by member id) each take a contiguous range, the first ones one more when the count
+does not divide; members subscribed to the same topics get the same partition numbers of each
+(co-partitioning). Not sticky, as Kafka's RangeAssignor since its rewrite: co-partitioning and
+stickiness do not go together, so the ranges are dealt afresh each time, and a static member
+(KIP-345) keeps its place, hence its ranges, by its instance id across restarts.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class MemberSpec:
     topics: frozenset[UUID]  # the subscribed topics that exist, by id
     rack: str | None = None
     current: Assignment = field(default_factory=dict)  # the member's part of the current target
+    instance_id: str | None = None  # a static member's group.instance.id
 
 
 @dataclass(frozen=True)
@@ -121,8 +125,13 @@ def uniform(members: Mapping[str, MemberSpec], topics: Mapping[UUID, TopicSpec])
 
 def range_(members: Mapping[str, MemberSpec], topics: Mapping[UUID, TopicSpec]) -> dict[str, Assignment]:
     owned: dict[str, set[TP]] = {mid: set() for mid in members}
+
+    def place(mid: str) -> tuple[int, str]:
+        instance = members[mid].instance_id
+        return (0, instance) if instance is not None else (1, mid)
+
     for tid in sorted(topics):
-        subscribers = sorted(m for m, spec in members.items() if tid in spec.topics)
+        subscribers = sorted((m for m, spec in members.items() if tid in spec.topics), key=place)
         if not subscribers:
             continue
         n = topics[tid].partitions

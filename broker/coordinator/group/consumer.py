@@ -453,7 +453,7 @@ class ConsumerGroupManager:
             resolved = group.resolved_regexes.get(m.subscribed_topic_regex) if m.subscribed_topic_regex else None
             if resolved is not None:
                 subscribed |= {ids[n] for n in resolved.topics if n in ids}
-            inputs[mid] = MemberSpec(frozenset(subscribed), m.rack_id, group.targets.get(mid, {}))
+            inputs[mid] = MemberSpec(frozenset(subscribed), m.rack_id, group.targets.get(mid, {}), m.instance_id)
         target = assignor(inputs, specs)
         gid = group.group_id
         for mid, a in target.items():
