@@ -604,3 +604,59 @@ def test_a_failed_write_rolls_the_group_back(tmp_path):
         assert await eventually_async(lambda: not group.members, timeout=3)
 
     run(tmp_path, scenario)
+
+
+def test_static_members_change_protocol_in_a_live_group(tmp_path):
+    """Static members in a migrated group, as Kafka's getOrMaybeSubscribeStaticConsumerGroupMember:
+    a classic static member restarting under either protocol (no member id, its instance id)
+    replaces its old self at once, with its assignment; the last consumer-protocol member
+    replaced by a classic one takes the group back to classic."""
+    from tests.test_group_coordinator import subscription
+
+    async def scenario(h: Harness):
+        gid = "static-migrating"
+        h.metadata.image = _image(4)
+        c = h.coordinator
+        await h.lead(pid(gid))
+        sub = (("cooperative-sticky", subscription("orders")),)
+        a, b = await asyncio.gather(h.join(gid, instance="ia", protocols=sub), h.join(gid, instance="ib", protocols=sub))
+        from broker.coordinator.group.migration import encode_assignment, parse_assignment
+        plan = {a.member_id: encode_assignment({"orders": [0, 1]}), b.member_id: encode_assignment({"orders": [2, 3]})}
+        await asyncio.gather(*(h.sync(gid, 1, x.member_id, plan if x.leader_id == x.member_id else {}, instance=i)
+                               for x, i in ((a, "ia"), (b, "ib"))))
+        assert (await hb(h, gid, "new", 0)).error == 0  # upgraded
+        group = c.partition(pid(gid)).groups[gid]
+        assert isinstance(group, ConsumerGroup)
+        a_owned = group.members[a.member_id].assigned
+        epoch = group.group_epoch
+
+        # classic static member "ia" restarts under the consumer protocol: it replaces its old self
+        r = await hb(h, gid, "a2", 0, instance_id="ia")
+        assert r.error == 0 and a.member_id not in group.members and group.static_members["ia"] == "a2"
+        # it goes on from its predecessor's place (reconciling towards its target): no new epoch
+        assert r.assignment is not None and set(r.assignment.get(T1, ())) <= set(a_owned[T1])
+        assert group.group_epoch == epoch
+        # classic static member "ib" restarts as classic: a new member id, its partitions kept
+        b_owned = group.members[b.member_id].assigned
+        b2 = await h.join(gid, instance="ib", protocols=sub)
+        assert b2.error == 0 and b2.member_id != b.member_id and b2.leader_id == ""  # no leader: the coordinator assigns
+        now = group.members[b2.member_id].assigned
+        assert b.member_id not in group.members and set(now.get(T1, ())) <= set(b_owned[T1])
+        s = await h.sync(gid, b2.generation_id, b2.member_id, instance="ib")
+        assert s.error == 0 and parse_assignment(s.assignment).get("orders", []) == sorted(now.get(T1, ()))
+        # a known member id must hold the instance id
+        assert (await h.join(gid, b.member_id, instance="ib", protocols=sub)).error == E.FENCED_INSTANCE_ID
+        assert (await h.join(gid, b2.member_id, instance="nobody", protocols=sub)).error == E.UNKNOWN_MEMBER_ID
+        # MEMBER_ID_REQUIRED keeps nothing (as Kafka for a consumer group)
+        assert (await h.join(gid, protocols=sub)).error == E.MEMBER_ID_REQUIRED
+        assert len(group.members) == 3
+
+        # downgrade: "new" leaves, then the last consumer-protocol member (a2, "ia") is replaced
+        # by a classic member of the same instance id
+        assert (await hb(h, gid, "new", -1)).error == 0
+        a3 = await h.join(gid, instance="ia", protocols=sub)
+        assert a3.error == 0
+        classic = c.partition(pid(gid)).groups[gid]
+        assert isinstance(classic, ClassicGroup) and set(classic.members) == {a3.member_id, b2.member_id}
+
+    run(tmp_path, scenario)

@@ -384,7 +384,10 @@ class ConsumerGroupManager:
             if req.instance_id is not None:
                 old = group.static_member(req.instance_id)
                 if old is not None and old.member_id != req.member_id:
-                    if old.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                    # a classic static member is replaced at once (it never leaves with -2: a
+                    # live upgrade restarts it under the consumer protocol), as Kafka's
+                    # getOrMaybeSubscribeStaticConsumerGroupMember
+                    if old.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH and not classic_member(old):
                         raise HeartbeatError(Errors.UNRELEASED_INSTANCE_ID,
                                              f"Static member {old.member_id} with instance id {req.instance_id} "
                                              f"is not released yet.")
@@ -420,6 +423,9 @@ class ConsumerGroupManager:
         """A static member back under a new member id takes over its predecessor's assignment,
         without a new group epoch (KIP-848, "Static Membership")."""
         gid = group.group_id
+        # a member that left with -2 keeps its epoch as the previous one; a live one (a classic
+        # member restarting, which never sends -2) has it as its own
+        epoch = old.previous_member_epoch if old.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH else old.member_epoch
         group.remove_member(old.member_id)
         target = group.targets.get(old.member_id)
         records += [(current_assignment_key(gid, old.member_id), None),
@@ -429,8 +435,8 @@ class ConsumerGroupManager:
                            client_host=old.client_host, subscribed_topic_names=old.subscribed_topic_names,
                            subscribed_topic_regex=old.subscribed_topic_regex,
                            rebalance_timeout_ms=old.rebalance_timeout_ms, server_assignor=old.server_assignor,
-                           member_epoch=old.previous_member_epoch, previous_member_epoch=old.previous_member_epoch,
-                           state=MemberState.STABLE, assigned=old.assigned, pending_revocation={})
+                           member_epoch=epoch, previous_member_epoch=epoch, state=MemberState.STABLE,
+                           assigned=old.assigned, pending_revocation={})
         group.put_member(m)
         if target is not None:
             group.targets[new_id] = target
@@ -634,13 +640,26 @@ class ConsumerGroupManager:
                             session_timeout_ms: int, protocols: list[tuple[str, bytes]],
                             respond: JoinCallback) -> None:
         """A classic member's JoinGroup in a consumer group (Kafka's classicGroupJoinToConsumerGroup):
-        answered at once with its member epoch as generation; its SyncGroup gets its assignment."""
-        if not member_id:
+        answered at once with its member epoch as generation and no leader (the coordinator
+        assigns); its SyncGroup gets its assignment. A member asked to come back with an id
+        (MEMBER_ID_REQUIRED) is not kept meanwhile, as Kafka keeps none for a consumer group. A
+        static member joining without a member id replaces the member holding its instance id
+        (whatever protocol that one spoke), taking its assignment; with a member id, it must be
+        the holder (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID)."""
+        unknown = not member_id
+        if unknown:
             new_id = ClassicGroup.generate_member_id(client_id, instance_id)
             if require_known:
                 respond(JoinResult(Errors.MEMBER_ID_REQUIRED, new_id))
                 return
             member_id = new_id
+        holder = group.static_member(instance_id) if instance_id is not None else None
+        if instance_id is not None and not unknown and (holder is None or holder.member_id != member_id):
+            code = Errors.UNKNOWN_MEMBER_ID if holder is None else Errors.FENCED_INSTANCE_ID
+            log.info("classic_join_refused", group=group.group_id, member=member_id, instance=instance_id,
+                     error_code=code)
+            respond(JoinResult(code, member_id))
+            return
         m = group.members.get(member_id)
         if m is not None and not classic_member(m):
             respond(JoinResult(Errors.INCONSISTENT_GROUP_PROTOCOL, member_id))
@@ -654,6 +673,10 @@ class ConsumerGroupManager:
         records: list[Record] = []
         gid = group.group_id
         u = rollback.begin(ps, gid)
+        replaced = None
+        if unknown and holder is not None:
+            replaced = holder
+            m = self._replace_static_member(group, holder, member_id, records)
         is_new = m is None
         if m is None:
             m = ConsumerMember(member_id, member_epoch=0, previous_member_epoch=0)
@@ -672,6 +695,11 @@ class ConsumerGroupManager:
             self._reconcile(group, m, {}, records)
         self._schedule_session(group, m)
         group.note_state()
+        if replaced is not None and not classic_member(replaced):
+            # the last consumer-protocol member replaced by a classic one: the group goes back
+            # to classic (Kafka's validateOnlineDowngradeWithReplacedMemberId); the member's
+            # SyncGroup then finds the classic group rebalancing and it rejoins there
+            self._maybe_downgrade(ps, group, records)
         result = JoinResult(0, member_id, m.member_epoch, "consumer", protocol_name(m), "", False, [])
         if not records:
             respond(result)
