@@ -428,16 +428,24 @@ def test_group_configs_and_the_tools(cluster, capsys):
     assert (left.error_code, left.member_epoch) == (0, -1)
 
 
-def test_rolling_upgrade_and_downgrade_keep_consuming(cluster):
-    """KIP-848's migration with real clients: a classic group's members restart one by one with
-    group.protocol=consumer (the group converts while it consumes), then back one by one (it
-    converts back when the last consumer-protocol member leaves); nothing lost, offsets kept."""
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_rolling_upgrade_and_downgrade_keep_consuming(cluster, strategy):
+    """KIP-848's migration with real clients: a classic group's members (eager range, or
+    cooperative-sticky) restart one by one with group.protocol=consumer (the group converts
+    while it consumes), then back one by one (it converts back when the last consumer-protocol
+    member leaves); nothing lost, offsets kept."""
     from confluent_kafka import ConsumerGroupType
 
     c = cluster
-    topic, group = "kip848-migrate", "kip848-migrate"
+    topic = group = f"kip848-migrate-{strategy}"
     create_topic(c, topic)
-    members = [Consumer(c, group, topic, f"old{i}", protocol="classic") for i in range(3)]
+
+    def classic(name: str) -> Consumer:
+        m = Consumer(c, group, topic, name, protocol="classic")
+        m.conf["partition.assignment.strategy"] = strategy
+        return m
+
+    members = [classic(f"old{i}") for i in range(3)]
     everyone = list(members)
     produced: set[bytes] = set()
 
@@ -454,7 +462,7 @@ def test_rolling_upgrade_and_downgrade_keep_consuming(cluster):
         for phase, protocol in (("up", "consumer"), ("down", "classic")):
             for i in range(3):
                 stop([members.pop(0)])
-                new = Consumer(c, group, topic, f"{phase}{i}", protocol=protocol)
+                new = Consumer(c, group, topic, f"{phase}{i}") if protocol == "consumer" else classic(f"{phase}{i}")
                 new.start()
                 members.append(new)
                 everyone.append(new)
