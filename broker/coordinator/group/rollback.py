@@ -32,6 +32,7 @@ class Undo:
     group_id: str
     before: Group | None
     snapshot: GroupSnapshot | None
+    before_dead: bool = False  # the group the operation found was dead (or there was none)
     group: ConsumerGroup | None = field(default=None)  # the group whose writes it waits among
 
 
@@ -39,7 +40,7 @@ def begin(ps: OffsetsPartition, group_id: str) -> Undo:
     """Before an operation changes the group `group_id` of `ps`."""
     before = ps.groups.get(group_id)
     snap = before.snapshot() if isinstance(before, ConsumerGroup) and not before.is_dead else None
-    return Undo(ps, group_id, before, snap)
+    return Undo(ps, group_id, before, snap, before is None or before.is_dead)
 
 
 def written_later(u: Undo) -> None:
@@ -71,7 +72,7 @@ def undo(u: Undo, rearm: Callable[[ConsumerGroup], None], why: str, quiet: bool 
     if u.snapshot is not None and cur is u.before and isinstance(cur, ConsumerGroup):
         cur.restore(u.snapshot)
         rearm(cur)
-    elif (u.before is None or u.before.is_dead) and isinstance(cur, ConsumerGroup) and cur is not u.before:
+    elif u.before_dead and isinstance(cur, ConsumerGroup) and cur is not u.before:
         # the operation created the group: it goes (a dead predecessor stays dead)
         if u.before is None:
             del u.ps.groups[u.group_id]
