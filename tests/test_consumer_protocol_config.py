@@ -92,5 +92,13 @@ def test_consumer_protocol_disabled_answers_unsupported_version(classic_only):
     try:
         wait_for(lambda: got.extend(m for m in consumer.consume(10, 0.5) if m.error() is None) or len(got) >= 10,
                  60, "the classic consumer read the records")
+        # the admin client describes the classic group all the same (librdkafka falls back from
+        # ConsumerGroupDescribe to DescribeGroups)
+        from confluent_kafka import ConsumerGroupType
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": c.bootstrap})
+        d = admin.describe_consumer_groups(["classic"], request_timeout=10)["classic"].result(15)
+        assert d.type == ConsumerGroupType.CLASSIC and len(d.members) == 1
     finally:
         consumer.close()
