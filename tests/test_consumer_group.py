@@ -660,3 +660,33 @@ def test_static_members_change_protocol_in_a_live_group(tmp_path):
         assert isinstance(classic, ClassicGroup) and set(classic.members) == {a3.member_id, b2.member_id}
 
     run(tmp_path, scenario)
+
+
+def test_classic_members_of_a_consumer_group_must_sync_and_rejoin_in_time(tmp_path):
+    """Kafka's sync and join timeouts of a classic member in a consumer group: one that joins and
+    does not SyncGroup within its rebalance timeout is fenced, and so is one told
+    REBALANCE_IN_PROGRESS that does not rejoin within it."""
+    from tests.test_group_coordinator import subscription
+
+    async def scenario(h: Harness):
+        gid = "classic-timeouts"
+        h.metadata.image = _image(4)
+        c = h.coordinator
+        await h.lead(pid(gid))
+        assert (await hb(h, gid, "new", 0)).error == 0  # a consumer group
+        group = c.partition(pid(gid)).groups[gid]
+        sub = (("range", subscription("orders")),)
+        slow = await h.join_new(gid, protocols=sub, rebalance=200)
+        assert slow.error == 0 and slow.member_id in group.members
+        assert await eventually_async(lambda: slow.member_id not in group.members, timeout=3)  # never synced
+
+        ok = await h.join_new(gid, protocols=sub, rebalance=200)
+        assert (await h.sync(gid, ok.generation_id, ok.member_id)).error == 0
+        await asyncio.sleep(0.3)
+        assert ok.member_id in group.members  # it synced: no sync timeout
+        assert (await hb(h, gid, "other", 0)).error == 0  # a new epoch: ok must rejoin
+        m = group.members[ok.member_id]
+        assert c.heartbeat(gid, ok.member_id, None, m.member_epoch) == E.REBALANCE_IN_PROGRESS
+        assert await eventually_async(lambda: ok.member_id not in group.members, timeout=3)  # never rejoined
+
+    run(tmp_path, scenario)

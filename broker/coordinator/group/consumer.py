@@ -701,15 +701,23 @@ class ConsumerGroupManager:
             # SyncGroup then finds the classic group rebalancing and it rejoins there
             self._maybe_downgrade(ps, group, records)
         result = JoinResult(0, member_id, m.member_epoch, "consumer", protocol_name(m), "", False, [])
+        joined = m
+
+        def answer(code: int) -> None:
+            if not code and ps.groups.get(gid) is group and group.members.get(member_id) is joined:
+                # it rejoined; it must SyncGroup within its rebalance timeout (Kafka's sync timeout)
+                self._classic_timer(group, joined, "join_timer", None)
+                self._classic_timer(group, joined, "sync_timer", "did not SyncGroup within its rebalance timeout")
+            respond(result if not code else JoinResult(state_write_error(code), member_id))
+
         if not records:
-            respond(result)
+            answer(0)
             return
         code, done = self._write(u, records)
         if code:
-            respond(JoinResult(state_write_error(code), member_id))
+            answer(code)
             return
-        done.add_done_callback(lambda f: respond(result if not f.result() else
-                                                 JoinResult(state_write_error(f.result()), member_id)))
+        done.add_done_callback(lambda f: answer(f.result()))
 
     def classic_sync(self, group: ConsumerGroup, member_id: str, generation_id: int) -> SyncResult:
         m = group.members.get(member_id)
@@ -718,6 +726,7 @@ class ConsumerGroupManager:
         if generation_id != m.member_epoch:
             return SyncResult(Errors.ILLEGAL_GENERATION)
         self._schedule_session(group, m)
+        self._classic_timer(group, m, "sync_timer", None)
         return SyncResult(0, "consumer", protocol_name(m), encode_assignment(by_name(self._images.image, m.assigned)))
 
     def classic_heartbeat(self, group: ConsumerGroup, member_id: str, generation_id: int) -> int:
@@ -731,8 +740,30 @@ class ConsumerGroupManager:
         self._schedule_session(group, m)
         if m.member_epoch != group.group_epoch or m.state is not MemberState.STABLE or \
                 group.targets.get(member_id, {}) != m.assigned:
+            # it must rejoin within its rebalance timeout (Kafka's join timeout)
+            if m.join_timer is None:
+                self._classic_timer(group, m, "join_timer", "did not rejoin within its rebalance timeout")
             return Errors.REBALANCE_IN_PROGRESS
         return 0
+
+    def _classic_timer(self, group: ConsumerGroup, m: ConsumerMember, which: str, fence_why: str | None) -> None:
+        """Cancel a classic member's join or sync timer, and start it again (its rebalance
+        timeout) when `fence_why` is given: when it fires, the member is fenced for that."""
+        old = getattr(m, which)
+        if old is not None:
+            old.cancel()
+        timer = None
+        if fence_why is not None:
+            timeout = m.rebalance_timeout_ms if m.rebalance_timeout_ms > 0 else self._session_timeout(group.group_id)
+
+            def fire(member_id: str = m.member_id) -> None:
+                member = group.members.get(member_id)
+                if member is not None:
+                    setattr(member, which, None)
+                    self._fence_now(group, member, fence_why)
+
+            timer = self._runtime.timer(timeout, fire)
+        setattr(m, which, timer)
 
     def classic_leave(self, ps: OffsetsPartition, group: ConsumerGroup,
                       members: list[tuple[str, str | None, str | None]]) -> list[int]:

@@ -84,6 +84,9 @@ class ConsumerMember:
     # the consumer group manager's timers
     session_timer: asyncio.TimerHandle | None = field(default=None, repr=False, compare=False)
     rebalance_timer: asyncio.TimerHandle | None = field(default=None, repr=False, compare=False)
+    # a classic member's: rejoin after REBALANCE_IN_PROGRESS, SyncGroup after its JoinGroup
+    join_timer: asyncio.TimerHandle | None = field(default=None, repr=False, compare=False)
+    sync_timer: asyncio.TimerHandle | None = field(default=None, repr=False, compare=False)
 
     @property
     def is_static(self) -> bool:
@@ -115,17 +118,17 @@ class ConsumerMember:
         self.assigned, self.pending_revocation = dict(c.assigned), dict(c.pending_revocation)
 
     def cancel_timers(self) -> None:
-        for t in (self.session_timer, self.rebalance_timer):
+        for t in (self.session_timer, self.rebalance_timer, self.join_timer, self.sync_timer):
             if t is not None:
                 t.cancel()
-        self.session_timer = self.rebalance_timer = None
+        self.session_timer = self.rebalance_timer = self.join_timer = self.sync_timer = None
 
 
 def _copy_member(m: ConsumerMember) -> ConsumerMember:
     """A member's state without its timers (those belong to the manager's live member)."""
     return dataclasses.replace(m, assigned=dict(m.assigned), pending_revocation=dict(m.pending_revocation),
                                classic_protocols=None if m.classic_protocols is None else list(m.classic_protocols),
-                               session_timer=None, rebalance_timer=None)
+                               session_timer=None, rebalance_timer=None, join_timer=None, sync_timer=None)
 
 
 @dataclass
@@ -217,6 +220,7 @@ class ConsumerGroup(Group):
             old = live.pop(mid, None)
             if old is not None:
                 copy.session_timer, copy.rebalance_timer = old.session_timer, old.rebalance_timer
+                copy.join_timer, copy.sync_timer = old.join_timer, old.sync_timer
             self.members[mid] = copy
         for gone in live.values():
             gone.cancel_timers()
