@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from broker.storage.log import FLUSH_TIMES_MS
+from node.file_sender import STATS as SEND_STATS
 from node.metrics import Family
 
 if TYPE_CHECKING:
@@ -138,6 +139,14 @@ def collect(replicas: ReplicaManager, isr: IsrManager, topic_stats: TopicStats,
     fams.append(flush)
     fams += _log_dirs(rm)
     fams += chunk_reads.families()
+    fams += [
+        Family("strata_fetch_sendfile_bytes_total", "counter",
+               "Record bytes of Fetch answers sent with os.sendfile (plaintext listeners, zero copy).")
+        .add(SEND_STATS.sendfile_bytes),
+        Family("strata_fetch_region_read_bytes_total", "counter",
+               "Record bytes of large Fetch reads read into the process to be sent (TLS listeners).")
+        .add(SEND_STATS.read_bytes),
+    ]
     return fams
 
 

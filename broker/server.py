@@ -19,6 +19,7 @@ from broker.quotas.step_timer import StepTimer
 from node.authz import Denied, log_denied
 from node.waits import Eventual
 from protocol.errors import ProtocolError
+from protocol.file_region import with_regions
 from protocol.generated import REQUESTS, RequestHeader
 from protocol.generated.api_versions import ApiVersionsResponse
 from protocol.headers import (
@@ -175,6 +176,8 @@ class RequestDispatcher:
         if throttle > 0 and resp is not None and hasattr(resp, "throttle_time_ms"):
             resp.throttle_time_ms = max(resp.throttle_time_ms, int(throttle * 1000))
             parts = encode_response(req.api_key, req.api_version, req.correlation_id, resp)
+        if req.api_key == FETCH and parts is not None:
+            parts = with_regions(parts)  # large reads stay in their files until sent (sendfile)
         return parts
 
     def _authorize(self, req: Request, conn: Connection):

@@ -64,12 +64,14 @@ from typing import cast
 import structlog
 
 from node.config import ConfigError, NodeConfig
+from node.file_sender import FileSender
 from node.logging import RateLimitedLog
 from node.loop_lag import LagAdmission
 from node.sasl import PASS_ON, Authenticator
 from node.security import ANONYMOUS, ListenerSecurity
 from node.waits import READ_SLICE, Eventual, read_next_step
 from protocol.errors import ProtocolError
+from protocol.file_region import RegionParts
 from protocol.framing import DEFAULT_MAX_FRAME, FrameReader, frame
 
 log = structlog.get_logger(__name__)
@@ -191,6 +193,11 @@ class Connection(asyncio.Protocol):
         self.listener = server.listener_name
         # None on PLAINTEXT and SSL listeners: the request path's only cost is this check
         self.auth: Authenticator | None = None
+        # answers holding FileRegions (node/file_sender.py), made on the first; `sending` while
+        # its queue holds answers: later answers queue behind them and no request starts
+        self.sender: FileSender | None = None
+        self.sending = False
+        self.sock_fd: int | None = None  # a plaintext socket's descriptor, for os.sendfile
 
     # ---- public
     def mute_for(self, seconds: float) -> None:
@@ -240,6 +247,9 @@ class Connection(asyncio.Protocol):
                 self.principal = "User:" + certificate_principal(cert)
             if security.sasl is not None:
                 self.auth = Authenticator(security.sasl, self.peer, security.name)
+        if self.server.ssl is None:
+            sock = transport.get_extra_info("socket")
+            self.sock_fd = sock.fileno() if sock is not None else None
         self.last_active = asyncio.get_running_loop().time()
         self.server.admit(self)
         self.registered = True
@@ -279,6 +289,7 @@ class Connection(asyncio.Protocol):
             # The peer went away in the middle of a frame (a truncated request): say so.
             limited.warning("connection_closed_mid_frame", peer=self.peer, pending_bytes=self.reader.pending)
         self.closed = True
+        self._drop_sender()
         for t, _ in self.pending:
             t.cancel()
         self.pending.clear()
@@ -299,6 +310,7 @@ class Connection(asyncio.Protocol):
             and not self.closed
             and not self.muted
             and not self.write_paused
+            and not self.sending
         )
 
     def start_next(self) -> None:
@@ -339,6 +351,7 @@ class Connection(asyncio.Protocol):
         if auth is not None and auth.failed and not self.closed:
             # authentication failed: the answer (if any) is written, then the connection closes
             self.closed = True
+            self._drop_sender()
             if self.transport is not None:
                 self.transport.close()
 
@@ -437,7 +450,10 @@ class Connection(asyncio.Protocol):
             else:
                 continue  # answered and written already
             if parts is not None and self.transport is not None and not self.closed:
-                self.transport.writelines(frame(parts))
+                if type(parts) is RegionParts or self.sending:
+                    self._send_regions(frame(parts))
+                else:
+                    self.transport.writelines(frame(parts))
                 self.last_active = asyncio.get_running_loop().time()
         if released and not self.closed:
             self._account()
@@ -445,10 +461,33 @@ class Connection(asyncio.Protocol):
             self._maybe_ready()
             self._update_reading()
 
+    def _send_regions(self, framed: list) -> None:
+        sender = self.sender
+        if sender is None:
+            assert self.transport is not None
+            sender = self.sender = FileSender(self.transport, self.sock_fd, self._sent_regions,
+                                              lambda e: self.abort("send_failed", e))
+        self.sending = True
+        sender.send(framed)
+
+    def _sent_regions(self) -> None:
+        """The region path's queue is empty: the transport writes again, requests may start."""
+        self.sending = False
+        self.last_active = asyncio.get_running_loop().time()
+        if not self.closed:
+            self._maybe_ready()
+
+    def _drop_sender(self) -> None:
+        if self.sender is not None:
+            self.sender.close()
+            self.sender = None
+        self.sending = False
+
     def abort(self, why: str, exc: BaseException) -> None:
         """Close this connection only, logging the reason (rate-limited for peer errors)."""
         if self.closed:
             return
+        self._drop_sender()
         if isinstance(exc, ProtocolError):
             limited.warning(why, peer=self.peer, error=str(exc))
         else:

@@ -96,7 +96,8 @@ class ChunkReplicaRead(InactiveChunkView):
         else:
             ans.high_watermark = ans.last_stable_offset = cr.stop + 1
         try:
-            fi = lg.read(pos.fetch_offset, max(pos.max_bytes, 0), max_offset=cr.read_end, min_one_batch=True)
+            fi = lg.read(pos.fetch_offset, max(pos.max_bytes, 0), max_offset=cr.read_end, min_one_batch=True,
+                         regions=True)
         except StorageError as e:
             ans.error_code = e.error_code
             return ans
@@ -128,7 +129,7 @@ class ChunkRangeRead(InactiveChunkView):
         if pos.fetch_offset >= lg.log_end_offset:
             return ans  # nothing more here (the requester tries another replica)
         try:
-            fi = lg.read(pos.fetch_offset, max(pos.max_bytes, 0), max_offset=end + 1, min_one_batch=True)
+            fi = lg.read(pos.fetch_offset, max(pos.max_bytes, 0), max_offset=end + 1, min_one_batch=True, regions=True)
         except StorageError as e:
             ans.error_code = e.error_code
             return ans

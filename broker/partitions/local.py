@@ -141,7 +141,8 @@ class LocalPartition:
             ans.wait = True
         else:
             try:
-                fi = lg.read(pos.fetch_offset, pos.max_bytes, max_offset=limit, min_one_batch=pos.min_one_batch)
+                fi = lg.read(pos.fetch_offset, pos.max_bytes, max_offset=limit, min_one_batch=pos.min_one_batch,
+                             regions=True)
             except StorageError as e:
                 ans.error_code = e.error_code
             else:

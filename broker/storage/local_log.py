@@ -311,6 +311,11 @@ def _ignore_missing(func, path, exc_info) -> None:
         raise exc_info[1]
 
 
+# Below this, a read is one pread and its bytes: a region's descriptor, index probes and sendfile
+# cost more than copying a few pages (a caught-up consumer's record or two).
+REGION_MIN_BYTES = 64 * 1024
+
+
 def read_segments(
     segments: list[LogSegment],
     sizes: list[int],
@@ -319,10 +324,12 @@ def read_segments(
     max_bytes: int,
     limit: int,
     min_one_batch: bool,
+    regions: bool = False,
 ) -> tuple[list, int, int]:
     """Whole batches of a snapshot from the one holding `offset`, at most `max_bytes` (one whole
     batch anyway if min_one_batch), none reaching `limit`. Returns (bytes-like parts, their total
-    size, the offset after the last batch returned or `offset` if none)."""
+    size, the offset after the last batch returned or `offset` if none). With `regions`, a read of
+    REGION_MIN_BYTES or more from one segment is a FileRegion (sent with os.sendfile)."""
     parts: list = []
     total = 0
     cursor = offset
@@ -332,7 +339,10 @@ def read_segments(
             found = seg.find_batch(cursor, end)
             if found is None:
                 continue
-            data, next_offset, reached_end = seg.read_from(
+            got = None
+            if regions and min(max_bytes - total, end - found[0]) >= REGION_MIN_BYTES:
+                got = seg.region_from(found[0], end, max_bytes - total, limit)
+            data, next_offset, reached_end = got if got is not None else seg.read_from(
                 found[0], end, max_bytes - total, limit, min_one_batch and not parts
             )
             if len(data):
@@ -344,4 +354,4 @@ def read_segments(
     return parts, total, cursor
 
 
-__all__ = ["FLUSH_TIMES_MS", "LocalLog", "flush_in_background", "read_segments"]
+__all__ = ["FLUSH_TIMES_MS", "REGION_MIN_BYTES", "LocalLog", "flush_in_background", "read_segments"]

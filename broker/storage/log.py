@@ -90,7 +90,7 @@ class AppendInfo:
 
 @dataclass
 class FetchInfo:
-    records: list  # bytes-like parts straight from os.pread, whole batches, in offset order
+    records: list  # bytes-like parts straight from os.pread (or FileRegions), whole batches, in offset order
     total_bytes: int
     log_start_offset: int
     log_end_offset: int
@@ -537,12 +537,13 @@ class Log:
 
     @_io_guarded
     def read(
-        self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_batch: bool = True
+        self, offset: int, max_bytes: int, *, max_offset: int | None = None, min_one_batch: bool = True,
+        regions: bool = False,
     ) -> FetchInfo:
         """Whole batches from the one holding `offset` (it may start before `offset`), at most
         `max_bytes` (but one whole batch anyway if min_one_batch), none reaching `max_offset`
         (exclusive: the high watermark or LSO for consumers). Bytes come from os.pread, unparsed
-        beyond batch headers."""
+        beyond batch headers; with `regions`, large reads come as FileRegions (for a Fetch answer)."""
         local = self._local
         with self._lock:
             self._check_usable()
@@ -553,7 +554,7 @@ class Log:
                 f"offset {offset} is outside [{log_start}, {leo}] of {self.topic}-{self.partition} (chunk {self.chunk_start})"
             )
         limit = leo if max_offset is None else min(max_offset, leo)
-        parts, total, cursor = read_segments(segments, sizes, bases, offset, max_bytes, limit, min_one_batch)
+        parts, total, cursor = read_segments(segments, sizes, bases, offset, max_bytes, limit, min_one_batch, regions)
         return FetchInfo(parts, total, log_start, leo, hw, cursor)
 
     @_io_guarded

@@ -27,6 +27,7 @@ from broker.storage.file_names import (
 from broker.storage.index_file import OffsetIndex, TimeIndex
 from broker.storage.txn_index import TransactionIndex
 from protocol.errors import ProtocolError
+from protocol.file_region import FileRegion
 from protocol.records.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, BatchHeader, iter_batches, read_header
 
 log = structlog.get_logger(__name__)
@@ -461,3 +462,37 @@ class LogSegment:
         if used == len(data):
             return data, next_offset, reached_end
         return memoryview(data)[:used], next_offset, reached_end
+
+    def region_from(
+        self, position: int, end: int, max_bytes: int, limit_offset: int
+    ) -> tuple[FileRegion, int, bool] | None:
+        """As read_from, for a large read: whole batches from `position` (a batch start) as a
+        FileRegion for os.sendfile, their bytes never read here. The bounds (`max_bytes`, the
+        `limit_offset` batches must stay below) are found through the offset index, then a short
+        header walk from the indexed batch nearest to them, so a megabyte costs a few small preads
+        instead of a copy. None when no whole batch fits (read_from's min-one-batch rule applies)."""
+        cut = min(end, position + max_bytes)
+        idx = self.offset_index
+        # an indexed batch that ends at or before `cut` (the entry after it starts there or
+        # earlier) and whose last offset is below the limit: the walk starts there
+        k = idx.last_at_most(1, cut) - 1
+        k = min(k, idx.last_at_most(0, limit_offset - self.base_offset, strict=True))
+        start = idx.entry(k)[1] if k >= 0 else position
+        if start < position:
+            start = position
+        used, next_offset = 0, -1
+        with self.log_file.open() as fd:
+            limited = False
+            for pos, header in iter_headers(fd, start, end):
+                if header.last_offset >= limit_offset:
+                    limited = True
+                    break
+                if pos + header.size > cut:
+                    break
+                used, next_offset = pos + header.size - position, header.last_offset + 1
+            if used == 0:
+                return None
+            if start > position and next_offset < 0:
+                return None  # the walk found nothing past the indexed batch: read_from decides
+            region = FileRegion(os.dup(fd), position, used)
+        return region, next_offset, not limited and position + used >= end
