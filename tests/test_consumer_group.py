@@ -690,3 +690,55 @@ def test_classic_members_of_a_consumer_group_must_sync_and_rejoin_in_time(tmp_pa
         assert await eventually_async(lambda: ok.member_id not in group.members, timeout=3)  # never rejoined
 
     run(tmp_path, scenario)
+
+
+def test_a_failed_write_rolls_back_a_change_of_group_type(tmp_path):
+    """An upgrade (a consumer-protocol member joining a live classic group) whose records are
+    not written leaves the classic group in place, its members rejoining it; a downgrade (the
+    last consumer-protocol member leaving) likewise leaves the consumer group as it was."""
+    from broker.coordinator.group.migration import encode_assignment
+    from tests.test_group_coordinator import subscription
+
+    async def scenario(h: Harness):
+        gid = "type-rollback"
+        h.metadata.image = _image(4)
+        c = h.coordinator
+        await h.lead(pid(gid))
+        sub = (("range", subscription("orders")),)
+        a, b = await asyncio.gather(h.join_new(gid, protocols=sub), h.join_new(gid, protocols=sub))
+        plan = {a.member_id: encode_assignment({"orders": [0, 1]}), b.member_id: encode_assignment({"orders": [2, 3]})}
+        await asyncio.gather(*(h.sync(gid, 1, x.member_id, plan if x.leader_id == x.member_id else {}) for x in (a, b)))
+        tp = ("orders", 0)
+        assert await c.commit_offsets(gid, a.member_id, None, 1, {tp: OffsetAndMetadata(11)}) == {tp: 0}
+        classic = c.partition(pid(gid)).groups[gid]
+        real = c.write
+        failing = {"on": True}
+
+        def write(index, records, producer=None):
+            if failing["on"]:
+                done = asyncio.get_running_loop().create_future()
+                done.set_result(E.NOT_LEADER_OR_FOLLOWER)
+                return E.NOT_LEADER_OR_FOLLOWER, -1, done
+            return real(index, records, producer)
+
+        c.write = write  # type: ignore[method-assign]
+        assert (await hb(h, gid, "new", 0)).error == E.NOT_COORDINATOR
+        assert c.partition(pid(gid)).groups[gid] is classic and not classic.is_dead
+        assert set(classic.members) == {a.member_id, b.member_id} and classic.offsets[tp].value.offset == 11
+        assert classic.state_name == "PreparingRebalance"  # its members rejoin it
+        j1, j2 = await asyncio.gather(*(h.join(gid, x.member_id, protocols=sub) for x in (a, b)))
+        assert j1.error == j2.error == 0 and j1.generation_id == j2.generation_id == 2
+
+        failing["on"] = False
+        assert (await hb(h, gid, "new", 0)).error == 0
+        group = c.partition(pid(gid)).groups[gid]
+        assert isinstance(group, ConsumerGroup) and len(group.members) == 3
+        failing["on"] = True
+        assert (await hb(h, gid, "new", -1)).error == E.NOT_COORDINATOR
+        assert c.partition(pid(gid)).groups[gid] is group and not group.is_dead and "new" in group.members
+        assert all(m.session_timer is not None for m in group.members.values())  # sessions run again
+        failing["on"] = False
+        assert (await hb(h, gid, "new", -1)).error == 0
+        assert isinstance(c.partition(pid(gid)).groups[gid], ClassicGroup)
+
+    run(tmp_path, scenario)

@@ -131,6 +131,8 @@ class ConsumerGroupManager:
         self._images = images
         self._take_over = take_over
         self._downgraded = downgraded
+        # a group a rollback puts back: a consumer group's timers armed, a classic one's members rejoining
+        self._rearms = rollback.Rearm(self._rearm, downgraded)
 
     # ------------------------------------------------------------------ loading
     def load(self, ps: OffsetsPartition, loaded: dict[str, LoadedConsumerGroup]) -> None:
@@ -175,10 +177,10 @@ class ConsumerGroupManager:
         """Write an operation's records; if they are not written, what it changed is undone."""
         code, _, done = self._runtime.write(u.ps.index, records)
         if code:
-            rollback.undo(u, self._rearm, f"write failed with error {code}")
+            rollback.undo(u, self._rearms, f"write failed with error {code}")
             return code, done
         rollback.written_later(u)
-        done.add_done_callback(lambda f: rollback.settle(u, f.result(), self._rearm))
+        done.add_done_callback(lambda f: rollback.settle(u, f.result(), self._rearms))
         return 0, done
 
     # ------------------------------------------------------------------ the heartbeat
@@ -197,7 +199,7 @@ class ConsumerGroupManager:
             result, records = self._heartbeat(ps, req)
         except HeartbeatError as e:
             if undo is not None:  # refused part way: what it changed goes (Kafka's ops are atomic)
-                rollback.undo(undo, self._rearm, e.message, quiet=True)
+                rollback.undo(undo, self._rearms, e.message, quiet=True)
             log.info("consumer_group_heartbeat_refused", group=req.group_id, member=req.member_id,
                      epoch=req.member_epoch, error_code=e.code, reason=e.message)
             return HeartbeatResult(e.code, e.message)

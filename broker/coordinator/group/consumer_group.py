@@ -20,7 +20,7 @@ import enum
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 from uuid import UUID
 
 from broker.coordinator import wall_clock_ms
@@ -171,7 +171,6 @@ class ConsumerGroup(Group):
         # was last checked against (memory only: after a load, the record's version stands in)
         self.resolved_regexes: dict[str, ResolvedRegex] = {}
         self.regex_image: object | None = None
-        self.undos: list[Any] = []  # operations whose records are not written yet (rollback.py)
         self.dead = False
         self.state_timestamp = clock()
         self._last_state = ConsumerGroupState.EMPTY

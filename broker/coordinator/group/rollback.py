@@ -8,19 +8,23 @@ fails. Writes of one group land in order: when one fails, the operations after i
 applied in memory, their writes queued behind) are undone with it, as Kafka's revert to the
 failed write's offset undoes them; their own failures then find nothing left to undo.
 
-A group that changed type in the operation (a classic group upgraded, a consumer group
-downgraded) is not put back: that stays as memory has it.
+An operation that changed the group's type is undone too: a classic group upgraded (or an empty
+one converted) comes back in the state it was in, its members asked to rejoin (their pending
+JoinGroup and SyncGroup were answered when it was upgraded); a consumer group downgraded comes
+back from its snapshot, the classic group made from it unloaded (its members' pending requests
+answered NOT_COORDINATOR, so they find their way back).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import structlog
 
 from broker.coordinator.group.base import Group
 from broker.coordinator.group.consumer_group import ConsumerGroup, GroupSnapshot
+from broker.coordinator.group.group import ClassicGroup, GroupState
 from broker.coordinator.group.runtime import OffsetsPartition
 
 log = structlog.get_logger(__name__)
@@ -31,57 +35,83 @@ class Undo:
     ps: OffsetsPartition
     group_id: str
     before: Group | None
-    snapshot: GroupSnapshot | None
-    before_dead: bool = False  # the group the operation found was dead (or there was none)
-    group: ConsumerGroup | None = field(default=None)  # the group whose writes it waits among
+    snapshot: GroupSnapshot | None  # the consumer group's state, when it was one
+    before_dead: bool  # the group the operation found was dead (or there was none)
+    classic_state: GroupState | None  # the classic group's state, when it was one
+
+
+@dataclass(frozen=True)
+class Rearm:
+    """What the managers do for a group put back: arm a consumer group's missing timers; have a
+    classic group's members rejoin (their heartbeats running from now)."""
+
+    consumer: Callable[[ConsumerGroup], None]
+    classic: Callable[[ClassicGroup], None]
 
 
 def begin(ps: OffsetsPartition, group_id: str) -> Undo:
     """Before an operation changes the group `group_id` of `ps`."""
     before = ps.groups.get(group_id)
-    snap = before.snapshot() if isinstance(before, ConsumerGroup) and not before.is_dead else None
-    return Undo(ps, group_id, before, snap, before is None or before.is_dead)
+    dead = before is None or before.is_dead
+    snap = before.snapshot() if isinstance(before, ConsumerGroup) and not dead else None
+    state = before.state if isinstance(before, ClassicGroup) and not dead else None
+    return Undo(ps, group_id, before, snap, dead, state)
 
 
 def written_later(u: Undo) -> None:
     """The operation's records are on their way to the log: it waits, in order, among the
     group's other unwritten operations."""
-    group = u.ps.groups.get(u.group_id)
-    if isinstance(group, ConsumerGroup):
-        u.group = group
-        group.undos.append(u)
+    u.ps.undos.setdefault(u.group_id, []).append(u)
 
 
-def settle(u: Undo, code: int, rearm: Callable[[ConsumerGroup], None]) -> None:
+def settle(u: Undo, code: int, rearm: Rearm) -> None:
     """The operation's write ended with `code` (0: written)."""
-    g = u.group
-    if g is None or u not in g.undos:
+    pending = u.ps.undos.get(u.group_id, [])
+    if u not in pending:
         return  # undone already, with an earlier operation whose write failed
-    i = g.undos.index(u)
+    i = pending.index(u)
     if code == 0:
-        del g.undos[i]
-        return
-    del g.undos[i:]
-    undo(u, rearm, f"write failed with error {code}")
+        del pending[i]
+    else:
+        del pending[i:]
+        undo(u, rearm, f"write failed with error {code}")
+    if not pending:
+        u.ps.undos.pop(u.group_id, None)
 
 
-def undo(u: Undo, rearm: Callable[[ConsumerGroup], None], why: str, quiet: bool = False) -> None:
+def undo(u: Undo, rearm: Rearm, why: str, quiet: bool = False) -> None:
     """Put the group back as it was before the operation (`quiet`: the operation was refused,
     and said so in its own log line)."""
-    cur = u.ps.groups.get(u.group_id)
-    if u.snapshot is not None and cur is u.before and isinstance(cur, ConsumerGroup):
-        cur.restore(u.snapshot)
-        rearm(cur)
-    elif u.before_dead and isinstance(cur, ConsumerGroup) and cur is not u.before:
+    ps, gid = u.ps, u.group_id
+    cur = ps.groups.get(gid)
+    if cur is u.before:
+        if u.snapshot is not None and isinstance(cur, ConsumerGroup):
+            cur.restore(u.snapshot)
+            rearm.consumer(cur)
+        elif cur is not None and quiet:
+            return
+    elif u.before_dead:
         # the operation created the group: it goes (a dead predecessor stays dead)
         if u.before is None:
-            del u.ps.groups[u.group_id]
+            del ps.groups[gid]
         else:
-            u.ps.groups[u.group_id] = u.before
-        cur.unload()
+            ps.groups[gid] = u.before
+        if cur is not None:
+            cur.unload()
     else:
-        if not quiet:
-            log.warning("consumer_group_not_rolled_back", group=u.group_id, reason=why)
-        return
+        # the group changed type: the new one goes, the old one comes back
+        if cur is not None:
+            cur.unload()
+        before = u.before
+        assert before is not None  # it was not dead, so there was one
+        ps.groups[gid] = before
+        if isinstance(before, ConsumerGroup) and u.snapshot is not None:
+            before.restore(u.snapshot)
+            rearm.consumer(before)
+        elif isinstance(before, ClassicGroup) and u.classic_state is not None:
+            # its pending JoinGroups were answered when it was upgraded: none is waiting now
+            before.state = GroupState.STABLE if u.classic_state is GroupState.PREPARING_REBALANCE else u.classic_state
+            if before.members:
+                rearm.classic(before)
     if not quiet:
-        log.warning("consumer_group_rolled_back", group=u.group_id, reason=why)
+        log.warning("consumer_group_rolled_back", group=gid, reason=why)

@@ -31,6 +31,8 @@ class OffsetsPartition(CoordinatorPartition):
         self.groups: dict[str, Group] = {}
         # transactions that ended while loading: (producer id, commit, log end offset then)
         self.completed_while_loading: list[tuple[int, bool, int]] = []
+        # per group id, the consumer group operations whose records are not written yet (rollback.py)
+        self.undos: dict[str, list[Any]] = {}
 
 
 class GroupRuntime(Protocol):
