@@ -741,4 +741,17 @@ def test_a_failed_write_rolls_back_a_change_of_group_type(tmp_path):
         assert (await hb(h, gid, "new", -1)).error == 0
         assert isinstance(c.partition(pid(gid)).groups[gid], ClassicGroup)
 
+        # an empty consumer group a classic member's JoinGroup would convert: not converted when
+        # its tombstones are refused
+        e = "type-rollback-empty"
+        await h.lead(pid(e))
+        assert (await hb(h, e, "x", 0)).error == 0 and (await hb(h, e, "x", -1)).error == 0
+        empty = c.partition(pid(e)).groups[e]
+        failing["on"] = True
+        assert (await h.join(e, "", protocols=sub)).error == E.NOT_COORDINATOR
+        assert c.partition(pid(e)).groups[e] is empty and not empty.is_dead
+        failing["on"] = False
+        assert (await h.join_new(e, protocols=sub)).error == 0
+        assert isinstance(c.partition(pid(e)).groups[e], ClassicGroup)
+
     run(tmp_path, scenario)

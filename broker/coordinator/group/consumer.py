@@ -721,6 +721,19 @@ class ConsumerGroupManager:
             return
         done.add_done_callback(lambda f: answer(f.result()))
 
+    def convert_empty_to_classic(self, ps: OffsetsPartition, group: ConsumerGroup) -> int:
+        """An empty consumer group becomes a classic one for a classic member's JoinGroup (its
+        records tombstoned, offsets kept): 0, or the error of a write refused at once; a write
+        that fails later puts the consumer group back (rollback.py)."""
+        gid = group.group_id
+        u = rollback.begin(ps, gid)
+        keys = group.tombstone_keys()
+        self._take_over(ps, gid, ClassicGroup(gid))
+        code, _ = self._write(u, [(k, None) for k in keys])
+        if not code:
+            log.info("consumer_group_converted_to_classic", group=gid)
+        return state_write_error(code)
+
     def classic_sync(self, group: ConsumerGroup, member_id: str, generation_id: int) -> SyncResult:
         m = group.members.get(member_id)
         if m is None or not classic_member(m):

@@ -167,12 +167,7 @@ class GroupCoordinator(PartitionedCoordinator[OffsetsPartition]):
                 return -1
             log.info("classic_join_refused", group=group_id, reason="the group is a consumer group with members")
             return Errors.INCONSISTENT_GROUP_PROTOCOL
-        ps = self._partitions[self.partition_for(group_id)]
-        keys = group.tombstone_keys()
-        self._take_over(ps, group_id, ClassicGroup(group_id))
-        self.write(ps.index, [(k, None) for k in keys])
-        log.info("consumer_group_converted_to_classic", group=group_id)
-        return 0
+        return self.consumer.convert_empty_to_classic(self._partitions[self.partition_for(group_id)], group)
 
     # ------------------------------------------------------------------ KIP-848 consumer groups
     async def consumer_group_heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
