@@ -15,7 +15,12 @@ Workload (Strata only; tools.cluster.Cluster in a temp dir, 3 brokers, logs on d
               cache). --skip-diskless leaves it out.
 Each read is `spark.read.format("strata") ... .load().count()` (local[2], minPartitions
 --min-partitions) plus a pass that decodes every column (`.selectExpr("sum(length(value))")`),
-timed from the action to its result; rows/s = records / seconds. "bytes served" is per broker, from
+timed from the action to its result; rows/s = records / seconds. "Spark alone" is the same two
+actions over a source whose tasks yield ready-made Arrow batches of the same schema and size
+(no reading, no decoding): what Spark's Python data source path costs by itself. For the
+diskless reads and "Spark alone" it also prints the CPU seconds each kind of process spent in
+the two actions (this process's descendants, from /proc: the brokers, SeaweedFS, Spark's JVM, its
+Python workers): with 2 cores the reads are CPU-bound, and this says whose CPU. "bytes served" is per broker, from
 the read plan (each piece's first-choice broker, records x record bytes): with no failures that
 is who served it. The table prints the median of --runs runs; it asserts nothing.
 
@@ -33,11 +38,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from confluent_kafka import Producer  # noqa: E402
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
 
 from connector.spark_source import SourceOptions, _Plan  # noqa: E402
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, SeaweedS3  # noqa: E402
@@ -93,6 +101,74 @@ def served_per_broker(bootstrap: str, topic: str, min_partitions: int, record_by
     return out
 
 
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds (user + system) so far of this process's descendants, by kind."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, list[str]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stats[int(d)] = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                pass
+    kids: dict[int, list[int]] = {}
+    for pid, f in stats.items():
+        kids.setdefault(int(f[1]), []).append(pid)
+    out: dict[str, float] = {}
+    todo = list(kids.get(os.getpid(), []))
+    while todo:
+        pid = todo.pop()
+        todo.extend(kids.get(pid, []))
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        kind = ("brokers" if "broker" in cmd and "server.properties" in cmd else "seaweedfs" if "weed" in cmd
+                else "spark jvm" if "java" in cmd else "python workers" if "pyspark" in cmd else "other")
+        out[kind] = out.get(kind, 0.0) + sum(int(x) for x in stats[pid][11:13]) / tick
+    return out
+
+
+class SparkAlone(DataSource):
+    """Tasks that yield one ready-made Arrow batch of the source's schema over and over."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "spark-alone"
+
+    def schema(self) -> str:
+        from connector.arrow_records import SPARK_SCHEMA
+
+        return SPARK_SCHEMA
+
+    def reader(self, schema: object) -> DataSourceReader:
+        rows, parts, size = int(self.options["rows"]), int(self.options["parts"]), int(self.options["size"])
+
+        class Reader(DataSourceReader):
+            def partitions(self) -> list[InputPartition]:
+                return [InputPartition(i) for i in range(parts)]
+
+            def read(self, partition: InputPartition) -> Iterator[Any]:
+                import numpy as np
+                import pyarrow as pa
+
+                from connector.arrow_records import arrow_schema
+
+                n = 50_000
+                value = pa.array([b"%012d" % i + b"x" * max(0, size - 12) for i in range(n)], pa.binary())
+                batch = pa.RecordBatch.from_arrays([
+                    pa.nulls(n, pa.binary()), value, pa.array(["alone"] * n, pa.string()),
+                    pa.array(np.zeros(n, np.int32)), pa.array(np.arange(n, dtype=np.int64)),
+                    pa.array(np.zeros(n, np.int64), pa.timestamp("us", tz="UTC")), pa.array(np.zeros(n, np.int32)),
+                ], schema=arrow_schema(False))
+                left = rows // parts + (1 if partition.value < rows % parts else 0)
+                while left > 0:
+                    yield batch if left >= n else batch.slice(0, left)
+                    left -= n
+
+        return Reader()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=5_000_000)
@@ -141,10 +217,11 @@ def run_all(a: argparse.Namespace, c: Cluster, tmp: Path, s3: SeaweedS3 | None) 
         direct = {"diskless.storage.url": f"s3://{s3.bucket}/wal", "diskless.storage.s3.endpoint": s3.endpoint,
                   "diskless.storage.s3.region": "us-east-1", "diskless.storage.s3.access.key.id": ACCESS_KEY,
                   "diskless.storage.s3.secret.access.key": SECRET_KEY}
-    reads = [("flat", "flat", {}), ("chunked", "chunked", {})]
+    reads: list[tuple[str, str, dict[str, str]]] = [("flat", "flat", {}), ("chunked", "chunked", {})]
     if direct:
         reads += [("diskless direct", "diskless", direct),
-                  ("diskless via brokers", "diskless", {**direct, "disklessDirectRead": "false"})]
+                  ("diskless via brokers", "diskless", {**direct, "disklessDirectRead": "false"}),
+                  ("Spark alone", "", {})]
 
     from pyspark.sql import SparkSession
 
@@ -152,14 +229,21 @@ def run_all(a: argparse.Namespace, c: Cluster, tmp: Path, s3: SeaweedS3 | None) 
              .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
              .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    results = {}
+    spark.dataSource.register(SparkAlone)
+    results: dict[str, list[tuple[float, float]]] = {}
+    cpu: dict[str, list[dict[str, float]]] = {}
     for run in range(a.runs):
         for label, topic, extra in reads:
-            r = (spark.read.format("strata").option("kafka.bootstrap.servers", bs)
-                 .option("subscribe", topic).option("minPartitions", str(a.min_partitions)))
-            for k, v in extra.items():
-                r = r.option(k, v)
-            df = r.load()
+            if not topic:
+                df = (spark.read.format("spark-alone").option("rows", a.records).option("size", a.size)
+                      .option("parts", a.min_partitions).load())
+            else:
+                r = (spark.read.format("strata").option("kafka.bootstrap.servers", bs)
+                     .option("subscribe", topic).option("minPartitions", str(a.min_partitions)))
+                for key, value in extra.items():
+                    r = r.option(key, value)
+                df = r.load()
+            before = cpu_seconds()
             t = time.monotonic()
             n = df.count()
             count_s = time.monotonic() - t
@@ -169,6 +253,8 @@ def run_all(a: argparse.Namespace, c: Cluster, tmp: Path, s3: SeaweedS3 | None) 
             if n != a.records:
                 raise SystemExit(f"{topic}: read {n:,} records, wrote {a.records:,}")
             results.setdefault(label, []).append((n / count_s, n / decode_s))
+            after = cpu_seconds()
+            cpu.setdefault(label, []).append({k: v - before.get(k, 0.0) for k, v in after.items()})
             say(f"  run {run + 1} {label}: count {n / count_s:,.0f} rows/s, sum(length(value)) {n / decode_s:,.0f} rows/s")
     spark.stop()
     record_bytes = a.size + 20  # value + per-record framing, roughly
@@ -182,11 +268,20 @@ def run_all(a: argparse.Namespace, c: Cluster, tmp: Path, s3: SeaweedS3 | None) 
         spread = ", ".join(f"b{b}: {v / 1e6:,.0f} MB" for b, v in sorted(per.items()))
         print(f"{label:<26}{counts:>16,.0f}{sums:>17,.0f}   {spread}")
     if direct:
-        for label in ("diskless direct", "diskless via brokers"):
+        notes = {"diskless direct": "S3 ranges read by the executors",
+                 "diskless via brokers": "broker Fetch (S3 via block cache)",
+                 "Spark alone": "ready-made Arrow batches, nothing read"}
+        for label, note in notes.items():
             counts = statistics.median(r[0] for r in results[label])
             sums = statistics.median(r[1] for r in results[label])
-            print(f"{label:<26}{counts:>16,.0f}{sums:>17,.0f}   "
-                  + ("S3 ranges read by the executors" if "direct" in label else "broker Fetch (S3 via block cache)"))
+            print(f"{label:<26}{counts:>16,.0f}{sums:>17,.0f}   {note}")
+        kinds = ("brokers", "seaweedfs", "spark jvm", "python workers")
+        print(f"\nCPU seconds in count() + sum(len), median of {a.runs}")
+        print(f"{'read':<26}" + "".join(f"{k:>16}" for k in (*kinds, "all")))
+        for label in notes:
+            med = {k: statistics.median(c.get(k, 0.0) for c in cpu[label]) for k in kinds}
+            total = statistics.median(sum(c.get(k, 0.0) for k in kinds) for c in cpu[label])
+            print(f"{label:<26}" + "".join(f"{med[k]:>16.2f}" for k in kinds) + f"{total:>16.2f}")
         ratio = statistics.median(r[1] for r in results["diskless direct"]) / statistics.median(
             r[1] for r in results["diskless via brokers"])
         print(f"diskless direct / via brokers (sum(len)): {ratio:.2f}x")

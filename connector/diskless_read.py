@@ -3,18 +3,22 @@
 The driver asks each partition's diskless coordinator (any replica of its `__diskless_metadata`
 partition answers DisklessFindBatches from its SQLite) which WAL files and byte ranges hold the
 batches of the offsets to read, and deals the files out to Spark partitions (a WAL file
-interleaves many partitions' batches: cut by file, each file is fetched once); executors read the
-ranges from the store (a local directory or S3, the brokers' `diskless.storage.url`), patch each
-batch's assigned base offset into its header (outside the CRC, as the brokers' read path does)
-and decode them into Arrow, per partition.
+interleaves many partitions' batches: cut by file, each file is fetched once); executors read
+each file's span from the store (a local directory or S3, the brokers' `diskless.storage.url`) on
+a thread of their own, a few spans ahead, and decode a span's batches of every partition into
+Arrow in one pass where they lie, with the base offsets the coordinator assigned.
 Diskless topics take no transactions, so every committed batch is readable under read_committed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 import zlib
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -22,16 +26,15 @@ import pyarrow as pa
 
 from broker.diskless.batches import BatchRow
 from broker.diskless.object_store import LocalObjectStore, ObjectStore, S3ObjectStore
-from connector.arrow_records import records_to_arrow
+from connector.arrow_records import wal_to_arrow
 from connector.cluster_view import ClusterView, SourceError
 from node.client import ClientError, NodeClient
 from protocol.generated.describe_configs import DescribeConfigsRequest
 from protocol.generated.diskless_find_batches import DisklessFindBatchesRequest as FB
-from protocol.records.batch import set_base_offset
 
 DISKLESS_METADATA_TOPIC = "__diskless_metadata"
 _TOPIC_RESOURCE = 2
-_GROUP_BYTES = 32 << 20  # WAL bytes decoded into one Arrow batch
+_AHEAD = 3  # spans read from the store ahead of the one decoding
 _GAP = 1 << 20  # bytes of other partitions' batches worth reading through rather than a new request
 
 
@@ -118,47 +121,81 @@ async def _find_batches(view: ClusterView, topic: str, partition: int, start: in
     raise SourceError(f"{topic}-{partition}: the diskless coordinator did not plan [{start}, {end}): {last_error}")
 
 
-# One event loop and one store client per executor process, kept across pieces: an S3 client's
-# connection pool and credentials are set up once, not per piece.
-_RUNNER = asyncio.Runner()
-_stores: dict[StoreOptions, ObjectStore] = {}
+@dataclass(frozen=True)
+class Span:
+    """One ranged get: bytes [lo, hi) of a WAL file, holding `batches` (position in the file,
+    size, the (topic, partition) index, assigned base offset). A WAL file interleaves the batches
+    of many partitions, so the batches of one file are read as one span over small gaps (fewer,
+    larger requests, as the brokers' 1 MiB cache blocks are)."""
+
+    key: str
+    lo: int
+    hi: int
+    batches: tuple[tuple[int, int, int, int], ...]
 
 
-async def _read(store: StoreOptions, rows: list[BatchRow]) -> list[bytearray]:
-    """The rows' batches in order, each with its assigned base offset patched into its header.
-    A WAL file interleaves the batches of many partitions, so the batches of one file are fetched
-    as one ranged get over their span when the gaps are small (fewer, larger requests, as the
-    brokers' 1 MiB cache blocks do), and sliced out of it."""
-    spans: dict[tuple[str, int], tuple[int, int]] = {}  # (object, span #) -> [lo, hi)
-    where: list[tuple[str, int]] = []
-    last: dict[str, int] = {}
-    for r in rows:
-        k = last.get(r.object_key)
-        if k is not None:
-            lo, hi = spans[(r.object_key, k)]
-            if r.byte_offset >= lo and r.byte_offset - hi <= _GAP:
-                spans[(r.object_key, k)] = (lo, max(hi, r.byte_offset + r.byte_size))
-                where.append((r.object_key, k))
-                continue
-        k = last[r.object_key] = (k + 1) if k is not None else 0
-        spans[(r.object_key, k)] = (r.byte_offset, r.byte_offset + r.byte_size)
-        where.append((r.object_key, k))
-    s = _stores.get(store)
-    if s is None:
-        s = _stores[store] = store.open()
-    keys = list(spans)
-    got = await asyncio.gather(*(s.get_range(key, *spans[(key, n)]) for key, n in keys))
-    data = dict(zip(keys, got))
-    out = []
-    for r, span in zip(rows, where):
-        lo, hi = spans[span]
-        blob = data[span]
-        if len(blob) != hi - lo:
-            raise SourceError(f"object {span[0]}: asked bytes [{lo}, {hi}), got {len(blob)}")
-        one = bytearray(blob[r.byte_offset - lo:r.byte_offset - lo + r.byte_size])
-        set_base_offset(one, 0, r.base_offset)
-        out.append(one)
+def spans_of(rows: list[tuple[int, BatchRow]]) -> list[Span]:
+    """The spans covering `rows` ((topic-partition index, batch)), gaps of at most _GAP bytes
+    read through."""
+    out: list[Span] = []
+    cur: list[tuple[int, BatchRow]] = []
+    for tp, r in sorted(rows, key=lambda x: (x[1].object_key, x[1].byte_offset)):
+        if cur and (cur[0][1].object_key != r.object_key or r.byte_offset - _end(cur) > _GAP):
+            out.append(_span(cur))
+            cur = []
+        cur.append((tp, r))
+    if cur:
+        out.append(_span(cur))
     return out
+
+
+def _end(rows: list[tuple[int, BatchRow]]) -> int:
+    return max(r.byte_offset + r.byte_size for _, r in rows)
+
+
+def _span(rows: list[tuple[int, BatchRow]]) -> Span:
+    lo = rows[0][1].byte_offset
+    return Span(rows[0][1].object_key, lo, _end(rows),
+                tuple((r.byte_offset - lo, r.byte_size, tp, r.base_offset) for tp, r in rows))
+
+
+class _Fetcher:
+    """The executor process's object-store reads: one event loop on its own thread, with one store
+    client per store kept across pieces (an S3 client's connections and credentials are set up
+    once). Reads are submitted ahead, so the next spans arrive while the current one decodes on
+    the task's thread (the store client waits on the network without the GIL). The loop is not
+    the task thread's: asyncio.Runner on the main thread installs a SIGINT handler per run, whose
+    check formats the finished task's repr, result included (megabytes of bytes, every run)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.stores: dict[StoreOptions, ObjectStore] = {}
+        threading.Thread(target=self.loop.run_forever, name="strata-diskless-read", daemon=True).start()
+
+    def submit(self, store: StoreOptions, span: Span) -> Future[bytes]:
+        return asyncio.run_coroutine_threadsafe(self._read(store, span), self.loop)
+
+    async def _read(self, store: StoreOptions, span: Span) -> bytes:
+        s = self.stores.get(store)
+        if s is None:
+            s = self.stores[store] = store.open()
+        blob = await s.get_range(span.key, span.lo, span.hi)
+        if len(blob) != span.hi - span.lo:
+            raise SourceError(f"object {span.key}: asked bytes [{span.lo}, {span.hi}), got {len(blob)}")
+        return blob
+
+
+_fetcher: _Fetcher | None = None
+_fetcher_lock = threading.Lock()
+
+
+def _the_fetcher() -> _Fetcher:
+    global _fetcher
+    with _fetcher_lock:
+        if _fetcher is None or _fetcher.pid != os.getpid():  # a forked worker starts its own thread
+            _fetcher = _Fetcher()
+        return _fetcher
 
 
 # ---------------------------------------------------------------- planning by WAL file
@@ -190,24 +227,23 @@ def plan_files(view: ClusterView, ranges: dict[tuple[str, int], tuple[int, int]]
 
 
 def read_files(store: StoreOptions, share: FileShare, include_headers: bool) -> Iterator[pa.RecordBatch]:
-    """On an executor: the share's files, about _GROUP_BYTES at a time, decoded per partition."""
-    bounds = {(t, p): (s, e) for t, p, s, e in share.bounds}
-    group: list[tuple[str, int, BatchRow]] = []
-    size = 0
-    rows = sorted(share.rows, key=lambda x: (x[2].object_key, x[2].byte_offset))
-    for i, item in enumerate(rows):
-        group.append(item)
-        size += item[2].byte_size
-        if size >= _GROUP_BYTES or i == len(rows) - 1:
-            blobs = _RUNNER.run(_read(store, [r for _, _, r in group]))
-            by_tp: dict[tuple[str, int], list[tuple[int, bytearray]]] = {}
-            for (t, p, r), blob in zip(group, blobs):
-                by_tp.setdefault((t, p), []).append((r.base_offset, blob))
-            for (t, p), batches in sorted(by_tp.items()):
-                batches.sort(key=lambda x: x[0])
-                start, end = bounds[(t, p)]
-                batch, _ = records_to_arrow([b"".join(b for _, b in batches)], t, p, start=start, end=end,
-                                            include_headers=include_headers)
-                if batch.num_rows:
-                    yield batch
-            group, size = [], 0
+    """On an executor: the share's files, one span at a time, each decoded in one pass over its
+    bytes for all its partitions (no copy of the batches: the base offsets the coordinator
+    assigned are applied in the decode), with the next _AHEAD spans read meanwhile."""
+    tps = sorted({(t, p) for t, p, _ in share.rows})
+    index = {tp: i for i, tp in enumerate(tps)}
+    bounds_of = {(t, p): (s, e) for t, p, s, e in share.bounds}
+    bounds = [bounds_of[tp] for tp in tps]
+    spans = spans_of([(index[(t, p)], r) for t, p, r in share.rows])
+    fetcher = _the_fetcher()
+    pending: deque[Future[bytes]] = deque()
+    try:
+        for i, span in enumerate(spans):
+            while len(pending) <= _AHEAD and i + len(pending) < len(spans):
+                pending.append(fetcher.submit(store, spans[i + len(pending)]))
+            batch = wal_to_arrow(pending.popleft().result(), span.batches, tps, bounds, include_headers)
+            if batch.num_rows:
+                yield batch
+    finally:
+        for f in pending:
+            f.cancel()

@@ -97,3 +97,74 @@ def test_corrupt_input_is_a_protocol_error() -> None:
 def test_empty() -> None:
     rb, nxt = records_to_arrow([], "t", 0, start=42)
     assert rb.num_rows == 0 and nxt == 42
+
+
+@pytest.mark.parametrize("codec", [Compression.NONE, Compression.LZ4])
+def test_record_starts_guessed_at_a_stride_then_checked(codec: Compression) -> None:
+    """Batches of one record size take the vectorized path (starts guessed at a stride, checked);
+    a batch whose sizes only add up to a stride's worth is caught by the check and walked."""
+    def rec(v: int, n: int) -> Record:
+        return Record(key=b"k%03d" % (n % 1000), value=b"x" * v, timestamp=1_700_000_000_000 + n)
+    batches = [
+        [rec(100, i) for i in range(9000)],  # one size (deltas grow a byte at 64 and 8192): guessed
+        [rec(50 if i % 300 < 150 else 60, i) for i in range(1200)],  # runs of two sizes: guessed in rounds
+        [rec(v, i) for i, v in enumerate([20, 10, 30, 20])],  # sums to 4 strides of the first: walked
+        [rec(7, 0)],  # one record
+        [rec(300, i) for i in range(3)],  # two-byte length prefixes
+        [rec(v, i) for i, v in enumerate([5, 6, 7])],  # sizes differ: walked
+    ]
+    blobs, base = [], 0
+    for b in batches:
+        blobs.append(_batch(b, base, compression=codec))
+        base += len(b)
+    data = b"".join(blobs)
+    expected = [r for b in decode_batches(data) for r in b.records]
+    rb, nxt = records_to_arrow([data], "t", 0)
+    assert nxt == base and rb.num_rows == len(expected)
+    assert rb.column("value").to_pylist() == [r.value for r in expected]
+    assert rb.column("key").to_pylist() == [r.key for r in expected]
+    assert rb.column("offset").to_pylist() == list(range(base))
+
+
+def test_record_starts_a_corrupt_prefix_in_a_strided_batch() -> None:
+    """One record's length prefix changed (CRC made valid again): the stride check fails and the
+    walk finds the batch's records do not add up."""
+    from crc32c import crc32c
+    data = bytearray(_batch([Record(key=None, value=b"v" * 10, timestamp=1)] * 4, 0))
+    first = 61  # the first record's length prefix
+    stride = data[first] // 2 + 1
+    data[first + 2 * stride] += 2  # the third record claims one byte more
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    with pytest.raises(ProtocolError):
+        records_to_arrow([bytes(data)], "t", 0)
+
+
+def test_wal_span_of_many_partitions() -> None:
+    """wal_to_arrow: batches of two partitions interleaved in one buffer as a WAL file holds them
+    (each with its producer's base offset 0), given the offsets the coordinator assigned; rows
+    outside a partition's bounds left out, compressed batches and headers decoded."""
+    from connector.arrow_records import wal_to_arrow
+
+    rng = random.Random(5)
+    parts = [("a", 0), ("b", 3)]
+    layout, blobs, expected, pos = [], [], [], 0
+    next_offset = [10, 0]
+    for i, codec in enumerate([Compression.NONE, Compression.LZ4, Compression.NONE, Compression.ZSTD, Compression.NONE]):
+        tp = i % 2
+        recs = _random_records(rng, 40)
+        blob = _batch(recs, 0, compression=codec)  # as produced: base offset 0
+        layout.append((pos, len(blob), tp, next_offset[tp]))
+        expected += [(parts[tp], next_offset[tp] + k, r) for k, r in enumerate(recs)]
+        next_offset[tp] += len(recs)
+        blobs.append(blob)
+        pos += len(blob)
+    bounds = [(15, 10 + 120), (0, 60)]
+    rb = wal_to_arrow(b"".join(blobs), layout, parts, bounds, include_headers=True)
+    want = [(tp, o, r) for tp, o, r in expected if bounds[parts.index(tp)][0] <= o < bounds[parts.index(tp)][1]]
+    rows = rb.to_pylist()
+    assert len(rows) == len(want)
+    for row, ((t, p), o, r) in zip(rows, want):
+        assert (row["topic"], row["partition"], row["offset"], row["key"], row["value"]) == (t, p, o, r.key, r.value)
+        assert row["headers"] == [{"key": h.key, "value": h.value} for h in r.headers]
+    with pytest.raises(ProtocolError):  # the index names a size the batch does not have
+        wal_to_arrow(b"".join(blobs), [(0, layout[0][1] + 1, 0, 0)], parts, bounds)

@@ -103,3 +103,21 @@ def test_store_options_refused(cluster: Cluster, spark) -> None:  # noqa: F811
         read(spark, cluster, subscribe=TOPIC, disklessDirectRead="maybe").collect()
     assert "disklessDirectRead: expected true or false" in str(e.value)
 
+
+
+def test_spans_read_through_small_gaps() -> None:
+    """The batches of one WAL file are read as one span over gaps of up to 1 MiB (other
+    partitions' batches), split at larger gaps and never across files; positions are relative to
+    the span and carry the assigned base offsets."""
+    from broker.diskless.batches import BatchRow
+    from connector.diskless_read import _GAP, spans_of
+
+    def row(key: str, at: int, size: int, base: int) -> BatchRow:
+        return BatchRow(1, key, 2, at, size, base, base + 9, -1, 0, 0)
+
+    rows = [(0, row("f1", 0, 100, 0)), (1, row("f1", 100 + _GAP, 50, 7)), (0, row("f1", 200 + 2 * _GAP + 1, 10, 10)),
+            (1, row("f2", 5, 20, 17))]
+    spans = spans_of(list(reversed(rows)))
+    assert [(s.key, s.lo, s.hi) for s in spans] == [("f1", 0, 150 + _GAP), ("f1", 200 + 2 * _GAP + 1, 211 + 2 * _GAP),
+                                                   ("f2", 5, 25)]
+    assert spans[0].batches == ((0, 100, 0, 0), (100 + _GAP, 50, 1, 7)) and spans[2].batches == ((0, 20, 1, 17),)
