@@ -195,7 +195,10 @@ class ConsumerGroupManager:
             if err:
                 return HeartbeatResult(err)
             assert ps is not None
-            undo = rollback.begin(ps, req.group_id)
+            found = ps.groups.get(req.group_id)
+            holder = found.static_members.get(req.instance_id) if isinstance(found, ConsumerGroup) and \
+                req.instance_id is not None else None
+            undo = rollback.begin(ps, req.group_id, (req.member_id, holder))
             result, records = self._heartbeat(ps, req)
         except HeartbeatError as e:
             if undo is not None:  # refused part way: what it changed goes (Kafka's ops are atomic)
@@ -546,7 +549,7 @@ class ConsumerGroupManager:
             return  # no longer ours: the partition is being unloaded
         log.info("consumer_group_member_fenced", group=group.group_id, member=m.member_id, reason=why)
         records: list[Record] = []
-        u = rollback.begin(ps, group.group_id)
+        u = rollback.begin(ps, group.group_id, (m.member_id,))
         self._fence(group, m, records)
         self._maybe_downgrade(ps, group, records)
         self._write(u, records)
@@ -674,7 +677,7 @@ class ConsumerGroupManager:
             return
         records: list[Record] = []
         gid = group.group_id
-        u = rollback.begin(ps, gid)
+        u = rollback.begin(ps, gid, (member_id, holder.member_id if holder is not None else None))
         replaced = None
         if unknown and holder is not None:
             replaced = holder
@@ -784,7 +787,7 @@ class ConsumerGroupManager:
                       members: list[tuple[str, str | None, str | None]]) -> list[int]:
         out = []
         records: list[Record] = []
-        u = rollback.begin(ps, group.group_id)
+        u = rollback.begin(ps, group.group_id, [member_id for member_id, _, _ in members])
         for member_id, instance_id, _ in members:
             m = group.members.get(member_id)
             if m is None and instance_id is not None:

@@ -124,11 +124,17 @@ class ConsumerMember:
         self.session_timer = self.rebalance_timer = self.join_timer = self.sync_timer = None
 
 
-def _copy_member(m: ConsumerMember) -> ConsumerMember:
-    """A member's state without its timers (those belong to the manager's live member)."""
-    return dataclasses.replace(m, assigned=dict(m.assigned), pending_revocation=dict(m.pending_revocation),
-                               classic_protocols=None if m.classic_protocols is None else list(m.classic_protocols),
-                               session_timer=None, rebalance_timer=None, join_timer=None, sync_timer=None)
+_TIMERS = frozenset({"session_timer", "rebalance_timer", "join_timer", "sync_timer"})
+_MEMBER_STATE = tuple(f.name for f in dataclasses.fields(ConsumerMember) if f.name not in _TIMERS)
+
+
+def _member_state(m: ConsumerMember) -> dict:
+    """A member's fields but its timers (the manager's), for putting them back into it."""
+    state = {name: getattr(m, name) for name in _MEMBER_STATE}
+    state["assigned"], state["pending_revocation"] = dict(m.assigned), dict(m.pending_revocation)
+    if m.classic_protocols is not None:
+        state["classic_protocols"] = list(m.classic_protocols)
+    return state
 
 
 @dataclass
@@ -139,10 +145,10 @@ class GroupSnapshot:
 
     group_epoch: int
     assignment_epoch: int
-    members: dict[str, ConsumerMember]
+    members: dict[str, ConsumerMember]  # the member objects themselves
+    touched: dict[str, dict]  # the fields of the members the operation may change in place
     static_members: dict[str, str]
     targets: dict[str, Assignment]
-    partition_epochs: dict[tuple[UUID, int], int]
     subscription_metadata: dict[UUID, tuple[str, int]]
     partition_racks: dict[UUID, dict[int, tuple[str, ...]]]
     resolved_regexes: dict[str, ResolvedRegex]
@@ -201,34 +207,37 @@ class ConsumerGroup(Group):
             self.state_timestamp = self.clock()
 
     # ---- snapshots (rollback.py)
-    def snapshot(self) -> GroupSnapshot:
-        return GroupSnapshot(self.group_epoch, self.assignment_epoch,
-                             {mid: _copy_member(m) for mid, m in self.members.items()}, dict(self.static_members),
-                             dict(self.targets), dict(self.partition_epochs), dict(self.subscription_metadata),
+    def snapshot(self, touched: Iterable[str]) -> GroupSnapshot:
+        """The group's state before an operation that may change the members `touched` in place
+        (the one a request is from); the others it may only add or remove. Cheap: the member
+        dicts are copied, the members' fields only for those (a heartbeat takes one per request)."""
+        return GroupSnapshot(self.group_epoch, self.assignment_epoch, dict(self.members),
+                             {mid: _member_state(self.members[mid]) for mid in touched if mid in self.members},
+                             dict(self.static_members), dict(self.targets), dict(self.subscription_metadata),
                              dict(self.partition_racks), dict(self.resolved_regexes), self.regex_image, self.dead,
                              self.state_timestamp, self._last_state)
 
     def restore(self, s: GroupSnapshot) -> None:
-        """Put the snapshot's state back. A member in both keeps its running timers; one the
-        snapshot does not have loses them; one only the snapshot has comes back without any
-        (the manager arms them)."""
-        live = self.members
-        self.members = {}
-        for mid, m in s.members.items():
-            copy = _copy_member(m)
-            old = live.pop(mid, None)
-            if old is not None:
-                copy.session_timer, copy.rebalance_timer = old.session_timer, old.rebalance_timer
-                copy.join_timer, copy.sync_timer = old.join_timer, old.sync_timer
-            self.members[mid] = copy
-        for gone in live.values():
-            gone.cancel_timers()
+        """Put the snapshot's state back, into the same member objects (so snapshots of later
+        operations, restored first, and of earlier ones compose). A member kept keeps its
+        running timers; one the operation added loses them; one it removed comes back without
+        any (the manager arms them)."""
+        for mid, m in self.members.items():
+            if s.members.get(mid) is not m:
+                m.cancel_timers()
+        self.members = dict(s.members)
+        for mid, state in s.touched.items():
+            m = self.members[mid]
+            for name, value in state.items():
+                setattr(m, name, value)
         self.group_epoch, self.assignment_epoch = s.group_epoch, s.assignment_epoch
         self.static_members, self.targets = dict(s.static_members), dict(s.targets)
-        self.partition_epochs, self.subscription_metadata = dict(s.partition_epochs), dict(s.subscription_metadata)
-        self.partition_racks, self.resolved_regexes = dict(s.partition_racks), dict(s.resolved_regexes)
-        self.regex_image, self.dead = s.regex_image, s.dead
+        self.subscription_metadata, self.partition_racks = dict(s.subscription_metadata), dict(s.partition_racks)
+        self.resolved_regexes, self.regex_image, self.dead = dict(s.resolved_regexes), s.regex_image, s.dead
         self.state_timestamp, self._last_state = s.state_timestamp, s.last_state
+        self.partition_epochs = {}
+        for m in self.members.values():
+            self._add_partition_epochs(m)
 
     # ---- members
     def put_member(self, member: ConsumerMember) -> None:

@@ -17,7 +17,7 @@ answered NOT_COORDINATOR, so they find their way back).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import structlog
@@ -49,11 +49,14 @@ class Rearm:
     classic: Callable[[ClassicGroup], None]
 
 
-def begin(ps: OffsetsPartition, group_id: str) -> Undo:
-    """Before an operation changes the group `group_id` of `ps`."""
+def begin(ps: OffsetsPartition, group_id: str, touched: Iterable[str | None] = ()) -> Undo:
+    """Before an operation changes the group `group_id` of `ps`; `touched`: the members it may
+    change in place (the others it may only add or remove)."""
     before = ps.groups.get(group_id)
     dead = before is None or before.is_dead
-    snap = before.snapshot() if isinstance(before, ConsumerGroup) and not dead else None
+    snap = None
+    if isinstance(before, ConsumerGroup) and not dead:
+        snap = before.snapshot(m for m in touched if m is not None)
     state = before.state if isinstance(before, ClassicGroup) and not dead else None
     return Undo(ps, group_id, before, snap, dead, state)
 
@@ -73,7 +76,11 @@ def settle(u: Undo, code: int, rearm: Rearm) -> None:
     if code == 0:
         del pending[i]
     else:
+        # the operations after it are undone first, latest first, then it
+        later = pending[i + 1:]
         del pending[i:]
+        for v in reversed(later):
+            undo(v, rearm, f"queued behind a write that failed with error {code}", quiet=True)
         undo(u, rearm, f"write failed with error {code}")
     if not pending:
         u.ps.undos.pop(u.group_id, None)
