@@ -76,6 +76,13 @@ class SinkOptions:
                 creds = dict(_JAAS.findall(value))
                 producer.update({"sasl." + k: creds[k] for k in ("username", "password") if k in creds})
                 continue
+            if name == "ssl.truststore.type":  # librdkafka reads the CA as PEM (ssl.ca.location)
+                if value.upper() != "PEM":
+                    raise SinkError(f"option kafka.ssl.truststore.type={value}: the truststore must be a PEM file "
+                                    "of CA certificates (librdkafka's ssl.ca.location)")
+                continue
+            if name == "ssl.endpoint.identification.algorithm" and not value:
+                value = "none"  # the Java client's "" turns host name checks off; librdkafka spells it none
             if name in _JAVA_NAMES:
                 mapped = _JAVA_NAMES[name]
                 if mapped is None:

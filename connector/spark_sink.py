@@ -68,7 +68,13 @@ class _Topics:
     def partitions(self, topic: str) -> int:
         n = self.counts.get(topic)
         if n is None:
-            md = self.producer.list_topics(topic=topic, timeout=30)
+            try:
+                md = self.producer.list_topics(topic=topic, timeout=30)
+            except KafkaException as e:
+                self.producer.poll(0)  # runs error_cb: why no broker answered (authentication, TLS)
+                why = getattr(self.producer, "last_error", "")
+                raise SinkError(f"topic: no metadata for topic {topic!r}: {e.args[0].str()}"
+                                + (f" ({why})" if why else "")) from None
             t = md.topics.get(topic)
             if t is None or t.error is not None or not t.partitions:
                 raise SinkError(f"topic: topic {topic!r} does not exist")
@@ -224,6 +230,18 @@ class _Sender:
             raise SinkError("records not acknowledged within message.timeout.ms")
 
 
+class _Producer(Producer):
+    """librdkafka's producer, keeping its last client-level error (a failed SASL handshake, a TLS
+    error): a task that cannot reach the cluster says why, not only "transport failure"."""
+
+    def __init__(self, conf: dict) -> None:
+        self.last_error = ""
+        super().__init__({**conf, "error_cb": self._error})
+
+    def _error(self, err: KafkaError) -> None:
+        self.last_error = err.str()
+
+
 def _producer(opts: SinkOptions, sender_box: list, extra: dict | None = None) -> Producer:
     def delivered(err, msg) -> None:
         if sender_box:
@@ -234,7 +252,7 @@ def _producer(opts: SinkOptions, sender_box: list, extra: dict | None = None) ->
     conf["on_delivery"] = delivered
     conf.setdefault("delivery.report.only.error", True)
     try:
-        return Producer(conf)
+        return _Producer(conf)
     except KafkaException as e:
         raise SinkError(f"kafka.* producer settings: {e.args[0].str()}") from None
     except (TypeError, ValueError) as e:

@@ -72,6 +72,7 @@ def consume_committed(c: Cluster, topic: str, expect: int, timeout: float = 60.0
     ({"kafka.bootstrap.servers": "x:1", "kafka.key.serializer": "a"}, "kafka.key.serializer is not supported"),
     ({"kafka.bootstrap.servers": "x:1", "exactlyOnce": "maybe"}, "exactlyOnce: expected true or false"),
     ({"kafka.bootstrap.servers": "x:1", "exactlyOnce": "true", "kafka.acks": "1"}, "need acks=all"),
+    ({"kafka.bootstrap.servers": "x:1", "kafka.ssl.truststore.type": "JKS"}, "the truststore must be a PEM file"),
 ])
 def test_sink_options_refused(options: dict, message: str) -> None:
     with pytest.raises(SinkError, match=message):
@@ -81,8 +82,12 @@ def test_sink_options_refused(options: dict, message: str) -> None:
 def test_sink_options_translate_java_names() -> None:
     o = SinkOptions.parse({"kafka.bootstrap.servers": "h:1", "kafka.linger.ms": "7", "kafka.max.request.size": "5",
                            "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule '
-                                                     'required username="u" password="p";'}, streaming=True)
+                                                     'required username="u" password="p";',
+                           "kafka.ssl.truststore.location": "/ca.pem", "kafka.ssl.truststore.type": "PEM",
+                           "kafka.ssl.endpoint.identification.algorithm": ""}, streaming=True)
     assert o.producer["linger.ms"] == "7" and o.producer["message.max.bytes"] == "5"
+    assert o.producer["ssl.ca.location"] == "/ca.pem" and "ssl.truststore.type" not in o.producer
+    assert o.producer["ssl.endpoint.identification.algorithm"] == "none"
     assert (o.producer["sasl.username"], o.producer["sasl.password"]) == ("u", "p")
     assert o.exactly_once and o.producer["acks"] == "all"
 
