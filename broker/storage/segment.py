@@ -12,6 +12,7 @@ import os
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import structlog
 
@@ -34,12 +35,24 @@ log = structlog.get_logger(__name__)
 
 INT32_MAX = 2**31 - 1
 _HEADER_CHUNK = 16 * 1024  # header walks: about four index intervals per pread
+# The newest small batches of the active segment stay in memory (TailBatch): a caught-up reader
+# (a follower's next Fetch, a consumer at the end) finds and reads them with no index probe and
+# no pread. Bounded per segment; a batch larger than TAIL_BATCH_MAX is never kept.
+TAIL_BATCHES = 32
+TAIL_BATCH_MAX = 16 * 1024
 _RECOVERY_CHUNK = 1024 * 1024  # recovery hashes everything: big reads
 _BATCH_LENGTH = struct.Struct(">i")
 
 # (position in the appended buffer, last offset, max timestamp, size) of each batch being appended:
 # computed by Log after it assigned offsets, so the segment need not parse headers again.
 BatchSpan = tuple[int, int, int, int]
+
+
+class TailBatch(NamedTuple):
+    position: int
+    base_offset: int
+    last_offset: int
+    data: bytes  # the batch as written to the file
 
 
 class CorruptSegmentError(Exception):
@@ -127,6 +140,7 @@ class LogSegment:
         self.time_index = TimeIndex(dir / segment_file_name(base_offset, TIME_INDEX_SUFFIX), base_offset, index_bytes)
         self.txn_index = TransactionIndex(dir / segment_file_name(base_offset, TXN_INDEX_SUFFIX))
         self.size = 0
+        self._tail: tuple[TailBatch, ...] = ()  # the newest small batches (TailBatch), in file order
         self.next_offset = base_offset  # one past the last offset held
         self.max_timestamp = -1
         self.offset_of_max_timestamp = -1  # last offset of the batch carrying max_timestamp
@@ -253,6 +267,7 @@ class LogSegment:
 
     def on_become_inactive(self) -> None:
         """Record the segment's max timestamp in the time index, so a restart knows it without a scan."""
+        self._tail = ()
         self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True)
 
     def _track_batch(self, position: int, last_offset: int, max_timestamp: int, size: int, index_interval: int) -> None:
@@ -317,7 +332,20 @@ class LogSegment:
             self.log_file.dirty = True
             for rel, last_offset, max_timestamp, size in spans:
                 self._track_batch(start + rel, last_offset, max_timestamp, size, index_interval)
-            self.size = start + len(memoryview(data))
+            view = memoryview(data)
+            self._keep_tail(view, start, spans)
+            self.size = start + len(view)
+
+    def _keep_tail(self, view: memoryview, start: int, spans: Sequence[BatchSpan]) -> None:
+        # A new tuple each time, swapped in whole: readers on other threads see one or the other.
+        tail = list(self._tail)
+        for rel, last_offset, _, size in spans:
+            if size > TAIL_BATCH_MAX:
+                tail.clear()  # the kept batches must stay contiguous up to the segment's end
+                continue
+            data = bytes(view[rel : rel + size])
+            tail.append(TailBatch(start + rel, int.from_bytes(data[:8], "big", signed=True), last_offset, data))
+        self._tail = tuple(tail[-TAIL_BATCHES:])
 
     def rebuild_indexes(self, index_interval: int) -> None:
         """Indexes from the batch headers (trusted bytes; recovery uses recover() instead)."""
@@ -386,6 +414,7 @@ class LogSegment:
         found = self.find_batch(offset, self.size)
         if found is None:
             return False
+        self._tail = ()
         position, header = found
         with self.log_file.open() as fd:
             os.ftruncate(fd, position)
@@ -403,6 +432,12 @@ class LogSegment:
 
     def find_batch(self, offset: int, end: int) -> tuple[int, BatchHeader] | None:
         """(position, header) of the first batch in [0, end) whose last offset is >= `offset`."""
+        tail = self._tail
+        if tail and offset >= tail[0].base_offset:  # every batch before the kept ones ends below `offset`
+            for t in tail:
+                if t.last_offset >= offset:
+                    return (t.position, header_at(t.data, 0, t.position)) if t.position + len(t.data) <= end else None
+            return None
         start = self.offset_index.lookup(offset)
         with self.log_file.open() as fd:
             for pos, header in iter_headers(fd, start, end):
@@ -436,6 +471,9 @@ class LogSegment:
         """Whole batches starting at `position` (a batch start), in one pread: at most `max_bytes`
         (or the first whole batch anyway, with min_one_batch), and none whose last offset reaches
         `limit_offset`. Returns (bytes, next offset after them, True if stopped by the segment's end)."""
+        kept = self._read_tail(position, end, max_bytes, limit_offset, min_one_batch)
+        if kept is not None:
+            return kept
         with self.log_file.open() as fd:
             data = os.pread(fd, max(0, min(max_bytes, end - position)), position) if max_bytes > 0 else b""
             used = 0
@@ -462,6 +500,37 @@ class LogSegment:
         if used == len(data):
             return data, next_offset, reached_end
         return memoryview(data)[:used], next_offset, reached_end
+
+    def _read_tail(
+        self, position: int, end: int, max_bytes: int, limit_offset: int, min_one_batch: bool
+    ) -> tuple[bytes, int, bool] | None:
+        """read_from's answer from the kept batches, or None when they do not start at `position`."""
+        tail = self._tail
+        if not tail or position < tail[0].position or max_bytes <= 0:
+            return None
+        i = 0
+        while i < len(tail) and tail[i].position < position:
+            i += 1
+        if i == len(tail) or tail[i].position != position:
+            return None
+        out: list[bytes] = []
+        used, next_offset, limited = 0, -1, False
+        for t in tail[i:]:
+            size = len(t.data)
+            if t.position + size > end:
+                break
+            if t.last_offset >= limit_offset:
+                limited = True
+                break
+            if used + size > max_bytes and not (min_one_batch and not out):
+                break
+            out.append(t.data)
+            used += size
+            next_offset = t.last_offset + 1
+            if used >= max_bytes:
+                break
+        data = out[0] if len(out) == 1 else b"".join(out)
+        return data, next_offset, not limited and position + used >= end
 
     def region_from(
         self, position: int, end: int, max_bytes: int, limit_offset: int
