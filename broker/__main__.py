@@ -15,10 +15,12 @@ from broker.lifecycle import BrokerIdTaken
 from broker.storage import file_cache
 from node import logging as node_logging
 from node.config import ConfigError, NodeConfig
+from node.runtime import tune_gc
 from node.shutdown import finish_tasks
 
 
 async def run(config: BrokerConfig) -> int:
+    tune_gc()
     broker = Broker(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -12,6 +12,7 @@ from controller.config import ControllerConfig
 from controller.log_dirs import StartupError
 from node.config import ConfigError, NodeConfig
 from node.logging import configure
+from node.runtime import tune_gc
 
 EXIT_BAD_CONFIG = 2
 
@@ -28,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     configure(os.environ.get("STRATA_LOG_LEVEL", "INFO"), node_id=config.node_id, role="controller")
     from controller.app import run  # after logging is configured
 
+    tune_gc()
     try:
         return uvloop.run(run(config))
     except StartupError as e:
