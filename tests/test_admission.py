@@ -28,6 +28,9 @@ from protocol.generated.produce import ProduceRequest
 from protocol.records import Record, encode_batch
 from tools.cluster import Cluster
 
+# timing- or CPU-sensitive: runs after the parallel part of `make test`, alone
+pytestmark = pytest.mark.serial
+
 PIPELINED = 1000
 
 

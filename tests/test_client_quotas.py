@@ -13,6 +13,9 @@ from controller.snapshots import image_records
 from metadata.image import MetadataDelta, MetadataImage
 from protocol.generated.metadata_records.client_quota_record import ClientQuotaRecord
 
+# timing- or CPU-sensitive: runs after the parallel part of `make test`, alone
+pytestmark = pytest.mark.serial
+
 KEY = "producer_byte_rate"
 
 

@@ -28,6 +28,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tools.cluster import Cluster
 
+# timing- or CPU-sensitive: runs after the parallel part of `make test`, alone
+pytestmark = pytest.mark.serial
+
 MAX_CONNECTIONS = 1000
 PER_IP_OVERRIDE = 700  # for 127.0.0.2
 IDLE_MS = 6000

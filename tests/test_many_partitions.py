@@ -26,6 +26,7 @@ from kafka import TopicPartition as KafkaTopicPartition
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.serial,  # CPU-heavy and asserts heartbeats never lapse: runs alone, after the parallel part
     pytest.mark.timeout(1500),  # about 3 minutes here with the machine loaded by other work
     pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs /proc to count the broker's descriptors"),
 ]

@@ -26,6 +26,9 @@ from tests.conftest import ClusterFactory, eventually, installed_script
 from tools.admin import Admin
 from tools.cluster import Cluster
 
+# timing- or CPU-sensitive: runs after the parallel part of `make test`, alone
+pytestmark = pytest.mark.serial
+
 THROTTLE = 500_000  # B/s
 MESSAGES = 6_000
 VALUE = 1024
