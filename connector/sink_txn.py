@@ -11,12 +11,20 @@ transaction.timeout.ms (15 minutes by default) before the coordinator aborts it.
 The commit log (a compacted topic, one partition) holds, per query, the last micro-batch whose
 commit the driver decided and the transactions that make it up. It is written before the first
 EndTxn, so a driver that dies between the two is followed by one that rolls the decision forward.
+
+A task's transactional.id is the query's prefix and the task's number; a replay of a micro-batch
+takes the ids of its own tasks (fencing what the earlier attempt left open under them), but an
+attempt that ran more tasks than the replay left transactions under ids the replay does not
+reuse. Open, they would hold read_committed readers at the last stable offset until their
+timeout; so after each commit the driver lists the query's open transactions (ListTransactions)
+and aborts the ones that are not the batch's by fencing their ids.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from dataclasses import dataclass
 
@@ -25,10 +33,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from connector.sink_options import SinkError, SinkOptions
 from node.client import ClientError, NodeClient
-from node.security import client_security
+from node.security import ClientSecurity, client_security
 from protocol.errors import Errors, error_name
 from protocol.generated.end_txn import EndTxnRequest
 from protocol.generated.find_coordinator import FindCoordinatorRequest
+from protocol.generated.list_transactions import ListTransactionsRequest
 
 _RETRIABLE = {Errors.COORDINATOR_LOAD_IN_PROGRESS, Errors.COORDINATOR_NOT_AVAILABLE, Errors.NOT_COORDINATOR,
               Errors.CONCURRENT_TRANSACTIONS, Errors.REQUEST_TIMED_OUT}
@@ -50,6 +59,12 @@ def shared_config(opts: SinkOptions) -> dict[str, str | int | float | bool]:
     return {k: v for k, v in opts.producer.items() if k.startswith(_SHARED_PREFIXES)}
 
 
+def _security(opts: SinkOptions) -> ClientSecurity:
+    p = opts.producer
+    return client_security(p.get("security.protocol", "PLAINTEXT").upper(), p.get, "strata sink",
+                           p.get("sasl.mechanism") or p.get("sasl.mechanisms"), {})
+
+
 # ---------------------------------------------------------------- EndTxn from the driver
 def end_transactions(opts: SinkOptions, txns: list[Txn], commit: bool, timeout: float = 120.0) -> None:
     """End each transaction (commit or abort) as its own producer would. Idempotent: ending an
@@ -63,9 +78,7 @@ def end_transactions(opts: SinkOptions, txns: list[Txn], commit: bool, timeout: 
 async def _end_all(opts: SinkOptions, txns: list[Txn], commit: bool, timeout: float) -> None:
     from connector.cluster_view import parse_bootstrap
 
-    p = opts.producer
-    sec = client_security(p.get("security.protocol", "PLAINTEXT").upper(), p.get, "strata sink",
-                          p.get("sasl.mechanism") or p.get("sasl.mechanisms"), {})
+    sec = _security(opts)
     bootstrap = parse_bootstrap(opts.bootstrap)
     clients: dict[tuple[str, int], NodeClient] = {}
 
@@ -122,6 +135,43 @@ async def _end_all(opts: SinkOptions, txns: list[Txn], commit: bool, timeout: fl
     finally:
         for c in clients.values():
             await c.close()
+
+
+# ---------------------------------------------------------------- transactions left by an earlier attempt
+def open_transactions(opts: SinkOptions, prefix: str) -> set[str]:
+    """The transactional ids `prefix` + a task number whose transaction is open (Ongoing), from
+    every broker's transaction coordinator: ListTransactions with a state filter (KIP-664) and an
+    id pattern (v2, KIP-1152). A broker that does not answer is skipped (the next batch asks again)."""
+    return asyncio.run(_open_transactions(opts, prefix))
+
+
+async def _open_transactions(opts: SinkOptions, prefix: str) -> set[str]:
+    sec = _security(opts)
+    brokers = AdminClient(shared_config(opts)).list_topics(timeout=30).brokers.values()
+    req = ListTransactionsRequest(state_filters=["Ongoing"], producer_id_filters=[], duration_filter=-1,
+                                  transactional_id_pattern=re.escape(prefix) + r"\d+")
+
+    async def ask(host: str, port: int) -> list[str]:
+        try:
+            async with NodeClient(host, port, client_id="strata-spark-sink", timeout=10.0, security=sec) as c:
+                r = await c.request(req, 2)
+        except ClientError:
+            return []
+        return [] if r.error_code else [t.transactional_id for t in r.transaction_states]
+
+    found = await asyncio.gather(*(ask(str(b.host), int(b.port)) for b in brokers))
+    return {tid for ids in found for tid in ids if tid.startswith(prefix)}
+
+
+def fence_transactions(opts: SinkOptions, ids: set[str]) -> None:
+    """Abort the open transaction of each id as a new producer of the id does: InitProducerId
+    bumps the epoch, aborts what the old epoch left open and fences its producer (KIP-98)."""
+    for tid in sorted(ids):
+        p = Producer(shared_config(opts) | {"transactional.id": tid})
+        try:
+            p.init_transactions(60)
+        except KafkaException as e:
+            raise SinkError(f"transactional.id {tid}: cannot abort its open transaction: {e.args[0].str()}") from None
 
 
 # ---------------------------------------------------------------- the commit log

@@ -25,14 +25,22 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from connector.sink_options import SinkError, SinkOptions, check_schema
-from connector.sink_txn import CommitLog, Decision, Txn, end_transactions, shared_config
+from connector.sink_txn import (
+    CommitLog,
+    Decision,
+    Txn,
+    end_transactions,
+    fence_transactions,
+    open_transactions,
+    shared_config,
+)
 
 _RECORD_OVERHEAD = 61 + 21  # a batch header and one record's framing, at most (Kafka's v2 format)
 # Producers whose transaction a driver is yet to end: never closed or collected here (closing a
 # transactional producer aborts its transaction), released once a newer producer of the same
 # transactional.id has fenced them.
 _HANDED_OFF: dict[str, Producer] = {}
-# A test's crash point, "task:<batch>" (a task's rows written, its transaction open) or
+# A test's crash point, "task:<batch>" or "task:<batch>:<task>" (a task's rows written, its transaction open) or
 # "decided:<batch>" (the commit log written, no transaction ended): SIGKILL to the driver's process
 # group (STRATA_SINK_TEST_PGID: the driver and its JVM) and to this one (pyspark's daemon puts its
 # Python workers in a group of their own), the way a lost driver machine ends.
@@ -364,6 +372,11 @@ def _abort_quietly(opts: SinkOptions, messages) -> None:
         pass  # left open, the next attempt of the same transactional.id fences it (or its timeout ends it)
 
 
+def _txn_prefix(query: str) -> str:
+    """A streaming task's transactional.id is this and its task (Spark partition) number."""
+    return f"strata-spark-{query}-"
+
+
 class StrataStreamWriter(DataSourceStreamArrowWriter):
     """Exactly once per micro-batch; see the module docstring."""
 
@@ -384,8 +397,9 @@ class StrataStreamWriter(DataSourceStreamArrowWriter):
         decided = CommitLog(self.opts).read(query)
         if decided is not None and decided.batch >= int(batch):
             return SinkMessage(rows=0, query=query, skipped=True)  # written and decided before a restart
-        msg = write_transactional(self.opts, iterator, f"strata-spark-{query}-{partition}", query)
+        msg = write_transactional(self.opts, iterator, f"{_txn_prefix(query)}{partition}", query)
         _crash_point("task", batch)
+        _crash_point("task", f"{batch}:{partition}")
         return msg
 
     def commit(self, messages, batchId: int) -> None:  # type: ignore[override]
@@ -403,12 +417,22 @@ class StrataStreamWriter(DataSourceStreamArrowWriter):
             decided = log.read(query)
             if decided is not None and decided.batch == batchId:
                 end_transactions(self.opts, list(decided.txns), commit=True)  # roll the decision forward
+            self._abort_leftovers(query)
             return
         if not txns:
-            return  # every task was empty
+            # every task was empty; no sweep either: a decision not yet rolled forward could be open
+            return
         log.write(query, Decision(batchId, txns))  # the commit point
         _crash_point("decided", batchId)
         end_transactions(self.opts, list(txns), commit=True)
+        self._abort_leftovers(query)
+
+    def _abort_leftovers(self, query: str) -> None:
+        """Abort the query's transactions that an earlier attempt of a batch left open under ids
+        this attempt did not take (it ran fewer tasks): this batch's decision is written and its
+        transactions ended, and Spark started this batch only once the one before was ended, so
+        any of the query's ids still open is such a leftover (sink_txn's module docstring)."""
+        fence_transactions(self.opts, open_transactions(self.opts, _txn_prefix(query)))
 
     def abort(self, messages, batchId: int) -> None:  # type: ignore[override]
         if self.opts.exactly_once:

@@ -1,9 +1,10 @@
 """A streaming query that tests/test_spark_sink.py runs as its own process group, so that the test
 can SIGKILL the driver, its JVM and its Python workers at once, the way a lost driver ends:
-`python -m tests.spark_sink_app BOOTSTRAP INPUT_DIR CHECKPOINT TOPIC`.
+`python -m tests.spark_sink_app BOOTSTRAP INPUT_DIR CHECKPOINT TOPIC [TASKS]`.
 
 JSON files of {"id": n} in INPUT_DIR, one file per micro-batch, become records key=str(n),
 value=b"v<n>" in TOPIC, through the `strata` sink (exactly once), with Trigger.AvailableNow.
+With TASKS, each micro-batch is repartitioned into that many tasks before the sink.
 The environment's STRATA_SINK_TEST_CRASH names the crash point (connector/spark_sink.py).
 """
 
@@ -15,6 +16,7 @@ import sys
 
 def main() -> None:
     bootstrap, input_dir, checkpoint, topic = sys.argv[1:5]
+    tasks = int(sys.argv[5]) if len(sys.argv) > 5 else 0
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["STRATA_SINK_TEST_PGID"] = str(os.getpgid(0))  # what a crash point kills (the JVM inherits it)
@@ -25,8 +27,10 @@ def main() -> None:
              .config("spark.driver.bindAddress", "127.0.0.1").config("spark.sql.shuffle.partitions", "2")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    q = (spark.readStream.format("json").schema("id long").option("maxFilesPerTrigger", "1").load(input_dir)
-         .selectExpr("CAST(id AS STRING) AS key", "CONCAT('v', CAST(id AS STRING)) AS value")
+    df = spark.readStream.format("json").schema("id long").option("maxFilesPerTrigger", "1").load(input_dir)
+    if tasks:
+        df = df.repartition(tasks)
+    q = (df.selectExpr("CAST(id AS STRING) AS key", "CONCAT('v', CAST(id AS STRING)) AS value")
          .writeStream.format("strata").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
          .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
     q.awaitTermination(600)

@@ -227,6 +227,41 @@ def test_stream_driver_killed_in_each_crash_window(cluster: Cluster, tmp_path: P
 
 
 @pytest.mark.slow
+def test_replay_with_fewer_tasks_aborts_the_first_attempts_extra_transactions(cluster: Cluster, tmp_path: Path) -> None:
+    """A micro-batch's first attempt runs 4 tasks and the driver is killed once its last task has
+    written (transactions open under task ids 0..3, nothing decided); the restarted query replays
+    it with 1 task, which takes id 0 only. The transactions under ids 1..3 must not wait for
+    transaction.timeout.ms (15 minutes here) holding read_committed readers back: the driver
+    aborts them at the replay's commit, and the rows show at once, exactly once."""
+    from connector.sink_txn import open_transactions
+
+    topic = "sink-fewer-tasks"
+    create_topic(cluster, topic)
+    src, ck = tmp_path / "in", tmp_path / "ck"
+    write_inputs(src, 0, 3, 400)
+    env = {k: v for k, v in os.environ.items() if k != "STRATA_SINK_TEST_CRASH"}
+
+    def run(tasks: int, crash: str | None) -> subprocess.CompletedProcess:
+        e = dict(env, **({"STRATA_SINK_TEST_CRASH": crash} if crash else {}))
+        return subprocess.run([sys.executable, "-m", "tests.spark_sink_app", cluster.bootstrap, str(src), str(ck),
+                               topic, str(tasks)], cwd=ROOT, env=e, capture_output=True, text=True, timeout=300,
+                              start_new_session=True)
+
+    first = run(4, "task:1:3")
+    assert first.returncode == -9, first.stderr[-2000:]
+    query = json.loads((ck / "metadata").read_text())["id"]
+    opts = SinkOptions.parse({"kafka.bootstrap.servers": cluster.bootstrap}, streaming=True)
+    prefix = f"strata-spark-{query}-"
+    left = open_transactions(opts, prefix)
+    assert {prefix + "1", prefix + "3"} <= left, left  # the first attempt's, open
+    last = run(1, None)
+    assert last.returncode == 0, last.stderr[-3000:]
+    assert open_transactions(opts, prefix) == set()
+    got = Counter(int(m.key()) for m in consume_committed(cluster, topic, 1200, timeout=60))
+    assert sorted(got) == list(range(1200)) and set(got.values()) == {1}, f"{len(got)} ids, {sum(got.values())} rows"
+
+
+@pytest.mark.slow
 def test_stream_leader_killed_during_a_batch(cluster: Cluster, spark, tmp_path: Path) -> None:  # noqa: F811
     topic = "sink-failover"
     create_topic(cluster, topic, partitions=2)
