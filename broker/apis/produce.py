@@ -72,10 +72,10 @@ async def produce(ctx: RequestContext, req) -> ProduceResponse | Eventual | None
             if p is None:
                 continue
             waits.append((pr, p.append(pd.records, acks, req.timeout_ms, now)))
-            pipelined = pipelined and p.pipelines_appends
+            pipelined = pipelined and p.pipelines_appends(acks)
     if acks == 0:
         return None
-    if waits and pipelined and ctx.connection is not None:
+    if waits and pipelined and ctx.connection is not None and not all(_settled(w) for _, w in waits):
         ctx.connection.release()  # appended in order; the next request need not wait for our answer
     if len(waits) == 1 and isinstance(waits[0][1], Eventual):
         # one local partition (the usual acks=all case): the answer is built and goes out in the
@@ -84,6 +84,12 @@ async def produce(ctx: RequestContext, req) -> ProduceResponse | Eventual | None
     # one partition is awaited directly: gather would add two loop steps
     answers = [await waits[0][1]] if len(waits) == 1 else await asyncio.gather(*(w for _, w in waits))
     return _response(responses, waits, answers)
+
+
+def _settled(wait) -> bool:
+    """An answer there already (a single in-sync replica): nothing to release the connection for."""
+    done = getattr(wait, "done", None)
+    return done is not None and done()
 
 
 def _response(responses: list, waits: list, answers: list) -> ProduceResponse:

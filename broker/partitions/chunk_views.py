@@ -50,7 +50,8 @@ class Reader(Protocol):
 class InactiveChunkView:
     """What every inactive chunk's view refuses."""
 
-    pipelines_appends = False
+    def pipelines_appends(self, acks: int) -> bool:
+        return False
 
     def append(self, records: Any, acks: int, timeout_ms: int, now_ms: int) -> Awaitable[AppendAnswer]:
         return answered(AppendAnswer(Errors.NOT_LEADER_OR_FOLLOWER, "an inactive chunk takes no writes"))

@@ -65,10 +65,14 @@ class OffsetAnswer:
 
 
 class ServedPartition(Protocol):
-    # True when an append's answer waits for a shared file (diskless: the WAL file closing every
-    # diskless.wal.max.ms) rather than for this request's own replication: Produce then frees
-    # its connection's turn once it has appended, so a client's pipelined requests share a file
-    pipelines_appends: bool
+    def pipelines_appends(self, acks: int) -> bool:
+        """Whether, once this partition has appended, the answer only waits on what is appended
+        already: Produce then frees its connection's turn, and the client's next pipelined
+        request appends behind it while the answer waits (answers still go back in order). A
+        diskless append waits for the shared WAL file (diskless.wal.max.ms); a local acks=all
+        append for its replication, which the next request's records then share: the followers'
+        next Fetch carries both."""
+        ...
 
     def append(self, records: Any, acks: int, timeout_ms: int, now_ms: int) -> Awaitable[AppendAnswer]: ...
 

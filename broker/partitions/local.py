@@ -46,13 +46,17 @@ class LocalDeps:
 
 
 class LocalPartition:
-    pipelines_appends = False  # Kafka's muting: acks=all holds the connection
-
     __slots__ = ("deps", "p")
 
     def __init__(self, deps: LocalDeps, partition: Partition) -> None:
         self.deps = deps
         self.p = partition
+
+    def pipelines_appends(self, acks: int) -> bool:
+        # acks=all waits for replication only: a pipelining client's next request appends
+        # meanwhile and rides the same follower Fetch (Kafka mutes the connection instead, so
+        # each request there pays a whole replication round trip)
+        return acks == -1
 
     # ------------------------------------------------------------------ produce
     def append(self, records: Any, acks: int, timeout_ms: int, now_ms: int) -> Awaitable[AppendAnswer]:
