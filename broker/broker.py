@@ -150,6 +150,8 @@ class Broker:
             d.offline_listeners.append(failed)
         self._check_dirs()
         self.replicas.load_dirs()
+        for coordinator in (self.group_coordinator, self.transaction_coordinator, self.diskless_coordinator):
+            coordinator.start()
         await self.lifecycle.register(self.cluster_id, [d.directory_id for d in dirs if d.online])
         self.dir_assigner.start()
         self.metadata.start()

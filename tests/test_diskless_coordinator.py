@@ -273,6 +273,7 @@ def test_coordinator_in_process(tmp_path: Path) -> None:
         replica.update(image.topic(DISKLESS_METADATA_TOPIC).partitions[0])
         replicas.partitions[(DISKLESS_METADATA_TOPIC, 0)] = replica
         first = DisklessCoordinator(1, replicas, metadata, _no_controller, tmp_path / "first", config)
+        first.start()
         try:
             await _loaded(first)
             created = [CP.DisklessCreatablePartitions(topic_id=DATA_ID, name="dl", num_partitions=2)]
@@ -294,6 +295,7 @@ def test_coordinator_in_process(tmp_path: Path) -> None:
         finally:
             first.shutdown()
         second = DisklessCoordinator(1, replicas, metadata, _no_controller, tmp_path / "second", config)
+        second.start()
         try:
             await _loaded(second)
             assert await answers(second) == expected

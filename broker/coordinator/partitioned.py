@@ -96,6 +96,8 @@ class PartitionedCoordinator(Generic[P]):
         self._default_partitions = default_partitions
         self._load_buffer_size = load_buffer_size
         self._write_timeout_s = write_timeout_ms / 1000
+        self._periodic: list[tuple[int, Callable[[], Any], str]] = []  # _every's work, run from start()
+        self._started = False
 
     def _watch_leadership(self) -> None:
         """Register with the replica manager and load what this broker already leads (the
@@ -154,17 +156,26 @@ class PartitionedCoordinator(Generic[P]):
         return self._loop.call_later(max(delay_ms, 0) / 1000, fn, *args)
 
     def _every(self, interval_ms: int, fn: Callable[[], Any], failed_event: str) -> None:
-        """Run `fn` every `interval_ms` for as long as the coordinator lives."""
+        """Run `fn` every `interval_ms` from start() for as long as the coordinator lives."""
+        self._periodic.append((interval_ms, fn, failed_event))
+        if self._started:
+            self._spawn(self._periodically(interval_ms, fn, failed_event))
 
-        async def loop() -> None:
-            while True:
-                await asyncio.sleep(interval_ms / 1000)
-                try:
-                    fn()
-                except Exception:
-                    log.exception(failed_event)
+    def start(self) -> None:
+        """Start the periodic work (the constructor only builds: Broker.start() starts things)."""
+        if not self._started:
+            self._started = True
+            for interval_ms, fn, failed_event in self._periodic:
+                self._spawn(self._periodically(interval_ms, fn, failed_event))
 
-        self._spawn(loop())
+    @staticmethod
+    async def _periodically(interval_ms: int, fn: Callable[[], Any], failed_event: str) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                fn()
+            except Exception:
+                log.exception(failed_event)
 
     def ensure_topic(self) -> None:
         """Create the internal topic (forwarded CreateTopics) unless already under way."""

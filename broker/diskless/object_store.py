@@ -75,8 +75,7 @@ class LocalObjectStore:
     _TMP = ".tmp-"
 
     def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root = Path(root)  # made by the first write (a missing root lists nothing)
 
     def _path(self, key: str) -> Path:
         parts = [p for p in key.split("/") if p]

@@ -95,7 +95,6 @@ class DisklessCoordinator(PartitionedCoordinator[Partition]):
                                                          region=config.s3_region))
         self.states = Materializer(replicas, Path(log_dir) / "diskless-coordinator", self._load_buffer_size,
                                    self.snapshots)
-        self.states.start()
         self.files = FileLifecycle(self._partitions, self.status, self._wait_previous, self._write, self.states)
         self.retention = DisklessRetention(replicas.topic_config, self.states, self._write, self._owns, self._spawn)
         self.snapshot_taker = SnapshotTaker(config.coordinator_snapshot_interval_records,
@@ -109,6 +108,10 @@ class DisklessCoordinator(PartitionedCoordinator[Partition]):
         self._every(SNAPSHOT_CHECK_INTERVAL_MS, lambda: self.snapshot_taker.check(led()),
                     "diskless_snapshot_check_failed")
         self._watch_leadership()
+
+    def start(self) -> None:
+        self.states.start()
+        super().start()
 
     def shutdown(self) -> None:
         super().shutdown()
