@@ -65,7 +65,6 @@ class Broker:
         # set when every log dir is offline: the process stops (as Kafka's broker halts)
         self.halt = asyncio.Event()
         self.fetch_sessions = FetchSessionCache(config.fetch_session_cache_slots)
-        self.cluster_id: str | None = None  # learned from the controller in start()
         self.port = 0
         self.admission = LagAdmission(config.admission_lag_target_ms) if config.admission_lag_target_ms > 0 else None
         self.loop_lag = LoopLagGauge(config.loop_lag_log_interval_ms / 1000, admission=self.admission)
@@ -132,11 +131,11 @@ class Broker:
         self.metrics_port = 0
 
     async def start(self) -> None:
-        self.cluster_id = self.services.cluster_id = await self._discover_cluster_id()
+        cluster_id = self.services.cluster_id = await self._discover_cluster_id()
         dirs = self.log_dirs
         for d in dirs:
             try:
-                d.format_or_check(self.config.node_id, self.cluster_id)
+                d.format_or_check(self.config.node_id, cluster_id)
             except StorageError as exc:
                 if d.online:
                     raise  # not a disk failure: a dir of another node or cluster
@@ -152,7 +151,7 @@ class Broker:
         self.replicas.load_dirs()
         for coordinator in (self.group_coordinator, self.transaction_coordinator, self.diskless_coordinator):
             coordinator.start()
-        await self.lifecycle.register(self.cluster_id, [d.directory_id for d in dirs if d.online])
+        await self.lifecycle.register(cluster_id, [d.directory_id for d in dirs if d.online])
         self.dir_assigner.start()
         self.metadata.start()
         await self.metadata.caught_up.wait()
@@ -170,7 +169,7 @@ class Broker:
             bound.append(f"{lst.bind.listener}://{lst.bind.host}:{port} ({lst.security.protocol})")
         if self.metrics_server is not None and self.config.metrics_listener is not None:
             self.metrics_port = await self.metrics_server.start(*self.config.metrics_listener)
-        log.info("broker_started", listeners=",".join(bound), port=self.port, cluster_id=self.cluster_id,
+        log.info("broker_started", listeners=",".join(bound), port=self.port, cluster_id=cluster_id,
                  metadata_offset=self.metadata.image.offset)
 
     def _scram_credential(self, user: str, mechanism: int):
