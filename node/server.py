@@ -59,7 +59,6 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import cast
 
 import structlog
 
@@ -158,6 +157,9 @@ def parse_ip_overrides(value: str) -> dict[str, int]:
 class Connection(asyncio.Protocol):
     def __init__(self, server: FramedServer) -> None:
         self.server = server
+        # made in the loop (its protocol factory): asyncio.get_running_loop() checks the process id,
+        # a syscall, on every call, and the request path would call it several times a request
+        self.loop = asyncio.get_running_loop()
         self.handler = server.handler
         self.reader = FrameReader(server.max_frame)
         self.id = next(_conn_ids)
@@ -250,14 +252,14 @@ class Connection(asyncio.Protocol):
         if self.server.ssl is None:
             sock = transport.get_extra_info("socket")
             self.sock_fd = sock.fileno() if sock is not None else None
-        self.last_active = asyncio.get_running_loop().time()
+        self.last_active = self.loop.time()
         self.server.admit(self)
         self.registered = True
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
-        self.last_active = now = asyncio.get_running_loop().time()
+        self.last_active = now = self.loop.time()
         try:
             frames = self.reader.feed(data)
         except ProtocolError as e:
@@ -315,13 +317,15 @@ class Connection(asyncio.Protocol):
 
     def start_next(self) -> None:
         f, control, size, read_at = self.queue.popleft()
-        task = asyncio.get_running_loop().create_task(self._serve(f, control, read_at))
+        box: list[asyncio.Task] = []  # the task, for _serve to know itself without current_task()
+        task = self.loop.create_task(self._serve(f, control, read_at, box))
+        box.append(task)
         self.queued_bytes -= size
         self.pending.append((task, size))
         self.pending_bytes += size
         task.add_done_callback(self._flush)  # a failed or cancelled request
 
-    async def _serve(self, f: bytes, control: bool, read_at: float) -> None:
+    async def _serve(self, f: bytes, control: bool, read_at: float, box: list[asyncio.Task]) -> None:
         # The answer goes out from the request's own task, not from a done callback a loop
         # step later (a step that, on a busy loop, waits behind other connections' I/O).
         # What the handler may read before its first await (the request metrics do): when its
@@ -336,7 +340,7 @@ class Connection(asyncio.Protocol):
                 parts = await self.handler(f, self)
         else:
             parts = await self.handler(f, self)
-        task = cast(asyncio.Task, asyncio.current_task())  # this coroutine runs as its own task
+        task = box[0]  # this coroutine runs as its own task
         if isinstance(parts, Eventual) and not parts.done():
             # answered later, by whatever settles it (an acks=all Produce: the follower's Fetch
             # moving the high watermark), in that call; the answers behind it wait their turn
@@ -454,7 +458,7 @@ class Connection(asyncio.Protocol):
                     self._send_regions(frame(parts))
                 else:
                     self.transport.writelines(frame(parts))
-                self.last_active = asyncio.get_running_loop().time()
+                self.last_active = self.loop.time()
         if released and not self.closed:
             self._account()
             self.server.memory_released()
@@ -473,7 +477,7 @@ class Connection(asyncio.Protocol):
     def _sent_regions(self) -> None:
         """The region path's queue is empty: the transport writes again, requests may start."""
         self.sending = False
-        self.last_active = asyncio.get_running_loop().time()
+        self.last_active = self.loop.time()
         if not self.closed:
             self._maybe_ready()
 

@@ -12,7 +12,6 @@ import structlog
 
 from broker.partitions.interface import AppendAnswer, FetchPosition, OffsetAnswer, ReadAnswer, answered
 from broker.storage.batch_validation import first_record_without_key
-from broker.storage.cleaner import cleanup_policies
 from broker.storage.errors import ResourceExhaustedError, StorageError
 from node.client import ClientError
 from node.waits import Eventual
@@ -74,7 +73,7 @@ class LocalPartition:
             if len(p.isr) < min_isr:
                 return answered(AppendAnswer(Errors.NOT_ENOUGH_REPLICAS,
                                              f"ISR has {len(p.isr)} replicas, min.insync.replicas is {min_isr}"))
-        if "compact" in cleanup_policies(rm.topic_config(name)):
+        if p.log.config.compact:  # the log's config follows the topic's (update_config)
             bad = first_record_without_key(records)
             if bad is not None:
                 msg = f"Compacted topic cannot accept message without key in topic partition {name}-{p.index}."

@@ -26,8 +26,6 @@ import os
 import resource
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import structlog
@@ -61,13 +59,16 @@ class CachedFile:
         self.gone = False  # deleted: never reopened
         self.dirty = False  # written since the last sync(); the writer sets it
 
-    @contextmanager
-    def open(self) -> Iterator[int]:
-        fd = self.cache.acquire(self)
-        try:
-            yield fd
-        finally:
-            self.cache.release(self)
+    def open(self) -> CachedFile:
+        """`with f.open() as fd:` pins the descriptor for the block (a plain context manager, not
+        a generator: every append and read enters a few of these)."""
+        return self
+
+    def __enter__(self) -> int:
+        return self.cache.acquire(self)
+
+    def __exit__(self, *exc: object) -> None:
+        self.cache.release(self)
 
     def sync(self) -> None:
         """fsync the file if it was written since the last sync. A failed sync leaves it dirty, so
