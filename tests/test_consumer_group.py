@@ -163,6 +163,23 @@ def hb(h: Harness, gid: str, member: str, epoch: int, owned=None, topics=("order
         owned=({} if epoch == 0 else None) if owned is None else owned, client_id="cli", **kw))
 
 
+async def _classic_pair(h: Harness, gid: str):
+    """A live classic group of two range members over orders' 4 partitions (2 each), the first
+    having committed offset 11 of orders-0: their JoinGroup answers."""
+    from broker.coordinator.group.migration import encode_assignment
+    from tests.test_group_coordinator import subscription
+
+    h.metadata.image = _image(4)
+    await h.lead(pid(gid))
+    sub = (("range", subscription("orders")),)
+    a, b = await asyncio.gather(h.join_new(gid, protocols=sub), h.join_new(gid, protocols=sub))
+    plan = {a.member_id: encode_assignment({"orders": [0, 1]}), b.member_id: encode_assignment({"orders": [2, 3]})}
+    await asyncio.gather(*(h.sync(gid, 1, x.member_id, plan if x.leader_id == x.member_id else {}) for x in (a, b)))
+    tp = ("orders", 0)
+    assert await h.coordinator.commit_offsets(gid, a.member_id, None, 1, {tp: OffsetAndMetadata(11)}) == {tp: 0}
+    return a, b
+
+
 async def _settle(h: Harness, gid: str, members: dict[str, tuple[int, dict]]) -> dict[str, tuple[int, dict]]:
     """Heartbeat every member (acknowledging what it was given) until the group is stable."""
     group = h.coordinator.partition(pid(gid)).groups[gid]
@@ -339,20 +356,15 @@ def test_online_upgrade_and_downgrade_keep_members_and_offsets(tmp_path):
     """KIP-848's migration: a consumer-protocol member joining a live classic group converts it;
     the classic members go on with JoinGroup/SyncGroup/Heartbeat; when the consumer member
     leaves, the group is classic again and its members rejoin. Offsets stay."""
-    from broker.coordinator.group.migration import encode_assignment, parse_assignment
+    from broker.coordinator.group.migration import parse_assignment
     from tests.test_group_coordinator import subscription
 
     async def scenario(h: Harness):
         gid = "migrating"
-        h.metadata.image = _image(4)
         c = h.coordinator
-        await h.lead(pid(gid))
+        a, b = await _classic_pair(h, gid)
         sub = (("range", subscription("orders")),)
-        a, b = await asyncio.gather(h.join_new(gid, protocols=sub), h.join_new(gid, protocols=sub))
-        plan = {a.member_id: encode_assignment({"orders": [0, 1]}), b.member_id: encode_assignment({"orders": [2, 3]})}
-        await asyncio.gather(*(h.sync(gid, 1, x.member_id, plan if x.leader_id == x.member_id else {}) for x in (a, b)))
         tp = ("orders", 0)
-        assert await c.commit_offsets(gid, a.member_id, None, 1, {tp: OffsetAndMetadata(11)}) == {tp: 0}
 
         # upgrade: the consumer member joins the live classic group
         r = await hb(h, gid, "new", 0)
@@ -698,20 +710,14 @@ def test_a_failed_write_rolls_back_a_change_of_group_type(tmp_path):
     """An upgrade (a consumer-protocol member joining a live classic group) whose records are
     not written leaves the classic group in place, its members rejoining it; a downgrade (the
     last consumer-protocol member leaving) likewise leaves the consumer group as it was."""
-    from broker.coordinator.group.migration import encode_assignment
     from tests.test_group_coordinator import subscription
 
     async def scenario(h: Harness):
         gid = "type-rollback"
-        h.metadata.image = _image(4)
         c = h.coordinator
-        await h.lead(pid(gid))
+        a, b = await _classic_pair(h, gid)
         sub = (("range", subscription("orders")),)
-        a, b = await asyncio.gather(h.join_new(gid, protocols=sub), h.join_new(gid, protocols=sub))
-        plan = {a.member_id: encode_assignment({"orders": [0, 1]}), b.member_id: encode_assignment({"orders": [2, 3]})}
-        await asyncio.gather(*(h.sync(gid, 1, x.member_id, plan if x.leader_id == x.member_id else {}) for x in (a, b)))
         tp = ("orders", 0)
-        assert await c.commit_offsets(gid, a.member_id, None, 1, {tp: OffsetAndMetadata(11)}) == {tp: 0}
         classic = c.partition(pid(gid)).groups[gid]
         real = c.write
         failing = {"on": True}

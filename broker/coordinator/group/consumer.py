@@ -166,12 +166,7 @@ class ConsumerGroupManager:
         for m in group.members.values():
             if m.session_timer is None:
                 self._schedule_session(group, m)
-            if m.state is MemberState.UNREVOKED_PARTITIONS:
-                if m.rebalance_timer is None:
-                    self._schedule_rebalance_timeout(group, m)
-            elif m.rebalance_timer is not None:
-                m.rebalance_timer.cancel()
-                m.rebalance_timer = None
+            self._sync_rebalance_timer(group, m)
 
     def _write(self, u: rollback.Undo, records: list[Record]) -> tuple[int, asyncio.Future]:
         """Write an operation's records; if they are not written, what it changed is undone."""
@@ -493,12 +488,7 @@ class ConsumerGroupManager:
             if nxt.state is not current.state or nxt.member_epoch != current.member_epoch:
                 log.debug("consumer_group_member_reconciled", group=group.group_id, member=m.member_id,
                           epoch=m.member_epoch, state=m.state.name)
-        if m.state is MemberState.UNREVOKED_PARTITIONS:
-            if m.rebalance_timer is None:
-                self._schedule_rebalance_timeout(group, m)
-        elif m.rebalance_timer is not None:
-            m.rebalance_timer.cancel()
-            m.rebalance_timer = None
+        self._sync_rebalance_timer(group, m)
 
     # ------------------------------------------------------------------ leaving and fencing
     def _leave(self, ps: OffsetsPartition, req: HeartbeatRequest, records: list[Record]) -> HeartbeatResult:
@@ -582,6 +572,16 @@ class ConsumerGroupManager:
         if m is not None:
             m.session_timer = None
             self._fence_now(group, m, "session timeout expired")
+
+    def _sync_rebalance_timer(self, group: ConsumerGroup, m: ConsumerMember) -> None:
+        """A member that still has partitions to revoke runs against its rebalance timeout; any
+        other member has no such timer."""
+        if m.state is MemberState.UNREVOKED_PARTITIONS:
+            if m.rebalance_timer is None:
+                self._schedule_rebalance_timeout(group, m)
+        elif m.rebalance_timer is not None:
+            m.rebalance_timer.cancel()
+            m.rebalance_timer = None
 
     def _schedule_rebalance_timeout(self, group: ConsumerGroup, m: ConsumerMember) -> None:
         if m.rebalance_timer is not None:
