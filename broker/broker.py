@@ -161,14 +161,15 @@ class Broker:
         self.loop_lag.start()
         self.lifecycle.start_heartbeats()
         await self.lifecycle.unfenced.wait()
+        # the metrics endpoint first: a node that cannot bind it stops before it serves a client
+        if self.metrics_server is not None and self.config.metrics_listener is not None:
+            self.metrics_port = await self.metrics_server.start(*self.config.metrics_listener)
         bound = []
         for lst, server in zip(self.config.listeners or (), self.servers, strict=True):
             port = await server.start(lst.bind.host, lst.bind.port)
             if lst.bind == self.config.listener:
                 self.port = port
             bound.append(f"{lst.bind.listener}://{lst.bind.host}:{port} ({lst.security.protocol})")
-        if self.metrics_server is not None and self.config.metrics_listener is not None:
-            self.metrics_port = await self.metrics_server.start(*self.config.metrics_listener)
         log.info("broker_started", listeners=",".join(bound), port=self.port, cluster_id=cluster_id,
                  metadata_offset=self.metadata.image.offset)
 
