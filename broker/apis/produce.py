@@ -72,7 +72,7 @@ async def produce(ctx: RequestContext, req) -> ProduceResponse | Eventual | None
             if p is None:
                 continue
             waits.append((pr, p.append(pd.records, acks, req.timeout_ms, now)))
-            pipelined = pipelined and p.pipelines_appends(acks)
+            pipelined = pipelined and p.pipelines_appends(acks, len(pd.records) if pd.records is not None else 0)
     if acks == 0:
         return None
     if waits and pipelined and ctx.connection is not None and not all(_settled(w) for _, w in waits):

@@ -60,7 +60,7 @@ class ProduceCounter(Protocol):
 
 
 class DisklessPartition:
-    def pipelines_appends(self, acks: int) -> bool:
+    def pipelines_appends(self, acks: int, size: int) -> bool:
         return True  # answers wait for the shared WAL file (interface.py)
 
     def __init__(self, service: DisklessService, topic: TopicInfo, info: PartitionInfo) -> None:

@@ -50,7 +50,7 @@ class Reader(Protocol):
 class InactiveChunkView:
     """What every inactive chunk's view refuses."""
 
-    def pipelines_appends(self, acks: int) -> bool:
+    def pipelines_appends(self, acks: int, size: int) -> bool:
         return False
 
     def append(self, records: Any, acks: int, timeout_ms: int, now_ms: int) -> Awaitable[AppendAnswer]:

@@ -65,13 +65,13 @@ class OffsetAnswer:
 
 
 class ServedPartition(Protocol):
-    def pipelines_appends(self, acks: int) -> bool:
-        """Whether, once this partition has appended, the answer only waits on what is appended
-        already: Produce then frees its connection's turn, and the client's next pipelined
-        request appends behind it while the answer waits (answers still go back in order). A
-        diskless append waits for the shared WAL file (diskless.wal.max.ms); a local acks=all
-        append for its replication, which the next request's records then share: the followers'
-        next Fetch carries both."""
+    def pipelines_appends(self, acks: int, size: int) -> bool:
+        """Whether, once this partition has appended `size` bytes, the answer only waits on what
+        is appended already: Produce then frees its connection's turn, and the client's next
+        pipelined request appends behind it while the answer waits (answers still go back in
+        order). A diskless append waits for the shared WAL file (diskless.wal.max.ms); a small
+        local acks=all append for its replication, which the next request's records then share:
+        the followers' next Fetch carries both."""
         ...
 
     def append(self, records: Any, acks: int, timeout_ms: int, now_ms: int) -> Awaitable[AppendAnswer]: ...
