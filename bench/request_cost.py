@@ -75,17 +75,23 @@ class Cell:
 
 
 def quiet_producer(conf: dict, **extra: object) -> Producer:
-    p = Producer({**conf, "acks": "all", "linger.ms": 0, "batch.num.messages": 1, "enable.idempotence": False,
-                  "log_level": 3, **extra})
+    return Producer({**conf, "acks": "all", "linger.ms": 0, "batch.num.messages": 1, "enable.idempotence": False,
+                     "log_level": 3, **extra})
+
+
+def warm_producer(system: System, topic: str, **extra: object) -> Producer:
+    """A quiet_producer that has connected and sent one record to partition 0 of `topic`: the
+    workload's clock and CPU count start after the leader lookup and the first round trip."""
+    p = quiet_producer(system.client_conf(), **extra)
+    p.list_topics(topic, timeout=10)
+    p.produce(topic, b"w", partition=0)
+    p.flush(10)
     return p
 
 
 def produce_pipelined(system: System, topic: str, n: int) -> float:
     """Broker CPU µs per 1-message Produce request, librdkafka pipelining as it likes."""
-    p = quiet_producer(system.client_conf())
-    p.list_topics(topic, timeout=10)
-    p.produce(topic, b"w", partition=0)
-    p.flush(10)
+    p = warm_producer(system, topic)
     cpu0 = system.broker_cpu_seconds()
     for i in range(n):
         while True:
@@ -100,10 +106,7 @@ def produce_pipelined(system: System, topic: str, n: int) -> float:
 
 def produce_sync(system: System, topic: str, n: int, max_in_flight: int = 1) -> tuple[float, list[float]]:
     """(broker CPU µs per request, round trips in ms) of 1-message requests, one at a time."""
-    p = quiet_producer(system.client_conf(), **{"max.in.flight.requests.per.connection": max_in_flight})
-    p.list_topics(topic, timeout=10)
-    p.produce(topic, b"w", partition=0)
-    p.flush(10)
+    p = warm_producer(system, topic, **{"max.in.flight.requests.per.connection": max_in_flight})
     times = []
     cpu0 = system.broker_cpu_seconds()
     for i in range(n):
@@ -116,10 +119,7 @@ def produce_sync(system: System, topic: str, n: int, max_in_flight: int = 1) -> 
 
 def produce_in_flight(system: System, topic: str, seconds: float, in_flight: int = 5) -> float:
     """msg/s of 1-message batches with `in_flight` requests in flight (acks=all)."""
-    p = quiet_producer(system.client_conf(), **{"max.in.flight.requests.per.connection": in_flight})
-    p.list_topics(topic, timeout=10)
-    p.produce(topic, b"w", partition=0)
-    p.flush(10)
+    p = warm_producer(system, topic, **{"max.in.flight.requests.per.connection": in_flight})
     sent = 0
     done = [0]
 
