@@ -10,6 +10,7 @@ import sys
 import uvloop
 
 from broker.broker import Broker
+from broker.cluster_id import ClusterIdMismatch
 from broker.config import BrokerConfig
 from broker.lifecycle import BrokerIdTaken
 from broker.storage import file_cache
@@ -31,7 +32,7 @@ async def run(config: BrokerConfig) -> int:
     stopper = asyncio.create_task(stop.wait())
     halted = asyncio.create_task(broker.halt.wait())
     await asyncio.wait({starting, stopper, halted}, return_when=asyncio.FIRST_COMPLETED)
-    if starting.done() and isinstance(starting.exception(), BrokerIdTaken):
+    if starting.done() and isinstance(starting.exception(), BrokerIdTaken | ClusterIdMismatch):
         await broker.shutdown(controlled=False)
         await finish_tasks()
         for t in (stopper, halted):
@@ -78,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
         return uvloop.run(run(config))
     except BrokerIdTaken as e:
         print(f"broker: {e}", file=sys.stderr)
+        return 1
+    except ClusterIdMismatch as e:
+        print(f"broker: cannot start: {e}", file=sys.stderr)
         return 1
     except OSError as e:  # a listener's address in use or not ours
         print(f"broker: cannot start: {e}", file=sys.stderr)

@@ -13,6 +13,7 @@ from typing import Any
 
 import structlog
 
+from broker.cluster_id import check_cluster_id
 from broker.config import BrokerConfig
 from broker.controller_channel import ControllerChannel
 from broker.coordinator.group import GroupCoordinator, GroupCoordinatorConfig
@@ -132,6 +133,7 @@ class Broker:
 
     async def start(self) -> None:
         cluster_id = self.services.cluster_id = await self._discover_cluster_id()
+        check_cluster_id(cluster_id, self.config.props, self.config.log_dirs)
         dirs = self.log_dirs
         for d in dirs:
             try:

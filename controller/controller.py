@@ -35,6 +35,7 @@ from controller.log_dirs import DirMeta, StartupError, ensure_formatted
 from controller.metadata_log import LogCorruption, MetadataLog
 from controller.placement import ReplicaPlacer
 from controller.raft.client import RaftClient
+from controller.raft.cluster_id_check import ClusterIdCheck
 from controller.raft.quorum_state import QuorumStateError
 from controller.raft.replication import NotLeaderError
 from controller.snapshots import SnapshotError, SnapshotStore, encode_snapshot
@@ -89,6 +90,7 @@ class Controller:
         self.config = config
         self.node_id = config.node_id
         self.cluster_id = ""
+        self.cluster_id_check = ClusterIdCheck()
         self.dirs: list[DirMeta] = []
         self.log = MetadataLog(config.metadata_dir)
         self.snapshots = SnapshotStore(self.log.dir)
@@ -124,7 +126,8 @@ class Controller:
         """Format or check the log dirs, load the latest snapshot, recover the log and read the
         quorum state. Records after the snapshot are replayed once known committed: a single
         voter's log is (each append was its own majority), a quorum's is learnt from the leader."""
-        self.dirs = ensure_formatted(self.config.all_dirs, self.node_id, self.config.cluster_id)
+        self.dirs = ensure_formatted(self.config.all_dirs, self.node_id, self.config.cluster_id,
+                                     len(self.config.voters))
         self.cluster_id = self.dirs[0].cluster_id
         self.log.dir.mkdir(parents=True, exist_ok=True)
         self.snapshots.open()

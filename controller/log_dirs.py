@@ -1,8 +1,11 @@
-"""Log directory formatting: meta.properties, written on first start (no separate format step).
+"""Log directory formatting: meta.properties, written by `kafka-storage.sh format` or, for a
+quorum of one voter, on first start.
 
 Each log dir gets Kafka's v1 meta.properties (cluster.id, node.id, directory.id, version). On
 later starts the stored ids must match the config, so a controller is never pointed at another
-cluster's or node's data by mistake.
+cluster's or node's data by mistake. Voters of a larger quorum must share one cluster id chosen
+before they start (Kafka's rule: its nodes never format themselves): an id drawn by each voter
+alone would make every vote between them refused as INCONSISTENT_CLUSTER_ID.
 """
 
 from __future__ import annotations
@@ -62,10 +65,24 @@ def _read_meta(path: Path) -> dict[str, str]:
         raise StartupError(f"cannot read {path}: {e.strerror}") from None
 
 
-def ensure_formatted(log_dirs: tuple[Path, ...], node_id: int, configured_cluster_id: str | None) -> list[DirMeta]:
+def meta_text(cluster_id: str, node_id: int, directory_id: str, writer: str) -> str:
+    return (f"#Written by {writer}\n"
+            f"cluster.id={cluster_id}\ndirectory.id={directory_id}\nnode.id={node_id}\nversion=1\n")
+
+
+def unformatted_quorum_message(log_dirs: tuple[Path, ...], voters: int) -> str:
+    return (f"log dirs {','.join(str(d) for d in log_dirs)} are not formatted and controller.quorum.voters names "
+            f"{voters} voters: set cluster.id (the same value on every voter; `kafka-storage.sh random-uuid` makes "
+            "one) or run `kafka-storage.sh format -t <cluster id> -c <this config>` on each voter first")
+
+
+def ensure_formatted(
+    log_dirs: tuple[Path, ...], node_id: int, configured_cluster_id: str | None, voters: int = 1
+) -> list[DirMeta]:
     """Check every log dir's meta.properties, formatting the dirs that have none.
 
-    The cluster id comes from an already formatted dir, else from `cluster.id`, else is new."""
+    The cluster id comes from an already formatted dir, else from `cluster.id`, else is new: only
+    for a quorum of one voter, which has nobody to agree with."""
     existing: dict[Path, dict[str, str]] = {}
     for d in log_dirs:
         try:
@@ -83,16 +100,15 @@ def ensure_formatted(log_dirs: tuple[Path, ...], node_id: int, configured_cluste
     stored = next(iter(cluster_ids), None)
     if stored is not None and configured_cluster_id is not None and stored != configured_cluster_id:
         raise StartupError(f"cluster.id {configured_cluster_id} does not match the id {stored} stored in the log dirs")
+    if stored is None and configured_cluster_id is None and voters > 1:
+        raise StartupError(unformatted_quorum_message(log_dirs, voters))
     cluster_id = stored or configured_cluster_id or random_id()
     out = []
     for d in log_dirs:
         meta = existing.get(d)
         if meta is None:
             new_id = random_id()
-            text = (
-                "#Written by the Strata controller on first start\n"
-                f"cluster.id={cluster_id}\ndirectory.id={new_id}\nnode.id={node_id}\nversion=1\n"
-            )
+            text = meta_text(cluster_id, node_id, new_id, "the Strata controller on first start")
             write_atomically(d / META_PROPERTIES, text.encode())
             out.append(DirMeta(d, cluster_id, node_id, id_to_uuid(new_id)))
             continue
@@ -114,4 +130,5 @@ def ensure_formatted(log_dirs: tuple[Path, ...], node_id: int, configured_cluste
     return out
 
 
-__all__ = ["ConfigError", "DirMeta", "StartupError", "ensure_formatted", "random_id", "write_atomically"]
+__all__ = ["ConfigError", "DirMeta", "StartupError", "ensure_formatted", "meta_text", "random_id",
+           "unformatted_quorum_message", "write_atomically"]

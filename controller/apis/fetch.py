@@ -27,14 +27,14 @@ async def fetch(apis: Apis, req: Request) -> FetchResponse:
     body = req.body
     v = req.api_version
     by_id = v >= FIRST_TOPIC_ID_FETCH
-    if body.cluster_id is not None and body.cluster_id != ctl.cluster_id:
+    replica_id = body.replica_state.replica_id if v >= FIRST_REPLICA_STATE_FETCH and body.replica_state else body.replica_id
+    if ctl.cluster_id_check.refuses("Fetch", replica_id, body.cluster_id, ctl.cluster_id):
         return FetchResponse(throttle_time_ms=0, error_code=Errors.INCONSISTENT_CLUSTER_ID, session_id=0, responses=[])
     if body.session_id != 0:
         # We never hand out fetch sessions (session id 0 in every answer), so none can exist.
         return FetchResponse(
             throttle_time_ms=0, error_code=Errors.FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=[]
         )
-    replica_id = body.replica_state.replica_id if v >= FIRST_REPLICA_STATE_FETCH and body.replica_state else body.replica_id
     responses = []
     served = False
     for t in body.topics:
@@ -68,7 +68,7 @@ async def fetch(apis: Apis, req: Request) -> FetchResponse:
 async def fetch_snapshot(apis: Apis, req: Request) -> FetchSnapshotResponse:
     ctl = apis.controller
     body = req.body
-    if body.cluster_id is not None and body.cluster_id != ctl.cluster_id:
+    if ctl.cluster_id_check.refuses("FetchSnapshot", body.replica_id, body.cluster_id, ctl.cluster_id):
         return FetchSnapshotResponse(throttle_time_ms=0, error_code=Errors.INCONSISTENT_CLUSTER_ID, topics=[])
     raft = ctl.raft
     budget = max(body.max_bytes, 0)

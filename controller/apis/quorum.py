@@ -30,7 +30,10 @@ async def _each_partition(apis: Apis, req: Request, R: Any, answer: Callable[[An
     ctl = apis.controller
     raft = ctl.raft
     body = req.body
-    if body.cluster_id is not None and body.cluster_id != ctl.cluster_id:
+    first = next((p for t in body.topics for p in t.partitions), None)
+    # the sender: a Vote's candidate, a BeginQuorumEpoch's or EndQuorumEpoch's leader
+    peer: int = getattr(first, "replica_id", getattr(first, "leader_id", -1))
+    if ctl.cluster_id_check.refuses(R.__name__.removesuffix("Response"), peer, body.cluster_id, ctl.cluster_id):
         return R(error_code=Errors.INCONSISTENT_CLUSTER_ID, topics=[])
     topics = []
     for t in body.topics:
