@@ -26,11 +26,10 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import structlog
-
 from client.cluster import EARLIEST, ClusterClient, StrataClientError, TopicMeta
 from client.fetch import FETCH_VERSION, fetch_request
 from client.group import PROTOCOL_NAME, PROTOCOL_TYPE, assign, decode_assignment, encode_assignment, encode_subscription
+from client.logs import get_logger
 from node.client import ClientError
 from protocol.errors import Errors, error_name
 from protocol.generated.find_coordinator import FindCoordinatorRequest
@@ -42,7 +41,7 @@ from protocol.generated.offset_fetch import OffsetFetchRequest
 from protocol.generated.sync_group import SyncGroupRequest
 from protocol.records import decode_batches
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 TopicPartition = tuple[str, int]
 _REJOIN = {Errors.REBALANCE_IN_PROGRESS, Errors.ILLEGAL_GENERATION, Errors.UNKNOWN_MEMBER_ID, Errors.FENCED_INSTANCE_ID}

@@ -18,9 +18,8 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-import structlog
-
 from client.cluster import ClusterClient, StrataClientError
+from client.logs import get_logger
 from client.partitioner import partition_for
 from node.client import ClientError
 from protocol.errors import ERRORS, Errors, error_name
@@ -28,7 +27,7 @@ from protocol.generated.init_producer_id import InitProducerIdRequest
 from protocol.generated.produce import ProduceRequest
 from protocol.records import Record, encode_batch
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 P = ProduceRequest
 # Resending with a new producer id: the broker holds nothing for the old one's sequences.
