@@ -4,15 +4,17 @@ StandardAuthorizer rules in metadata.acls, checked the way KafkaApis does per AP
 Per item where Kafka does it per item: Produce (WRITE on each topic), consumer Fetch (READ),
 ListOffsets, OffsetForLeaderEpoch, DescribeTopicPartitions and Metadata (DESCRIBE; listing all
 topics leaves out what the principal may not describe), CreateTopics (CREATE on the cluster or
-the topic), configs (DESCRIBE_CONFIGS / ALTER_CONFIGS on each topic), OffsetCommit (READ on the
-group and each topic), batched FindCoordinator and OffsetFetch, DescribeGroups, DeleteGroups.
+the topic), CreatePartitions (ALTER), DeleteTopics and DeleteRecords (DELETE), configs
+(DESCRIBE_CONFIGS / ALTER_CONFIGS on each topic), OffsetCommit and TxnOffsetCommit (READ on the
+group and each topic), DescribeProducers (READ), DescribeTransactions (DESCRIBE on each
+transactional id), batched FindCoordinator and OffsetFetch, DescribeGroups, DeleteGroups.
 The refused items are taken out of the request before its handler runs and come back with
 TOPIC_ / GROUP_AUTHORIZATION_FAILED. Whole requests: group requests (READ on the group),
 transactional ones (WRITE on the transactional id), and the inter-node APIs (follower Fetch and
 OffsetForLeaderEpoch, WriteTxnMarkers, the chunk and diskless APIs), which need CLUSTER_ACTION on
 the cluster: CLUSTER_AUTHORIZATION_FAILED on every item. The remaining admin APIs need DESCRIBE
-(reads) or ALTER (changes) on the cluster. A denial whose answer has no error field at the
-request's version closes the connection instead, logged: never served.
+(reads) or ALTER (changes) on the cluster. Every denial answers in the API's own shape (an old
+version without a top-level error field answers per item), never by closing the connection.
 """
 
 from __future__ import annotations
@@ -44,20 +46,24 @@ from node.authz import (
     DENIED_MESSAGE,
     ITEM_ERRORS,
     Denied,
-    deleted_topic_names,
+    ItemErrors,
     deny_items,
     log_denied,
     top_level_error,
+    topic_partitions,
 )
 from protocol.errors import Errors
 from protocol.generated.add_partitions_to_txn import AddPartitionsToTxnResponse
 from protocol.generated.alter_configs import AlterConfigsResponse
 from protocol.generated.consumer_group_describe import ConsumerGroupDescribeResponse
+from protocol.generated.create_partitions import CreatePartitionsResponse
 from protocol.generated.create_topics import CreateTopicsResponse
 from protocol.generated.delete_groups import DeleteGroupsResponse
+from protocol.generated.delete_topics import DeleteTopicsResponse
 from protocol.generated.describe_configs import DescribeConfigsResponse
 from protocol.generated.describe_groups import DescribeGroupsResponse
 from protocol.generated.describe_topic_partitions import DescribeTopicPartitionsResponse
+from protocol.generated.describe_transactions import DescribeTransactionsResponse
 from protocol.generated.find_coordinator import FindCoordinatorResponse
 from protocol.generated.incremental_alter_configs import IncrementalAlterConfigsResponse
 from protocol.generated.metadata import MetadataResponse
@@ -69,7 +75,7 @@ TXN_DENIED = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 INTER_NODE = frozenset({27, 1076, 1077, 1093, 1094, 1095, 1096, 1097, 1098, 1100, 1110})
 GROUP_KEYED = frozenset({11, 12, 13, 14, 68})  # JoinGroup, Heartbeat, LeaveGroup, SyncGroup, ConsumerGroupHeartbeat
 TXN_KEYED = frozenset({25, 26})  # AddOffsetsToTxn, EndTxn
-READS = frozenset({15, 16, 29, 32, 35, 46, 48, 50, 55, 60, 61, 65, 66, 75, 1253})
+READS = frozenset({15, 16, 29, 32, 35, 46, 48, 50, 55, 60, 66, 75, 1253})
 
 
 @dataclass
@@ -103,8 +109,7 @@ def authorize(check: Check, api_key: int, version: int, body: Any, topic_name: C
             return None
         if check.cluster(CLUSTER_ACTION):
             return None
-        raise Denied(top_level_error(1, version, CLUSTER_DENIED) if api_key == 1 else
-                     deny_items(api_key, version, body, CLUSTER_DENIED))
+        raise Denied(deny_items(api_key, version, body, CLUSTER_DENIED))
     if api_key == 0:
         return _produce(check, version, body)
     if api_key == 1:
@@ -127,8 +132,8 @@ def authorize(check: Check, api_key: int, version: int, body: Any, topic_name: C
             return _filter(body, "groups", lambda g: check.allowed(DESCRIBE, GROUP, g.group_id), "groups",
                            lambda g: OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g.group_id,
                                                                                   error_code=GROUP_DENIED))
-        if not check.allowed(DESCRIBE, GROUP, body.group_id):
-            raise Denied(top_level_error(9, version, GROUP_DENIED))
+        if not check.allowed(DESCRIBE, GROUP, body.group_id):  # v0-1: no top-level error, per partition
+            raise Denied(top_level_error(9, version, GROUP_DENIED) or _OFFSET_FETCH.answer(9, body, GROUP_DENIED))
         return None
     if api_key == 10:
         rtype = TRANSACTIONAL_ID if body.key_type == 1 else GROUP
@@ -152,18 +157,26 @@ def authorize(check: Check, api_key: int, version: int, body: Any, topic_name: C
     if api_key == 24:
         _add_partitions_to_txn(check, version, body)
         return None
-    if api_key in TXN_KEYED or api_key == 28:
+    if api_key in TXN_KEYED:
         if not check.allowed(WRITE, TRANSACTIONAL_ID, body.transactional_id):
             raise Denied(top_level_error(api_key, version, TXN_DENIED))
-        if api_key == 28 and not check.allowed(READ, GROUP, body.group_id):
-            raise Denied(None)
         return None
-    if api_key in (20, 21, 37):  # DeleteTopics, DeleteRecords, CreatePartitions: per topic
-        names = _topic_names(api_key, body)
-        op = ALTER if api_key == 37 else DELETE
-        if not all(check.allowed(op, TOPIC, n) for n in names):
-            raise Denied(deny_items(api_key, version, body, TOPIC_DENIED))
-        return None
+    if api_key == 28:  # TxnOffsetCommit: as Kafka, the id, then the group, then READ per topic
+        for ok, code in ((check.allowed(WRITE, TRANSACTIONAL_ID, body.transactional_id), TXN_DENIED),
+                         (check.allowed(READ, GROUP, body.group_id), GROUP_DENIED)):
+            if not ok:
+                raise Denied(ITEM_ERRORS[28].answer(28, body, code))
+        return _per_topic(28, check, body, READ, topic_name)
+    if api_key == 20:
+        return _delete_topics(check, body, topic_name)
+    if api_key == 21:
+        return _per_topic(21, check, body, DELETE, topic_name)
+    if api_key == 37:
+        return _filter(body, "topics", lambda t: check.allowed(ALTER, TOPIC, t.name), "results",
+                       lambda t: CreatePartitionsResponse.CreatePartitionsTopicResult(
+                           name=t.name, error_code=TOPIC_DENIED, error_message=DENIED_MESSAGE))
+    if api_key == 61:
+        return _per_topic(61, check, body, READ, topic_name)
     if api_key in PER_RESOURCE:
         return PER_RESOURCE[api_key](check, body)
     op = DESCRIBE if api_key in READS else ALTER
@@ -194,8 +207,16 @@ def _add_partitions_to_txn(check: Check, version: int, body: Any) -> None:
         for t in body.v3_and_below_topics]))
 
 
-def _topic_names(api_key: int, body: Any) -> list[str]:
-    return deleted_topic_names(body) if api_key == 20 else [t.name for t in body.topics]
+def _delete_topics(check: Check, body: Any, topic_name: Callable[[Any], str | None]) -> Finish | None:
+    """DELETE on each topic, named (v0-5) or by name or id (v6+); a refused one answers
+    TOPIC_AUTHORIZATION_FAILED, the others are deleted (Kafka's rule)."""
+    R = DeleteTopicsResponse
+    if body.topics:
+        return _filter(body, "topics", lambda t: check.allowed(DELETE, TOPIC, topic_name(t) or ""), "responses",
+                       lambda t: R.DeletableTopicResult(name=topic_name(t), topic_id=t.topic_id,
+                                                        error_code=TOPIC_DENIED, error_message=DENIED_MESSAGE))
+    return _filter(body, "topic_names", lambda n: check.allowed(DELETE, TOPIC, n), "responses",
+                   lambda n: R.DeletableTopicResult(name=n, error_code=TOPIC_DENIED))
 
 
 def _produce(check: Check, version: int, body: Any) -> Finish | None:
@@ -312,6 +333,12 @@ def _delete_groups(check: Check, body: Any) -> Finish | None:
                    lambda g: DeleteGroupsResponse.DeletableGroupResult(group_id=g, error_code=GROUP_DENIED))
 
 
+def _describe_transactions(check: Check, body: Any) -> Finish | None:
+    return _filter(body, "transactional_ids", lambda t: check.allowed(DESCRIBE, TRANSACTIONAL_ID, t),
+                   "transaction_states", lambda t: DescribeTransactionsResponse.TransactionState(
+                       error_code=TXN_DENIED, transactional_id=t))
+
+
 def _list_groups(check: Check, body: Any) -> Finish | None:
     if check.cluster(DESCRIBE):
         return None
@@ -338,5 +365,9 @@ PER_RESOURCE: dict[int, Callable[[Check, Any], Finish | None]] = {
     32: _configs(DESCRIBE_CONFIGS, "results", DescribeConfigsResponse.DescribeConfigsResult),
     33: _configs(ALTER_CONFIGS, "responses", AlterConfigsResponse.AlterConfigsResourceResponse), 42: _delete_groups,
     44: _configs(ALTER_CONFIGS, "responses", IncrementalAlterConfigsResponse.AlterConfigsResourceResponse),
-    75: _describe_topic_partitions, 69: _consumer_group_describe,
+    75: _describe_topic_partitions, 69: _consumer_group_describe, 65: _describe_transactions,
 }
+# OffsetFetch v0-1 answers a refused group on every partition asked for (no top-level error)
+_OFFSET_FETCH = ItemErrors("topics", "topics", topic_partitions(
+    OffsetFetchResponse.OffsetFetchResponseTopic, OffsetFetchResponse.OffsetFetchResponsePartition, {"name": "name"},
+    ("partition_indexes", "partitions"), ("partition_index", None), fixed={"committed_offset": -1}))

@@ -4,8 +4,9 @@ when the response has one at that version. Shared by the broker and the controll
 
 The walker under it (`error_items`: one error and message on every item, shaped by a table of
 `ItemErrors`) also answers a controller's NOT_CONTROLLER (controller/not_controller.py), with
-ADMIN_ITEM_ERRORS added: shapes an authorizer never answers whole, as it checks those requests
-per resource (broker/authz.py)."""
+ADMIN_ITEM_ERRORS added: shapes a broker's authorizer answers per resource (broker/authz.py) and
+a controller's whole. No refusal closes the connection: a client reads a closed connection as a
+transport error and retries (librdkafka's _TRANSPORT)."""
 
 from __future__ import annotations
 
@@ -58,11 +59,13 @@ class Mirror:
     nested: tuple[str, str, Mirror] | None = None
     error: str | None = "error_code"
     message: bool = False  # the item carries an error_message too
+    fixed: Mapping[str, Any] = field(default_factory=dict)  # constants, e.g. an unknown offset's -1
 
     def answer(self, items: Iterable[Any], code: int, message: str) -> list[Any]:
         out = []
         for x in items:
             fields = {r: x if q is None else getattr(x, q) for r, q in self.keys.items()}
+            fields.update(self.fixed)
             if self.nested is not None:
                 below, into, inner = self.nested
                 fields[into] = inner.answer(getattr(x, below), code, message)
@@ -92,10 +95,12 @@ class ItemErrors:
         return RESPONSES[api_key](**fields)
 
 
-def _topic_partitions(topic: type, part: type, topic_keys: Mapping[str, str], parts: tuple[str, str] = (
-        "partitions", "partitions"), index: tuple[str, str | None] = ("partition_index", "partition_index")) -> Mirror:
+def topic_partitions(topic: type, part: type, topic_keys: Mapping[str, str], parts: tuple[str, str] = (
+        "partitions", "partitions"), index: tuple[str, str | None] = ("partition_index", "partition_index"),
+        message: bool = False, fixed: Mapping[str, Any] | None = None) -> Mirror:
     """Topics answered partition by partition (`index`: response field, request field)."""
-    return Mirror(topic, topic_keys, (parts[0], parts[1], Mirror(part, {index[0]: index[1]})), error=None)
+    return Mirror(topic, topic_keys, (parts[0], parts[1], Mirror(part, {index[0]: index[1]}, message=message,
+                                                                 fixed=fixed or {})), error=None)
 
 
 def _item_class(R: type, *fields: str) -> type[Struct]:
@@ -104,7 +109,7 @@ def _item_class(R: type, *fields: str) -> type[Struct]:
 
 
 def _diskless_partitions(R: type) -> ItemErrors:
-    return ItemErrors("topics", "topics", _topic_partitions(_item_class(R, "topic_id", "partitions"),
+    return ItemErrors("topics", "topics", topic_partitions(_item_class(R, "topic_id", "partitions"),
                                                             _item_class(R, "partition_index", "error_code"),
                                                             {"topic_id": "topic_id"}))
 
@@ -113,21 +118,29 @@ def _item_errors() -> dict[int, ItemErrors]:
     R: Mapping[int, Any] = RESPONSES  # each response class with its own item classes
     created_chunk = _item_class(R[1077], "error_code", "partition_id")
     return {
-        0: ItemErrors("topic_data", "responses", _topic_partitions(
+        0: ItemErrors("topic_data", "responses", topic_partitions(
             R[0].TopicProduceResponse, R[0].PartitionProduceResponse, {"name": "name"},
             ("partition_data", "partition_responses"), ("index", "index"))),
-        1: ItemErrors("topics", "responses", _topic_partitions(
+        1: ItemErrors("topics", "responses", topic_partitions(
             R[1].FetchableTopicResponse, R[1].PartitionData, {"topic": "topic", "topic_id": "topic_id"},
             index=("partition_index", "partition"))),
-        2: ItemErrors("topics", "topics", _topic_partitions(
+        2: ItemErrors("topics", "topics", topic_partitions(
             R[2].ListOffsetsTopicResponse, R[2].ListOffsetsPartitionResponse, {"name": "name"})),
-        8: ItemErrors("topics", "topics", _topic_partitions(
+        8: ItemErrors("topics", "topics", topic_partitions(
             R[8].OffsetCommitResponseTopic, R[8].OffsetCommitResponsePartition, {"name": "name"})),
-        23: ItemErrors("topics", "topics", _topic_partitions(
+        21: ItemErrors("topics", "topics", topic_partitions(
+            R[21].DeleteRecordsTopicResult, R[21].DeleteRecordsPartitionResult, {"name": "name"},
+            fixed={"low_watermark": -1})),
+        23: ItemErrors("topics", "topics", topic_partitions(
             R[23].OffsetForLeaderTopicResult, R[23].EpochEndOffset, {"topic": "topic"}, index=("partition", "partition"))),
+        28: ItemErrors("topics", "topics", topic_partitions(
+            R[28].TxnOffsetCommitResponseTopic, R[28].TxnOffsetCommitResponsePartition, {"name": "name"})),
+        61: ItemErrors("topics", "topics", topic_partitions(
+            R[61].TopicResponse, R[61].PartitionResponse, {"name": "name"}, ("partition_indexes", "partitions"),
+            ("partition_index", None), message=True)),
         27: ItemErrors("markers", "markers", Mirror(
             R[27].WritableTxnMarkerResult, {"producer_id": "producer_id"},
-            ("topics", "topics", _topic_partitions(R[27].WritableTxnMarkerTopicResult,
+            ("topics", "topics", topic_partitions(R[27].WritableTxnMarkerTopicResult,
                                                    R[27].WritableTxnMarkerPartitionResult, {"name": "name"},
                                                    ("partition_indexes", "partitions"), ("partition_index", None))),
             error=None)),
@@ -142,6 +155,8 @@ def _item_errors() -> dict[int, ItemErrors]:
         1095: ItemErrors("batches", "batches", Mirror(R[1095].DisklessCommitBatchResult)),
         **{k: _diskless_partitions(R[k]) for k in (1096, 1097, 1098)},
         1100: ItemErrors("files", "files", Mirror(R[1100].DisklessDescribeFileResult, {"object_key": "object_key"})),
+        1253: ItemErrors("topics", "topics", Mirror(R[1253].PartitionLeaderEpochsTopicResult, {"name": "name"},
+                                                    message=True)),
     }
 
 
@@ -166,6 +181,7 @@ ITEM_ERRORS = _item_errors()
 TOPIC_KEYED = frozenset({0, 1, 2, 8})  # the broker refuses these per topic (broker/authz.py), not whole
 DENIALS = {k: v for k, v in ITEM_ERRORS.items() if k not in TOPIC_KEYED}  # what a whole denial answers per item
 ADMIN_ITEM_ERRORS = _admin_item_errors()
+WHOLE_DENIALS = {**DENIALS, **ADMIN_ITEM_ERRORS}  # a controller refuses admin requests whole
 
 
 def error_items(api_key: int, version: int, body: Any, code: int, message: str,
@@ -181,12 +197,23 @@ def error_items(api_key: int, version: int, body: Any, code: int, message: str,
                           for u in users])
     if api_key == 20:
         return R(responses=[R.DeletableTopicResult(name=n, error_code=code) for n in deleted_topic_names(body)])
-    return top_level_error(api_key, version, code, message)
+    if api_key == 34:  # AlterReplicaLogDirs: partitions grouped by dir, answered grouped by topic
+        return R(results=[R.AlterReplicaLogDirTopicResult(topic_name=t.name, partitions=[
+            R.AlterReplicaLogDirPartitionResult(partition_index=p, error_code=code) for p in t.partitions])
+            for d in body.dirs for t in d.topics])
+    top = top_level_error(api_key, version, code, message)
+    if top is None and api_key == 35:
+        return R()  # DescribeLogDirs before v3 has no error field: Kafka answers no dirs
+    return top
 
 
 def deny_items(api_key: int, version: int, body: Any, code: int) -> Any:
-    """Every item of an inter-node or admin request refused with `code`."""
-    return error_items(api_key, version, body, code, DENIED_MESSAGE, DENIALS)
+    """Every item of an inter-node or admin request refused with `code`; a version without a
+    top-level error field (Fetch before v7) answers per item instead."""
+    resp = error_items(api_key, version, body, code, DENIED_MESSAGE, WHOLE_DENIALS)
+    if resp is None and api_key in ITEM_ERRORS:
+        resp = ITEM_ERRORS[api_key].answer(api_key, body, code)
+    return resp
 
 
 def deleted_topic_names(body: Any) -> list[str]:
