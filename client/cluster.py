@@ -8,7 +8,7 @@ import random
 from dataclasses import dataclass, field
 
 from node.client import ClientError, NodeClient
-from protocol.errors import Errors, error_name
+from protocol.errors import Errors, error_message, error_name
 from protocol.generated.list_offsets import ListOffsetsRequest
 from protocol.generated.metadata import MetadataRequest
 from protocol.generated.offset_for_leader_epoch import OffsetForLeaderEpochRequest
@@ -26,6 +26,11 @@ class EpochEnd:
 
 class StrataClientError(Exception):
     """A request failed for good (the message says which and why)."""
+
+
+def kafka_error(code: int, message: str | None = None) -> str:
+    """A Kafka error as a user reads it: its name and message (the broker's own, else Kafka's)."""
+    return f"{error_name(code)}: {(message or '').strip() or error_message(code)}"
 
 
 @dataclass(frozen=True)
@@ -175,7 +180,7 @@ class ClusterClient:
                 partition_index=p.index, current_leader_epoch=current_epoch, timestamp=which)])])
         r = (await self.request(p.leader, req)).topics[0].partitions[0]
         if r.error_code:
-            raise StrataClientError(f"ListOffsets {topic}-{p.index}: {error_name(r.error_code)}")
+            raise StrataClientError(f"ListOffsets {topic}-{p.index}: {kafka_error(r.error_code)}")
         return r.offset
 
     async def epoch_end(self, topic: str, partition: int, epoch: int) -> EpochEnd | None:
@@ -198,7 +203,7 @@ class ClusterClient:
         if r.error_code == Errors.UNKNOWN_LEADER_EPOCH:
             return None
         if r.error_code:
-            raise StrataClientError(f"OffsetForLeaderEpoch {topic}-{partition}: {error_name(r.error_code)}")
+            raise StrataClientError(f"OffsetForLeaderEpoch {topic}-{partition}: {kafka_error(r.error_code)}")
         try:
             hw = await self._list_offset(p, topic, LATEST, p.leader_epoch)
         except StrataClientError:

@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from client.cluster import EARLIEST, ClusterClient, StrataClientError, TopicMeta
+from client.cluster import EARLIEST, ClusterClient, StrataClientError, TopicMeta, kafka_error
 from client.fetch import FETCH_VERSION, fetch_request
 from client.group import PROTOCOL_NAME, PROTOCOL_TYPE, assign, decode_assignment, encode_assignment, encode_subscription
 from client.logs import get_logger
@@ -217,7 +217,7 @@ class OrderedConsumer:
                 if p.error_code:
                     if p.error_code in _REJOIN:
                         self._need_rejoin = True
-                    raise StrataClientError(f"commit of {t.name}-{p.partition_index}: {error_name(p.error_code)}")
+                    raise StrataClientError(f"commit of {t.name}-{p.partition_index}: {kafka_error(p.error_code)}")
                 self._committed[(t.name, p.partition_index)] = self._position[(t.name, p.partition_index)]
 
     # ---- gating (section 7)
@@ -416,7 +416,7 @@ class OrderedConsumer:
                 self._coordinator = (resp.host, resp.port)
                 return
             if resp.error_code not in _COORDINATOR_MOVED:
-                raise GroupError(f"FindCoordinator: {error_name(resp.error_code)}")
+                raise GroupError(f"FindCoordinator: {kafka_error(resp.error_code, resp.error_message)}")
             await asyncio.sleep(0.2)
 
     async def _coord(self, body, version: int):
@@ -471,7 +471,7 @@ class OrderedConsumer:
         if resp.error_code == Errors.REBALANCE_IN_PROGRESS:
             return False
         if resp.error_code:
-            raise GroupError(f"JoinGroup to group {self.group_id!r}: {error_name(resp.error_code)} (a group of "
+            raise GroupError(f"JoinGroup to group {self.group_id!r}: {kafka_error(resp.error_code)} (a group of "
                              "OrderedConsumers takes no stock consumers: they cannot gate)")
         self.member_id, self.generation = resp.member_id, resp.generation_id
         assignments = []
@@ -515,7 +515,7 @@ class OrderedConsumer:
             resp = await self._coord(OF(group_id=self.group_id, topics=[OF.OffsetFetchRequestTopic(t, ps)
                                                                       for t, ps in by_topic.items()]), 7)
             if resp.error_code:
-                raise StrataClientError(f"OffsetFetch: {error_name(resp.error_code)}")
+                raise StrataClientError(f"OffsetFetch: {kafka_error(resp.error_code)}")
             # an offset committed for an earlier partition of the same index (deleted, then
             # re-created by a growth) is not ours: the coordinator drops those, this covers a
             # commit that raced the deletion

@@ -18,7 +18,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from client.cluster import ClusterClient, StrataClientError
+from client.cluster import ClusterClient, StrataClientError, kafka_error
 from client.logs import get_logger
 from client.partitioner import partition_for
 from node.client import ClientError
@@ -126,7 +126,7 @@ class OrderedProducer:
     async def _new_producer_id(self) -> None:
         resp = await self._cluster.any_request(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1))
         if resp.error_code:
-            raise StrataClientError(f"InitProducerId failed: {error_name(resp.error_code)}")
+            raise StrataClientError(f"InitProducerId failed: {kafka_error(resp.error_code)}")
         self._pid, self._epoch = resp.producer_id, resp.producer_epoch
         self._seq.clear()
 
@@ -242,8 +242,8 @@ class OrderedProducer:
                     for r in recs:
                         if not r.future.done():
                             r.future.set_exception(
-                                StrataClientError(f"produce to {tp[0]}-{tp[1]}: {error_name(pr.error_code)}: "
-                                                  f"{pr.error_message}")
+                                StrataClientError(f"produce to {tp[0]}-{tp[1]}: "
+                                                  f"{kafka_error(pr.error_code, pr.error_message)}")
                             )
                     continue
                 log.debug("ordered_producer_retry", topic=tp[0], partition=tp[1], error=error_name(pr.error_code))

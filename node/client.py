@@ -10,10 +10,11 @@ import asyncio
 import itertools
 from typing import Any
 
+from node.causes import cause
 from node.scram import PLAIN, AuthenticationError, ScramClient
 from node.security import PLAINTEXT_CLIENT, ClientSecurity
 from node.waits import READ_SLICE, Eventual, read_next_step, wait_within
-from protocol.errors import ProtocolError
+from protocol.errors import ProtocolError, error_name
 from protocol.framing import DEFAULT_MAX_FRAME, FrameReader, frame
 from protocol.generated import REQUESTS, RESPONSES
 from protocol.generated.api_versions import ApiVersionsRequest, ApiVersionsResponse
@@ -24,6 +25,14 @@ from protocol.headers import decode_response, encode_request
 
 class ClientError(Exception):
     """The peer is unreachable, went away, or does not speak the API we need."""
+
+
+class ConnectionClosed(ClientError):
+    """The peer closed the connection (no error on our side)."""
+
+
+def _api(key: int) -> str:
+    return RESPONSES[key].NAME.removesuffix("Response")
 
 
 class NodeClient:
@@ -54,12 +63,18 @@ class NodeClient:
                                        ssl=self.security.ssl), self.timeout
             )
         except (TimeoutError, OSError) as e:  # ssl.SSLError is an OSError
-            raise ClientError(f"cannot connect to {self.host}:{self.port}: {e}") from None
-        resp = await self.request(ApiVersionsRequest(client_software_name="strata", client_software_version="0.1"), 3)
-        if resp.error_code == 35:  # peer is older: it answered with a v0 body listing its versions
-            resp = await self.request(ApiVersionsRequest(), 0)
+            why = cause(e, timeout=self.timeout, tls=self.security.ssl is not None)
+            raise ClientError(f"cannot connect to {self.host}:{self.port}: {why}") from None
+        try:
+            resp = await self.request(ApiVersionsRequest(client_software_name="strata", client_software_version="0.1"), 3)
+            if resp.error_code == 35:  # peer is older: it answered with a v0 body listing its versions
+                resp = await self.request(ApiVersionsRequest(), 0)
+        except ClientError as e:
+            # the first request is where a plaintext client meets a TLS listener: it hangs up
+            raise ClientError(f"{e} (is security.protocol {self.security.protocol} what the listener expects?)"
+                              ) from None
         if resp.error_code:
-            raise ClientError(f"ApiVersions to {self.host}:{self.port} failed with error {resp.error_code}")
+            raise ClientError(f"ApiVersions to {self.host}:{self.port} failed: {error_name(resp.error_code)}")
         self.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
         if self.security.sasl:
             try:
@@ -76,7 +91,7 @@ class NodeClient:
         mech = sec.mechanism or PLAIN
         resp = await self.request(SaslHandshakeRequest(mechanism=mech), 1)
         if resp.error_code:
-            raise ClientError(f"SASL handshake with {where} failed: error {resp.error_code} "
+            raise ClientError(f"SASL handshake with {where} failed: {error_name(resp.error_code)} "
                               f"(enabled there: {', '.join(resp.mechanisms)})")
         user, password = sec.username or "", sec.password or ""
         try:
@@ -96,7 +111,8 @@ class NodeClient:
     async def _sasl_token(self, token: bytes, where: str) -> Any:
         resp = await self.request(SaslAuthenticateRequest(auth_bytes=token), min(self.version_for(36), 2))
         if resp.error_code:
-            raise ClientError(f"SASL authentication with {where} failed: {resp.error_message or resp.error_code}")
+            raise ClientError(f"SASL authentication with {where} failed: {error_name(resp.error_code)}"
+                              + (f": {resp.error_message}" if resp.error_message else ""))
         return resp
 
     def version_for(self, api_key: int) -> int:
@@ -136,9 +152,16 @@ class NodeClient:
                 return None
             return await wait_within(fut, timeout or self.timeout, TimeoutError())
         except TimeoutError:
-            raise ClientError(f"{RESPONSES[key].NAME} to {self.host}:{self.port} timed out") from None
+            raise ClientError(f"{_api(key)} to {self.host}:{self.port} timed out after {timeout or self.timeout:g} s"
+                              ) from None
         except ConnectionError as e:
-            raise ClientError(f"connection to {self.host}:{self.port} lost: {e}") from None
+            raise ClientError(f"connection to {self.host}:{self.port} lost: {cause(e)}") from None
+        except ConnectionClosed as e:
+            # a SASL listener hangs up on a request before authentication: say which request
+            hint = "" if self.security.sasl or key in (17, 18, 36) else (
+                f" (a SASL listener closes connections that did not authenticate: is security.protocol "
+                f"{self.security.protocol} right?)")
+            raise ClientError(f"{e} while waiting for the answer to {_api(key)}{hint}") from None
         finally:
             if fut is not None:
                 self._pending.pop(cid, None)
@@ -238,8 +261,8 @@ class _ClientProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         c = self.client
-        detail = f" failed: {exc}" if exc is not None else " closed"
-        c._lost(ClientError(f"connection to {c.host}:{c.port}{detail}"))
+        detail = f" failed: {cause(exc)}" if exc is not None else " closed by the peer"
+        c._lost((ClientError if exc is not None else ConnectionClosed)(f"connection to {c.host}:{c.port}{detail}"))
         self.resume_writing()
         if not self.closed.done():
             self.closed.set_result(None)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NoReturn, TypeGuard
 from uuid import UUID
 
+from node.causes import cause
 from node.client import ClientError, NodeClient
 from node.config import ConfigError, load_properties
 from node.security import ClientSecurity, properties_client_security
@@ -44,7 +45,9 @@ class AdminError(Exception):
 
     def __str__(self) -> str:
         msg = " ".join(self.args[0].split())  # one line, whatever the broker put in its message
-        return f"{msg} ({error_name(self.code)})" if self.code else msg
+        if self.code:
+            return f"{msg} ({error_name(self.code)})" if msg else f"{error_name(self.code)}: {error_message(self.code)}"
+        return msg or "failed, and no reason was given"
 
 
 def broker_error(what: str, code: int, message: str | None = None) -> AdminError:
@@ -399,10 +402,20 @@ def run_tool(coro: Any) -> int:
         sys.stdout.flush()
         print(f"Error: {e}", file=sys.stderr)
         return 1
+    except (ClientError, OSError, TimeoutError) as e:
+        # a failure no step turned into an AdminError: its cause, never a traceback or ""
+        # (a closed stdout pipe, `| head`, is an OSError too: it ends quietly)
+        if isinstance(e, BrokenPipeError):
+            return _quiet_pipe()
+        sys.stdout.flush()
+        print(f"Error: {cause(e)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        # whoever read our output went away (`| head`): stop quietly, as Unix tools do
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
     return 0
+
+
+def _quiet_pipe() -> int:
+    # whoever read our output went away (`| head`): stop quietly, as Unix tools do
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 1

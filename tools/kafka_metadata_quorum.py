@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from metadata.image import METADATA_TOPIC
+from node.causes import cause
 from node.client import ClientError, NodeClient
 from protocol.generated.describe_quorum import DescribeQuorumRequest
 from tools.admin import (
@@ -55,7 +56,7 @@ async def _from_controllers(a: argparse.Namespace) -> tuple[Any, str]:
             async with NodeClient(host, port, client_id="strata-admin", timeout=a.timeout, security=security) as c:
                 resp = await c.request(_request())
         except (ClientError, TimeoutError) as e:
-            errors.append(str(e) or type(e).__name__)
+            errors.append(cause(e, timeout=a.timeout))
             continue
         p = resp.topics[0].partitions[0] if resp.topics and resp.topics[0].partitions else None
         if not resp.error_code and p is not None and not p.error_code:
