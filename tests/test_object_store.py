@@ -4,6 +4,7 @@ SeaweedFS server on 127.0.0.1)."""
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -114,6 +115,99 @@ def test_block_cache_reads_and_evicts(tmp_path: Path) -> None:
         fresh = BlockCache(store, capacity=4096, block_size=1024)
         both = await asyncio.gather(fresh.read("wal/a", 5000, 5100), fresh.read("wal/a", 5050, 5900))
         assert both == [data[5000:5100], data[5050:5900]]
+
+    asyncio.run(run())
+
+
+class GatedStore(LocalObjectStore):
+    """A local store whose ranged reads wait for `gate` (an object store slow to answer), after
+    a random pause of up to `jitter` seconds."""
+
+    def __init__(self, root: Path, jitter: float = 0.0) -> None:
+        super().__init__(root)
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.jitter = jitter
+        self.rnd = random.Random(0)
+
+    async def get_range(self, key: str, start: int, end: int) -> bytes:
+        await self.gate.wait()
+        await asyncio.sleep(self.rnd.random() * self.jitter)
+        return await super().get_range(key, start, end)
+
+
+def test_block_cache_read_sharing_a_cancelled_fetch(tmp_path: Path) -> None:
+    """A read waiting on a block another read is fetching is not cancelled with it (that read's
+    client went away): it fetches the block itself and answers."""
+    from broker.diskless.reader import BlockCache
+
+    store = GatedStore(tmp_path / "objects")
+    data = bytes(i % 251 for i in range(4000))
+
+    async def run() -> None:
+        await store.put("wal/a", data)
+        cache = BlockCache(store, capacity=1 << 20, block_size=1024)
+        store.gate.clear()
+        first = asyncio.ensure_future(cache.read("wal/a", 0, 600))
+        await asyncio.sleep(0.01)  # its fetch of block 0 is in flight
+        second = asyncio.ensure_future(cache.read("wal/a", 100, 2500))
+        await asyncio.sleep(0.01)  # waiting on that fetch
+        first.cancel()
+        store.gate.set()
+        assert await asyncio.wait_for(second, 5) == data[100:2500]
+        assert first.cancelled()
+
+    asyncio.run(run())
+
+
+def test_read_batches_with_concurrent_and_cancelled_readers(tmp_path: Path) -> None:
+    """Fetches of one WAL file through one block cache, many at once over a slow store, some
+    cancelled on the way: every read that answers holds exactly its batches with their base
+    offsets patched in (a short block once failed the patch with struct.error)."""
+    from broker.diskless.batches import BatchRow
+    from broker.diskless.reader import BlockCache, read_batches
+
+    seed = 33
+    rnd = random.Random(seed)
+    store = GatedStore(tmp_path / "objects", jitter=0.003)
+    files: dict[str, tuple[bytes, list[BatchRow]]] = {}
+    for f in range(3):
+        key, data, rows = f"wal/{f}", bytearray(), []
+        for b in range(rnd.randrange(20, 60)):
+            size = rnd.randrange(61, 700)
+            rows.append(BatchRow(b, key, 2, len(data), size, 0, 0, 0, 0, 0))
+            data += bytes(rnd.randrange(256) for _ in range(size))
+        files[key] = (bytes(data), rows)
+
+    def expected(key: str, rows: list[BatchRow], base: int) -> bytes:
+        data = files[key][0]
+        return b"".join(base.to_bytes(8, "big") + data[r.byte_offset + 8:r.byte_offset + r.byte_size]
+                        for r in rows)
+
+    async def run() -> None:
+        for key, (data, _) in files.items():
+            await store.put(key, data)
+        cache = BlockCache(store, capacity=16 * 1024, block_size=1024)
+
+        async def fetch() -> None:
+            key = rnd.choice(list(files))
+            rows = files[key][1]
+            i = rnd.randrange(len(rows))
+            base = rnd.randrange(1 << 40)
+            asked = [BatchRow(r.batch_id, r.object_key, 2, r.byte_offset, r.byte_size, base, 0, 0, 0, 0)
+                     for r in rows[i:i + rnd.randrange(1, 8)]]
+            read = asyncio.ensure_future(read_batches(cache, asked))
+            if rnd.random() < 0.2:
+                await asyncio.sleep(rnd.random() * 0.003)
+                read.cancel()
+            try:
+                got = await read
+            except asyncio.CancelledError:
+                assert read.cancelled(), f"seed {seed}: a read not cancelled was cancelled"
+                return
+            assert got == expected(key, asked, base), f"seed {seed}"
+
+        await asyncio.wait_for(asyncio.gather(*(fetch() for _ in range(400))), 60)
 
     asyncio.run(run())
 

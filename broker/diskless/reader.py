@@ -5,7 +5,9 @@ header (outside the CRC, so nothing else changes).
 
 The cache holds fixed-size blocks of objects (WAL files never change once written), evicted least
 recently used; one read fetches every missing block of a batch range with one ranged get per run
-of adjacent blocks (coalesced), and concurrent readers of one block share its fetch.
+of adjacent blocks (coalesced), and concurrent readers of one block share its fetch: a reader
+that waits checks that the block covers its range (the fetch stops at its reader's end), and no
+reader's cancellation reaches another.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ class BlockCache:
         self.block_size = block_size
         self._blocks: OrderedDict[tuple[str, int], bytes] = OrderedDict()
         self._size = 0
-        self._inflight: dict[tuple[str, int], asyncio.Future] = {}
+        self._inflight: dict[tuple[str, int], asyncio.Future[bytes]] = {}
         self.hits = self.misses = 0
 
     def _put(self, key: tuple[str, int], data: bytes) -> None:
@@ -47,7 +49,7 @@ class BlockCache:
         first, last = start // bs, (end - 1) // bs
         have: dict[int, bytes] = {}
         missing: list[int] = []
-        waits: list[tuple[int, asyncio.Future]] = []
+        waits: list[tuple[int, asyncio.Future[bytes]]] = []
         for i in range(first, last + 1):
             block = self._blocks.get((object_key, i))
             # a block cached short (read when the object's end was not needed) may not cover us
@@ -82,17 +84,26 @@ class BlockCache:
                     futs[i].set_result(block)
         except BaseException as e:
             for f in futs.values():
-                if not f.done():
+                if f.done():
+                    continue
+                if isinstance(e, Exception):
                     f.set_exception(e)
                     f.exception()  # retrieved: the readers sharing it see it through their await
+                else:
+                    # this read was cancelled (its client went away): a reader sharing the fetch
+                    # must not be cancelled with it (its Fetch would never be answered); an empty
+                    # block covers nothing, so it fetches the block itself
+                    f.set_result(b"")
             raise
         finally:
             for i in futs:
                 self._inflight.pop((object_key, i), None)
         for i, f in waits:
-            block = await f
+            # shielded: a waiter cancelled (its client went away) must not cancel the fetch the
+            # fetching read and the other waiters share
+            block = await asyncio.shield(f)
             need = min(end, (i + 1) * bs)
-            if i * bs + len(block) < need:  # another reader's fetch, cut short at its own end
+            if i * bs + len(block) < need:  # another reader's fetch, cut short at its own end (or cancelled)
                 block = await self.store.get_range(object_key, i * bs, need if i == last else (i + 1) * bs)
                 self._put((object_key, i), block)
             have[i] = block
