@@ -31,6 +31,7 @@ from typing import Any
 from metadata.image import METADATA_TOPIC
 from node.causes import cause
 from node.client import ClientError, NodeClient
+from protocol.generated.describe_cluster import DescribeClusterRequest
 from protocol.generated.describe_quorum import DescribeQuorumRequest
 from tools.admin import (
     AdminError,
@@ -41,6 +42,8 @@ from tools.admin import (
     parse_bootstrap,
     run_tool,
 )
+
+ENDPOINT_CONTROLLERS = 2  # DescribeCluster's endpoint type for a controller (KIP-919)
 
 
 def _request() -> DescribeQuorumRequest:
@@ -55,12 +58,15 @@ async def _from_controllers(a: argparse.Namespace) -> tuple[Any, str]:
         try:
             async with NodeClient(host, port, client_id="strata-admin", timeout=a.timeout, security=security) as c:
                 resp = await c.request(_request())
+                p = resp.topics[0].partitions[0] if resp.topics and resp.topics[0].partitions else None
+                if not resp.error_code and p is not None and not p.error_code:
+                    # as Kafka's tool: the cluster id from DescribeCluster, which controllers
+                    # answer for their own endpoint type (KIP-919)
+                    cluster = await c.request(DescribeClusterRequest(endpoint_type=ENDPOINT_CONTROLLERS))
+                    return resp, cluster.cluster_id or ""
         except (ClientError, TimeoutError) as e:
             errors.append(cause(e, timeout=a.timeout))
             continue
-        p = resp.topics[0].partitions[0] if resp.topics and resp.topics[0].partitions else None
-        if not resp.error_code and p is not None and not p.error_code:
-            return resp, ""
         errors.append(f"{host}:{port} is not the quorum leader")
     raise AdminError("no controller answered as the quorum leader: " + "; ".join(errors))
 
