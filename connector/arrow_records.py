@@ -55,24 +55,47 @@ SPARK_SCHEMA = (
 SPARK_SCHEMA_WITH_HEADERS = SPARK_SCHEMA + ", headers array<struct<key: string, value: binary>>"
 
 
-def _varints_at(B: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _varints_at(B: np.ndarray, pos: np.ndarray, guesses: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Zigzag varints starting at each of `pos` in B (vectorized): (values int64, byte lengths).
     Each further byte is read only where the one before says it continues (most fields of a
-    record are one byte), so nothing past a well-formed varint is touched."""
+    record are one byte), so nothing past a well-formed varint is touched. With `guesses` the
+    positions may be wrong (record starts guessed, then checked): there a varint longer than ten
+    bytes or running past B is no error but a value of -1 in 0 bytes, which no check accepts."""
     byte = B[pos]
+    cont = byte >= 0x80
+    if not cont.any():  # every one a single byte (most fields of most records): no 64-bit accumulator
+        one = byte.astype(np.int64)
+        return (one >> 1) ^ -(one & 1), np.ones(len(pos), np.int64)
     acc = (byte & 0x7F).astype(np.uint64)
     length = np.ones(len(pos), np.int64)
-    more = np.flatnonzero(byte >= 0x80)
+    more: np.ndarray | None = None if cont.all() else np.flatnonzero(cont)  # None: every one goes on
+    last = len(B) - 1
     k = 1
-    while len(more):
+    while more is None or len(more):
         if k == 10:
-            raise ProtocolError("varint too long", error_code=CORRUPT_MESSAGE)
-        byte = B[pos[more] + k]
-        acc[more] |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * k)
-        length[more] += 1
-        more = more[byte >= 0x80]
+            if not guesses:
+                raise ProtocolError("varint too long", error_code=CORRUPT_MESSAGE)
+            length[slice(None) if more is None else more] = -1
+            break
+        if more is None:  # whole columns while every varint goes on (a record's length, a long value's)
+            at = pos + k
+            byte = B[np.minimum(at, last) if guesses else at]
+            acc |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+            length += 1
+            cont = byte >= 0x80
+            if not cont.all():
+                more = np.flatnonzero(cont)
+        else:
+            at = pos[more] + k
+            byte = B[np.minimum(at, last) if guesses else at]
+            acc[more] |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+            length[more] += 1
+            more = more[byte >= 0x80]
         k += 1
     values = (acc >> np.uint64(1)).astype(np.int64) ^ -(acc & np.uint64(1)).astype(np.int64)
+    if guesses:
+        bad = (length < 0) | (pos + length > len(B))
+        values[bad], length[bad] = -1, 0
     return values, length
 
 
@@ -131,7 +154,7 @@ def _record_starts(buf: bytes | memoryview, B: np.ndarray, los: list[int], his: 
         seg_end = np.cumsum(k)
         within = np.arange(int(seg_end[-1]), dtype=np.int64) - np.repeat(seg_end - k, k)
         guess = np.repeat(pos, k) + within * np.repeat(stride, k)
-        v, n = _varints_at(B, guess)
+        v, n = _varints_at(B, guess, guesses=True)
         fail = np.flatnonzero(v + n != np.repeat(stride, k))
         took = k.copy()  # records whose start is now known: up to the first other size
         if len(fail):
@@ -154,6 +177,13 @@ def _record_starts(buf: bytes | memoryview, B: np.ndarray, los: list[int], his: 
     return out
 
 
+def _word_at(B: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """The 4 bytes at each of `at` in B as they lie (a long value's prefix in its view), in one
+    gather through a view of B whose items overlap (a stride of one byte); each of `at` is at
+    least 4 bytes before B's end."""
+    return np.ndarray((max(len(B) - 3, 0),), np.int32, B, 0, (1,))[at]
+
+
 def _binary_column(buf: bytes | memoryview, B: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
     """A binary column of the spans (start, length) of buf, null where length < 0. Built as an
     Arrow binary-view array over buf (16-byte views made with numpy: a value of up to 12 bytes
@@ -168,10 +198,13 @@ def _binary_column(buf: bytes | memoryview, B: np.ndarray, starts: np.ndarray, l
     v32 = views.view(np.int32)
     v32[:, 0] = ln
     long_ = np.flatnonzero(ln > 12)
-    if len(long_):
+    if len(long_) == n:  # all long (values of most topics): whole columns, no gather of rows
+        v32[:, 1] = _word_at(B, starts)
+        v32[:, 3] = starts  # buffer 0 (buf), offset: buf stays under 2 GiB
+    elif len(long_):
         at = starts[long_]
-        views[long_, 4:8] = B[at[:, None] + np.arange(4)]
-        v32[long_, 3] = at.astype(np.int32)  # buffer 0 (buf), offset: buf stays under 2 GiB
+        v32[long_, 1] = _word_at(B, at)
+        v32[long_, 3] = at
     short = np.flatnonzero((ln > 0) & (ln <= 12))
     if len(short):
         k = np.arange(12)

@@ -126,6 +126,30 @@ def test_record_starts_guessed_at_a_stride_then_checked(codec: Compression) -> N
     assert rb.column("offset").to_pylist() == list(range(base))
 
 
+def test_every_varint_long_and_every_value_long() -> None:
+    """Columns where every varint takes two or three bytes and every key and value is longer than
+    a view's inline 12 bytes (the whole-column paths), beside a batch where only some go on. The
+    values are random: a wrong guess of a record start lands in them and may read a "varint" of
+    more than ten bytes, or one running past the buffer: a failed guess, not a corrupt batch."""
+    rng = random.Random(7)
+    batches = [
+        [Record(key=rng.randbytes(70), value=rng.randbytes(20_000), timestamp=1_700_000_000_000 + 100 * i)
+         for i in range(70)],  # lengths of 3 bytes, deltas of 2
+        [Record(key=rng.randbytes(13), value=rng.randbytes(rng.choice([13, 64, 200])), timestamp=5) for _ in range(50)],
+    ]
+    blobs, base = [], 0
+    for b in batches:
+        blobs.append(_batch(b, base))
+        base += len(b)
+    data = b"".join(blobs)
+    expected = [r for b in decode_batches(data) for r in b.records]
+    rb, nxt = records_to_arrow([data], "t", 0)
+    assert nxt == base
+    assert rb.column("value").to_pylist() == [r.value for r in expected]
+    assert rb.column("key").to_pylist() == [r.key for r in expected]
+    assert [int(t.timestamp() * 1000) for t in rb.column("timestamp").to_pylist()] == [r.timestamp for r in expected]
+
+
 def test_record_starts_a_corrupt_prefix_in_a_strided_batch() -> None:
     """One record's length prefix changed (CRC made valid again): the stride check fails and the
     walk finds the batch's records do not add up."""
