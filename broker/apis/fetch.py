@@ -69,10 +69,10 @@ async def fetch(ctx: RequestContext, req) -> FetchResponse | Eventual:
         if complete(r):
             return _finish(s, session, r)
         if r.at_once:
-            return _long_poll(s, session, read, complete, r.wait_on, deadline)
+            return _long_poll(s, session, read, complete, r.wait_on, deadline, replica_id >= 0)
         fut = loop.create_future()
         for p in r.wait_on:
-            p.add_data_waiter(fut)
+            p.add_data_waiter(fut, replica_id >= 0)
         await wait_within(fut, deadline - loop.time(), False)
 
 
@@ -85,7 +85,7 @@ def _finish(s, session, r: _Read) -> FetchResponse:
 
 
 def _long_poll(s, session, read: Callable[[], Coroutine[Any, Any, _Read]], complete: Callable[[_Read], bool],
-               wait_on: list, deadline: float) -> Eventual:
+               wait_on: list, deadline: float, follower: bool) -> Eventual:
     """The long poll of a Fetch whose partitions all read at once (local replicas): the partition
     that gets data (an append, a high watermark move) reads again in its own call and the answer
     goes out from there. A follower's long poll is then answered in the very step that appended
@@ -122,7 +122,7 @@ def _long_poll(s, session, read: Callable[[], Coroutine[Any, Any, _Read]], compl
         wake = Eventual()  # one wake for all: the first partition with data settles it
         wake.on_done(lambda _: attempt(False))
         for p in partitions:
-            p.add_data_waiter(wake)
+            p.add_data_waiter(wake, follower)
 
     park(wait_on)
     timer = loop.call_later(max(0.0, deadline - loop.time()), attempt, True)

@@ -289,7 +289,7 @@ class PartitionedCoordinator(Generic[P]):
         except StorageError as e:
             log.warning(f"{self.event}_append_failed", partition=ps.index, error=str(e))
             return failed(e.error_code)
-        p.notify_data()
+        p.notify_appended()
         p.maybe_advance_high_watermark()
 
         # Callbacks, not a task per write: `done` resolves in the loop turn the HW passes the batch.

@@ -147,7 +147,7 @@ class DisklessPartition:
         ans.size = len(ans.records)
         return ans
 
-    def add_data_waiter(self, fut: asyncio.Future) -> None:
+    def add_data_waiter(self, fut: asyncio.Future, follower: bool = False) -> None:
         self.s.add_waiter(self.key, fut)
 
     async def epoch_end_offset(self, leader_epoch: int, consumer: bool) -> tuple[int, int, int]:

@@ -65,7 +65,7 @@ class InactiveChunkView:
     async def offset_for(self, timestamp: int, read_committed: bool) -> OffsetAnswer:
         return OffsetAnswer(Errors.NOT_LEADER_OR_FOLLOWER)
 
-    def add_data_waiter(self, fut: asyncio.Future) -> None:
+    def add_data_waiter(self, fut: asyncio.Future, follower: bool = False) -> None:
         pass  # a closed chunk gets no new data: its reads never wait
 
     async def epoch_end_offset(self, leader_epoch: int, consumer: bool) -> tuple[int, int, int]:

@@ -86,7 +86,9 @@ class ServedPartition(Protocol):
 
     async def offset_for(self, timestamp: int, read_committed: bool) -> OffsetAnswer: ...
 
-    def add_data_waiter(self, fut: asyncio.Future) -> None: ...
+    def add_data_waiter(self, fut: asyncio.Future, follower: bool = False) -> None:
+        """Set `fut` when a read may bring more: for a follower, records past the log end; for a
+        consumer, a high watermark (or last stable offset) move."""
 
     async def epoch_end_offset(self, leader_epoch: int, consumer: bool) -> tuple[int, int, int]:
         """(error, epoch, end offset) for OffsetForLeaderEpoch; a consumer never sees past the

@@ -91,7 +91,7 @@ class LocalPartition:
             return answered(AppendAnswer(e.error_code, str(e), record_errors=list(e.record_errors)))
         answer = AppendAnswer(0, None, info.first_offset, info.log_append_time, p.log.log_start_offset)
         deps.topic_stats.produced(name, info.last_offset - info.first_offset + 1, len(records))
-        p.notify_data()
+        p.notify_appended()
         p.maybe_advance_high_watermark()
         # already replicated (a single in-sync replica): answer now, without a task per wait
         if acks != -1 or p.log.high_watermark >= info.last_offset + 1:
@@ -162,8 +162,8 @@ class LocalPartition:
                     ans.wait = True
         return ans
 
-    def add_data_waiter(self, fut: asyncio.Future) -> None:
-        self.p.add_data_waiter(fut)
+    def add_data_waiter(self, fut: asyncio.Future, follower: bool = False) -> None:
+        self.p.add_data_waiter(fut, follower)
 
     async def epoch_end_offset(self, leader_epoch: int, consumer: bool) -> tuple[int, int, int]:
         lg = self.p.log

@@ -39,7 +39,11 @@ class Partition:
         self.node_id = node_id
         self.info: PartitionInfo | None = None
         self.followers: dict[int, FollowerState] = {}
+        # long polls: consumers wait for the high watermark (or last stable offset) to move,
+        # followers for records past the log end; as Kafka's DelayedFetch, a follower's is not
+        # completed by a high watermark move (it learns the new one with its next records)
         self._data_waiters: list[asyncio.Future] = []
+        self._follower_waiters: list[asyncio.Future] = []
         self.caught_up_at = 0.0  # follower: when the last fetch from the leader succeeded
         self.on_follower_caught_up: Callable[[Partition, int], None] | None = None
         self._hw_waiters: list[tuple[int, asyncio.Future | Eventual]] = []
@@ -136,7 +140,7 @@ class Partition:
         if hw > self.log.high_watermark:
             self.log.update_high_watermark(hw)
             self._release_hw_waiters(hw)
-            self.notify_data()
+            self.notify_high_watermark()
 
     def update_follower(self, replica_id: int, fetch_offset: int) -> None:
         """A follower fetched from `fetch_offset`: everything before it is on that replica."""
@@ -210,16 +214,39 @@ class Partition:
         self.notify_data()
 
     # ---- long poll
-    def add_data_waiter(self, fut: asyncio.Future) -> None:
+    def add_data_waiter(self, fut: asyncio.Future, follower: bool = False) -> None:
+        waiters = self._follower_waiters if follower else self._data_waiters
         # A long poll that timed out leaves its (done) future behind: drop those, or an idle
         # partition in a consumer's session keeps one per Fetch forever.
-        if self._data_waiters and self._data_waiters[0].done():
-            self._data_waiters = [f for f in self._data_waiters if not f.done()]
-        self._data_waiters.append(fut)
+        if waiters and waiters[0].done():
+            waiters = [f for f in waiters if not f.done()]
+            if follower:
+                self._follower_waiters = waiters
+            else:
+                self._data_waiters = waiters
+        waiters.append(fut)
 
-    def notify_data(self) -> None:
+    def notify_appended(self) -> None:
+        """Records were appended as leader: the followers' long polls read them. Consumers wait
+        for the high watermark, whose move maybe_advance_high_watermark announces."""
+        if self._follower_waiters:
+            waiters, self._follower_waiters = self._follower_waiters, []
+            _wake_all(waiters)
+
+    def notify_high_watermark(self) -> None:
+        """The high watermark moved: the consumers' long polls read on."""
         if self._data_waiters:
             waiters, self._data_waiters = self._data_waiters, []
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_result(True)
+            _wake_all(waiters)
+
+    def notify_data(self) -> None:
+        """Wake every long poll: what they may read changed in a way followers must hear at once
+        too (the role, a truncation, a transaction marker)."""
+        self.notify_high_watermark()
+        self.notify_appended()
+
+
+def _wake_all(waiters: list[asyncio.Future]) -> None:
+    for fut in waiters:
+        if not fut.done():
+            fut.set_result(True)
