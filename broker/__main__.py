@@ -7,6 +7,7 @@ import asyncio
 import signal
 import sys
 
+import structlog
 import uvloop
 
 from broker.broker import Broker
@@ -14,6 +15,7 @@ from broker.cluster_id import ClusterIdMismatch
 from broker.config import BrokerConfig
 from broker.lifecycle import BrokerIdTaken
 from broker.storage import file_cache
+from metadata.config_effects import unknown_keys
 from node import logging as node_logging
 from node.config import ConfigError, NodeConfig
 from node.runtime import tune_gc
@@ -68,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"broker: config error: {e}", file=sys.stderr)
         return 2
     node_logging.configure(cfg.props.get("log.level", "INFO"), node_id=config.node_id, role="broker")
+    unknown = unknown_keys(cfg.props)
+    if unknown:  # as Kafka's "supplied but isn't a known config": said once, at start
+        structlog.get_logger("broker.config").warning("config_keys_unknown", keys=",".join(unknown),
+                                                      effect="none: not a Kafka or Strata config")
     try:
         # soft RLIMIT_NOFILE raised to the hard limit, then the storage descriptor budget sized
         file_cache.configure(cfg.props.get("log.open.files.max"))

@@ -8,6 +8,7 @@ from pathlib import Path
 from broker.coordinator.group.config import GroupCoordinatorConfig
 from broker.quotas.manager import QuotaWindows
 from metadata.acls import Authorizer
+from metadata.config_effects import first_refusal
 from node.config import ConfigError, Endpoint, NodeConfig
 from node.metrics import parse_listener as parse_metrics_listener
 from node.security import ClientSecurity, ListenerSecurity, authorizer, listener_security, node_client_security
@@ -63,6 +64,9 @@ class BrokerConfig:
     def from_node_config(cls, cfg: NodeConfig) -> BrokerConfig:
         if "broker" not in cfg.roles:
             raise ConfigError("process.roles must include broker for `python -m broker`")
+        refused = first_refusal(cfg.props)  # a key Strata cannot obey stops the start, named
+        if refused is not None:
+            raise ConfigError(refused)
         names = set(cfg.controller_listener_names)
         binds = [e for e in cfg.listeners if e.listener not in names]
         if not binds:

@@ -6,10 +6,12 @@ import argparse
 import os
 import sys
 
+import structlog
 import uvloop
 
 from controller.config import ControllerConfig
 from controller.log_dirs import StartupError
+from metadata.config_effects import unknown_keys
 from node.config import ConfigError, NodeConfig
 from node.logging import configure
 from node.runtime import tune_gc
@@ -27,6 +29,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"controller: bad config {args.config}: {e}", file=sys.stderr)
         return EXIT_BAD_CONFIG
     configure(os.environ.get("STRATA_LOG_LEVEL", "INFO"), node_id=config.node_id, role="controller")
+    unknown = unknown_keys(config.static)
+    if unknown:  # as Kafka's "supplied but isn't a known config": said once, at start
+        structlog.get_logger("controller.config").warning("config_keys_unknown", keys=",".join(unknown),
+                                                          effect="none: not a Kafka or Strata config")
     from controller.app import run  # after logging is configured
 
     tune_gc()

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from metadata.acls import Authorizer
+from metadata.config_effects import first_refusal
 from node.config import ConfigError, Endpoint, NodeConfig
 from node.metrics import parse_listener as parse_metrics_listener
 from node.scram import MAX_ITERATIONS, MIN_ITERATIONS
@@ -69,6 +70,9 @@ class ControllerConfig:
                 f"process.roles: {cfg.props.get('process.roles')!r}: this process runs the controller role only "
                 "(combined broker,controller mode is not supported)"
             )
+        refused = first_refusal(cfg.props)  # a key Strata cannot obey stops the start, named
+        if refused is not None:
+            raise ConfigError(refused)
         node_id = cfg.node_id
         if node_id < 0:
             raise ConfigError(f"node.id: {node_id} must be 0 or more")

@@ -18,7 +18,7 @@ import structlog
 
 from controller.controller import Batch, Controller
 from controller.errors import ApiError, Errors
-from metadata import config_defs
+from metadata import config_defs, config_effects
 from metadata.diskless import DISKLESS_ENABLE, is_diskless
 from metadata.image import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from protocol.generated.metadata_records.config_record import ConfigRecord
@@ -65,6 +65,9 @@ def _validate(rtype: int, name: str, value: str, props: Mapping[str, str]) -> No
             config_defs.validate_broker_config(name, value)
     except config_defs.ConfigValueError as e:
         raise ApiError(Errors.INVALID_CONFIG, str(e)) from None
+    why = config_effects.refusal(name, value) if rtype != GROUP_RESOURCE else None
+    if why is not None:  # a key Strata cannot obey at this value: refused, never stored without effect
+        raise ApiError(Errors.INVALID_CONFIG, why)
 
 
 def _records(rtype: int, rname: str, current: dict[str, str], wanted: dict[str, str | None]) -> list[ConfigRecord]:

@@ -24,7 +24,7 @@ from controller.errors import ApiError, Errors
 from controller.partition_counts import check_count_change, expand_records, shrink_records
 from controller.placement import PlacementError, current_load, usable_brokers
 from controller.replication import default_directory
-from metadata import config_defs
+from metadata import config_defs, config_effects
 from metadata.diskless import DISKLESS_METADATA_TOPIC, is_diskless
 from metadata.image import BROKER_RESOURCE, METADATA_TOPIC, METADATA_TOPIC_ID, MetadataImage
 from protocol.generated.metadata_records.config_record import ConfigRecord
@@ -367,6 +367,9 @@ class _CreateContext:
                 config_defs.validate_topic_config(c.name, c.value)
             except config_defs.ConfigValueError as e:
                 raise ApiError(Errors.INVALID_CONFIG, str(e)) from None
+            why = config_effects.refusal(c.name, c.value)
+            if why is not None:
+                raise ApiError(Errors.INVALID_CONFIG, why)
             out[c.name] = c.value
         return out
 

@@ -23,7 +23,9 @@ SCRIPT = installed_script("kafka-configs.sh")
 # an ApiVersions v0 request frame: api key 18, version 0, correlation id 1, client id "t"
 API_VERSIONS_V0 = struct.pack(">ihhih", 11, 18, 0, 1, 1) + b"t"
 # a static key in every broker's properties file (server.properties), shown as STATIC_BROKER_CONFIG
-STATIC = {"log.cleaner.threads": "2", "ssl.keystore.password": "not-for-your-eyes"}
+STATIC = {"log.cleaner.threads": "2", "ssl.key.password": "not-for-your-eyes"}
+# what kafka-configs.sh adds to the line of a key Strata accepts but does not act on
+CLEANER_THREADS = " (ignored by Strata: compaction runs on one log-cleaner thread per broker)"
 
 
 @pytest.fixture(scope="module")
@@ -93,12 +95,13 @@ def test_broker_describe_all_shows_defaults_and_static_keys(bs: str) -> None:
     assert lines[0] == "All configs for broker 2 are:"
     names = [line.split("=", 1)[0].strip() for line in lines[1:]]
     assert names == sorted(names) and len(names) > 100, names
-    assert "  background.threads=10 sensitive=false synonyms={DEFAULT_CONFIG:background.threads=10}" in lines
+    assert ("  background.threads=10 sensitive=false synonyms={DEFAULT_CONFIG:background.threads=10} (ignored by "
+            "Strata: one asyncio event loop per process serves every request: no network or I/O thread pools)") in lines
     assert ("  log.cleaner.threads=2 sensitive=false synonyms={STATIC_BROKER_CONFIG:log.cleaner.threads=2,"
-            " DEFAULT_CONFIG:log.cleaner.threads=1}") in lines
+            " DEFAULT_CONFIG:log.cleaner.threads=1}" + CLEANER_THREADS) in lines
     assert "  node.id=2 sensitive=false synonyms={STATIC_BROKER_CONFIG:node.id=2}" in lines
     # a password is never sent back, as Kafka
-    assert "  ssl.keystore.password=null sensitive=true synonyms={STATIC_BROKER_CONFIG:ssl.keystore.password=null}" in lines
+    assert "  ssl.key.password=null sensitive=true synonyms={STATIC_BROKER_CONFIG:ssl.key.password=null}" in lines
     assert "not-for-your-eyes" not in "\n".join(lines)
     # the fields behind the lines, through kafka-python: read-only for what cannot change at
     # runtime, Kafka's config types, no documentation, no synonyms unless asked
@@ -149,7 +152,7 @@ def test_dynamic_per_broker_and_cluster_default(bs: str) -> None:
               "--add-config", "log.cleaner.threads=3") == ["Completed updating config for broker 1."]
     want = ("  log.cleaner.threads=3 sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:log.cleaner.threads=3, "
             "DYNAMIC_DEFAULT_BROKER_CONFIG:log.cleaner.threads=4, STATIC_BROKER_CONFIG:log.cleaner.threads=2, "
-            "DEFAULT_CONFIG:log.cleaner.threads=1}")
+            "DEFAULT_CONFIG:log.cleaner.threads=1}" + CLEANER_THREADS)
 
     def per_broker() -> None:
         assert ok(bs, "--describe", "--broker", "1") == ["Dynamic configs for broker 1 are:", want]
@@ -157,7 +160,8 @@ def test_dynamic_per_broker_and_cluster_default(bs: str) -> None:
     eventually(per_broker)
     default_lines = [
         "Default configs for brokers in the cluster are:",
-        "  log.cleaner.threads=4 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.cleaner.threads=4}",
+        "  log.cleaner.threads=4 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.cleaner.threads=4}"
+        + CLEANER_THREADS,
         "  log.retention.ms=5000000 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=5000000}",
     ]
     assert ok(bs, "--describe", "--entity-type", "brokers", "--entity-default") == default_lines

@@ -37,6 +37,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from metadata.client_quotas import CLIENT_KEYS, IP_KEYS
+from metadata.config_effects import ignored
 from node.config import ConfigError, load_properties
 from node.scram import MECHANISM_NAMES, SCRAM_MECHANISMS, salted_password
 from protocol.errors import Errors, error_name
@@ -315,7 +316,10 @@ async def describe_resources(brokers: Brokers, etype: str, name: str | None, des
         for c in await resource_configs(brokers, etype, entity, True):
             if describe_all or wanted is None or c.config_source == wanted:
                 syn = ", ".join(f"{SOURCE_NAMES.get(s.source, 'UNKNOWN')}:{s.name}={_v(s.value)}" for s in c.synonyms)
-                print(f"  {c.name}={_v(c.value)} sensitive={str(c.is_sensitive).lower()} synonyms={{{syn}}}")
+                # a key Strata accepts (so Kafka's files load) but does not act on says so, and why
+                why = ignored(c.name) if etype in (TOPICS, BROKERS) else None
+                mark = f" (ignored by Strata: {why})" if why else ""
+                print(f"  {c.name}={_v(c.value)} sensitive={str(c.is_sensitive).lower()} synonyms={{{syn}}}{mark}")
 
 
 def _v(value: str | None) -> str:
