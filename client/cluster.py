@@ -114,7 +114,7 @@ class ClusterClient:
             except ClientError as e:
                 self.drop(addr)
                 last = e
-        raise StrataClientError(f"no broker answered: {last}")
+        raise StrataClientError(f"no broker answered: {last or 'no broker to ask'}")
 
     def partition(self, topic: str, partition: int):
         p = self.topics[topic].partitions.get(partition)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from client.cluster import ClusterClient, StrataClientError, kafka_error
 from client.logs import get_logger
 from client.partitioner import partition_for
+from node.causes import cause
 from node.client import ClientError
 from protocol.errors import ERRORS, Errors, error_name
 from protocol.generated.init_producer_id import InitProducerIdRequest
@@ -79,6 +80,7 @@ class OrderedProducer:
         self._seq: dict[tuple[str, int], int] = {}
         self._counts: dict[str, int] = {}
         self._closed = False
+        self._last_error = ""  # why the last round or retriable answer failed: a timed-out record says it
 
     async def start(self) -> None:
         await self._new_producer_id()
@@ -151,14 +153,17 @@ class OrderedProducer:
             try:
                 retry = await self._round(pending)
             except (ClientError, StrataClientError, OSError) as e:
-                log.info("ordered_producer_round_failed", error=str(e))
+                self._last_error = cause(e)
+                log.info("ordered_producer_round_failed", error=self._last_error)
                 retry = pending
             now = time.monotonic()
             alive = []
             for r in retry:
                 if now > r.deadline:
                     if not r.future.done():
-                        r.future.set_exception(StrataClientError(f"record to {r.topic} not delivered in time"))
+                        r.future.set_exception(StrataClientError(
+                            f"record to {r.topic} not delivered within delivery_timeout_ms "
+                            f"({self._delivery_timeout * 1000:.0f}): {self._last_error or 'no answer'}"))
                 else:
                     alive.append(r)
             self._queue = alive + self._queue  # refused records go first: send() order holds
@@ -246,6 +251,7 @@ class OrderedProducer:
                                                   f"{kafka_error(pr.error_code, pr.error_message)}")
                             )
                     continue
+                self._last_error = f"produce to {tp[0]}-{tp[1]}: {kafka_error(pr.error_code, pr.error_message)}"
                 log.debug("ordered_producer_retry", topic=tp[0], partition=tp[1], error=error_name(pr.error_code))
                 retry.extend(recs)
         if new_producer:

@@ -100,3 +100,29 @@ def test_ten_failing_invocations_each_print_their_cause(clusters: tuple[Cluster,
     for args, pattern in cases:
         line = _fails(*args)
         assert re.fullmatch("Error: " + pattern, line), (args, line)
+
+
+def test_client_library_errors_carry_their_cause(clusters: tuple[Cluster, Cluster, Path]) -> None:
+    """The same rule for client/: the exception's text names the cause."""
+    import asyncio
+
+    from client import OrderedConsumer, OrderedProducer
+    from client.cluster import StrataClientError
+
+    plain, _, _ = clusters
+    closed_port = free_ports(1)[0]
+
+    async def failures() -> list[str]:
+        out = []
+        for start in (OrderedProducer(f"127.0.0.1:{closed_port}").start,
+                      OrderedConsumer("nope", bootstrap_servers=plain.bootstrap, group_id="g").start):
+            try:
+                await start()
+            except StrataClientError as e:
+                out.append(str(e))
+        return out
+
+    refused, unknown = asyncio.run(failures())
+    assert re.fullmatch(rf"no broker answered: cannot connect to 127\.0\.0\.1:{closed_port}: "
+                        r".*(Connect call failed|Connection refused).*", refused), refused
+    assert unknown == "topic 'nope' does not exist", unknown
