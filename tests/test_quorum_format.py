@@ -104,6 +104,15 @@ def test_formatted_quorum_refuses_a_foreign_voter_and_broker(tmp_path: Path) -> 
         assert _last_line(c.log_path(1)) == (
             f"broker: cannot start: log dir {logs[0]} was formatted for cluster {theirs}, but the controller quorum's "
             f"cluster id is {ours} (run kafka-storage.sh format -t {ours} on an empty dir, or point log.dirs elsewhere)")
+        # the same for a broker configured with another cluster.id (its dirs emptied again)
+        for d in logs:
+            (d / "meta.properties").unlink()
+        broker_cfg.write_text(broker_cfg.read_text() + f"cluster.id={theirs}\n")
+        c.start_node(1, wait=False)
+        assert _wait_exit(c, 1) == 1
+        assert _last_line(c.log_path(1)) == (
+            f"broker: cannot start: cluster.id {theirs} differs from the controller quorum's cluster id {ours} "
+            "(set cluster.id to the quorum's, or point controller.quorum.voters at its quorum)")
     finally:
         c.stop()
 
