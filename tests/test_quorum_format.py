@@ -113,6 +113,12 @@ def test_formatted_quorum_refuses_a_foreign_voter_and_broker(tmp_path: Path) -> 
         assert _last_line(c.log_path(1)) == (
             f"broker: cannot start: cluster.id {theirs} differs from the controller quorum's cluster id {ours} "
             "(set cluster.id to the quorum's, or point controller.quorum.voters at its quorum)")
+        # formatted with the quorum's id, the broker starts on those dirs (their directory ids kept)
+        broker_cfg.write_text(broker_cfg.read_text().replace(f"cluster.id={theirs}\n", ""))
+        assert storage("format", "-t", ours, "-c", str(broker_cfg)).returncode == 0
+        ids = [(d / "meta.properties").read_text() for d in logs]
+        c.start_node(1, timeout=60)
+        assert [(d / "meta.properties").read_text() for d in logs] == ids
     finally:
         c.stop()
 
