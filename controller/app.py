@@ -116,6 +116,16 @@ async def run(config: ControllerConfig) -> int:
         scram = controller.image.scram
         return scram.get((user, mechanism)) if scram else bootstrapped.get((user, mechanism))
 
+    # the metrics endpoint first: a scraper (or a test) that waits for the client listeners then
+    # finds /metrics up too, as on brokers
+    metrics = None
+    if config.metrics_listener is not None:
+        metrics = MetricsServer([server.request_metrics.families, lambda: controller_metrics(controller.image, controller.active)])
+        try:
+            await metrics.start(*config.metrics_listener)
+        except OSError:
+            controller.log.close()
+            raise
     bound = []
     try:
         for e, sec in zip(config.listeners, config.securities, strict=True):
@@ -125,18 +135,11 @@ async def run(config: ControllerConfig) -> int:
             bound.append(f"{e.listener}://{e.host}:{port} ({sec.protocol})")
     except OSError as e:
         await server.stop()
+        if metrics is not None:
+            await metrics.stop()
         controller.log.close()
         where = ",".join(str(x) for x in config.listeners)
         raise OSError(f"cannot listen on {where}: {e.strerror or e}") from None
-    metrics = None
-    if config.metrics_listener is not None:
-        metrics = MetricsServer([server.request_metrics.families, lambda: controller_metrics(controller.image, controller.active)])
-        try:
-            await metrics.start(*config.metrics_listener)
-        except OSError:
-            await server.stop()
-            controller.log.close()
-            raise
     if len(config.voters) > 1:
         controller.start()  # the other voters must reach our listener to elect anyone
     for sig in (signal.SIGTERM, signal.SIGINT):
