@@ -4,10 +4,12 @@ the installed `kafka-storage.sh`.
 
 - three voters without `cluster.id` on empty dirs refuse to start, each with one line naming what
   to set, and write nothing;
-- formatted with `kafka-storage.sh format -t ID` (one voter with `--initial-controllers`), they
-  elect a leader; a voter formatted with another id is refused (INCONSISTENT_CLUSTER_ID), and the
-  refusal is logged with both ids, rate-limited, while the other two serve the cluster;
-- a broker whose log dir was formatted for another cluster exits with one line.
+- formatted with `kafka-storage.sh format -t ID` (one voter with `--initial-controllers`, whose
+  directory id it takes; `--standalone` refused for three voters), they elect a leader; a voter
+  formatted with another id is refused (INCONSISTENT_CLUSTER_ID), and the refusal is logged with
+  both ids, rate-limited, while the other two serve the cluster;
+- a broker whose log dir was formatted for another cluster, or configured with another
+  `cluster.id`, exits with one line; formatted with the quorum's id, it starts.
 """
 
 from __future__ import annotations
@@ -58,12 +60,15 @@ def test_formatted_quorum_refuses_a_foreign_voter_and_broker(tmp_path: Path) -> 
     theirs = storage("random-uuid").stdout.strip()
     assert re.fullmatch(r"[A-Za-z0-9_-]{22}", ours) and ours != theirs
     a, b, foreign = c.controller_ids
-    voters = ",".join(f"{cid}@{c.host}:{c.ports[cid]}:{storage('random-uuid').stdout.strip()}"
-                      for cid in c.controller_ids)
-    out = storage("format", "-t", ours, "-c", str(configs[a]),
-                  "--initial-controllers", voters)
+    dir_ids = {cid: storage("random-uuid").stdout.strip() for cid in c.controller_ids}
+    voters = ",".join(f"{cid}@{c.host}:{c.ports[cid]}:{dir_ids[cid]}" for cid in c.controller_ids)
+    alone = storage("format", "-t", ours, "-c", str(configs[a]), "--standalone")
+    assert alone.returncode == 1 and alone.stderr.startswith(
+        f"Error: --standalone makes node {a} the only voter, but controller.quorum.voters names "), alone.stderr
+    out = storage("format", "-t", ours, "-c", str(configs[a]), "--initial-controllers", voters)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"Formatting metadata directory {c.node_dir(a) / 'metadata'} with cluster.id {ours}."
+    assert f"directory.id={dir_ids[a]}\n" in (c.node_dir(a) / "metadata" / "meta.properties").read_text()
     assert storage("format", "-t", ours, "-c", str(configs[b])).returncode == 0
     assert storage("format", "-t", theirs, "-c", str(configs[foreign])).returncode == 0
     again = storage("format", "-t", ours, "-c", str(configs[b]))
