@@ -3,7 +3,8 @@
 A broker registers (fenced; its epoch is the offset of its RegisterBrokerRecord), heartbeats,
 and is unfenced once its metadata has caught up to its own registration. A new incarnation under an
 id whose broker is unfenced with a live session is refused (DUPLICATE_BROKER_REGISTRATION). A broker that stops
-heartbeating for broker.session.timeout.ms is fenced. Fencing, a new incarnation replacing an old
+heartbeating for broker.session.timeout.ms is fenced, and so is one whose every connection to us
+closed (its process died) and that did not reconnect within a second (controller/fencing.py). Fencing, a new incarnation replacing an old
 one, and controlled shutdown all take the broker out of ISRs and leaderships (replication.py).
 
 Controlled shutdown (want_shut_down) is two steps, as in Kafka: the first heartbeat moves the
@@ -121,8 +122,9 @@ class ClusterControl:
         return epoch
 
     def has_live_session(self, b: BrokerInfo) -> bool:
-        """Kafka's hasValidSession: unfenced and heard from within broker.session.timeout.ms."""
-        return not b.fenced and not self.ctl.sessions.expired([b.id])
+        """Kafka's hasValidSession: unfenced and heard from within broker.session.timeout.ms
+        (and, here, not gone with every connection closed: controller/fencing.py)."""
+        return not b.fenced and not self.ctl.sessions.lapsed([b.id])
 
     # ---- heartbeat
     async def heartbeat(self, hb: Heartbeat) -> HeartbeatReply:
@@ -188,19 +190,21 @@ class ClusterControl:
         batch.add(FenceBrokerRecord(id=b.id, epoch=b.epoch))
         log.warning("broker_fenced", broker=b.id, epoch=b.epoch, why=why, partition_changes=len(moves))
 
-    # ---- session timeouts
+    # ---- session timeouts, closed connections
     async def fence_expired(self) -> list[int]:
-        """Fence every unfenced broker whose session ran out. Returns their ids."""
+        """Fence every unfenced broker whose session ran out or whose connections all closed
+        (controller/fencing.py). Returns their ids."""
         candidates = [b.id for b in self.ctl.image.brokers.values() if not b.fenced]
         fenced = []
-        for broker_id in self.ctl.sessions.expired(candidates):
+        for broker_id in self.ctl.sessions.lapsed(candidates):
 
             def build(image: MetadataImage, batch: Batch, broker_id: int = broker_id) -> bool:
                 b = image.brokers.get(broker_id)
-                # re-checked under the lock: it may have heartbeated or been fenced meanwhile
-                if b is None or b.fenced or not self.ctl.sessions.expired([broker_id]):
+                # re-checked under the lock: it may have heartbeated, reconnected or been fenced
+                why = self.ctl.sessions.lapsed([broker_id]).get(broker_id)
+                if b is None or b.fenced or why is None:
                     return False
-                self._fence(image, batch, b, "session_timeout")
+                self._fence(image, batch, b, why)
                 return True
 
             if await self.ctl.write(build):

@@ -14,7 +14,7 @@ import structlog
 from controller.apis.api_versions import unsupported_version_response
 from controller.apis.catalog import handlers
 from controller.apis.registry import Apis
-from controller.controller import NotControllerError
+from controller.controller import Controller, NotControllerError
 from controller.not_controller import not_controller_body
 from metadata.acls import CLUSTER, CLUSTER_ACTION, CLUSTER_NAME
 from node.authz import ALWAYS, deny_items, log_denied
@@ -29,6 +29,7 @@ log = structlog.get_logger(__name__)
 CONTROLLER_PIPELINE = 100
 # Served by every voter, active or not: the quorum's own traffic and what finds the leader.
 QUORUM_APIS = frozenset({1, 17, 18, 36, 52, 53, 54, 55, 59})
+FETCH_KEY, REGISTRATION_KEY, HEARTBEAT_KEY = 1, 62, 63
 
 
 class ControllerServer:
@@ -72,11 +73,23 @@ class ControllerServer:
         ctl = self.apis.controller
         if key not in QUORUM_APIS and not ctl.active:
             return self._not_controller(key, version, req)
+        if key == FETCH_KEY:  # a broker's metadata fetch, long-polling: its link lives while it waits
+            state = req.body.replica_state if version >= 15 else None
+            self._bind(ctl, state.replica_id if state is not None else req.body.replica_id, conn)
         try:
             body = await entry[2](self.apis, req)
         except NotControllerError:
             return self._not_controller(key, version, req)
+        if key in (REGISTRATION_KEY, HEARTBEAT_KEY) and not body.error_code:
+            self._bind(ctl, req.body.broker_id, conn)
         return encode_response(key, version, req.correlation_id, body)
+
+    @staticmethod
+    def _bind(ctl: Controller, broker_id: int, conn: Connection) -> None:
+        """The connections a registered broker talks to the active controller on: when all have
+        closed, its process is gone (controller/fencing.py)."""
+        if ctl.active and broker_id in ctl.image.brokers:
+            ctl.sessions.bind(broker_id, conn)
 
     def _not_controller(self, key: int, version: int, req: Any) -> list | None:
         """A standby (or a leader that just lost its epoch) answers NOT_CONTROLLER: the sender
