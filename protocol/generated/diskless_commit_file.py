@@ -47,6 +47,7 @@ _st_bqi = _Struct(">bqi")
 _st_h = _Struct(">h")
 _st_i = _Struct(">i")
 _st_qqqz = _Struct(">qqq?")
+_st_z = _Struct(">?")
 
 
 class DisklessCommitFileRequest(Message):
@@ -103,6 +104,9 @@ class DisklessCommitFileRequest(Message):
             "producer_epoch",
             "base_sequence",
             "last_sequence",
+            "is_transactional",
+            "control_type",
+            "coordinator_epoch",
             "unknown_tags",
         )
         _fields = (
@@ -120,6 +124,9 @@ class DisklessCommitFileRequest(Message):
             "producer_epoch",
             "base_sequence",
             "last_sequence",
+            "is_transactional",
+            "control_type",
+            "coordinator_epoch",
         )
 
         magic: int
@@ -136,6 +143,9 @@ class DisklessCommitFileRequest(Message):
         producer_epoch: int
         base_sequence: int
         last_sequence: int
+        is_transactional: bool
+        control_type: int
+        coordinator_epoch: int
         unknown_tags: dict[int, bytes] | None
 
         def __init__(
@@ -154,6 +164,9 @@ class DisklessCommitFileRequest(Message):
             producer_epoch: int = 0,
             base_sequence: int = 0,
             last_sequence: int = 0,
+            is_transactional: bool = False,
+            control_type: int = -1,
+            coordinator_epoch: int = -1,
             unknown_tags: dict[int, bytes] | None = None,
         ) -> None:
             self.magic = magic
@@ -170,6 +183,9 @@ class DisklessCommitFileRequest(Message):
             self.producer_epoch = producer_epoch
             self.base_sequence = base_sequence
             self.last_sequence = last_sequence
+            self.is_transactional = is_transactional
+            self.control_type = control_type
+            self.coordinator_epoch = coordinator_epoch
             self.unknown_tags = unknown_tags
 
     def __init__(
@@ -304,6 +320,9 @@ def _d_DisklessCommitFileRequest_DisklessCommitBatch_v0(buf, pos):
         v_topic_id = UUID(bytes=v_topic_id)
         f = "<tagged fields>"
         unknown = None
+        v_is_transactional = False
+        v_control_type = -1
+        v_coordinator_epoch = -1
         if buf[pos] == 0:
             pos += 1
         else:
@@ -312,9 +331,28 @@ def _d_DisklessCommitFileRequest_DisklessCommitBatch_v0(buf, pos):
                 tag, pos = read_uvarint(buf, pos)
                 size, pos = read_uvarint(buf, pos)
                 end = check_len(buf, pos, size)
-                if unknown is None:
-                    unknown = {}
-                unknown[tag] = bytes(buf[pos:end])
+                if tag == 0:
+                    f = "IsTransactional"
+                    v_is_transactional = _st_z.unpack_from(buf, pos)[0]
+                    pos += 1
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 1:
+                    f = "ControlType"
+                    v_control_type = _st_h.unpack_from(buf, pos)[0]
+                    pos += 2
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 2:
+                    f = "CoordinatorEpoch"
+                    v_coordinator_epoch = _st_i.unpack_from(buf, pos)[0]
+                    pos += 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
                 pos = end
     except ProtocolError as e:
         if e.field is None:
@@ -337,6 +375,9 @@ def _d_DisklessCommitFileRequest_DisklessCommitBatch_v0(buf, pos):
         v_producer_epoch,
         v_base_sequence,
         v_last_sequence,
+        v_is_transactional,
+        v_control_type,
+        v_coordinator_epoch,
         unknown,
     ), pos
 
@@ -428,10 +469,38 @@ def _e_DisklessCommitFileRequest_DisklessCommitBatch_v0(o, parts):
             o.last_sequence,
         )
     )
-    if o.unknown_tags:
-        write_tags(parts, None, o.unknown_tags)
-    else:
+    tg = None
+    if o.is_transactional != False:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_z.pack(o.is_transactional))
+        if tg is None:
+            tg = []
+        tg.append((0, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.control_type != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_h.pack(o.control_type))
+        if tg is None:
+            tg = []
+        tg.append((1, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.coordinator_epoch != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_i.pack(o.coordinator_epoch))
+        if tg is None:
+            tg = []
+        tg.append((2, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
         w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
 
 
 def _e_DisklessCommitFileRequest_DisklessCommitFileRequest_v0(o, parts):

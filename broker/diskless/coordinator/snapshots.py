@@ -28,7 +28,7 @@ from typing import BinaryIO
 
 import structlog
 
-from broker.diskless.coordinator.state import REPLICA_LOCAL_TABLES, SCHEMA_VERSION
+from broker.diskless.coordinator.state import REPLICA_LOCAL_TABLES, SCHEMA_VERSION, UPGRADABLE_VERSIONS
 from broker.diskless.object_store import ObjectStoreError, StoreLocation
 
 log = structlog.get_logger(__name__)
@@ -73,7 +73,9 @@ def check_snapshot(path: Path, offset: int) -> None:
             db.close()
     except sqlite3.Error as e:
         raise SnapshotError(f"snapshot {path.name} is unreadable: {e}") from None
-    if ok != "ok" or meta.get("schema_version") != SCHEMA_VERSION or meta.get("applied_offset", 0) != offset:
+    # an older schema's snapshot is upgraded in place once installed (DisklessState)
+    version_ok = meta.get("schema_version") in (SCHEMA_VERSION, *UPGRADABLE_VERSIONS)
+    if ok != "ok" or not version_ok or meta.get("applied_offset", 0) != offset:
         raise SnapshotError(f"snapshot {path.name}: check {ok!r}, schema {meta.get('schema_version')}, "
                             f"applied offset {meta.get('applied_offset')} (expected {offset})")
 

@@ -24,7 +24,12 @@ from protocol.generated.metadata_records.diskless_records_deleted_record import 
 from protocol.generated.metadata_records.diskless_topic_deleted_record import DisklessTopicDeletedRecord
 
 PRODUCER_BATCHES_KEPT = 5  # as a local log's producer state (Kafka's NUM_BATCHES_TO_RETAIN)
-SCHEMA_VERSION = 2  # 2: handed_over, file_work (an older file is rebuilt from the log)
+# 2: handed_over, file_work (an older file is rebuilt from the log). 3: txn_producers,
+# txn_aborted; a version 2 database (or snapshot) is upgraded in place: the new tables start empty,
+# which is its exact state since no diskless partition took a transactional batch before them.
+SCHEMA_VERSION = 3
+UPGRADABLE_VERSIONS = (2,)
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1  # a marker's control type (Kafka's ControlRecordType)
 
 # file_work statuses (local to the replica that leads: KIP-1164 keeps them out of the log)
 HANDED_OVER, DELETED = "handed-over", "deleted"
@@ -60,12 +65,25 @@ CREATE TABLE IF NOT EXISTS handed_over (
     from_coordinator INTEGER NOT NULL, committed_offset INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS file_work (
     object_key TEXT PRIMARY KEY, status TEXT NOT NULL, at_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS txn_producers (
+    topic_id BLOB NOT NULL, partition INTEGER NOT NULL, producer_id INTEGER NOT NULL,
+    producer_epoch INTEGER NOT NULL, coordinator_epoch INTEGER NOT NULL, first_offset INTEGER NOT NULL,
+    PRIMARY KEY (topic_id, partition, producer_id));
+CREATE TABLE IF NOT EXISTS txn_aborted (
+    topic_id BLOB NOT NULL, partition INTEGER NOT NULL, producer_id INTEGER NOT NULL,
+    first_offset INTEGER NOT NULL, last_offset INTEGER NOT NULL,
+    PRIMARY KEY (topic_id, partition, last_offset));
 """
 REPLICA_LOCAL_TABLES = ("file_work",)  # not from the log: left out of dumps and snapshots
 # handed_over: files another coordinator handed to this one (DisklessFileHandedOverRecord), from
 # the log like every other table. file_work: what the leader did with a file it owns (handed it
 # on, deleted it): KIP-1164 keeps this status out of the log, so it is this replica's own; a new
 # leader without it does the (idempotent) work again.
+# txn_producers: per diskless partition, each transactional producer's epoch, the coordinator
+# epoch of its last marker and the first offset of its open transaction (-1: none); the last
+# stable offset is the smallest such first offset (Kafka's ProducerStateManager, KIP-98).
+# txn_aborted: the aborted transactions (first offset, marker offset), Kafka's aborted-transaction
+# index, for read_committed Fetch answers.
 
 
 class FileTask(NamedTuple):
@@ -113,6 +131,15 @@ def next_owner(owners: list[int], index: int) -> int:
 
 
 @dataclass(slots=True)
+class TxnProducer:
+    """A transactional producer of one diskless partition (txn_producers)."""
+
+    producer_epoch: int
+    coordinator_epoch: int
+    first_offset: int  # of its open transaction, -1: none
+
+
+@dataclass(slots=True)
 class ProducerBatch:
     producer_epoch: int
     base_sequence: int
@@ -138,6 +165,8 @@ class DisklessState:
         version = self._meta("schema_version")
         if version is None:
             self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+        elif version in UPGRADABLE_VERSIONS:
+            self._db.execute("UPDATE meta SET value = ? WHERE name = 'schema_version'", (SCHEMA_VERSION,))
         elif version != SCHEMA_VERSION:
             raise sqlite3.DatabaseError(f"{self.path}: schema version {version}, expected {SCHEMA_VERSION}")
 
@@ -216,10 +245,13 @@ class DisklessState:
                        "WHERE topic_id = ? AND partition = ?", (record.new_log_start_offset, tid, record.partition_index))
             db.execute("DELETE FROM batches WHERE topic_id = ? AND partition = ? AND last_offset < ?",
                        (tid, record.partition_index, record.new_log_start_offset))
+            # as Kafka drops the aborted-transaction index with the segments below the log start
+            db.execute("DELETE FROM txn_aborted WHERE topic_id = ? AND partition = ? AND last_offset < ?",
+                       (tid, record.partition_index, record.new_log_start_offset))
             self._mark_empty_files_deleted()
         elif isinstance(record, DisklessTopicDeletedRecord):
             tid = record.topic_id.bytes
-            for table in ("partitions", "batches", "producers"):
+            for table in ("partitions", "batches", "producers", "txn_producers", "txn_aborted"):
                 db.execute(f"DELETE FROM {table} WHERE topic_id = ?", (tid,))
             self._mark_empty_files_deleted()
         elif isinstance(record, DisklessFileHandedOverRecord):
@@ -260,8 +292,12 @@ class DisklessState:
                          b.assigned_base_offset, b.assigned_last_offset, b.log_append_timestamp,
                          b.batch_max_timestamp, b.timestamp_type, b.producer_id, b.producer_epoch,
                          b.base_sequence, b.last_sequence))
-                    if b.producer_id >= 0:
+                    if b.producer_id >= 0 and b.control_type < 0:
                         self._remember_producer_batch(tid, p.partition_index, b)
+                    if b.control_type >= 0:
+                        self._end_transaction(tid, p.partition_index, b)
+                    elif b.is_transactional:
+                        self._begin_transaction(tid, p.partition_index, b)
                 last = p.batches[-1].assigned_last_offset if p.batches else -1
                 db.execute("UPDATE partitions SET high_watermark = MAX(high_watermark, ?) "
                            "WHERE topic_id = ? AND partition = ?", (last + 1, tid, p.partition_index))
@@ -277,7 +313,52 @@ class DisklessState:
         db.execute("DELETE FROM producers WHERE topic_id = ? AND partition = ? AND producer_id = ? AND seq <= ?",
                    (tid, partition, b.producer_id, seq - PRODUCER_BATCHES_KEPT))
 
+    def _begin_transaction(self, tid: bytes, partition: int, b: Any) -> None:
+        """A transactional batch: its producer's transaction opens here unless already open."""
+        db = self._db
+        row = db.execute("SELECT producer_epoch, first_offset FROM txn_producers WHERE topic_id = ? AND partition = ?"
+                         " AND producer_id = ?", (tid, partition, b.producer_id)).fetchone()
+        if row is None:
+            db.execute("INSERT INTO txn_producers VALUES (?,?,?,?,-1,?)",
+                       (tid, partition, b.producer_id, b.producer_epoch, b.assigned_base_offset))
+        else:
+            first = row[1] if row[1] >= 0 else b.assigned_base_offset
+            db.execute("UPDATE txn_producers SET producer_epoch = ?, first_offset = ? WHERE topic_id = ?"
+                       " AND partition = ? AND producer_id = ?",
+                       (max(row[0], b.producer_epoch), first, tid, partition, b.producer_id))
+
+    def _end_transaction(self, tid: bytes, partition: int, b: Any) -> None:
+        """A marker: the producer's open transaction (if any) ends; an abort is indexed."""
+        db = self._db
+        row = db.execute("SELECT producer_epoch, first_offset FROM txn_producers WHERE topic_id = ? AND partition = ?"
+                         " AND producer_id = ?", (tid, partition, b.producer_id)).fetchone()
+        epoch = b.producer_epoch if row is None else max(row[0], b.producer_epoch)
+        if row is not None and row[1] >= 0 and b.control_type == CONTROL_ABORT:
+            db.execute("INSERT OR REPLACE INTO txn_aborted VALUES (?,?,?,?,?)",
+                       (tid, partition, b.producer_id, row[1], b.assigned_last_offset))
+        db.execute("INSERT OR REPLACE INTO txn_producers VALUES (?,?,?,?,?,-1)",
+                   (tid, partition, b.producer_id, epoch, b.coordinator_epoch))
+
     # ------------------------------------------------------------------ reads
+    def txn_producers(self) -> dict[tuple[UUID, int, int], TxnProducer]:
+        """(topic id, partition, producer id) -> its transaction state."""
+        return {(UUID(bytes=t), p, pid): TxnProducer(e, ce, first) for t, p, pid, e, ce, first in self._db.execute(
+            "SELECT topic_id, partition, producer_id, producer_epoch, coordinator_epoch, first_offset"
+            " FROM txn_producers")}
+
+    def last_stable_offset(self, topic_id: UUID, partition: int, high_watermark: int) -> int:
+        """The first offset of the oldest open transaction, else the high watermark."""
+        row = self._db.execute("SELECT MIN(first_offset) FROM txn_producers WHERE topic_id = ? AND partition = ?"
+                               " AND first_offset >= 0", (topic_id.bytes, partition)).fetchone()
+        return high_watermark if row[0] is None else min(row[0], high_watermark)
+
+    def aborted_transactions(self, topic_id: UUID, partition: int, start: int, end: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions overlapping [start, end): their
+        marker at or after `start`, their first offset before `end` (Kafka's collectAbortedTxns)."""
+        return [(pid, first) for pid, first in self._db.execute(
+            "SELECT producer_id, first_offset FROM txn_aborted WHERE topic_id = ? AND partition = ?"
+            " AND last_offset >= ? AND first_offset < ? ORDER BY first_offset", (topic_id.bytes, partition, start, end))]
+
     def partitions(self) -> dict[tuple[UUID, int], tuple[str, int, int]]:
         """(topic id, partition) -> (topic name, log start offset, high watermark)."""
         return {(UUID(bytes=t), p): (n, lso, hw) for t, p, n, lso, hw in
@@ -294,14 +375,16 @@ class DisklessState:
         return out
 
     def find_batches(self, topic_id: UUID, partition: int, offset: int, max_bytes: int,
-                     max_batches: int) -> list[BatchRow]:
+                     max_batches: int, end: int = -1) -> list[BatchRow]:
         """Batches holding `offset` and after, in offset order, up to `max_bytes` (at least one
-        batch) and `max_batches`."""
+        batch) and `max_batches`; with `end` >= 0 only those ending below it (a read_committed
+        reader's last stable offset)."""
         rows = self._db.execute(
             "SELECT b.batch_id, f.object_key, b.magic, b.byte_offset, b.byte_size, b.base_offset, b.last_offset,"
             " b.log_append_timestamp, b.max_timestamp, b.timestamp_type FROM batches b JOIN files f USING (file_id)"
-            " WHERE b.topic_id = ? AND b.partition = ? AND b.last_offset >= ? ORDER BY b.last_offset LIMIT ?",
-            (topic_id.bytes, partition, offset, max(1, max_batches)))
+            " WHERE b.topic_id = ? AND b.partition = ? AND b.last_offset >= ? AND (? < 0 OR b.last_offset < ?)"
+            " ORDER BY b.last_offset LIMIT ?",
+            (topic_id.bytes, partition, offset, end, end, max(1, max_batches)))
         out: list[BatchRow] = []
         size = 0
         for row in rows:
@@ -457,6 +540,8 @@ class DisklessState:
         out = {}
         for table, order in (("meta", "name"), ("partitions", "topic_id, partition"), ("files", "file_id"),
                              ("batches", "batch_id"), ("producers", "topic_id, partition, producer_id, seq"),
-                             ("handed_over", "object_key")):
+                             ("handed_over", "object_key"),
+                             ("txn_producers", "topic_id, partition, producer_id"),
+                             ("txn_aborted", "topic_id, partition, last_offset")):
             out[table] = list(self._db.execute(f"SELECT * FROM {table} ORDER BY {order}"))
         return out

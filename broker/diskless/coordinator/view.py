@@ -8,6 +8,14 @@ Producer rules are a local log's (broker/storage/producer_state.py): a repeat of
 batches is a duplicate answered with the original offset; an older epoch is
 INVALID_PRODUCER_EPOCH; a newer epoch must start at sequence 0 and the same epoch must continue the
 sequence, else OUT_OF_ORDER_SEQUENCE_NUMBER; an unknown producer is accepted at any sequence.
+
+Transactions (KIP-98, as a local log's producer state): a transaction marker (a control batch the
+transaction coordinator's WriteTxnMarkers had committed) below the producer's epoch is
+INVALID_PRODUCER_EPOCH, below the coordinator epoch of its last marker
+TRANSACTION_COORDINATOR_FENCED; it closes the producer's open transaction. A data batch below the
+epoch a marker raised is INVALID_PRODUCER_EPOCH (a zombie), and a non-transactional batch of a
+producer with an open transaction INVALID_TXN_STATE. The view keeps each transactional producer's
+state (txns) so the last stable offset ListOffsets answers includes the pending records.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from typing import Any
 from uuid import UUID
 
 from broker.diskless.batches import BatchResult
-from broker.diskless.coordinator.state import PRODUCER_BATCHES_KEPT, DisklessState, ProducerBatch
+from broker.diskless.coordinator.state import PRODUCER_BATCHES_KEPT, DisklessState, ProducerBatch, TxnProducer
 from protocol.errors import Errors
 from protocol.generated.metadata_records.diskless_file_committed_record import DisklessFileCommittedRecord
 from protocol.generated.metadata_records.diskless_partition_created_record import DisklessPartitionCreatedRecord
@@ -36,6 +44,31 @@ class PartitionView:
     log_start_offset: int
     high_watermark: int
     producers: dict[int, deque[ProducerBatch]] = field(default_factory=dict)
+    txns: dict[int, TxnProducer] = field(default_factory=dict)
+
+    def last_stable_offset(self) -> int:
+        """The first offset of the oldest open transaction, else the high watermark."""
+        return min((t.first_offset for t in self.txns.values() if t.first_offset >= 0), default=self.high_watermark)
+
+    def note_batch(self, b: Any, base: int, last: int) -> None:
+        """Producer and transaction state after batch `b` was given offsets [base, last] (the
+        same rules as DisklessState's apply)."""
+        if b.producer_id < 0:
+            return
+        txn = self.txns.get(b.producer_id)
+        if b.control_type >= 0:
+            epoch = b.producer_epoch if txn is None else max(txn.producer_epoch, b.producer_epoch)
+            self.txns[b.producer_id] = TxnProducer(epoch, b.coordinator_epoch, -1)
+            return
+        self.producers.setdefault(b.producer_id, deque(maxlen=PRODUCER_BATCHES_KEPT)).append(
+            ProducerBatch(b.producer_epoch, b.base_sequence, b.last_sequence, base, last, b.batch_max_timestamp))
+        if b.is_transactional:
+            if txn is None:
+                self.txns[b.producer_id] = TxnProducer(b.producer_epoch, -1, base)
+            else:
+                txn.producer_epoch = max(txn.producer_epoch, b.producer_epoch)
+                if txn.first_offset < 0:
+                    txn.first_offset = base
 
 
 def _next_seq(seq: int) -> int:
@@ -56,6 +89,10 @@ class CoordinatorView:
             pv = view.partitions.get((tid, part))
             if pv is not None:
                 pv.producers[pid] = deque(batches, maxlen=PRODUCER_BATCHES_KEPT)
+        for (tid, part, pid), txn in state.txn_producers().items():
+            pv = view.partitions.get((tid, part))
+            if pv is not None:
+                pv.txns[pid] = txn
         return view
 
     # ------------------------------------------------------------------ applying records
@@ -71,10 +108,7 @@ class CoordinatorView:
                         continue
                     for b in p.batches:
                         pv.high_watermark = max(pv.high_watermark, b.assigned_last_offset + 1)
-                        if b.producer_id >= 0:
-                            pv.producers.setdefault(b.producer_id, deque(maxlen=PRODUCER_BATCHES_KEPT)).append(
-                                ProducerBatch(b.producer_epoch, b.base_sequence, b.last_sequence,
-                                              b.assigned_base_offset, b.assigned_last_offset, b.batch_max_timestamp))
+                        pv.note_batch(b, b.assigned_base_offset, b.assigned_last_offset)
         elif isinstance(record, DisklessRecordsDeletedRecord):
             pv = self.partitions.get((record.topic_id, record.partition_index))
             if pv is not None:
@@ -97,8 +131,28 @@ class CoordinatorView:
             self.apply(r)
         return records
 
+    @staticmethod
+    def _check_marker(pv: PartitionView, b: Any) -> BatchResult | None:
+        """None: append the marker. Otherwise the error (Kafka's checks of a marker's epochs)."""
+        batches = pv.producers.get(b.producer_id)
+        txn = pv.txns.get(b.producer_id)
+        epoch = max(batches[-1].producer_epoch if batches else -1, txn.producer_epoch if txn is not None else -1)
+        if b.producer_epoch < epoch:
+            return BatchResult(Errors.INVALID_PRODUCER_EPOCH,
+                               f"marker of producer {b.producer_id} epoch {b.producer_epoch} is older than {epoch}")
+        if txn is not None and b.coordinator_epoch < txn.coordinator_epoch:
+            return BatchResult(Errors.TRANSACTION_COORDINATOR_FENCED,
+                               f"marker of coordinator epoch {b.coordinator_epoch}, {txn.coordinator_epoch} seen")
+        return None
+
     def _check_producer(self, pv: PartitionView, b: Any) -> BatchResult | None:
         """None: append the batch. Otherwise the answer without appending (error or duplicate)."""
+        if b.control_type >= 0:
+            return self._check_marker(pv, b)
+        txn = pv.txns.get(b.producer_id)
+        if txn is not None and b.producer_epoch < txn.producer_epoch:
+            return BatchResult(Errors.INVALID_PRODUCER_EPOCH,
+                               f"producer {b.producer_id} epoch {b.producer_epoch} is older than {txn.producer_epoch}")
         batches = pv.producers.get(b.producer_id)
         if not batches:
             return None
@@ -118,6 +172,13 @@ class CoordinatorView:
         elif b.base_sequence != 0:
             return BatchResult(Errors.OUT_OF_ORDER_SEQUENCE_NUMBER,
                                f"producer {b.producer_id}: a new epoch {b.producer_epoch} must start at sequence 0")
+        return self._check_txn_state(txn, b)
+
+    @staticmethod
+    def _check_txn_state(txn: TxnProducer | None, b: Any) -> BatchResult | None:
+        if not b.is_transactional and txn is not None and txn.first_offset >= 0:
+            return BatchResult(Errors.INVALID_TXN_STATE,
+                               f"producer {b.producer_id} wrote a non-transactional batch in its open transaction")
         return None
 
     def commit_file(self, req: Any, uploader: int, now_ms: int) -> tuple[list[BatchResult], DisklessFileCommittedRecord | None]:
@@ -136,6 +197,9 @@ class CoordinatorView:
             if count < 1 or b.size <= 0 or b.byte_offset < 0 or b.byte_offset + b.size > req.file_size:
                 results.append(BatchResult(Errors.CORRUPT_MESSAGE, "batch offsets or byte range are invalid"))
                 continue
+            if b.control_type >= 0 and (b.producer_id < 0 or count != 1):
+                results.append(BatchResult(Errors.CORRUPT_MESSAGE, "a transaction marker is one record of a producer"))
+                continue
             if b.producer_id >= 0:
                 answer = self._check_producer(pv, b)
                 if answer is not None:
@@ -148,14 +212,12 @@ class CoordinatorView:
                 assigned_last_offset=base + count - 1, log_append_timestamp=now_ms,
                 batch_max_timestamp=b.batch_max_timestamp, timestamp_type=b.timestamp_type,
                 producer_id=b.producer_id, producer_epoch=b.producer_epoch, base_sequence=b.base_sequence,
-                last_sequence=b.last_sequence)
+                last_sequence=b.last_sequence, is_transactional=b.is_transactional, control_type=b.control_type,
+                coordinator_epoch=b.coordinator_epoch)
             topics.setdefault(b.topic_id, {}).setdefault(b.partition_index, []).append(committed)
             # the view moves now (pending), so the next batch of the same partition follows this one
             pv.high_watermark = base + count
-            if b.producer_id >= 0:
-                pv.producers.setdefault(b.producer_id, deque(maxlen=PRODUCER_BATCHES_KEPT)).append(
-                    ProducerBatch(b.producer_epoch, b.base_sequence, b.last_sequence, base, base + count - 1,
-                                  b.batch_max_timestamp))
+            pv.note_batch(b, base, base + count - 1)
             results.append(BatchResult(0, None, base, append_time, pv.log_start_offset))
         if not topics:
             return results, None

@@ -45,7 +45,9 @@ from protocol.message import Message, Records, Struct
 _st_16s = _Struct(">16s")
 _st_biiqqqqbqhii = _Struct(">biiqqqqbqhii")
 _st_bqi = _Struct(">bqi")
+_st_h = _Struct(">h")
 _st_i = _Struct(">i")
+_st_z = _Struct(">?")
 
 
 class DisklessFileCommittedRecord(Message):
@@ -147,6 +149,9 @@ class DisklessFileCommittedRecord(Message):
             "producer_epoch",
             "base_sequence",
             "last_sequence",
+            "is_transactional",
+            "control_type",
+            "coordinator_epoch",
             "unknown_tags",
         )
         _fields = (
@@ -162,6 +167,9 @@ class DisklessFileCommittedRecord(Message):
             "producer_epoch",
             "base_sequence",
             "last_sequence",
+            "is_transactional",
+            "control_type",
+            "coordinator_epoch",
         )
 
         magic: int
@@ -176,6 +184,9 @@ class DisklessFileCommittedRecord(Message):
         producer_epoch: int
         base_sequence: int
         last_sequence: int
+        is_transactional: bool
+        control_type: int
+        coordinator_epoch: int
         unknown_tags: dict[int, bytes] | None
 
         def __init__(
@@ -192,6 +203,9 @@ class DisklessFileCommittedRecord(Message):
             producer_epoch: int = 0,
             base_sequence: int = 0,
             last_sequence: int = 0,
+            is_transactional: bool = False,
+            control_type: int = -1,
+            coordinator_epoch: int = -1,
             unknown_tags: dict[int, bytes] | None = None,
         ) -> None:
             self.magic = magic
@@ -206,6 +220,9 @@ class DisklessFileCommittedRecord(Message):
             self.producer_epoch = producer_epoch
             self.base_sequence = base_sequence
             self.last_sequence = last_sequence
+            self.is_transactional = is_transactional
+            self.control_type = control_type
+            self.coordinator_epoch = coordinator_epoch
             self.unknown_tags = unknown_tags
 
     def __init__(
@@ -254,6 +271,9 @@ def _d_DisklessFileCommittedRecord_DisklessCommittedBatch_v0(buf, pos):
         pos += 60
         f = "<tagged fields>"
         unknown = None
+        v_is_transactional = False
+        v_control_type = -1
+        v_coordinator_epoch = -1
         if buf[pos] == 0:
             pos += 1
         else:
@@ -262,9 +282,28 @@ def _d_DisklessFileCommittedRecord_DisklessCommittedBatch_v0(buf, pos):
                 tag, pos = read_uvarint(buf, pos)
                 size, pos = read_uvarint(buf, pos)
                 end = check_len(buf, pos, size)
-                if unknown is None:
-                    unknown = {}
-                unknown[tag] = bytes(buf[pos:end])
+                if tag == 0:
+                    f = "IsTransactional"
+                    v_is_transactional = _st_z.unpack_from(buf, pos)[0]
+                    pos += 1
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 1:
+                    f = "ControlType"
+                    v_control_type = _st_h.unpack_from(buf, pos)[0]
+                    pos += 2
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 2:
+                    f = "CoordinatorEpoch"
+                    v_coordinator_epoch = _st_i.unpack_from(buf, pos)[0]
+                    pos += 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
                 pos = end
     except ProtocolError as e:
         if e.field is None:
@@ -285,6 +324,9 @@ def _d_DisklessFileCommittedRecord_DisklessCommittedBatch_v0(buf, pos):
         v_producer_epoch,
         v_base_sequence,
         v_last_sequence,
+        v_is_transactional,
+        v_control_type,
+        v_coordinator_epoch,
         unknown,
     ), pos
 
@@ -464,10 +506,38 @@ def _e_DisklessFileCommittedRecord_DisklessCommittedBatch_v0(o, parts):
             o.last_sequence,
         )
     )
-    if o.unknown_tags:
-        write_tags(parts, None, o.unknown_tags)
-    else:
+    tg = None
+    if o.is_transactional != False:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_z.pack(o.is_transactional))
+        if tg is None:
+            tg = []
+        tg.append((0, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.control_type != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_h.pack(o.control_type))
+        if tg is None:
+            tg = []
+        tg.append((1, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.coordinator_epoch != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_i.pack(o.coordinator_epoch))
+        if tg is None:
+            tg = []
+        tg.append((2, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
         w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
 
 
 def _e_DisklessFileCommittedRecord_DisklessCommittedPartition_v0(o, parts):
