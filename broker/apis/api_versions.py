@@ -8,4 +8,4 @@ from protocol.generated.api_versions import ApiVersionsResponse
 
 @api(18, 0, 4)
 async def api_versions(ctx: RequestContext, req) -> ApiVersionsResponse:
-    return ApiVersionsResponse(error_code=0, api_keys=advertised_versions())
+    return ApiVersionsResponse(error_code=0, api_keys=advertised_versions(ctx.services.config))

@@ -40,6 +40,9 @@ class RequestContext:
 
 
 Handler = Callable[[RequestContext, Any], Coroutine[Any, Any, Any]]
+# whether a handler serves on this broker (a feature switched off by config is neither advertised
+# nor served: librdkafka acts on every advertised key)
+Enabled = Callable[[Any], bool]
 
 
 @dataclass(frozen=True)
@@ -48,22 +51,27 @@ class ApiEntry:
     min_version: int
     max_version: int
     handler: Handler
+    enabled: Enabled | None = None  # called with the BrokerConfig; None: always served
+
+    def served(self, config: Any) -> bool:
+        return self.enabled is None or config is None or self.enabled(config)
 
 
 HANDLERS: dict[int, ApiEntry] = {}
 
 
-def api(key: int, min_version: int, max_version: int) -> Callable[[Handler], Handler]:
+def api(key: int, min_version: int, max_version: int, enabled: Enabled | None = None) -> Callable[[Handler], Handler]:
     def register(fn: Handler) -> Handler:
-        HANDLERS[key] = ApiEntry(key, min_version, max_version, fn)
+        HANDLERS[key] = ApiEntry(key, min_version, max_version, fn, enabled)
         return fn
 
     return register
 
 
-def advertised_versions() -> list[ApiVersionsResponse.ApiVersion]:
-    """The ApiVersions list: every registered handler's key and version range."""
+def advertised_versions(config: Any = None) -> list[ApiVersionsResponse.ApiVersion]:
+    """The ApiVersions list: every registered handler's key and version range (those this
+    broker's `config` serves)."""
     return [
         ApiVersionsResponse.ApiVersion(api_key=e.key, min_version=e.min_version, max_version=e.max_version)
-        for e in sorted(HANDLERS.values(), key=lambda e: e.key)
+        for e in sorted(HANDLERS.values(), key=lambda e: e.key) if e.served(config)
     ]

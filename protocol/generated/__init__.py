@@ -100,6 +100,10 @@ import protocol.generated.request_header as request_header
 import protocol.generated.response_header as response_header
 import protocol.generated.sasl_authenticate as sasl_authenticate
 import protocol.generated.sasl_handshake as sasl_handshake
+import protocol.generated.share_acknowledge as share_acknowledge
+import protocol.generated.share_fetch as share_fetch
+import protocol.generated.share_group_describe as share_group_describe
+import protocol.generated.share_group_heartbeat as share_group_heartbeat
 import protocol.generated.sync_group as sync_group
 import protocol.generated.txn_offset_commit as txn_offset_commit
 import protocol.generated.vote as vote
@@ -169,6 +173,10 @@ REQUESTS: dict[int, type[Message]] = {
     69: consumer_group_describe.ConsumerGroupDescribeRequest,
     73: assign_replicas_to_dirs.AssignReplicasToDirsRequest,
     75: describe_topic_partitions.DescribeTopicPartitionsRequest,
+    76: share_group_heartbeat.ShareGroupHeartbeatRequest,
+    77: share_group_describe.ShareGroupDescribeRequest,
+    78: share_fetch.ShareFetchRequest,
+    79: share_acknowledge.ShareAcknowledgeRequest,
     1076: create_chunks.CreateChunksRequest,
     1077: alter_chunk_assignments.AlterChunkAssignmentsRequest,
     1093: diskless_create_partitions.DisklessCreatePartitionsRequest,
@@ -243,6 +251,10 @@ RESPONSES: dict[int, type[Message]] = {
     69: consumer_group_describe.ConsumerGroupDescribeResponse,
     73: assign_replicas_to_dirs.AssignReplicasToDirsResponse,
     75: describe_topic_partitions.DescribeTopicPartitionsResponse,
+    76: share_group_heartbeat.ShareGroupHeartbeatResponse,
+    77: share_group_describe.ShareGroupDescribeResponse,
+    78: share_fetch.ShareFetchResponse,
+    79: share_acknowledge.ShareAcknowledgeResponse,
     1076: create_chunks.CreateChunksResponse,
     1077: alter_chunk_assignments.AlterChunkAssignmentsResponse,
     1093: diskless_create_partitions.DisklessCreatePartitionsResponse,
