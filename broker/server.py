@@ -60,13 +60,42 @@ def is_control_plane(frame: bytes) -> bool:
         if api_key != FETCH or not 4 <= api_version <= REQUESTS[FETCH].MAX_VERSION:
             return False
         if api_version >= 15:  # the replica id moved into a tagged field: decode the whole request
-            body = decode_client_request(frame).body
+            req = decode_client_request(frame)
+            _decoded.keep(frame, req)  # the dispatcher takes it instead of decoding again
+            body = req.body
             return body.replica_state is not None and body.replica_state.replica_id >= 0
         mv = memoryview(frame)
         _, pos = RequestHeader.decode_from(mv, 0, request_header_version(FETCH, api_version))
         return _REPLICA_ID.unpack_from(mv, pos)[0] >= 0
     except (ProtocolError, UnsupportedRequest, struct.error):
         return False
+
+
+class _DecodedFrames:
+    """Requests decoded to classify their frame (a Fetch v15+: its replica id is a tagged field
+    at the end), kept for the dispatcher so a follower's Fetch is decoded once. Keyed by the
+    frame object itself: held here until taken, at most MAX (a frame never dispatched, its
+    connection closed, is pushed out by later ones)."""
+
+    MAX = 256
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[bytes, Request]] = {}
+
+    def keep(self, frame: bytes, req: Request) -> None:
+        by_id = self._by_id
+        if len(by_id) >= self.MAX:
+            del by_id[next(iter(by_id))]  # the oldest
+        by_id[id(frame)] = (frame, req)
+
+    def take(self, frame: bytes) -> Request | None:
+        if not self._by_id:
+            return None
+        kept = self._by_id.pop(id(frame), None)
+        return kept[1] if kept is not None and kept[0] is frame else None
+
+
+_decoded = _DecodedFrames()
 
 
 # ApiVersions, WriteTxnMarkers, and Strata's broker-to-broker chunk APIs
@@ -118,7 +147,7 @@ class RequestDispatcher:
         # handling it names the peer, so a rejected request is traceable to its connection.
         structlog.contextvars.bind_contextvars(peer=conn.peer)
         try:
-            req = decode_client_request(frame)
+            req = _decoded.take(frame) or decode_client_request(frame)
             entry = HANDLERS.get(req.api_key)
             if entry is None or not entry.min_version <= req.api_version <= entry.max_version:
                 raise UnsupportedRequest(

@@ -15,7 +15,7 @@ from node.scram import PLAIN, AuthenticationError, ScramClient
 from node.security import PLAINTEXT_CLIENT, ClientSecurity
 from node.waits import READ_SLICE, Eventual, read_next_step, wait_within
 from protocol.errors import ProtocolError, error_name
-from protocol.framing import DEFAULT_MAX_FRAME, FrameReader, frame
+from protocol.framing import DEFAULT_MAX_FRAME, FrameReader, frame_joined
 from protocol.generated import REQUESTS, RESPONSES
 from protocol.generated.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from protocol.generated.sasl_authenticate import SaslAuthenticateRequest
@@ -145,7 +145,7 @@ class NodeClient:
             fut = asyncio.get_running_loop().create_future()
             self._pending[cid] = (fut, key, v)
         try:
-            proto.transport.writelines(frame(parts))
+            proto.transport.writelines(frame_joined(parts))
             if proto.write_paused:
                 await proto.drained()
             if fut is None:
@@ -187,7 +187,7 @@ class NodeClient:
             self._pending.pop(cid, None)
 
         ev.on_done(settled)
-        proto.transport.writelines(frame(encode_request(body, version, cid, self.client_id)))
+        proto.transport.writelines(frame_joined(encode_request(body, version, cid, self.client_id)))
         return ev
 
     def _writable(self) -> _ClientProtocol:

@@ -71,7 +71,7 @@ from node.security import ANONYMOUS, ListenerSecurity
 from node.waits import READ_SLICE, Eventual, read_next_step
 from protocol.errors import ProtocolError
 from protocol.file_region import RegionParts
-from protocol.framing import DEFAULT_MAX_FRAME, FrameReader, frame
+from protocol.framing import DEFAULT_MAX_FRAME, FrameReader, frame, frame_joined
 
 log = structlog.get_logger(__name__)
 limited = RateLimitedLog(log)
@@ -457,7 +457,7 @@ class Connection(asyncio.Protocol):
                 if type(parts) is RegionParts or self.sending:
                     self._send_regions(frame(parts))
                 else:
-                    self.transport.writelines(frame(parts))
+                    self.transport.writelines(frame_joined(parts))
                 self.last_active = self.loop.time()
         if released and not self.closed:
             self._account()
