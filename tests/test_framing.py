@@ -5,9 +5,11 @@ import struct
 
 import pytest
 
+from broker.server import _decoded, is_control_plane
 from protocol.errors import ProtocolError
-from protocol.framing import FrameReader, frame
+from protocol.framing import JOIN_MAX, FrameReader, frame, frame_joined
 from protocol.generated.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from protocol.generated.fetch import FetchRequest
 from protocol.generated.metadata import MetadataRequest
 from protocol.headers import UnsupportedRequest, decode_request, decode_response, encode_request, encode_response
 
@@ -79,3 +81,34 @@ def test_prefix_split_and_large_frame_in_pieces():
     for i in range(5, len(big), 65536):
         got += r.feed(big[i : i + 65536] + (small if i + 65536 >= len(big) else b""))
     assert [bytes(f) for f in got] == [b"y" * 300_000, b"ab"] and r.pending == 0 and r.incomplete_size is None
+
+
+def test_joined_frame_is_one_buffer_when_small_and_parts_when_large():
+    small = [b"ab", memoryview(b"cde"), b"f"]
+    assert frame_joined(small) == [b"\x00\x00\x00\x06abcdef"]
+    assert b"".join(frame(small)) == frame_joined(small)[0]
+    big = [b"x" * JOIN_MAX, b"y"]
+    out = frame_joined(big)
+    assert len(out) == 3 and out[0] == (JOIN_MAX + 1).to_bytes(4, "big") and out[1] is big[0]
+
+
+def _follower_fetch_frame(replica_id: int) -> bytes:
+    req = FetchRequest(max_wait_ms=500, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
+                       session_epoch=-1, topics=[])
+    req.replica_state = FetchRequest.ReplicaState(replica_id=replica_id, replica_epoch=1)
+    return b"".join(bytes(p) for p in encode_request(req, 17, 7, "replica-fetcher-2"))
+
+
+def test_a_classified_follower_fetch_is_decoded_once():
+    f = _follower_fetch_frame(2)
+    assert is_control_plane(f)
+    req = _decoded.take(f)
+    assert req is not None and req.body.replica_state.replica_id == 2
+    assert _decoded.take(f) is None  # taken once; the dispatcher decodes anything else itself
+    assert not is_control_plane(_follower_fetch_frame(-1))  # a consumer's: kept too, but client traffic
+    kept = [_follower_fetch_frame(3) for _ in range(_decoded.MAX + 10)]
+    for k in kept:
+        is_control_plane(k)
+    assert len(_decoded._by_id) == _decoded.MAX  # bounded: the oldest are pushed out
+    assert _decoded.take(kept[0]) is None and _decoded.take(kept[-1]) is not None
+    _decoded._by_id.clear()
