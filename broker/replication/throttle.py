@@ -49,9 +49,16 @@ class Throttle:
         self.props = props
         self._tokens = 0.0
         self._last = time.monotonic()
+        self._rate_of: tuple[MetadataImage | None, int | None] = (None, None)  # (image, its rate)
 
     def rate(self) -> int | None:
-        return broker_rate(self.images.image, self.node_id, self.props, RATE_KEY)
+        # asked several times per follower Fetch: worked out again only when the image changes
+        image = self.images.image
+        seen, rate = self._rate_of
+        if image is not seen:
+            rate = broker_rate(image, self.node_id, self.props, RATE_KEY)
+            self._rate_of = (image, rate)
+        return rate
 
     def applies(self, topic: str, index: int) -> bool:
         """Whether this broker's replica of partition `index` of `topic` is throttled."""
