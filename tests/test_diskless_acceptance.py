@@ -2,7 +2,8 @@
 6-partition diskless topic through all 3 brokers (each client bootstrapping from a different
 broker, each named leader by its client id) and read them back through every broker: every
 message once, per-partition order as acknowledged; on the local store and on SeaweedFS (S3).
-Also: transactions refused, a corrupt batch refused with nothing uploaded, ListOffsets."""
+Also: a corrupt batch refused with nothing uploaded, ListOffsets (transactions:
+test_diskless_transactions.py)."""
 
 from __future__ import annotations
 
@@ -198,24 +199,15 @@ def test_three_clients_through_every_broker(diskless_cluster: Cluster) -> None:
     assert {p: rows for p, rows in got.items()} == expected, "read with confluent-kafka differs"
 
 
-def test_bad_input_and_transactions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Only the local store: a corrupt batch gets CORRUPT_MESSAGE and nothing is uploaded;
-    a transactional producer is refused with INVALID_TXN_STATE; ListOffsets answers."""
+    ListOffsets answers."""
     c = Cluster(tmp_path / "cluster", brokers=3, broker_overrides=_overrides("local", None, tmp_path),
                 controller_overrides=CONTROLLER)
     try:
         c.start()
         _create_topic(c.bootstrap)
         asyncio.run(_bad_input(c, tmp_path / "objects"))
-        from confluent_kafka import KafkaException, Producer
-
-        p = Producer({"bootstrap.servers": c.bootstrap, "transactional.id": "t1"})
-        p.init_transactions(30)
-        p.begin_transaction()
-        p.produce(TOPIC, value=b"x", partition=0)
-        with pytest.raises(KafkaException):
-            p.commit_transaction(30)
-        del p
     finally:
         c.stop()
 

@@ -128,7 +128,7 @@ async def list_offsets(ctx: RequestContext, req: Any) -> DisklessListOffsetsResp
     refused = calling_broker(ctx) is None
     c = _coordinator(ctx)
     found = iter(await asyncio.gather(*(
-        _refused_offsets() if refused else c.list_offsets(t.topic_id, p.partition_index, p.timestamp)
+        _refused_offsets() if refused else c.list_offsets(t.topic_id, p.partition_index, p.timestamp, p.read_committed)
         for t in req.topics for p in t.partitions)))
     out = []
     for t in req.topics:
@@ -145,8 +145,8 @@ async def list_offsets(ctx: RequestContext, req: Any) -> DisklessListOffsetsResp
 @api(1098, 0, 0)
 async def find_batches(ctx: RequestContext, req: Any) -> DisklessFindBatchesResponse:
     R = DisklessFindBatchesResponse
-    lookups = [BatchLookup(t.topic_id, p.partition_index, p.offset, max(p.max_partition_fetch_bytes, 1))
-               for t in req.topics for p in t.partitions]
+    lookups = [BatchLookup(t.topic_id, p.partition_index, p.offset, max(p.max_partition_fetch_bytes, 1),
+                           p.read_committed) for t in req.topics for p in t.partitions]
     # Read-only, so not only for brokers: a reader that fetches WAL byte ranges from the object
     # store itself (the Spark source's direct read) plans from it. With ACLs on, the request still
     # needs CLUSTER_ACTION (broker/authz.py), as KIP-1164 asks.
@@ -157,7 +157,8 @@ async def find_batches(ctx: RequestContext, req: Any) -> DisklessFindBatchesResp
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            code, lso, hw, rows = next(answers)
+            answer = next(answers)
+            code, lso, hw, rows = answer.error_code, answer.log_start_offset, answer.high_watermark, answer.batches
             kept: list[Any] = []
             for r in rows:  # the request's budget, in request order (the first batch always)
                 if kept and r.byte_size > budget:
@@ -170,7 +171,11 @@ async def find_batches(ctx: RequestContext, req: Any) -> DisklessFindBatchesResp
                     batch_id=r.batch_id, object_key=r.object_key, magic=r.magic, byte_offset=r.byte_offset,
                     byte_size=r.byte_size, base_offset=r.base_offset, last_offset=r.last_offset,
                     log_append_timestamp=r.log_append_timestamp, batch_max_timestamp=r.max_timestamp,
-                    timestamp_type=r.timestamp_type) for r in kept]))
+                    timestamp_type=r.timestamp_type) for r in kept],
+                last_stable_offset=answer.last_stable_offset,
+                aborted_transactions=[R.DisklessAbortedTransaction(producer_id=pid, first_offset=first)
+                                      for pid, first in answer.aborted or ()
+                                      if kept and first <= kept[-1].last_offset]))
         out.append(R.DisklessFindBatchesTopicResponse(topic_id=t.topic_id, partitions=parts))
     return R(topics=out)
 

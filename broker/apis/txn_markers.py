@@ -7,6 +7,10 @@ then is the transaction's outcome durable on every in-sync replica, and only the
 stable offset move past it. Errors are per partition; the coordinator retries the retriable ones.
 For `__consumer_offsets` partitions the group coordinator then applies (commit) or drops (abort)
 the transaction's pending offsets.
+
+A diskless partition has no leader to append to: any broker writes its marker into its WAL file
+and commits it through the diskless coordinator like any batch (the coordinator checks the epochs
+and ends the producer's transaction in its state); the answer waits for that commit.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ async def write_txn_markers(ctx: RequestContext, req) -> WriteTxnMarkersResponse
     now = now_ms()
     results = []
     waits = []  # (partition result, partition, end offset, topic, producer id, commit)
+    diskless_waits = []  # (partition result, the commit's answer)
     for m in req.markers:
         mr = R.WritableTxnMarkerResult(producer_id=m.producer_id)
         results.append(mr)
@@ -44,6 +49,11 @@ async def write_txn_markers(ctx: RequestContext, req) -> WriteTxnMarkersResponse
             for idx in t.partition_indexes:
                 pr = R.WritableTxnMarkerPartitionResult(partition_index=idx)
                 tr.partitions.append(pr)
+                dp = s.diskless.partition(t.name, idx)
+                if dp is not None:
+                    diskless_waits.append((pr, dp.write_marker(m.producer_id, m.producer_epoch, m.coordinator_epoch,
+                                                               m.transaction_result, now)))
+                    continue
                 p, pr.error_code = s.partitions.leader(t.name, idx)
                 if p is None:
                     continue
@@ -73,6 +83,13 @@ async def write_txn_markers(ctx: RequestContext, req) -> WriteTxnMarkersResponse
                 p.notify_data()
                 p.maybe_advance_high_watermark()
                 waits.append((pr, p, info.last_offset + 1, t.name, m.producer_id, m.transaction_result))
+    if diskless_waits:
+        answers = await asyncio.gather(*(a for _, a in diskless_waits))
+        for (pr, _), a in zip(diskless_waits, answers):
+            pr.error_code = a.error_code
+            if a.error_code:
+                log.info("txn_marker_refused", partition=pr.partition_index, error_code=a.error_code,
+                         error=a.error_message, diskless=True)
     if waits:
         done = await asyncio.gather(*(p.wait_for_high_watermark(end, REPLICATION_TIMEOUT_S) for _, p, end, *_ in waits))
         for (pr, p, _, topic, pid, commit), ok in zip(waits, done):

@@ -31,21 +31,27 @@ class BatchRow:
 
 
 class BatchLookup(NamedTuple):
-    """One partition of a DisklessFindBatches: its batches from `offset` on, up to `max_bytes`."""
+    """One partition of a DisklessFindBatches: its batches from `offset` on, up to `max_bytes`
+    (for a read_committed reader, those below the last stable offset)."""
 
     topic_id: UUID
     partition: int
     offset: int
     max_bytes: int
+    read_committed: bool = False
 
 
 class FoundBatches(NamedTuple):
-    """The answer to one BatchLookup: an error or the batches, with the partition's offsets."""
+    """The answer to one BatchLookup: an error or the batches, with the partition's offsets; for
+    a read_committed lookup also the aborted transactions (producer id, first offset) overlapping
+    the batches."""
 
     error_code: int
     log_start_offset: int
     high_watermark: int
     batches: list[BatchRow]
+    last_stable_offset: int = -1
+    aborted: list[tuple[int, int]] | None = None
 
 
 @dataclass(slots=True)

@@ -113,7 +113,7 @@ class CoordinatorClient:
         self.replicas = replicas
         self._finds: RequestBatcher[BatchLookup, FoundBatches] = RequestBatcher(
             self._find_at, lambda _: FoundBatches(Errors.NOT_LEADER_OR_FOLLOWER, -1, -1, []))
-        self._offsets: RequestBatcher[tuple[UUID, int, int], tuple[int, int, int]] = RequestBatcher(
+        self._offsets: RequestBatcher[tuple[UUID, int, int, bool], tuple[int, int, int]] = RequestBatcher(
             self._list_offsets_at, lambda _: (Errors.NOT_LEADER_OR_FOLLOWER, -1, -1))
 
     def close(self) -> None:
@@ -234,9 +234,11 @@ class CoordinatorClient:
                                               details=details))
 
     # ------------------------------------------------------------------ reads
-    def find_batches(self, topic_id: UUID, partition: int, offset: int, max_bytes: int) -> Awaitable[FoundBatches]:
-        """The batches of a diskless partition from `offset` on (up to `max_bytes`, at least one),
-        its log start and high watermark; sent with the other lookups of this turn of the loop."""
+    def find_batches(self, topic_id: UUID, partition: int, offset: int, max_bytes: int,
+                     read_committed: bool = False) -> Awaitable[FoundBatches]:
+        """The batches of a diskless partition from `offset` on (up to `max_bytes`, at least one;
+        read_committed: below the last stable offset, with the aborted transactions), its log
+        start and high watermark; sent with the other lookups of this turn of the loop."""
         index = self.coordinator_of(topic_id, partition)
         if index < 0:
             return _now(FoundBatches(Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, []))
@@ -246,7 +248,7 @@ class CoordinatorClient:
             target = self.leader_of(index)
             if target < 0:
                 return _now(FoundBatches(Errors.NOT_LEADER_OR_FOLLOWER, -1, -1, []))
-        return self._finds.add(target, BatchLookup(topic_id, partition, offset, max_bytes))
+        return self._finds.add(target, BatchLookup(topic_id, partition, offset, max_bytes, read_committed))
 
     async def _find_at(self, broker_id: int, lookups: list[BatchLookup]) -> list[FoundBatches]:
         if broker_id == self.node_id:
@@ -259,7 +261,8 @@ class CoordinatorClient:
                   max_batches_per_partition=MAX_BATCHES_PER_PARTITION, topics=[
                       FB.DisklessFindBatchesTopic(topic_id=tid, partitions=[FB.DisklessFindBatchesPartition(
                           partition_index=lookups[i].partition, offset=lookups[i].offset,
-                          max_partition_fetch_bytes=lookups[i].max_bytes) for i in positions])
+                          max_partition_fetch_bytes=lookups[i].max_bytes, read_committed=lookups[i].read_committed)
+                          for i in positions])
                       for tid, positions in by_topic.items()])
         try:
             resp = await self._send(broker_id, body)
@@ -274,27 +277,32 @@ class CoordinatorClient:
             found[i] = FoundBatches(p.error_code, p.log_start_offset, p.high_watermark, [
                 BatchRow(b.batch_id, b.object_key, b.magic, b.byte_offset, b.byte_size, b.base_offset,
                          b.last_offset, b.log_append_timestamp, b.batch_max_timestamp, b.timestamp_type)
-                for b in p.batches])
+                for b in p.batches], p.last_stable_offset,
+                [(a.producer_id, a.first_offset) for a in p.aborted_transactions] if lookups[i].read_committed else None)
         return found
 
-    def list_offsets(self, topic_id: UUID, partition: int, timestamp: int) -> Awaitable[tuple[int, int, int]]:
-        """(error, timestamp, offset) from the coordinator's leader (strictly consistent); sent
-        with the other lookups of this turn of the loop."""
+    def list_offsets(self, topic_id: UUID, partition: int, timestamp: int,
+                     read_committed: bool = False) -> Awaitable[tuple[int, int, int]]:
+        """(error, timestamp, offset) from the coordinator's leader (strictly consistent; "latest"
+        is the last stable offset for a read_committed asker); sent with the other lookups of
+        this turn of the loop."""
         index = self.coordinator_of(topic_id, partition)
         leader = self.leader_of(index) if index >= 0 else -1
         if leader < 0:
             return _now((Errors.NOT_LEADER_OR_FOLLOWER, -1, -1))
-        return self._offsets.add(leader, (topic_id, partition, timestamp))
+        return self._offsets.add(leader, (topic_id, partition, timestamp, read_committed))
 
-    async def _list_offsets_at(self, broker_id: int, asks: list[tuple[UUID, int, int]]) -> list[tuple[int, int, int]]:
+    async def _list_offsets_at(self, broker_id: int,
+                               asks: list[tuple[UUID, int, int, bool]]) -> list[tuple[int, int, int]]:
         if broker_id == self.node_id:
             return list(await asyncio.gather(*(self.local.list_offsets(*ask) for ask in asks)))
         by_topic: dict[UUID, list[int]] = {}
-        for i, (tid, _, _) in enumerate(asks):
+        for i, (tid, *_) in enumerate(asks):
             by_topic.setdefault(tid, []).append(i)
         order = [i for positions in by_topic.values() for i in positions]
         body = LO(topics=[LO.DisklessListOffsetsTopic(topic_id=tid, partitions=[
-            LO.DisklessListOffsetsPartition(partition_index=asks[i][1], timestamp=asks[i][2]) for i in positions])
+            LO.DisklessListOffsetsPartition(partition_index=asks[i][1], timestamp=asks[i][2], read_committed=asks[i][3])
+            for i in positions])
             for tid, positions in by_topic.items()])
         try:
             resp = await self._send(broker_id, body)

@@ -4,9 +4,11 @@ waiters) and picks each client's "leader" for Metadata.
 
 Any broker serves any diskless partition. Produce: batches are validated (header, CRC, size),
 stamped with LogAppendTime when the topic asks for it, and buffered into this broker's WAL file;
-the answer waits for the commit (acks 0/1/all all mean committed). Transactional batches are
-refused with INVALID_TXN_STATE (not supported yet, as in Inkless). Fetch: DisklessFindBatches,
-ranged reads through the block cache, base offsets patched in. Long polls re-ask every
+the answer waits for the commit (acks 0/1/all all mean committed). Transactional batches go the
+same way, and so do transaction markers (write_marker, for WriteTxnMarkers): the coordinator
+keeps the partition's transaction state (KIP-1164 puts producer state there). Fetch:
+DisklessFindBatches (for read_committed readers up to the last stable offset, with the aborted
+transactions), ranged reads through the block cache, base offsets patched in. Long polls re-ask every
 `diskless.fetch.poll.ms` (100 ms) and wake at once when this broker commits to the partition.
 """
 
@@ -35,7 +37,8 @@ from broker.storage.errors import StorageError
 from metadata.diskless import DISKLESS_METADATA_TOPIC
 from metadata.image import BROKER_RESOURCE, PartitionInfo, TopicInfo
 from protocol.errors import Errors
-from protocol.records.batch import set_log_append_time
+from protocol.records.batch import read_header, set_log_append_time
+from protocol.records.control import encode_txn_marker
 
 if TYPE_CHECKING:
     from broker.diskless.coordinator.coordinator import DisklessCoordinator
@@ -46,7 +49,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 LATEST = -1
-TXN_REFUSED = "transactions are not supported on diskless topics yet (as in Inkless): use a classic topic"
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1  # Kafka's ControlRecordType of a transaction marker
 MAX_PREPARED = 8  # lookups a partition keeps for reads to come (one per concurrent Fetch offset)
 RACK_TAG = "diskless_az="  # Inkless' convention: a client names its zone in client.id
 GATEWAYS_KEY = "diskless.produce.gateways.enable"
@@ -80,8 +83,6 @@ class DisklessPartition:
         except StorageError as e:
             log.warning("produce_rejected", topic=self.topic.name, partition=self.info.partition, error=str(e))
             return answered(AppendAnswer(e.error_code, str(e)))
-        if any(h.is_transactional for _, h in batches):
-            return answered(AppendAnswer(Errors.INVALID_TXN_STATE, TXN_REFUSED))
         data: Any = records
         ts_type = 0
         if cfg.get("message.timestamp.type") == "LogAppendTime":
@@ -91,6 +92,17 @@ class DisklessPartition:
         fut = self.s.wal.append(self.topic.id, self.info.partition, bytes(data), [h for _, h in batches],
                                 ts_type, now_ms)
         return self._answer(fut, sum(h.record_count for _, h in batches), len(records))
+
+    def write_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                     now_ms: int) -> Awaitable[AppendAnswer]:
+        """WriteTxnMarkers on this partition: the control batch goes into the WAL file and is
+        committed like any batch; the coordinator checks its epochs and ends the producer's
+        transaction (KIP-98's marker, KIP-1164's commit path)."""
+        data = encode_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit, now_ms)
+        header = read_header(data)
+        fut = self.s.wal.append(self.topic.id, self.info.partition, data, [header], 0, now_ms,
+                                marker=(CONTROL_COMMIT if commit else CONTROL_ABORT, coordinator_epoch))
+        return self._answer(fut, 0, 0)
 
     async def _answer(self, fut: asyncio.Future, messages: int, size: int) -> AppendAnswer:
         r: BatchResult = await fut
@@ -109,12 +121,13 @@ class DisklessPartition:
 
     def _find(self, pos: FetchPosition) -> Awaitable[FoundBatches]:
         tid, idx = self.key
-        return self.s.client.find_batches(tid, idx, pos.fetch_offset, max(pos.max_bytes, 1))
+        return self.s.client.find_batches(tid, idx, pos.fetch_offset, max(pos.max_bytes, 1), pos.read_committed)
 
     async def read(self, pos: FetchPosition) -> ReadAnswer:
         tid, idx = self.key
         lookup = self._lookups.pop(pos.fetch_offset, None) or self._find(pos)
-        err, lso, hw, found = await lookup
+        got = await lookup
+        err, lso, hw, found = got.error_code, got.log_start_offset, got.high_watermark, got.batches
         rows: list[Any] = []
         size = 0
         for r in found:  # asked before the Fetch's budget was known: keep what fits now
@@ -122,7 +135,8 @@ class DisklessPartition:
                 break
             rows.append(r)
             size += r.byte_size
-        ans = ReadAnswer(high_watermark=hw, last_stable_offset=hw, log_start_offset=lso,
+        stable = got.last_stable_offset if got.last_stable_offset >= 0 else hw
+        ans = ReadAnswer(high_watermark=hw, last_stable_offset=stable, log_start_offset=lso,
                          aborted_transactions=[] if pos.read_committed else None)
         if err == Errors.OFFSET_OUT_OF_RANGE and pos.fetch_offset > hw >= 0:
             # this broker's copy of the coordinator's state may trail the leader by a moment
@@ -138,6 +152,9 @@ class DisklessPartition:
             return ans
         if not pos.min_one_batch and rows[0].byte_size > pos.max_bytes:
             return ans  # the budget is spent; the next fetch gets it
+        if pos.read_committed and got.aborted:
+            end = rows[-1].last_offset
+            ans.aborted_transactions = [(pid, first) for pid, first in got.aborted if first <= end]
         try:
             ans.records = await read_batches(self.s.cache, rows)
         except ObjectStoreError as e:
@@ -162,7 +179,8 @@ class DisklessPartition:
 
     # ------------------------------------------------------------------ list offsets
     async def offset_for(self, timestamp: int, read_committed: bool) -> OffsetAnswer:
-        err, ts, offset = await self.s.client.list_offsets(self.topic.id, self.info.partition, timestamp)
+        err, ts, offset = await self.s.client.list_offsets(self.topic.id, self.info.partition, timestamp,
+                                                           read_committed)
         ans = OffsetAnswer(err, offset if not err else -1, ts if not err else -1)
         if ans.offset >= 0:
             ans.leader_epoch = self.info.leader_epoch

@@ -88,6 +88,7 @@ class _Pending:
     timestamp_type: int
     log_append_time: int
     done: asyncio.Future = field(default=None)  # type: ignore[arg-type]  # set right after construction
+    marker: tuple[int, int] | None = None  # a transaction marker's (control type, coordinator epoch)
 
 
 class WalWriter:
@@ -113,16 +114,17 @@ class WalWriter:
         self._closed = False
 
     def append(self, topic_id: UUID, partition: int, data: bytes, headers: list[BatchHeader],
-               timestamp_type: int, log_append_time: int) -> asyncio.Future:
+               timestamp_type: int, log_append_time: int, marker: tuple[int, int] | None = None) -> asyncio.Future:
         """Buffer one partition's validated batches (`data`, whose headers are `headers`); the
-        future resolves to a BatchResult for the first batch (its base offset is the answer)."""
+        future resolves to a BatchResult for the first batch (its base offset is the answer).
+        `marker`: `data` is one transaction marker, (control type, coordinator epoch)."""
         fut = self._loop.create_future()
         if self._closed:
             fut.set_result(BatchResult(Errors.NOT_LEADER_OR_FOLLOWER, "broker is shutting down"))
             return fut
         sizes = [h.size for h in headers]
         self._pending.append(_Pending(topic_id, partition, headers, self._size, sizes, timestamp_type,
-                                      log_append_time, fut))
+                                      log_append_time, fut, marker))
         self._parts.append(data)
         self._size += len(data)
         if self._size >= self.max_bytes:
@@ -193,7 +195,9 @@ class WalWriter:
                     batch_max_timestamp=p.log_append_time if p.timestamp_type == 1 else h.max_timestamp,
                     timestamp_type=p.timestamp_type, producer_id=h.producer_id, producer_epoch=h.producer_epoch,
                     base_sequence=h.base_sequence,
-                    last_sequence=h.base_sequence + h.last_offset_delta if h.base_sequence >= 0 else -1))
+                    last_sequence=h.base_sequence + h.last_offset_delta if h.base_sequence >= 0 else -1,
+                    is_transactional=h.is_transactional, control_type=p.marker[0] if p.marker else -1,
+                    coordinator_epoch=p.marker[1] if p.marker else -1))
                 owners.append(p)
                 pos += size
         req = C(object_key=key, object_format=WRITE_AHEAD_MULTI_SEGMENT, file_size=len(data), batches=batches)

@@ -49,6 +49,8 @@ _st_ihqq = _Struct(">ihqq")
 _st_ii = _Struct(">ii")
 _st_iqi = _Struct(">iqi")
 _st_q = _Struct(">q")
+_st_qq = _Struct(">qq")
+_st_z = _Struct(">?")
 
 
 class DisklessFindBatchesRequest(Message):
@@ -110,17 +112,20 @@ class DisklessFindBatchesRequest(Message):
             "partition_index",
             "offset",
             "max_partition_fetch_bytes",
+            "read_committed",
             "unknown_tags",
         )
         _fields = (
             "partition_index",
             "offset",
             "max_partition_fetch_bytes",
+            "read_committed",
         )
 
         partition_index: int
         offset: int
         max_partition_fetch_bytes: int
+        read_committed: bool
         unknown_tags: dict[int, bytes] | None
 
         def __init__(
@@ -128,11 +133,13 @@ class DisklessFindBatchesRequest(Message):
             partition_index: int = 0,
             offset: int = 0,
             max_partition_fetch_bytes: int = 0,
+            read_committed: bool = False,
             unknown_tags: dict[int, bytes] | None = None,
         ) -> None:
             self.partition_index = partition_index
             self.offset = offset
             self.max_partition_fetch_bytes = max_partition_fetch_bytes
+            self.read_committed = read_committed
             self.unknown_tags = unknown_tags
 
     def __init__(
@@ -210,6 +217,8 @@ class DisklessFindBatchesResponse(Message):
             "log_start_offset",
             "high_watermark",
             "batches",
+            "last_stable_offset",
+            "aborted_transactions",
             "unknown_tags",
         )
         _fields = (
@@ -218,6 +227,8 @@ class DisklessFindBatchesResponse(Message):
             "log_start_offset",
             "high_watermark",
             "batches",
+            "last_stable_offset",
+            "aborted_transactions",
         )
 
         partition_index: int
@@ -225,6 +236,8 @@ class DisklessFindBatchesResponse(Message):
         log_start_offset: int
         high_watermark: int
         batches: list[DisklessFindBatchesResponse.DisklessFindBatchesBatchInfo]
+        last_stable_offset: int
+        aborted_transactions: list[DisklessFindBatchesResponse.DisklessAbortedTransaction]
         unknown_tags: dict[int, bytes] | None
 
         def __init__(
@@ -234,6 +247,8 @@ class DisklessFindBatchesResponse(Message):
             log_start_offset: int = -1,
             high_watermark: int = -1,
             batches: list[DisklessFindBatchesResponse.DisklessFindBatchesBatchInfo] = _UNSET,
+            last_stable_offset: int = -1,
+            aborted_transactions: list[DisklessFindBatchesResponse.DisklessAbortedTransaction] = _UNSET,
             unknown_tags: dict[int, bytes] | None = None,
         ) -> None:
             self.partition_index = partition_index
@@ -241,6 +256,8 @@ class DisklessFindBatchesResponse(Message):
             self.log_start_offset = log_start_offset
             self.high_watermark = high_watermark
             self.batches = [] if batches is _UNSET else batches
+            self.last_stable_offset = last_stable_offset
+            self.aborted_transactions = [] if aborted_transactions is _UNSET else aborted_transactions
             self.unknown_tags = unknown_tags
 
     class DisklessFindBatchesBatchInfo(Struct):
@@ -308,6 +325,28 @@ class DisklessFindBatchesResponse(Message):
             self.timestamp_type = timestamp_type
             self.unknown_tags = unknown_tags
 
+    class DisklessAbortedTransaction(Struct):
+        __slots__ = (
+            "producer_id",
+            "first_offset",
+            "unknown_tags",
+        )
+        _fields = (
+            "producer_id",
+            "first_offset",
+        )
+
+        producer_id: int
+        first_offset: int
+        unknown_tags: dict[int, bytes] | None
+
+        def __init__(
+            self, producer_id: int = 0, first_offset: int = 0, unknown_tags: dict[int, bytes] | None = None
+        ) -> None:
+            self.producer_id = producer_id
+            self.first_offset = first_offset
+            self.unknown_tags = unknown_tags
+
     def __init__(
         self,
         throttle_time_ms: int = 0,
@@ -327,6 +366,7 @@ _c_DisklessFindBatchesResponse_DisklessFindBatchesPartitionResponse = (
     DisklessFindBatchesResponse.DisklessFindBatchesPartitionResponse
 )
 _c_DisklessFindBatchesResponse_DisklessFindBatchesBatchInfo = DisklessFindBatchesResponse.DisklessFindBatchesBatchInfo
+_c_DisklessFindBatchesResponse_DisklessAbortedTransaction = DisklessFindBatchesResponse.DisklessAbortedTransaction
 
 
 def _d_DisklessFindBatchesRequest_DisklessFindBatchesPartition_v0(buf, pos):
@@ -337,6 +377,7 @@ def _d_DisklessFindBatchesRequest_DisklessFindBatchesPartition_v0(buf, pos):
         pos += 16
         f = "<tagged fields>"
         unknown = None
+        v_read_committed = False
         if buf[pos] == 0:
             pos += 1
         else:
@@ -345,9 +386,16 @@ def _d_DisklessFindBatchesRequest_DisklessFindBatchesPartition_v0(buf, pos):
                 tag, pos = read_uvarint(buf, pos)
                 size, pos = read_uvarint(buf, pos)
                 end = check_len(buf, pos, size)
-                if unknown is None:
-                    unknown = {}
-                unknown[tag] = bytes(buf[pos:end])
+                if tag == 0:
+                    f = "ReadCommitted"
+                    v_read_committed = _st_z.unpack_from(buf, pos)[0]
+                    pos += 1
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
                 pos = end
     except ProtocolError as e:
         if e.field is None:
@@ -356,7 +404,7 @@ def _d_DisklessFindBatchesRequest_DisklessFindBatchesPartition_v0(buf, pos):
     except _DECODE_ERRORS as e:
         raise _malformed(e, "DisklessFindBatchesPartition." + str(f), pos) from None
     return _c_DisklessFindBatchesRequest_DisklessFindBatchesPartition(
-        v_partition_index, v_offset, v_max_partition_fetch_bytes, unknown
+        v_partition_index, v_offset, v_max_partition_fetch_bytes, v_read_committed, unknown
     ), pos
 
 
@@ -461,10 +509,20 @@ def _d_DisklessFindBatchesRequest_DisklessFindBatchesRequest_v0(buf, pos):
 def _e_DisklessFindBatchesRequest_DisklessFindBatchesPartition_v0(o, parts):
     w = parts.append
     w(_st_iqi.pack(o.partition_index, o.offset, o.max_partition_fetch_bytes))
-    if o.unknown_tags:
-        write_tags(parts, None, o.unknown_tags)
-    else:
+    tg = None
+    if o.read_committed != False:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_z.pack(o.read_committed))
+        if tg is None:
+            tg = []
+        tg.append((0, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
         w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
 
 
 def _e_DisklessFindBatchesRequest_DisklessFindBatchesTopic_v0(o, parts):
@@ -555,6 +613,35 @@ def _d_DisklessFindBatchesResponse_DisklessFindBatchesBatchInfo_v0(buf, pos):
     ), pos
 
 
+def _d_DisklessFindBatchesResponse_DisklessAbortedTransaction_v0(buf, pos):
+    f = None
+    try:
+        f = "ProducerId"
+        v_producer_id, v_first_offset = _st_qq.unpack_from(buf, pos)
+        pos += 16
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "DisklessAbortedTransaction." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "DisklessAbortedTransaction." + str(f), pos) from None
+    return _c_DisklessFindBatchesResponse_DisklessAbortedTransaction(v_producer_id, v_first_offset, unknown), pos
+
+
 def _d_DisklessFindBatchesResponse_DisklessFindBatchesPartitionResponse_v0(buf, pos):
     f = None
     try:
@@ -580,6 +667,8 @@ def _d_DisklessFindBatchesResponse_DisklessFindBatchesPartitionResponse_v0(buf, 
                 ap(x)
         f = "<tagged fields>"
         unknown = None
+        v_last_stable_offset = -1
+        v_aborted_transactions = []
         if buf[pos] == 0:
             pos += 1
         else:
@@ -588,9 +677,36 @@ def _d_DisklessFindBatchesResponse_DisklessFindBatchesPartitionResponse_v0(buf, 
                 tag, pos = read_uvarint(buf, pos)
                 size, pos = read_uvarint(buf, pos)
                 end = check_len(buf, pos, size)
-                if unknown is None:
-                    unknown = {}
-                unknown[tag] = bytes(buf[pos:end])
+                if tag == 0:
+                    f = "LastStableOffset"
+                    v_last_stable_offset = _st_q.unpack_from(buf, pos)[0]
+                    pos += 8
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 1:
+                    f = "AbortedTransactions"
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
+                    n -= 1
+                    if n < 0:
+                        raise ProtocolError("null array in a non-nullable field")
+                    else:
+                        if n * 17 > len(buf) - pos:
+                            raise ProtocolError(f"array of {n} items runs past the end")
+                        v_aborted_transactions = lst = []
+                        ap = lst.append
+                        for _ in range(n):
+                            x, pos = _d_DisklessFindBatchesResponse_DisklessAbortedTransaction_v0(buf, pos)
+                            ap(x)
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
                 pos = end
     except ProtocolError as e:
         if e.field is None:
@@ -599,7 +715,14 @@ def _d_DisklessFindBatchesResponse_DisklessFindBatchesPartitionResponse_v0(buf, 
     except _DECODE_ERRORS as e:
         raise _malformed(e, "DisklessFindBatchesPartitionResponse." + str(f), pos) from None
     return _c_DisklessFindBatchesResponse_DisklessFindBatchesPartitionResponse(
-        v_partition_index, v_error_code, v_log_start_offset, v_high_watermark, v_batches, unknown
+        v_partition_index,
+        v_error_code,
+        v_log_start_offset,
+        v_high_watermark,
+        v_batches,
+        v_last_stable_offset,
+        v_aborted_transactions,
+        unknown,
     ), pos
 
 
@@ -718,6 +841,15 @@ def _e_DisklessFindBatchesResponse_DisklessFindBatchesBatchInfo_v0(o, parts):
         w(b"\x00")
 
 
+def _e_DisklessFindBatchesResponse_DisklessAbortedTransaction_v0(o, parts):
+    w = parts.append
+    w(_st_qq.pack(o.producer_id, o.first_offset))
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
 def _e_DisklessFindBatchesResponse_DisklessFindBatchesPartitionResponse_v0(o, parts):
     w = parts.append
     w(_st_ihqq.pack(o.partition_index, o.error_code, o.log_start_offset, o.high_watermark))
@@ -728,10 +860,35 @@ def _e_DisklessFindBatchesResponse_DisklessFindBatchesPartitionResponse_v0(o, pa
         w(uvarint(len(lst) + 1))
         for x in lst:
             _e_DisklessFindBatchesResponse_DisklessFindBatchesBatchInfo_v0(x, parts)
-    if o.unknown_tags:
-        write_tags(parts, None, o.unknown_tags)
-    else:
+    tg = None
+    if o.last_stable_offset != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_q.pack(o.last_stable_offset))
+        if tg is None:
+            tg = []
+        tg.append((0, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.aborted_transactions:
+        outer, parts = parts, []
+        w = parts.append
+        lst = o.aborted_transactions
+        if lst is None:
+            raise ProtocolError("null in non-nullable array AbortedTransactions")
+        else:
+            w(uvarint(len(lst) + 1))
+            for x in lst:
+                _e_DisklessFindBatchesResponse_DisklessAbortedTransaction_v0(x, parts)
+        if tg is None:
+            tg = []
+        tg.append((1, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
         w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
 
 
 def _e_DisklessFindBatchesResponse_DisklessFindBatchesTopicResponse_v0(o, parts):

@@ -47,6 +47,7 @@ _st_i = _Struct(">i")
 _st_ih = _Struct(">ih")
 _st_iq = _Struct(">iq")
 _st_qq = _Struct(">qq")
+_st_z = _Struct(">?")
 
 
 class DisklessListOffsetsRequest(Message):
@@ -101,22 +102,30 @@ class DisklessListOffsetsRequest(Message):
         __slots__ = (
             "partition_index",
             "timestamp",
+            "read_committed",
             "unknown_tags",
         )
         _fields = (
             "partition_index",
             "timestamp",
+            "read_committed",
         )
 
         partition_index: int
         timestamp: int
+        read_committed: bool
         unknown_tags: dict[int, bytes] | None
 
         def __init__(
-            self, partition_index: int = 0, timestamp: int = 0, unknown_tags: dict[int, bytes] | None = None
+            self,
+            partition_index: int = 0,
+            timestamp: int = 0,
+            read_committed: bool = False,
+            unknown_tags: dict[int, bytes] | None = None,
         ) -> None:
             self.partition_index = partition_index
             self.timestamp = timestamp
+            self.read_committed = read_committed
             self.unknown_tags = unknown_tags
 
     def __init__(
@@ -251,6 +260,7 @@ def _d_DisklessListOffsetsRequest_DisklessListOffsetsPartition_v0(buf, pos):
         pos += 12
         f = "<tagged fields>"
         unknown = None
+        v_read_committed = False
         if buf[pos] == 0:
             pos += 1
         else:
@@ -259,9 +269,16 @@ def _d_DisklessListOffsetsRequest_DisklessListOffsetsPartition_v0(buf, pos):
                 tag, pos = read_uvarint(buf, pos)
                 size, pos = read_uvarint(buf, pos)
                 end = check_len(buf, pos, size)
-                if unknown is None:
-                    unknown = {}
-                unknown[tag] = bytes(buf[pos:end])
+                if tag == 0:
+                    f = "ReadCommitted"
+                    v_read_committed = _st_z.unpack_from(buf, pos)[0]
+                    pos += 1
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
                 pos = end
     except ProtocolError as e:
         if e.field is None:
@@ -269,7 +286,9 @@ def _d_DisklessListOffsetsRequest_DisklessListOffsetsPartition_v0(buf, pos):
         raise
     except _DECODE_ERRORS as e:
         raise _malformed(e, "DisklessListOffsetsPartition." + str(f), pos) from None
-    return _c_DisklessListOffsetsRequest_DisklessListOffsetsPartition(v_partition_index, v_timestamp, unknown), pos
+    return _c_DisklessListOffsetsRequest_DisklessListOffsetsPartition(
+        v_partition_index, v_timestamp, v_read_committed, unknown
+    ), pos
 
 
 def _d_DisklessListOffsetsRequest_DisklessListOffsetsTopic_v0(buf, pos):
@@ -368,10 +387,20 @@ def _d_DisklessListOffsetsRequest_DisklessListOffsetsRequest_v0(buf, pos):
 def _e_DisklessListOffsetsRequest_DisklessListOffsetsPartition_v0(o, parts):
     w = parts.append
     w(_st_iq.pack(o.partition_index, o.timestamp))
-    if o.unknown_tags:
-        write_tags(parts, None, o.unknown_tags)
-    else:
+    tg = None
+    if o.read_committed != False:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_z.pack(o.read_committed))
+        if tg is None:
+            tg = []
+        tg.append((0, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
         w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
 
 
 def _e_DisklessListOffsetsRequest_DisklessListOffsetsTopic_v0(o, parts):

@@ -8,6 +8,9 @@ backoff), until every partition is done, the partition's topic is gone (nothing 
 the caller's `still_coordinator()` says this coordinator was unloaded or superseded (the new
 coordinator sends the markers again after loading). A leader answering INVALID_PRODUCER_EPOCH or
 TRANSACTION_COORDINATOR_FENCED holds newer state than ours: we stop (as Kafka does).
+
+A diskless partition (KIP-1164) has no leader holding its state: its marker goes to the leader of
+its diskless coordinator, which commits it there without another hop (any broker could write it).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from metadata.diskless import DISKLESS_METADATA_TOPIC
 from node.client import ClientError, NodeClient
 from protocol.errors import Errors
 from protocol.generated.write_txn_markers import WriteTxnMarkersRequest
@@ -67,14 +71,20 @@ class TxnMarkerSender:
             if not still_coordinator():
                 return False
             image = self._images.image
+            coordinators = image.topic(DISKLESS_METADATA_TOPIC)
             by_leader: dict[int, list[TopicPartition]] = {}
             for tp in list(remaining):
                 topic = image.topic(tp[0])
                 info = topic.partitions.get(tp[1]) if topic is not None else None
                 if info is None:
                     remaining.discard(tp)  # deleted: no reader will ever need the marker
-                elif info.leader >= 0:
-                    by_leader.setdefault(info.leader, []).append(tp)
+                    continue
+                leader = info.leader
+                if info.diskless_coordinator >= 0:
+                    c = coordinators.partitions.get(info.diskless_coordinator) if coordinators is not None else None
+                    leader = c.leader if c is not None else -1
+                if leader >= 0:
+                    by_leader.setdefault(leader, []).append(tp)
             if by_leader:
                 try:
                     results = await asyncio.gather(*(

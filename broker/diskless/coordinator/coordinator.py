@@ -305,8 +305,10 @@ class DisklessCoordinator(PartitionedCoordinator[Partition]):
         code = await self._write(ps, [record] if record is not None else [])
         return code, low if code == 0 else -1
 
-    async def list_offsets(self, topic_id: UUID, partition: int, timestamp: int) -> tuple[int, int, int]:
-        """(error, timestamp, offset), consistent with every operation before it."""
+    async def list_offsets(self, topic_id: UUID, partition: int, timestamp: int,
+                           read_committed: bool = False) -> tuple[int, int, int]:
+        """(error, timestamp, offset), consistent with every operation before it; "latest" for a
+        read_committed reader is the last stable offset (KIP-98)."""
         err, ps = self.status(self.coordinator_of(topic_id, partition))
         if err:
             return err, -1, -1
@@ -320,7 +322,7 @@ class DisklessCoordinator(PartitionedCoordinator[Partition]):
         if timestamp == LIST_EARLIEST:
             return 0, -1, pv.log_start_offset
         if timestamp == LIST_LATEST:
-            return 0, -1, pv.high_watermark
+            return 0, -1, pv.last_stable_offset() if read_committed else pv.high_watermark
         if timestamp == LIST_MAX_TIMESTAMP:
             found = await self.states.run(ps.index, DisklessState.max_timestamp, topic_id, partition)
         elif timestamp < 0:
@@ -357,11 +359,17 @@ class DisklessCoordinator(PartitionedCoordinator[Partition]):
                     out.append(FoundBatches(Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, []))
                     continue
                 _, lso, hw = parts
+                stable = state.last_stable_offset(lk.topic_id, lk.partition, hw)
                 if lk.offset < lso or lk.offset > hw:
-                    out.append(FoundBatches(Errors.OFFSET_OUT_OF_RANGE, lso, hw, []))
-                else:
+                    out.append(FoundBatches(Errors.OFFSET_OUT_OF_RANGE, lso, hw, [], stable))
+                elif not lk.read_committed:
                     out.append(FoundBatches(0, lso, hw, state.find_batches(
-                        lk.topic_id, lk.partition, lk.offset, lk.max_bytes, max_batches)))
+                        lk.topic_id, lk.partition, lk.offset, lk.max_bytes, max_batches), stable))
+                else:  # KIP-98: up to the last stable offset, with the aborted transactions overlapping
+                    rows = state.find_batches(lk.topic_id, lk.partition, lk.offset, lk.max_bytes, max_batches, stable)
+                    aborted = state.aborted_transactions(lk.topic_id, lk.partition, lk.offset,
+                                                         rows[-1].last_offset + 1) if rows else []
+                    out.append(FoundBatches(0, lso, hw, rows, stable, aborted))
             return out
 
         for index, positions in by_index.items():
