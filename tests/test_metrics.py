@@ -5,7 +5,9 @@ down and coming back, the controller reports itself active, and bad HTTP input g
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import signal
 import socket
 import urllib.error
 import urllib.request
@@ -135,9 +137,12 @@ def test_metrics_endpoints(cluster_factory) -> None:
     for r in ("FetchConsumer", "FetchFollower"):  # queue time is counted at the start (long polls in flight)
         assert value(s, "kafka_network_requestmetrics_requestqueuetimems_count", request=r) >= fetches[r] > 0
 
-    # a follower killed: the leader shrinks it out of the ISR (replica.lag.time.max.ms) and counts
-    # one under-replicated partition, then none once it is back
-    c.kill(follower)
+    # a follower paused (its connections stay open, so the controller waits out its session
+    # rather than fencing it at once): the leader shrinks it out of the ISR (replica.lag.time.max.ms)
+    # and counts one under-replicated partition, then none once it is back
+    pid = c.pid(follower)
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
     wait_for(lambda: value(scrape(url), "kafka_server_replicamanager_underreplicatedpartitions") == 1,
              timeout=20, what="under-replicated partitions = 1")
     assert value(scrape(url), "kafka_server_replicamanager_isrshrinks_total") == 1
@@ -148,6 +153,7 @@ def test_metrics_endpoints(cluster_factory) -> None:
     assert value(ctl, "kafka_controller_kafkacontroller_activecontrollercount") == 1
     assert value(ctl, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
     assert value(ctl, "kafka_network_requestmetrics_requests_total", request="BrokerHeartbeat") > 0
+    c.kill(follower)  # stopped: SIGKILL still ends it
     c.start_node(follower)
     wait_for(lambda: value(scrape(url), "kafka_server_replicamanager_underreplicatedpartitions") == 0,
              timeout=30, what="under-replicated partitions = 0")
