@@ -17,6 +17,7 @@ from broker.cluster_id import check_cluster_id
 from broker.config import BrokerConfig
 from broker.controller_channel import ControllerChannel
 from broker.coordinator.group import GroupCoordinator, GroupCoordinatorConfig
+from broker.coordinator.group.share import ShareGroupManager
 from broker.coordinator.transaction import TransactionCoordinator, TransactionCoordinatorConfig
 from broker.coordinator.transaction.markers import TxnMarkerSender
 from broker.diskless.config import DisklessConfig
@@ -41,6 +42,7 @@ from broker.replication.replica_manager import ReplicaManager
 from broker.replication.throttle import Throttle
 from broker.server import RequestDispatcher, is_control_plane
 from broker.services import BrokerServices
+from broker.share.service import ShareService
 from broker.storage.errors import StorageError
 from broker.storage.log_dir import LogDir
 from metadata.client_quotas import ip_connection_rate
@@ -116,7 +118,9 @@ class Broker:
             partitions=self.partitions, diskless=self.diskless, diskless_coordinator=self.diskless_coordinator,
             group_coordinator=self.group_coordinator, transaction_coordinator=self.transaction_coordinator,
             producer_ids=self.producer_ids, quotas=self.quotas, fetch_sessions=self.fetch_sessions,
-            topic_stats=self.topic_stats)
+            topic_stats=self.topic_stats,
+            share_groups=ShareGroupManager(config.share, self.group_coordinator, self.metadata),
+            share=ShareService(config.share, self.partitions, self.metadata))
         dispatcher = self.request_metrics.wrap(RequestDispatcher(self.services))
         self.servers: list[FramedServer] = []  # one per listener, opened last in start()
         for lst in config.listeners or ():

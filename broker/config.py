@@ -7,6 +7,7 @@ from pathlib import Path
 
 from broker.coordinator.group.config import GroupCoordinatorConfig
 from broker.quotas.manager import QuotaWindows
+from broker.share.config import ShareGroupConfig
 from metadata.acls import Authorizer
 from metadata.config_effects import first_refusal
 from node.config import ConfigError, Endpoint, NodeConfig
@@ -59,6 +60,7 @@ class BrokerConfig:
     controller_security: ClientSecurity
     authorizer: Authorizer | None = None  # authorizer.class.name set: ACLs enforced on every request
     metrics_listener: tuple[str, int] | None = None  # metrics.listener: where /metrics is served
+    share: ShareGroupConfig = ShareGroupConfig()  # group.share.* (KIP-932)
 
     @classmethod
     def from_node_config(cls, cfg: NodeConfig) -> BrokerConfig:
@@ -120,6 +122,7 @@ class BrokerConfig:
                                                      "sasl.mechanism.controller.protocol"),
             authorizer=authorizer(cfg),
             metrics_listener=parse_metrics_listener(cfg.props.get("metrics.listener")),
+            share=ShareGroupConfig.from_props(cfg.props),
         )
 
 

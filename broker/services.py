@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
     from broker.coordinator.group import GroupCoordinator
+    from broker.coordinator.group.share import ShareGroupManager
     from broker.coordinator.transaction import TransactionCoordinator
     from broker.diskless.coordinator.coordinator import DisklessCoordinator
     from broker.diskless.partition import DisklessService
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from broker.producer_ids import ProducerIdManager
     from broker.quotas.manager import ClientQuotas
     from broker.replication.replica_manager import ReplicaManager
+    from broker.share.service import ShareService
 
 
 @dataclass
@@ -39,5 +41,7 @@ class BrokerServices:
     quotas: ClientQuotas
     fetch_sessions: FetchSessionCache
     topic_stats: TopicStats
+    share_groups: ShareGroupManager  # share group membership, in the group coordinator (KIP-932)
+    share: ShareService  # the share-partitions this broker leads, and share sessions
     # learned from the controller in start(), before any listener opens (DescribeCluster)
     cluster_id: str | None = None

@@ -137,7 +137,11 @@ class Errors:
     TELEMETRY_TOO_LARGE: Final = 118
     INVALID_REGISTRATION: Final = 119
     TRANSACTION_ABORTABLE: Final = 120
+    INVALID_RECORD_STATE: Final = 121
+    SHARE_SESSION_NOT_FOUND: Final = 122
+    INVALID_SHARE_SESSION_EPOCH: Final = 123
     INVALID_REGULAR_EXPRESSION: Final = 128
+    SHARE_SESSION_LIMIT_REACHED: Final = 133
     # Strata's own codes start at 1000, clear of Kafka's (see README "Error codes of Strata's own")
     INVALID_PARTITION_METADATA: Final = 1000
 
@@ -305,7 +309,11 @@ _TABLE: list[tuple[int, bool, str]] = [
     (Errors.TELEMETRY_TOO_LARGE, False, "The telemetry payload is too large."),
     (Errors.INVALID_REGISTRATION, False, "The broker registration is not valid."),
     (Errors.TRANSACTION_ABORTABLE, False, "The server hit an error the transaction can recover from by aborting."),
+    (Errors.INVALID_RECORD_STATE, False, "The record is not in a state that allows this acknowledgement."),
+    (Errors.SHARE_SESSION_NOT_FOUND, True, "The share session was not found."),
+    (Errors.INVALID_SHARE_SESSION_EPOCH, True, "The share session epoch is not the expected one."),
     (Errors.INVALID_REGULAR_EXPRESSION, False, "The regular expression is not valid."),
+    (Errors.SHARE_SESSION_LIMIT_REACHED, True, "The broker holds as many share sessions as it may."),
     # Strata's own codes start at 1000, clear of Kafka's (see README "Error codes of Strata's own")
     (
         Errors.INVALID_PARTITION_METADATA,

@@ -21,6 +21,7 @@ from broker.apis import (  # noqa: F401
     produce,
     producer_ids,
     scram,
+    share,
     topic_partitions,
     transaction_admin,
     transactions,

@@ -1,0 +1,231 @@
+"""A share-partition (KIP-932, "Share-partitions"): what one share group has made of one topic
+partition, kept by the partition's leader.
+
+The in-flight window runs from the start offset (every record below it is acknowledged or
+archived) to the end offset (the next record never acquired yet). Each in-flight record is
+available, acquired (by one member, until its acquisition lock expires), acknowledged or
+archived, with the number of times it has been delivered. A record becomes acquired when a
+ShareFetch hands it out (its delivery count goes up by one); an acknowledgement accepts it
+(acknowledged), releases it (available again) or rejects it (archived); a lock that expires
+releases it. A release that finds the delivery count at group.share.delivery.count.limit
+archives the record instead, so a poison record stops coming back (KIP-932, "Delivery count
+and archiving").
+
+Records are tracked one by one; Kafka tracks ranges of a batch together while they share a
+state. The window is bounded by group.share.partition.max.record.locks: no new record is
+acquired while that many are in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from protocol.errors import Errors
+from protocol.records.batch import BatchHeader
+
+AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 3
+STATE_NAMES = ("Available", "Acquired", "Acknowledged", "Archived")
+# the acknowledge types of ShareFetch / ShareAcknowledge
+GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
+
+
+@dataclass(slots=True)
+class InFlightRecord:
+    state: int
+    delivery_count: int
+    member_id: str | None
+    lock: int  # which acquisition holds it: its lock timer releases only what it acquired
+
+
+@dataclass(slots=True)
+class Acquired:
+    """What one acquisition handed to a member: the batches to send and the offset ranges (first,
+    last, delivery count) the member may process."""
+
+    batches: list
+    ranges: list[tuple[int, int, int]]
+
+    @property
+    def count(self) -> int:
+        return sum(last - first + 1 for first, last, _ in self.ranges)
+
+
+class SharePartition:
+    def __init__(self, group_id: str, topic: str, index: int, start_offset: int, lock_duration_ms: int,
+                 delivery_count_limit: int, max_record_locks: int) -> None:
+        self.group_id = group_id
+        self.topic = topic
+        self.index = index
+        self.start_offset = start_offset
+        self.end_offset = start_offset
+        self.lock_duration_ms = lock_duration_ms
+        self.delivery_count_limit = delivery_count_limit
+        self.max_record_locks = max_record_locks
+        self.records: dict[int, InFlightRecord] = {}
+        self._locks = 0
+        self._timers: dict[int, asyncio.TimerHandle] = {}
+        # long-polling ShareFetches: woken when records become available again
+        self._waiters: list[asyncio.Future] = []
+
+    # ------------------------------------------------------------------ acquiring
+    def next_fetch_offset(self) -> int:
+        """Where a read must start: the first available record in flight, else the end offset."""
+        for off in sorted(self.records):
+            if self.records[off].state == AVAILABLE:
+                return off
+        return self.end_offset
+
+    def has_available(self) -> bool:
+        return any(r.state == AVAILABLE for r in self.records.values())
+
+    def acquire(self, member_id: str, batches: Iterable[tuple[BatchHeader, memoryview]], max_records: int) -> Acquired:
+        """Acquire for `member_id` the available and new records of `batches` (read from the log at
+        next_fetch_offset()), whole batches at a time until `max_records` are taken."""
+        self._locks += 1
+        lock = self._locks
+        out = Acquired([], [])
+        taken = 0
+        for h, raw in batches:
+            if taken >= max_records:
+                break
+            last = h.last_offset
+            if last < self.start_offset:
+                continue
+            if h.is_control:  # transaction markers are never delivered: past them, nothing to track
+                self.end_offset = max(self.end_offset, last + 1)
+                continue
+            got = False
+            for off in range(max(h.base_offset, self.start_offset), last + 1):
+                if off >= self.end_offset:
+                    if off - self.start_offset >= self.max_record_locks:
+                        break
+                    rec = self.records[off] = InFlightRecord(ACQUIRED, 1, member_id, lock)
+                    self.end_offset = off + 1
+                else:
+                    found = self.records.get(off)
+                    if found is None or found.state != AVAILABLE:
+                        continue
+                    rec = found
+                    rec.state, rec.member_id, rec.lock = ACQUIRED, member_id, lock
+                    rec.delivery_count += 1
+                self._add_range(out.ranges, off, rec.delivery_count)
+                taken += 1
+                got = True
+            if got:
+                out.batches.append(raw)
+        if out.ranges:
+            loop = asyncio.get_running_loop()
+            self._timers[lock] = loop.call_later(self.lock_duration_ms / 1000, self._lock_expired, lock)
+        self._advance()
+        return out
+
+    @staticmethod
+    def _add_range(ranges: list[tuple[int, int, int]], off: int, count: int) -> None:
+        if ranges and ranges[-1][1] == off - 1 and ranges[-1][2] == count:
+            first, _, c = ranges[-1]
+            ranges[-1] = (first, off, c)
+        else:
+            ranges.append((off, off, count))
+
+    def _lock_expired(self, lock: int) -> None:
+        """The acquisition lock ran out: what that acquisition still holds is released."""
+        self._timers.pop(lock, None)
+        released = False
+        for rec in self.records.values():
+            if rec.state == ACQUIRED and rec.lock == lock:
+                self._release(rec)
+                released = True
+        if released:
+            self._advance()
+            self._wake()
+
+    # ------------------------------------------------------------------ acknowledging
+    def acknowledge(self, member_id: str, batches: list[tuple[int, int, list[int]]]) -> int:
+        """Apply (first, last, types) acknowledgements of `member_id`: 0, or INVALID_REQUEST for a
+        malformed batch, INVALID_RECORD_STATE for a record this member does not hold (nothing is
+        applied then)."""
+        plan: list[tuple[int, int]] = []
+        for first, last, types in batches:
+            n = last - first + 1
+            if n < 1 or not types or (len(types) != 1 and len(types) != n):
+                return Errors.INVALID_REQUEST
+            for i, off in enumerate(range(first, last + 1)):
+                t = types[0] if len(types) == 1 else types[i]
+                if t not in (GAP, ACCEPT, RELEASE, REJECT):
+                    return Errors.INVALID_REQUEST
+                rec = self.records.get(off)
+                if rec is None or rec.state != ACQUIRED or rec.member_id != member_id:
+                    if t == GAP and off < self.end_offset:
+                        continue  # an offset with no record (compacted away): nothing to do
+                    return Errors.INVALID_RECORD_STATE
+                plan.append((off, t))
+        released = False
+        for off, t in plan:
+            rec = self.records[off]
+            if t == RELEASE:
+                self._release(rec)
+                released = True
+            else:  # accept; reject and gaps are archived
+                rec.state, rec.member_id = (ACKNOWLEDGED if t == ACCEPT else ARCHIVED), None
+        self._advance()
+        if released:
+            self._wake()
+        return 0
+
+    def release_member(self, member_id: str) -> int:
+        """The member's share session ended: every record it holds is released. Returns how many."""
+        n = 0
+        for rec in self.records.values():
+            if rec.state == ACQUIRED and rec.member_id == member_id:
+                self._release(rec)
+                n += 1
+        if n:
+            self._advance()
+            self._wake()
+        return n
+
+    def skip_to(self, offset: int) -> None:
+        """The log no longer holds the records below `offset`: the window starts there."""
+        for off in [o for o in self.records if o < offset]:
+            del self.records[off]
+        self.start_offset = max(self.start_offset, offset)
+        self.end_offset = max(self.end_offset, self.start_offset)
+        self._advance()
+
+    def _release(self, rec: InFlightRecord) -> None:
+        rec.member_id = None
+        rec.state = ARCHIVED if rec.delivery_count >= self.delivery_count_limit else AVAILABLE
+
+    def _advance(self) -> None:
+        """Move the start offset past the acknowledged and archived records at its head."""
+        recs = self.records
+        start = self.start_offset
+        while start < self.end_offset:
+            rec = recs.get(start)
+            if rec is not None and rec.state in (AVAILABLE, ACQUIRED):
+                break
+            recs.pop(start, None)
+            start += 1
+        self.start_offset = start
+
+    # ------------------------------------------------------------------ waits
+    def add_waiter(self, fut: asyncio.Future) -> None:
+        self._waiters.append(fut)
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    def close(self) -> None:
+        for t in self._timers.values():
+            t.cancel()
+        self._timers.clear()
+        self._wake()
+
+    # ------------------------------------------------------------------ describing
+    def in_flight(self) -> int:
+        return sum(1 for r in self.records.values() if r.state in (AVAILABLE, ACQUIRED))

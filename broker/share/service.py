@@ -1,0 +1,141 @@
+"""What the ShareFetch and ShareAcknowledge handlers call (KIP-932): the share-partitions this
+broker keeps as the leader of their partitions, the share sessions, and the reads through the one
+partition interface (broker/partitions/) that Fetch also uses.
+
+A share-partition is made at the first ShareFetch of its group for that partition, starting at
+the group's share.auto.offset.reset (latest by default: the partition's high watermark then;
+earliest: its log start). Its state lives in this broker's memory: a leader change or restart
+starts it again from share.auto.offset.reset. Kafka keeps it durable in __share_group_state
+through a share coordinator (KIP-932, "Share-group state persistence").
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import structlog
+
+from broker.partitions.interface import FetchPosition
+from broker.share.config import ShareGroupConfig
+from broker.share.partition import Acquired, SharePartition
+from broker.share.sessions import ShareSessionCache
+from metadata.image import GROUP_RESOURCE
+from protocol.errors import Errors, ProtocolError
+from protocol.file_region import FileRegion
+from protocol.records.batch import iter_batches
+
+if TYPE_CHECKING:
+    from broker.partitions.interface import ServedPartition
+    from broker.partitions.router import PartitionRouter
+    from broker.ports import ImageSource
+
+log = structlog.get_logger(__name__)
+
+LATEST, EARLIEST = -1, -2
+Key = tuple[str, str, int]  # (group, topic, partition)
+
+
+def _as_bytes(records) -> bytes:
+    """A read's records as one bytes value: its batches are parsed to hand out offsets."""
+    if records is None:
+        return b""
+    if isinstance(records, (bytes, bytearray, memoryview)):
+        return bytes(records)
+    out = []
+    for part in records:
+        if isinstance(part, FileRegion):
+            try:
+                out.append(os.pread(part.fd, part.size, part.position))
+            finally:
+                part.close()
+        else:
+            out.append(bytes(part))
+    return b"".join(out)
+
+
+class ShareService:
+    def __init__(self, config: ShareGroupConfig, router: PartitionRouter, images: ImageSource) -> None:
+        self.config = config
+        self.router = router
+        self.images = images
+        self.sessions = ShareSessionCache(config.max_share_sessions)
+        self.partitions: dict[Key, SharePartition] = {}
+
+    # ------------------------------------------------------------------ settings per group
+    def _group_config(self, group_id: str, name: str) -> str | None:
+        return self.images.image.configs.get((GROUP_RESOURCE, group_id), {}).get(name)
+
+    def lock_duration_ms(self, group_id: str) -> int:
+        raw = self._group_config(group_id, "share.record.lock.duration.ms")
+        try:
+            return int(raw) if raw is not None else self.config.record_lock_duration_ms
+        except ValueError:
+            return self.config.record_lock_duration_ms
+
+    # ------------------------------------------------------------------ share-partitions
+    def serving(self, topic: str, index: int) -> tuple[ServedPartition | None, int]:
+        """The partition when this broker leads it; else NOT_LEADER_OR_FOLLOWER and any state we
+        kept for it goes (its new leader starts its own)."""
+        p, err = self.router.serving(topic, index)
+        if p is None:
+            for key in [k for k in self.partitions if k[1] == topic and k[2] == index]:
+                self.partitions.pop(key).close()
+        return p, err
+
+    async def share_partition(self, group_id: str, topic: str, index: int,
+                              p: ServedPartition) -> tuple[int, SharePartition | None]:
+        key = (group_id, topic, index)
+        sp = self.partitions.get(key)
+        if sp is not None:
+            return 0, sp
+        reset = (self._group_config(group_id, "share.auto.offset.reset") or "latest").strip().lower()
+        ans = await p.offset_for(EARLIEST if reset == "earliest" else LATEST, False)
+        if ans.error_code:
+            return ans.error_code, None
+        sp = self.partitions.get(key)  # made meanwhile by another request
+        if sp is None:
+            sp = self.partitions[key] = SharePartition(
+                group_id, topic, index, ans.offset, self.lock_duration_ms(group_id),
+                self.config.delivery_count_limit, self.config.partition_max_record_locks)
+            log.info("share_partition_started", group=group_id, topic=topic, partition=index,
+                     start_offset=ans.offset, reset=reset)
+        return 0, sp
+
+    async def acquire(self, sp: SharePartition, p: ServedPartition, member_id: str, max_records: int,
+                      max_bytes: int) -> tuple[int, Acquired | None, bool]:
+        """(error, what was acquired, whether the partition had nothing to read yet)."""
+        offset = sp.next_fetch_offset()
+        ans = await p.read(FetchPosition(fetch_offset=offset, max_bytes=max_bytes, replica_id=-1,
+                                         last_fetched_epoch=-1, read_committed=False, min_one_batch=True))
+        if ans.error_code == Errors.OFFSET_OUT_OF_RANGE and offset < ans.log_start_offset:
+            # the records were deleted (retention, DeleteRecords): the window moves past them
+            sp.skip_to(ans.log_start_offset)
+            return 0, None, False
+        if ans.error_code:
+            return ans.error_code, None, False
+        if not ans.size:
+            return 0, None, True
+        buf = _as_bytes(ans.records)
+        mv = memoryview(buf)
+        try:
+            batches = [(h, mv[pos:pos + h.size]) for pos, h in iter_batches(buf, check_crc=False,
+                                                                             allow_partial_tail=True)]
+        except ProtocolError:
+            return Errors.CORRUPT_MESSAGE, None, False
+        got = sp.acquire(member_id, batches, max_records)
+        return 0, got, not got.ranges
+
+    def release_member(self, group_id: str, member_id: str, partitions) -> None:
+        """A share session closed or was replaced: the member's records go back to the group."""
+        image = self.images.image
+        for tid, index in partitions:
+            info = image.topics.get(tid)
+            if info is None:
+                continue
+            sp = self.partitions.get((group_id, info.name, index))
+            if sp is not None:
+                n = sp.release_member(member_id)
+                if n:
+                    log.info("share_records_released", group=group_id, member=member_id, topic=info.name,
+                             partition=index, records=n)

@@ -1,0 +1,67 @@
+"""Share sessions (KIP-932, "Share sessions"): as an incremental fetch session, a member's
+ShareFetch names only what changed (partitions added, partitions forgotten) and the broker keeps
+the rest. A session is keyed by (group, member): epoch 0 opens one (replacing the member's
+previous session), -1 closes it, and every other request carries the epoch after the last one.
+ShareAcknowledge moves the same epoch on.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from protocol.errors import Errors
+
+INITIAL_EPOCH, FINAL_EPOCH = 0, -1
+TopicIdPartition = tuple[UUID, int]
+
+
+@dataclass
+class ShareSession:
+    group_id: str
+    member_id: str
+    epoch: int = 1  # the epoch the next request must carry
+    partitions: dict[TopicIdPartition, None] = field(default_factory=dict)  # in the order they were added
+
+
+def next_epoch(epoch: int) -> int:
+    return 1 if epoch >= 2**31 - 1 else epoch + 1
+
+
+class ShareSessionCache:
+    def __init__(self, max_sessions: int) -> None:
+        self.max_sessions = max_sessions
+        self._sessions: OrderedDict[tuple[str, str], ShareSession] = OrderedDict()
+
+    def get(self, group_id: str, member_id: str) -> ShareSession | None:
+        return self._sessions.get((group_id, member_id))
+
+    def open(self, group_id: str, member_id: str) -> tuple[int, ShareSession | None, ShareSession | None]:
+        """(error, the new session, the one it replaces)."""
+        key = (group_id, member_id)
+        old = self._sessions.pop(key, None)
+        if len(self._sessions) >= self.max_sessions:
+            return Errors.SHARE_SESSION_LIMIT_REACHED, None, old
+        s = self._sessions[key] = ShareSession(group_id, member_id)
+        return 0, s, old
+
+    def advance(self, group_id: str, member_id: str, epoch: int) -> tuple[int, ShareSession | None]:
+        """A request of an open session: (0, session) with its epoch moved on, else the error."""
+        s = self._sessions.get((group_id, member_id))
+        if s is None:
+            return Errors.SHARE_SESSION_NOT_FOUND, None
+        if epoch == FINAL_EPOCH:
+            return 0, s
+        if epoch != s.epoch:
+            return Errors.INVALID_SHARE_SESSION_EPOCH, None
+        s.epoch = next_epoch(s.epoch)
+        self._sessions.move_to_end((group_id, member_id))
+        return 0, s
+
+    def close(self, s: ShareSession) -> None:
+        if self._sessions.get((s.group_id, s.member_id)) is s:
+            del self._sessions[(s.group_id, s.member_id)]
+
+    def __len__(self) -> int:
+        return len(self._sessions)
