@@ -186,6 +186,10 @@ GROUP_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("consumer.session.timeout.ms", "INT", "45000", _at_least(1), (("group.consumer.session.timeout.ms", 1),)),
     ConfigDef("consumer.heartbeat.interval.ms", "INT", "5000", _at_least(1),
               (("group.consumer.heartbeat.interval.ms", 1),)),
+    # KIP-932's share group settings (by_duration is not offered yet)
+    ConfigDef("share.auto.offset.reset", "STRING", "latest", _one_of("latest", "earliest")),
+    ConfigDef("share.record.lock.duration.ms", "INT", "30000", _at_least(1000),
+              (("group.share.record.lock.duration.ms", 1),)),
 ]}
 # Strata's own broker settings (diskless storage and what follows) are free-form until they get
 # definitions; they are accepted as strings so tools can set them.
@@ -260,6 +264,8 @@ def validate_group_config(name: str, value: str, props: Mapping[str, str] | None
     if d is None:
         raise ConfigValueError(f"Unknown group config name: {name}.")
     v = parse_value(d, value)
+    if name not in GROUP_CONFIG_BOUNDS:
+        return
     (lo_name, lo_default), (hi_name, hi_default) = GROUP_CONFIG_BOUNDS[name]
     lo, hi = (int((props or {}).get(n) or default) for n, default in ((lo_name, lo_default), (hi_name, hi_default)))
     if not lo <= v <= hi:  # type: ignore[operator]
