@@ -235,7 +235,7 @@ def write_size(a: argparse.Namespace, bs: str, tmp: Path, size: int, diskless: b
         produce(bs, f"diskless-{size}", 0, n, size)
 
 
-Results = dict[str, list[tuple[float, float]]]
+Results = dict[str, list[tuple[float, float, float]]]  # per run: rows/s of count(), of sum(len), of both
 Cpu = dict[str, list[dict[str, float]]]
 KINDS = ("brokers", "seaweedfs", "spark jvm", "python workers")
 NOTES = {"diskless direct": "S3 ranges read by the executors",
@@ -277,7 +277,7 @@ def read_size(a: argparse.Namespace, spark: Any, bs: str, size: int, direct: dic
                 raise SystemExit(f"{topic}: read {n:,} records, wrote {n_records:,}")
             if run < 0:
                 continue
-            results.setdefault(label, []).append((n / count_s, n / decode_s))
+            results.setdefault(label, []).append((n / count_s, n / decode_s, 2 * n / (count_s + decode_s)))
             after = cpu_seconds()
             cpu.setdefault(label, []).append({k: v - before.get(k, 0.0) for k, v in after.items()})
             say(f"  {size} B run {run + 1} {label}: count {n / count_s:,.0f} rows/s, "
@@ -338,14 +338,20 @@ def run_all(a: argparse.Namespace, c: Cluster, tmp: Path, s3: SeaweedS3 | None) 
     for size, (results, cpu) in done.items():
         report_size(a, bs, size, results, cpu)
     if direct:
-        print(f"\nDiskless direct read against the same read through the brokers' Fetch, median of {a.runs}")
+        print(f"\nDiskless direct read against the same read through the brokers' Fetch: rows/s of count() and "
+              f"sum(len) together, median of {a.runs}; ratios are the median of each run's (the two reads of a run "
+              "are back to back); CPU s: the through-broker read's CPU seconds (all kinds) over the direct read's")
         print(f"{'value size':>10}{'records':>12}{'MB':>8}{'direct rows/s':>15}{'brokers rows/s':>16}"
-              f"{'sum(len)':>10}{'count()':>9}")
-        for size, (results, _) in done.items():
+              f"{'both':>9}{'count()':>9}{'sum(len)':>10}{'CPU s':>8}")
+        for size, (results, cpu) in done.items():
             n = records_for(a, size)
-            d, b = med(results, "diskless direct", 1), med(results, "diskless via brokers", 1)
-            dc, bc = med(results, "diskless direct", 0), med(results, "diskless via brokers", 0)
-            print(f"{size:>10}{n:>12,}{n * size / 1e6:>8,.0f}{d:>15,.0f}{b:>16,.0f}{d / b:>9.2f}x{dc / bc:>8.2f}x")
+            d, b = results["diskless direct"], results["diskless via brokers"]
+            ratio = [statistics.median(x[i] / y[i] for x, y in zip(d, b)) for i in (2, 0, 1)]
+            spent = {label: statistics.median(sum(c.get(k, 0.0) for k in KINDS) for c in cpu[label])
+                     for label in ("diskless direct", "diskless via brokers")}
+            print(f"{size:>10}{n:>12,}{n * size / 1e6:>8,.0f}{med(results, 'diskless direct', 2):>15,.0f}"
+                  f"{med(results, 'diskless via brokers', 2):>16,.0f}{ratio[0]:>8.2f}x{ratio[1]:>8.2f}x{ratio[2]:>9.2f}x"
+                  f"{spent['diskless via brokers'] / spent['diskless direct']:>7.2f}x")
 
 
 if __name__ == "__main__":
