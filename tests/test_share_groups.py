@@ -1,0 +1,341 @@
+"""Share groups (KIP-932) with librdkafka's ShareConsumer against a real 3-broker cluster (one
+shared by the module; each test has its own topic and group):
+- two members of one group read a 1-partition topic together: each gets records, every record
+  is delivered once and accepted once (nothing comes back after the lock duration);
+- explicit acknowledgement: a released record comes back with delivery count 2, a rejected one
+  never again; a record released at the delivery count limit is archived, never delivered again;
+- a record not acknowledged within the lock duration goes to the other member, delivery count 2;
+- ShareGroupDescribe shows the members with their assignment;
+- bad input: Kafka's codes (unknown share session, an acknowledgement opening a session, records
+  not acquired by the member, a stale member epoch), never a traceback;
+- with group.share.enable=false the share APIs are not advertised.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from protocol.errors import Errors
+from protocol.framing import frame
+from protocol.generated.api_versions import ApiVersionsRequest
+from protocol.generated.find_coordinator import FindCoordinatorRequest
+from protocol.generated.share_acknowledge import ShareAcknowledgeRequest
+from protocol.generated.share_fetch import ShareFetchRequest
+from protocol.generated.share_group_describe import ShareGroupDescribeRequest
+from protocol.generated.share_group_heartbeat import ShareGroupHeartbeatRequest
+from protocol.headers import decode_response, encode_request
+from tests.conftest import wait_for
+from tools.cluster import Cluster
+
+pytestmark = pytest.mark.slow
+
+LOCK_MS = 3000
+BROKER = {
+    "offsets.topic.num.partitions": 3,
+    "replica.lag.time.max.ms": 5000,
+    "broker.heartbeat.interval.ms": 500,
+    "group.share.heartbeat.interval.ms": 500,
+    "group.share.session.timeout.ms": 10000,
+    "group.share.record.lock.duration.ms": LOCK_MS,
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[Cluster]:
+    c = Cluster(tmp_path_factory.mktemp("kip932"), brokers=3, verbose=False, broker_overrides=BROKER,
+                controller_overrides={"broker.session.timeout.ms": 3000})
+    try:
+        c.start(timeout=90)
+        yield c
+    finally:
+        c.stop()
+
+
+def create_topic(c: Cluster, name: str, partitions: int = 1) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 3)], operation_timeout=30)[name].result(30)
+
+
+def read_from_earliest(c: Cluster, group: str) -> None:
+    """share.auto.offset.reset=earliest for the group (kafka-configs.sh --entity-type groups)."""
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    for f in admin.incremental_alter_configs([res]).values():
+        f.result(30)
+
+
+def produce(c: Cluster, topic: str, n: int, tag: str = "v", chunk: int = 0, pause: float = 0.0) -> list[bytes]:
+    """`n` records; with `chunk`, flushed that many at a time with `pause` between."""
+    from confluent_kafka import Producer
+    p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "linger.ms": 5})
+    values = [f"{tag}-{i}".encode() for i in range(n)]
+    for i, v in enumerate(values):
+        p.produce(topic, value=v)
+        if chunk and (i + 1) % chunk == 0:
+            assert p.flush(30) == 0
+            time.sleep(pause)
+    assert p.flush(30) == 0
+    return values
+
+
+def share_consumer(c: Cluster, group: str, topic: str, explicit: bool = False):
+    from confluent_kafka import ShareConsumer
+    conf = {"bootstrap.servers": c.bootstrap, "group.id": group}
+    if explicit:
+        conf["share.acknowledgement.mode"] = "explicit"
+    sc = ShareConsumer(conf)
+    sc.subscribe([topic])
+    return sc
+
+
+def records(messages) -> list:
+    out = []
+    for m in messages:
+        assert m.error() is None, m.error()
+        out.append(m)
+    return out
+
+
+# ---------------------------------------------------------------- acceptance
+def test_two_members_read_one_partition_together(cluster: Cluster) -> None:
+    topic, group, n = "share-two", "share-two-g", 2000
+    create_topic(cluster, topic)
+    deliveries: list[Counter] = [Counter(), Counter()]
+    counts: list[Counter] = [Counter(), Counter()]
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def member(i: int) -> None:
+        sc = share_consumer(cluster, group, topic)
+        try:
+            while not stop.is_set():
+                for m in records(sc.poll(0.5)):  # implicit mode: the next poll accepts them
+                    deliveries[i][m.value()] += 1
+                    counts[i][m.delivery_count()] += 1
+                    time.sleep(0.0005)  # a slow worker, so both members get a share
+            sc.commit_sync(30)
+        except BaseException as e:  # noqa: BLE001 - reported by the test thread
+            errors.append(e)
+        finally:
+            sc.close()
+
+    threads = [threading.Thread(target=member, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        wait_for(lambda: _members(cluster, group) == 2, timeout=30, what="both members in the group")
+        time.sleep(1)  # their first ShareFetch started the share-partition (at the log end: latest)
+        # records arrive while both read, as on a live queue
+        values = produce(cluster, topic, n, chunk=50, pause=0.02)
+        wait_for(lambda: len(set(deliveries[0]) | set(deliveries[1])) >= n, timeout=60,
+                 what="both members to read every record")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    assert not errors, errors
+    assert all(deliveries), f"each member gets records: {[sum(d.values()) for d in deliveries]}"
+    total = deliveries[0] + deliveries[1]
+    assert set(total) == set(values)
+    assert max(total.values()) == 1, "a record was delivered twice"
+    assert set(counts[0]) | set(counts[1]) == {1}, "a record was delivered again"
+    # every record was accepted: a new member of the group gets nothing, past the lock duration too
+    sc = share_consumer(cluster, group, topic)
+    try:
+        late = []
+        deadline = time.time() + LOCK_MS / 1000 + 3
+        while time.time() < deadline:
+            late += records(sc.poll(0.5))
+        assert not late, f"{len(late)} accepted records came back"
+    finally:
+        sc.close()
+
+
+def test_explicit_release_reject_and_delivery_limit(cluster: Cluster) -> None:
+    from confluent_kafka import AcknowledgeType
+    topic, group = "share-explicit", "share-explicit-g"
+    create_topic(cluster, topic)
+    read_from_earliest(cluster, group)
+    produce(cluster, topic, 10)
+    sc = share_consumer(cluster, group, topic, explicit=True)
+    try:
+        first = wait_for(lambda: records(sc.poll(1.0)), timeout=30, what="the first records")
+        by_offset = {m.offset(): m for m in first}
+        assert all(m.delivery_count() == 1 for m in first)
+        released, rejected, poison = 0, 1, 2
+        for off, m in by_offset.items():
+            kind = {released: AcknowledgeType.RELEASE, rejected: AcknowledgeType.REJECT,
+                    poison: AcknowledgeType.RELEASE}.get(off, AcknowledgeType.ACCEPT)
+            sc.acknowledge(m, kind)
+        sc.commit_sync(30)
+        seen: Counter = Counter({off: 1 for off in by_offset})
+        counts: dict[int, list[int]] = {}
+        deadline = time.time() + 30
+        # the released record comes back with delivery count 2 and is accepted; the poison one is
+        # released at every delivery until the limit (5) archives it
+        while time.time() < deadline and (seen[poison] < 5 or seen[released] < 2):
+            for m in records(sc.poll(0.5)):
+                seen[m.offset()] += 1
+                counts.setdefault(m.offset(), []).append(m.delivery_count())
+                sc.acknowledge(m, AcknowledgeType.RELEASE if m.offset() == poison else AcknowledgeType.ACCEPT)
+            sc.commit_sync(30)
+        assert counts[released] == [2]
+        assert counts[poison] == [2, 3, 4, 5]
+        assert rejected not in counts, "a rejected record was delivered again"
+        late = []
+        deadline = time.time() + LOCK_MS / 1000 + 2
+        while time.time() < deadline:
+            late += records(sc.poll(0.5))
+        assert not late, [(m.offset(), m.delivery_count()) for m in late]
+    finally:
+        sc.close()
+
+
+def test_lock_expiry_redelivers_to_the_other_member(cluster: Cluster) -> None:
+    topic, group = "share-lock", "share-lock-g"
+    create_topic(cluster, topic)
+    read_from_earliest(cluster, group)
+    values = set(produce(cluster, topic, 5))
+    a = share_consumer(cluster, group, topic, explicit=True)
+    b = share_consumer(cluster, group, topic, explicit=True)
+    try:
+        held = wait_for(lambda: records(a.poll(1.0)), timeout=30, what="member a's records")
+        # a never acknowledges (it stops polling): past the lock duration b gets them
+        got: list = []
+        deadline = time.time() + LOCK_MS / 1000 + 15
+        while time.time() < deadline and {m.value() for m in got} < {m.value() for m in held}:
+            for m in records(b.poll(0.5)):
+                got.append(m)
+                b.acknowledge(m)
+            b.commit_sync(30)
+        again = {m.value(): m.delivery_count() for m in got}
+        assert {m.value() for m in held} <= set(again) <= values
+        assert all(again[m.value()] == 2 for m in held)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_describe_shows_members(cluster: Cluster) -> None:
+    topic, group = "share-describe", "share-describe-g"
+    create_topic(cluster, topic, partitions=2)
+    a = share_consumer(cluster, group, topic)
+    try:
+        a.poll(1.0)
+        body = wait_for(lambda: _coordinator_answer(cluster, ShareGroupDescribeRequest(group_ids=[group]), 1),
+                        timeout=30, what="the coordinator's answer")
+        g = body.groups[0]
+        assert g.error_code == 0 and g.group_state == "Stable" and g.assignor_name == "simple"
+        assert len(g.members) == 1
+        tps = g.members[0].assignment.topic_partitions
+        assert [(t.topic_name, sorted(t.partitions)) for t in tps] == [(topic, [0, 1])]
+    finally:
+        a.close()
+
+
+# ---------------------------------------------------------------- bad input
+def _request(c: Cluster, broker: int, body, version: int):
+    sock = socket.create_connection((c.host, c.broker_port(broker)), timeout=10)
+    try:
+        sock.sendall(b"".join(bytes(p) for p in frame(encode_request(body, version, 7, "share-test"))))
+        size = struct.unpack(">i", _read(sock, 4))[0]
+        return decode_response(_read(sock, size), body.API_KEY, version)[1]
+    finally:
+        sock.close()
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        assert chunk, "the broker closed the connection"
+        buf += chunk
+    return buf
+
+
+def _coordinator_answer(c: Cluster, body, version: int):
+    """The answer of the broker that coordinates the group (None while none does)."""
+    group = body.group_ids[0] if hasattr(body, "group_ids") else body.group_id
+    # FindCoordinator creates __consumer_offsets when it does not exist yet
+    _request(c, c.broker_ids[0], FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), 4)
+    for b in c.broker_ids:
+        resp = _request(c, b, body, version)
+        groups = getattr(resp, "groups", None)
+        err = groups[0].error_code if groups else resp.error_code
+        if err not in (Errors.NOT_COORDINATOR, Errors.COORDINATOR_LOAD_IN_PROGRESS,
+                       Errors.COORDINATOR_NOT_AVAILABLE):
+            return resp
+    return None
+
+
+def _members(c: Cluster, group: str) -> int:
+    resp = _coordinator_answer(c, ShareGroupDescribeRequest(group_ids=[group]), 1)
+    return -1 if resp is None else len(resp.groups[0].members)
+
+
+def test_bad_input_gets_kafka_codes(cluster: Cluster) -> None:
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient
+    topic, group = "share-bad", "share-bad-g"
+    create_topic(cluster, topic)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    desc = admin.describe_topics(TopicCollection([topic]))[topic].result(30)
+    leader = desc.partitions[0].leader.id
+    u = desc.topic_id
+    tid = uuid.UUID(int=(u.get_most_significant_bits() % 2**64) << 64 | u.get_least_significant_bits() % 2**64)
+    member = str(uuid.uuid4())
+    R = ShareFetchRequest
+    # an unknown share session
+    resp = _request(cluster, leader, R(group_id=group, member_id=member, share_session_epoch=3, max_wait_ms=0,
+                                       max_records=10, batch_size=10, topics=[]), 1)
+    assert resp.error_code == Errors.SHARE_SESSION_NOT_FOUND
+    # ShareAcknowledge cannot open a session
+    A = ShareAcknowledgeRequest
+    resp = _request(cluster, leader, A(group_id=group, member_id=member, share_session_epoch=0, topics=[]), 1)
+    assert resp.error_code == Errors.INVALID_SHARE_SESSION_EPOCH
+    # a session opened; then acknowledging a record this member never acquired
+    resp = _request(cluster, leader, R(group_id=group, member_id=member, share_session_epoch=0, max_wait_ms=0,
+                                       max_records=10, batch_size=10, topics=[R.FetchTopic(topic_id=tid, partitions=[
+                                           R.FetchPartition(partition_index=0)])]), 1)
+    assert resp.error_code == 0
+    resp = _request(cluster, leader, A(group_id=group, member_id=member, share_session_epoch=1, topics=[
+        A.AcknowledgeTopic(topic_id=tid, partitions=[A.AcknowledgePartition(partition_index=0, acknowledgement_batches=[
+            A.AcknowledgementBatch(first_offset=0, last_offset=0, acknowledge_types=[1])])])]), 1)
+    assert resp.error_code == 0
+    assert resp.responses[0].partitions[0].error_code == Errors.INVALID_RECORD_STATE
+    # a wrong epoch
+    resp = _request(cluster, leader, A(group_id=group, member_id=member, share_session_epoch=7, topics=[]), 1)
+    assert resp.error_code == Errors.INVALID_SHARE_SESSION_EPOCH
+    # heartbeats: an unknown member, then a stale epoch
+    H = ShareGroupHeartbeatRequest
+    resp = wait_for(lambda: _coordinator_answer(cluster, H(group_id=group, member_id=member, member_epoch=0,
+                                                           subscribed_topic_names=[topic]), 1),
+                    timeout=30, what="the coordinator")
+    assert resp.error_code == 0 and resp.member_epoch >= 1
+    resp = _coordinator_answer(cluster, H(group_id=group, member_id=member, member_epoch=resp.member_epoch + 5), 1)
+    assert resp.error_code == Errors.FENCED_MEMBER_EPOCH
+    resp = _coordinator_answer(cluster, H(group_id=group, member_id="nobody", member_epoch=3), 1)
+    assert resp.error_code == Errors.UNKNOWN_MEMBER_ID
+    resp = _coordinator_answer(cluster, H(group_id=group, member_id="", member_epoch=0), 1)
+    assert resp.error_code == Errors.INVALID_REQUEST
+    for b in cluster.broker_ids:
+        assert "Traceback" not in cluster.log_path(b).read_text()
+
+
+def test_share_apis_advertised_only_when_enabled(cluster: Cluster, cluster_factory) -> None:
+    keys = {k.api_key for k in _request(cluster, cluster.broker_ids[0], ApiVersionsRequest(), 3).api_keys}
+    assert {76, 77, 78, 79} <= keys
+    off = cluster_factory(brokers=1, broker_overrides={"group.share.enable": "false"})
+    keys = {k.api_key for k in _request(off, off.broker_ids[0], ApiVersionsRequest(), 3).api_keys}
+    assert not {76, 77, 78, 79} & keys
