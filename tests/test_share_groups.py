@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -36,6 +39,7 @@ from tests.conftest import wait_for
 from tools.cluster import Cluster
 
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
 
 LOCK_MS = 3000
 BROKER = {
@@ -240,6 +244,34 @@ def test_describe_shows_members(cluster: Cluster) -> None:
         assert len(g.members) == 1
         tps = g.members[0].assignment.topic_partitions
         assert [(t.topic_name, sorted(t.partitions)) for t in tps] == [(topic, [0, 1])]
+    finally:
+        a.close()
+
+
+def _tool(c: Cluster, module: str, *args: str) -> str:
+    out = subprocess.run([sys.executable, "-m", module, "--bootstrap-server", c.bootstrap, *args],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_share_groups_tool_lists_and_describes(cluster: Cluster) -> None:
+    topic, group = "share-tool", "share-tool-g"
+    create_topic(cluster, topic, partitions=2)
+    a = share_consumer(cluster, group, topic)
+    try:
+        a.poll(1.0)
+        wait_for(lambda: _members(cluster, group) == 1, timeout=30, what="the member in the group")
+        assert group in _tool(cluster, "tools.kafka_share_groups", "--list").split()
+        assert f"{group}" in _tool(cluster, "tools.kafka_share_groups", "--list", "--state", "Stable")
+        # a share group is no consumer group
+        assert group not in _tool(cluster, "tools.kafka_consumer_groups", "--list").split()
+        members = _tool(cluster, "tools.kafka_share_groups", "--describe", "--group", group, "--members",
+                        "--verbose").strip().splitlines()
+        assert members[0].split()[:5] == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "MEMBER-EPOCH"]
+        assert members[1].split()[0] == group and members[1].endswith(f"{topic}(0,1)")
+        state = _tool(cluster, "tools.kafka_share_groups", "--describe", "--group", group, "--state").strip()
+        assert state.splitlines()[1].split()[0] == group and "Stable" in state and "simple" in state
     finally:
         a.close()
 

@@ -389,11 +389,16 @@ async def list_groups(ctx: RequestContext, req) -> ListGroupsResponse:
     R = ListGroupsResponse
     v = ctx.api_version
     c = _coordinator(ctx)
-    err, groups = c.list_groups(req.states_filter if v >= 4 else (), req.types_filter if v >= 5 else ())
+    states = {x.lower() for x in (req.states_filter if v >= 4 else ())}
+    types = {x.lower() for x in (req.types_filter if v >= 5 else ())}
+    err, groups = c.list_groups(states, types)
+    listed = [(g.group_id, _protocol_type(g), g.state_name, g.type) for g in groups]
+    if c.active:  # share groups (KIP-932) are kept beside the others, by their own manager
+        listed += [(g.group_id, g.type, g.state_name, g.type) for g in ctx.services.share_groups.groups()
+                   if (not types or g.type in types) and (not states or g.state_name.lower() in states)]
     return R(error_code=err, groups=[
-        R.ListedGroup(group_id=g.group_id, protocol_type=_protocol_type(g), group_state=g.state_name,
-                      group_type=g.type)
-        for g in groups
+        R.ListedGroup(group_id=gid, protocol_type=protocol, group_state=state, group_type=kind)
+        for gid, protocol, state, kind in listed
     ])
 
 

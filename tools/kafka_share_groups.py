@@ -1,0 +1,153 @@
+"""kafka-share-groups.sh for Strata: list and describe share groups (KIP-932), with the options
+and output of Kafka's ShareGroupCommand.
+
+  --list [--state [S,S]]
+  --describe (--group G ... | --all-groups) (--members [--verbose] | --state [--verbose])
+
+ListGroups goes to every broker (type filter `share`), ShareGroupDescribe to the group's
+coordinator. Not yet offered: --describe --offsets (the default in Kafka: start offsets and lag,
+from DescribeShareGroupOffsets), --reset-offsets, --delete, --delete-offsets. Errors go to
+stderr, one line, exit 1; bad arguments exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from protocol.errors import Errors
+from protocol.generated.list_groups import ListGroupsRequest
+from protocol.generated.share_group_describe import ShareGroupDescribeRequest
+from tools.admin import AdminError, ToolArgumentParser, admin_for, broker_error, ranged_int, run_tool
+from tools.brokers import Brokers
+from tools.kafka_consumer_groups import Group, Member, assignment_text, print_state, row_text
+
+STATES = ["Empty", "Stable", "Dead"]
+
+
+async def list_share_groups(brokers: Brokers) -> list[tuple[str, str]]:
+    """(group id, state) of every share group."""
+    await brokers.topics([])
+    ids = sorted(brokers.addresses)
+    answers = await asyncio.gather(*(brokers.send(b, ListGroupsRequest(states_filter=[], types_filter=["share"]), 5)
+                                     for b in ids))
+    out = {}
+    for b, resp in zip(ids, answers):
+        if resp.error_code:
+            raise broker_error(f"cannot list the groups of broker {b}", resp.error_code)
+        for g in resp.groups:
+            if g.group_type == "share":
+                out[g.group_id] = g.group_state
+    return sorted(out.items())
+
+
+async def describe_share_group(brokers: Brokers, group: str) -> Group:
+    coordinator = await brokers.coordinator(group)
+    resp = await brokers.send_to(coordinator.host, coordinator.port,
+                                 ShareGroupDescribeRequest(group_ids=[group], include_authorized_operations=False), 1)
+    d = resp.groups[0]
+    if d.error_code == Errors.GROUP_ID_NOT_FOUND:
+        raise AdminError(f"Share group '{group}' does not exist.", Errors.GROUP_ID_NOT_FOUND)
+    if d.error_code:
+        raise broker_error(f"cannot describe share group '{group}'", d.error_code, d.error_message)
+    members = [Member(m.member_id, "", m.client_id, m.client_host,
+                      sorted((t.topic_name, p) for t in m.assignment.topic_partitions for p in t.partitions),
+                      m.member_epoch)
+               for m in d.members]
+    return Group(group, d.group_state, d.assignor_name, coordinator, members, "share", d.group_epoch,
+                 d.assignment_epoch)
+
+
+async def list_action(brokers: Brokers, a: argparse.Namespace) -> None:
+    groups = await list_share_groups(brokers)
+    if a.state is None:
+        for g, _ in groups:
+            print(g)
+        return
+    wanted = {s.lower() for s in a.state.split(",") if s}
+    if wanted - {s.lower() for s in STATES}:
+        raise AdminError(f"Invalid state list '{a.state}'. Valid states are: {', '.join(STATES)}")
+    shown = [(g, s) for g, s in groups if not wanted or s.lower() in wanted]
+    width = max([15, *(len(g) for g, _ in shown)]) + 10
+    print("\n".join(row_text([width, None], r) for r in [["GROUP", "STATE"], *shown]))
+
+
+def print_members(g: Group, verbose: bool) -> None:
+    if g.state == "Empty":
+        print(f"\nShare group '{g.group_id}' has no active members.", file=sys.stderr)
+    w = [max([15, len(g.group_id)]), max([15, *(len(m.member_id) for m in g.members)]),
+         max([15, *(len(m.host) for m in g.members)]), max([15, *(len(m.client_id) for m in g.members)])]
+    header = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID"]
+    if verbose:
+        header.append("MEMBER-EPOCH")
+        w.append(15)
+    lines = [row_text(w, header) + " ASSIGNMENT"]
+    for m in g.members:
+        row = [g.group_id, m.member_id, m.host, m.client_id, *([m.epoch] if verbose else [])]
+        lines.append(row_text(w, row) + " " + assignment_text(m.assignment))
+    print("\n" + "\n".join(lines))
+
+
+async def describe_action(brokers: Brokers, a: argparse.Namespace) -> None:
+    names = [g for g, _ in await list_share_groups(brokers)] if a.all_groups else a.group
+    for name in names:
+        g = await describe_share_group(brokers, name)
+        if a.members:
+            print_members(g, a.verbose)
+        else:
+            print_state(g, a.verbose)
+
+
+def build_parser() -> ToolArgumentParser:
+    ap = ToolArgumentParser(prog="kafka-share-groups.sh", description="List and describe share groups.")
+    ap.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,...]", help="brokers to connect to")
+    ap.add_argument("--group", action="append", help="the share group (repeatable)")
+    ap.add_argument("--all-groups", action="store_true", help="every share group")
+    ap.add_argument("--list", action="store_true", help="list all share groups")
+    ap.add_argument("--describe", action="store_true", help="describe share groups")
+    ap.add_argument("--members", action="store_true", help="with --describe: the group's members")
+    ap.add_argument("--offsets", action="store_true", help="with --describe: start offsets and lag (not yet offered)")
+    ap.add_argument("--verbose", action="store_true", help="with --members: epochs; with --state: the group's epochs")
+    ap.add_argument("--state", nargs="?", const="", default=None, metavar="S,S",
+                    help="with --describe: the group's state; with --list: states (filtered by S,S)")
+    ap.add_argument("--timeout", type=ranged_int(1, 2**31 - 1), default=5000, metavar="MS",
+                    help="how long to wait for the cluster (ms, default 5000)")
+    return ap
+
+
+def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    if a.list == a.describe:
+        ap.error("Command must include exactly one action: --list, --describe")
+    if (a.group or a.all_groups) and a.list:
+        ap.error("Option --group/--all-groups can't be used with --list")
+    if a.group and a.all_groups:
+        ap.error("Option --group can't be used with --all-groups")
+    if a.describe:
+        if not (a.group or a.all_groups):
+            ap.error("Option --describe takes one of these options: --all-groups, --group")
+        if a.state:
+            ap.error("Option --describe does not take a value for --state")
+        if a.members and a.state is not None:
+            ap.error("Option --describe takes at most one of these options: --members, --offsets, --state")
+        if not a.members and a.state is None:
+            ap.error("--describe --offsets (start offsets and lag) is not offered yet: use --members or --state")
+    if (a.members or a.offsets or a.verbose) and not a.describe:
+        ap.error("Options --members, --offsets and --verbose are only allowed with --describe")
+
+
+async def run(a: argparse.Namespace) -> None:
+    async with admin_for(a, a.timeout / 1000) as admin, Brokers(admin) as brokers:
+        await (list_action if a.list else describe_action)(brokers, a)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = build_parser()
+    a = ap.parse_tool_args(argv)
+    check_args(ap, a)
+    return run_tool(run(a))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
