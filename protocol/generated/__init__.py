@@ -96,6 +96,7 @@ import protocol.generated.offset_fetch as offset_fetch
 import protocol.generated.offset_for_leader_epoch as offset_for_leader_epoch
 import protocol.generated.partition_leader_epochs_for_partitions as partition_leader_epochs_for_partitions
 import protocol.generated.produce as produce
+import protocol.generated.read_share_group_state as read_share_group_state
 import protocol.generated.request_header as request_header
 import protocol.generated.response_header as response_header
 import protocol.generated.sasl_authenticate as sasl_authenticate
@@ -107,6 +108,7 @@ import protocol.generated.share_group_heartbeat as share_group_heartbeat
 import protocol.generated.sync_group as sync_group
 import protocol.generated.txn_offset_commit as txn_offset_commit
 import protocol.generated.vote as vote
+import protocol.generated.write_share_group_state as write_share_group_state
 import protocol.generated.write_txn_markers as write_txn_markers
 from protocol.message import Message
 
@@ -177,6 +179,8 @@ REQUESTS: dict[int, type[Message]] = {
     77: share_group_describe.ShareGroupDescribeRequest,
     78: share_fetch.ShareFetchRequest,
     79: share_acknowledge.ShareAcknowledgeRequest,
+    84: read_share_group_state.ReadShareGroupStateRequest,
+    85: write_share_group_state.WriteShareGroupStateRequest,
     1076: create_chunks.CreateChunksRequest,
     1077: alter_chunk_assignments.AlterChunkAssignmentsRequest,
     1093: diskless_create_partitions.DisklessCreatePartitionsRequest,
@@ -255,6 +259,8 @@ RESPONSES: dict[int, type[Message]] = {
     77: share_group_describe.ShareGroupDescribeResponse,
     78: share_fetch.ShareFetchResponse,
     79: share_acknowledge.ShareAcknowledgeResponse,
+    84: read_share_group_state.ReadShareGroupStateResponse,
+    85: write_share_group_state.WriteShareGroupStateResponse,
     1076: create_chunks.CreateChunksResponse,
     1077: alter_chunk_assignments.AlterChunkAssignmentsResponse,
     1093: diskless_create_partitions.DisklessCreatePartitionsResponse,
