@@ -18,6 +18,7 @@ from broker.config import BrokerConfig
 from broker.controller_channel import ControllerChannel
 from broker.coordinator.group import GroupCoordinator, GroupCoordinatorConfig
 from broker.coordinator.group.share import ShareGroupManager
+from broker.coordinator.share import ShareCoordinator, ShareCoordinatorConfig
 from broker.coordinator.transaction import TransactionCoordinator, TransactionCoordinatorConfig
 from broker.coordinator.transaction.markers import TxnMarkerSender
 from broker.diskless.config import DisklessConfig
@@ -42,6 +43,7 @@ from broker.replication.replica_manager import ReplicaManager
 from broker.replication.throttle import Throttle
 from broker.server import RequestDispatcher, is_control_plane
 from broker.services import BrokerServices
+from broker.share.persister import SharePersister
 from broker.share.service import ShareService
 from broker.storage.errors import StorageError
 from broker.storage.log_dir import LogDir
@@ -101,6 +103,9 @@ class Broker:
         self.transaction_coordinator = TransactionCoordinator(
             TransactionCoordinatorConfig.from_props(self.config.props), self.replicas, self.metadata, self.forward,
             self.producer_ids, markers, self.group_coordinator)
+        # share-partition state (KIP-932), in __share_group_state
+        self.share_coordinator = ShareCoordinator(
+            ShareCoordinatorConfig.from_props(self.config.props), self.replicas, self.metadata, self.forward)
         diskless = DisklessConfig.from_props(self.config.props, self.config.log_dirs[0])
         self.diskless_coordinator = DisklessCoordinator(
             self.config.node_id, self.replicas, self.metadata, self.forward, Path(self.config.log_dirs[0]), diskless)
@@ -120,7 +125,9 @@ class Broker:
             producer_ids=self.producer_ids, quotas=self.quotas, fetch_sessions=self.fetch_sessions,
             topic_stats=self.topic_stats,
             share_groups=ShareGroupManager(config.share, self.group_coordinator, self.metadata),
-            share=ShareService(config.share, self.partitions, self.metadata))
+            share=ShareService(config.share, self.partitions, self.metadata, SharePersister(
+                config.node_id, self.share_coordinator, self.metadata, self._peer_clients("share-state"))),
+            share_coordinator=self.share_coordinator)
         dispatcher = self.request_metrics.wrap(RequestDispatcher(self.services))
         self.servers: list[FramedServer] = []  # one per listener, opened last in start()
         for lst in config.listeners or ():
@@ -155,7 +162,8 @@ class Broker:
             d.offline_listeners.append(failed)
         self._check_dirs()
         self.replicas.load_dirs()
-        for coordinator in (self.group_coordinator, self.transaction_coordinator, self.diskless_coordinator):
+        for coordinator in (self.group_coordinator, self.transaction_coordinator, self.diskless_coordinator,
+                            self.share_coordinator):
             coordinator.start()
         await self.lifecycle.register(cluster_id, [d.directory_id for d in dirs if d.online])
         self.dir_assigner.start()
@@ -239,6 +247,7 @@ class Broker:
                 log.debug("shutdown_step", step=name)
                 await coro
         self.group_coordinator.shutdown()
+        self.share_coordinator.shutdown()
         self.transaction_coordinator.shutdown()
         self.diskless_coordinator.shutdown()
         for t in list(self._tasks):

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from broker.config import BrokerConfig
     from broker.coordinator.group import GroupCoordinator
     from broker.coordinator.group.share import ShareGroupManager
+    from broker.coordinator.share import ShareCoordinator
     from broker.coordinator.transaction import TransactionCoordinator
     from broker.diskless.coordinator.coordinator import DisklessCoordinator
     from broker.diskless.partition import DisklessService
@@ -43,5 +44,6 @@ class BrokerServices:
     topic_stats: TopicStats
     share_groups: ShareGroupManager  # share group membership, in the group coordinator (KIP-932)
     share: ShareService  # the share-partitions this broker leads, and share sessions
+    share_coordinator: ShareCoordinator  # share-partition state in __share_group_state
     # learned from the controller in start(), before any listener opens (DescribeCluster)
     cluster_id: str | None = None

@@ -116,7 +116,8 @@ STRATA_KEYS: tuple[str, ...] = (
     "transaction.remove.expired.transaction.cleanup.interval.ms", "transaction.state.log.load.buffer.size",
 )
 # key families read by prefix: per-listener settings, diskless storage, KIP-848 groups
-STRATA_PREFIXES: tuple[str, ...] = ("listener.name.", "diskless.", "group.consumer.", "group.share.")
+STRATA_PREFIXES: tuple[str, ...] = ("listener.name.", "diskless.", "group.consumer.", "group.share.",
+                                      "share.coordinator.")
 
 
 def _with_synonyms() -> tuple[dict[str, str], dict[str, tuple[str | None, str]]]:

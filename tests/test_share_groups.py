@@ -8,7 +8,9 @@ shared by the module; each test has its own topic and group):
 - ShareGroupDescribe shows the members with their assignment;
 - bad input: Kafka's codes (unknown share session, an acknowledgement opening a session, records
   not acquired by the member, a stale member epoch), never a traceback;
-- with group.share.enable=false the share APIs are not advertised.
+- with group.share.enable=false the share APIs are not advertised;
+- kill -9 of the share-partition leader's broker: accepted records never come back, acquired but
+  unacknowledged ones do (the state is in __share_group_state, through the share coordinator).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ BROKER = {
     "group.share.heartbeat.interval.ms": 500,
     "group.share.session.timeout.ms": 10000,
     "group.share.record.lock.duration.ms": LOCK_MS,
+    "share.coordinator.state.topic.num.partitions": 3,
 }
 
 
@@ -371,3 +374,52 @@ def test_share_apis_advertised_only_when_enabled(cluster: Cluster, cluster_facto
     off = cluster_factory(brokers=1, broker_overrides={"group.share.enable": "false"})
     keys = {k.api_key for k in _request(off, off.broker_ids[0], ApiVersionsRequest(), 3).api_keys}
     assert not {76, 77, 78, 79} & keys
+
+
+def _leader_of(c: Cluster, topic: str) -> int:
+    from confluent_kafka.admin import AdminClient
+    md = AdminClient({"bootstrap.servers": c.bootstrap}).list_topics(topic, timeout=10)
+    return md.topics[topic].partitions[0].leader
+
+
+def test_kill_leader_keeps_accepted_records_accepted(cluster: Cluster) -> None:
+    from confluent_kafka import AcknowledgeType
+    topic, group = "share-kill", "share-kill-g"
+    create_topic(cluster, topic)
+    read_from_earliest(cluster, group)
+    produce(cluster, topic, 10)
+    a = share_consumer(cluster, group, topic, explicit=True)
+    killed = None
+    try:
+        got = wait_for(lambda: records(a.poll(1.0)), timeout=60, what="the first records")
+        offsets = sorted(m.offset() for m in got)
+        accepted = offsets[: len(offsets) // 2]
+        held = offsets[len(offsets) // 2:]
+        assert accepted and held
+        for m in got:
+            if m.offset() in accepted:
+                a.acknowledge(m, AcknowledgeType.ACCEPT)
+        results = a.commit_sync(30)
+        assert all(e is None for e in results.values()), results
+        killed = _leader_of(cluster, topic)
+        cluster.kill(killed)
+        wait_for(lambda: _leader_of(cluster, topic) not in (killed, -1), timeout=30, what="a new leader")
+        b = share_consumer(cluster, group, topic, explicit=True)
+        try:
+            seen: list = []
+            deadline = time.time() + 40
+            while time.time() < deadline and {m.offset() for m in seen} < set(held):
+                for m in records(b.poll(0.5)):
+                    seen.append(m)
+                    b.acknowledge(m)
+                b.commit_sync(30)
+            seen_offsets = [m.offset() for m in seen]
+            assert not set(seen_offsets) & set(accepted), f"accepted records came back: {seen_offsets}"
+            assert set(held) <= set(seen_offsets), f"held records did not come back: {seen_offsets}"
+            assert all(m.delivery_count() == 2 for m in seen if m.offset() in held)
+        finally:
+            b.close()
+    finally:
+        a.close()
+        if killed is not None:
+            cluster.start_node(killed)

@@ -128,6 +128,9 @@ async def _acknowledge(ctx: RequestContext, group_id: str, member_id: str, acks:
             out[(tid, index)] = Errors.INVALID_RECORD_STATE  # nothing acquired here for this group
         else:
             out[(tid, index)] = sp.acknowledge(member_id, batches) if batches else 0
+            if batches and not out[(tid, index)]:
+                # answered once written: an accepted record stays accepted on a new leader
+                out[(tid, index)] = await share.persist(sp)
             if out[(tid, index)]:
                 log.info("share_acknowledge_refused", group=group_id, member=member_id, topic=info.name,
                          partition=index, error=out[(tid, index)])

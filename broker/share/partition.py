@@ -19,7 +19,7 @@ acquired while that many are in flight.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from protocol.errors import Errors
@@ -27,6 +27,8 @@ from protocol.records.batch import BatchHeader
 
 AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 3
 STATE_NAMES = ("Available", "Acquired", "Acknowledged", "Archived")
+# the delivery states as the share coordinator keeps them (Kafka's RecordState ids)
+PERSISTED_AVAILABLE, PERSISTED_ACKNOWLEDGED, PERSISTED_ARCHIVED = 0, 2, 4
 # the acknowledge types of ShareFetch / ShareAcknowledge
 GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
 
@@ -68,6 +70,9 @@ class SharePartition:
         self._timers: dict[int, asyncio.TimerHandle] = {}
         # long-polling ShareFetches: woken when records become available again
         self._waiters: list[asyncio.Future] = []
+        self.leader_epoch = -1  # the partition's leader epoch this state was read under
+        # told when a lock expiry changed records (their state is written to the share coordinator)
+        self.on_expired: Callable[[SharePartition], None] | None = None
 
     # ------------------------------------------------------------------ acquiring
     def next_fetch_offset(self) -> int:
@@ -140,6 +145,8 @@ class SharePartition:
         if released:
             self._advance()
             self._wake()
+            if self.on_expired is not None:
+                self.on_expired(self)
 
     # ------------------------------------------------------------------ acknowledging
     def acknowledge(self, member_id: str, batches: list[tuple[int, int, list[int]]]) -> int:
@@ -225,6 +232,34 @@ class SharePartition:
             t.cancel()
         self._timers.clear()
         self._wake()
+
+    # ------------------------------------------------------------------ persisted state
+    def restore(self, start_offset: int, batches: Iterable[tuple[int, int, int, int]]) -> None:
+        """Take the state the share coordinator kept: (first, last, persisted state, delivery
+        count) ranges from the start offset. Records that were acquired come back available."""
+        self.start_offset = self.end_offset = start_offset
+        self.records.clear()
+        for first, last, state, count in batches:
+            mine = {PERSISTED_ACKNOWLEDGED: ACKNOWLEDGED, PERSISTED_ARCHIVED: ARCHIVED}.get(state, AVAILABLE)
+            for off in range(max(first, start_offset), last + 1):
+                self.records[off] = InFlightRecord(mine, count, None, 0)
+            self.end_offset = max(self.end_offset, last + 1)
+        self._advance()
+
+    def snapshot(self) -> tuple[int, list[tuple[int, int, int, int]]]:
+        """(start offset, ranges of (first, last, persisted state, delivery count)) as the share
+        coordinator keeps them: an acquired record is written as available with its count, so a
+        new leader hands it out again."""
+        ranges: list[tuple[int, int, int, int]] = []
+        for off in sorted(self.records):
+            rec = self.records[off]
+            state = (PERSISTED_ACKNOWLEDGED if rec.state == ACKNOWLEDGED else
+                     PERSISTED_ARCHIVED if rec.state == ARCHIVED else PERSISTED_AVAILABLE)
+            if ranges and ranges[-1][1] == off - 1 and ranges[-1][2:] == (state, rec.delivery_count):
+                ranges[-1] = (ranges[-1][0], off, state, rec.delivery_count)
+            else:
+                ranges.append((off, off, state, rec.delivery_count))
+        return self.start_offset, ranges
 
     # ------------------------------------------------------------------ describing
     def in_flight(self) -> int:

@@ -2,20 +2,24 @@
 broker keeps as the leader of their partitions, the share sessions, and the reads through the one
 partition interface (broker/partitions/) that Fetch also uses.
 
-A share-partition is made at the first ShareFetch of its group for that partition, starting at
-the group's share.auto.offset.reset (latest by default: the partition's high watermark then;
-earliest: its log start). Its state lives in this broker's memory: a leader change or restart
-starts it again from share.auto.offset.reset. Kafka keeps it durable in __share_group_state
-through a share coordinator (KIP-932, "Share-group state persistence").
+A share-partition is made at the first ShareFetch of its group for that partition on this leader:
+from the state the share coordinator kept (persister.py), else at the group's
+share.auto.offset.reset (latest by default: the partition's high watermark then; earliest: its
+log start), written back at once. Acknowledgements are answered once the new state is written, so
+a new leader (a leader change, a restart, kill -9) carries on from there: accepted records stay
+accepted, acquired ones come back.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import TYPE_CHECKING
+from uuid import UUID
 
 import structlog
 
+from broker.coordinator.share.records import ShareState
 from broker.partitions.interface import FetchPosition
 from broker.share.config import ShareGroupConfig
 from broker.share.partition import Acquired, SharePartition
@@ -29,6 +33,7 @@ if TYPE_CHECKING:
     from broker.partitions.interface import ServedPartition
     from broker.partitions.router import PartitionRouter
     from broker.ports import ImageSource
+    from broker.share.persister import SharePersister
 
 log = structlog.get_logger(__name__)
 
@@ -55,10 +60,13 @@ def _as_bytes(records) -> bytes:
 
 
 class ShareService:
-    def __init__(self, config: ShareGroupConfig, router: PartitionRouter, images: ImageSource) -> None:
+    def __init__(self, config: ShareGroupConfig, router: PartitionRouter, images: ImageSource,
+                 persister: SharePersister) -> None:
         self.config = config
         self.router = router
         self.images = images
+        self.persister = persister
+        self._tasks: set[asyncio.Task] = set()
         self.sessions = ShareSessionCache(config.max_share_sessions)
         self.partitions: dict[Key, SharePartition] = {}
 
@@ -83,24 +91,65 @@ class ShareService:
                 self.partitions.pop(key).close()
         return p, err
 
+    def _partition_ids(self, topic: str, index: int) -> tuple[UUID, int] | None:
+        info = self.images.image.topic(topic)
+        pi = info.partitions.get(index) if info is not None else None
+        return (info.id, pi.leader_epoch) if info is not None and pi is not None else None
+
     async def share_partition(self, group_id: str, topic: str, index: int,
                               p: ServedPartition) -> tuple[int, SharePartition | None]:
         key = (group_id, topic, index)
+        ids = self._partition_ids(topic, index)
+        if ids is None:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION, None
+        topic_id, leader_epoch = ids
         sp = self.partitions.get(key)
-        if sp is not None:
+        if sp is not None and sp.leader_epoch == leader_epoch:
             return 0, sp
-        reset = (self._group_config(group_id, "share.auto.offset.reset") or "latest").strip().lower()
-        ans = await p.offset_for(EARLIEST if reset == "earliest" else LATEST, False)
-        if ans.error_code:
-            return ans.error_code, None
+        if sp is not None:  # led elsewhere meanwhile: what that leader wrote is the state now
+            self.partitions.pop(key).close()
+        err, state = await self.persister.read(group_id, topic_id, index, leader_epoch)
+        if err:
+            return err, None
+        start, how = (state.start_offset, "persisted") if state is not None else (-1, "")
+        if state is None:
+            how = (self._group_config(group_id, "share.auto.offset.reset") or "latest").strip().lower()
+            ans = await p.offset_for(EARLIEST if how == "earliest" else LATEST, False)
+            if ans.error_code:
+                return ans.error_code, None
+            start = ans.offset
         sp = self.partitions.get(key)  # made meanwhile by another request
         if sp is None:
-            sp = self.partitions[key] = SharePartition(
-                group_id, topic, index, ans.offset, self.lock_duration_ms(group_id),
-                self.config.delivery_count_limit, self.config.partition_max_record_locks)
+            sp = SharePartition(group_id, topic, index, start, self.lock_duration_ms(group_id),
+                                self.config.delivery_count_limit, self.config.partition_max_record_locks)
+            sp.leader_epoch = leader_epoch
+            if state is not None:
+                sp.restore(state.start_offset, state.batches)
+            else:
+                err = await self.persist(sp)  # Kafka's InitializeShareGroupState
+                if err:
+                    return err, None
+                if key in self.partitions:
+                    return 0, self.partitions[key]
+            sp.on_expired = self._persist_later
+            self.partitions[key] = sp
             log.info("share_partition_started", group=group_id, topic=topic, partition=index,
-                     start_offset=ans.offset, reset=reset)
+                     start_offset=sp.start_offset, in_flight=len(sp.records), start=how, leader_epoch=leader_epoch)
         return 0, sp
+
+    async def persist(self, sp: SharePartition) -> int:
+        """Write `sp`'s state as it is now to its share coordinator: 0 once replicated."""
+        ids = self._partition_ids(sp.topic, sp.index)
+        if ids is None:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION
+        start, batches = sp.snapshot()
+        return await self.persister.write(sp.group_id, ids[0], sp.index,
+                                          ShareState(0, sp.leader_epoch, start, batches))
+
+    def _persist_later(self, sp: SharePartition) -> None:
+        task = asyncio.get_running_loop().create_task(self.persist(sp))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def acquire(self, sp: SharePartition, p: ServedPartition, member_id: str, max_records: int,
                       max_bytes: int) -> tuple[int, Acquired | None, bool]:
@@ -137,5 +186,6 @@ class ShareService:
             if sp is not None:
                 n = sp.release_member(member_id)
                 if n:
+                    self._persist_later(sp)
                     log.info("share_records_released", group=group_id, member=member_id, topic=info.name,
                              partition=index, records=n)

@@ -1,0 +1,81 @@
+"""__share_group_state's records: one ShareSnapshot per share-partition (the topic is compacted,
+the latest snapshot of a key wins), laid out as Kafka's ShareSnapshotKey / ShareSnapshotValue
+(a key type, then the fields in order; strings with an int16 length, uuids as 16 bytes). Kafka
+also writes ShareUpdate records between snapshots; Strata writes a whole snapshot each time (the
+in-flight window is bounded by group.share.partition.max.record.locks).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from broker.coordinator.group.records import java_abs, java_string_hashcode
+
+SHARE_STATE_TOPIC = "__share_group_state"
+SNAPSHOT_KEY_TYPE = 0
+SNAPSHOT_VALUE_VERSION = 0
+# the delivery states as persisted (Kafka's RecordState ids): an acquired record is kept available
+AVAILABLE, ACKNOWLEDGED, ARCHIVED = 0, 2, 4
+
+_BATCH = struct.Struct(">qqbh")
+_HEAD = struct.Struct(">hiiiqqqi")
+
+
+@dataclass(frozen=True)
+class StateKey:
+    group_id: str
+    topic_id: UUID
+    partition: int
+
+    @property
+    def coordinator_key(self) -> str:
+        """Kafka's SharePartitionKey.asCoordinatorKey(): what FindCoordinator (key type 2) hashes."""
+        return f"{self.group_id}:{self.topic_id}:{self.partition}"
+
+
+@dataclass
+class ShareState:
+    state_epoch: int = 0
+    leader_epoch: int = -1
+    start_offset: int = -1
+    batches: list[tuple[int, int, int, int]] = field(default_factory=list)  # (first, last, state, count)
+    snapshot_epoch: int = 0
+
+
+def partition_for(key: StateKey, num_partitions: int) -> int:
+    return java_abs(java_string_hashcode(key.coordinator_key)) % num_partitions
+
+
+def encode_key(key: StateKey) -> bytes:
+    group = key.group_id.encode()
+    return struct.pack(">hh", SNAPSHOT_KEY_TYPE, len(group)) + group + key.topic_id.bytes + struct.pack(
+        ">i", key.partition)
+
+
+def decode_key(raw: bytes) -> StateKey | None:
+    """None for a key of another record type (a ShareUpdate this broker does not write)."""
+    kind, n = struct.unpack_from(">hh", raw, 0)
+    if kind != SNAPSHOT_KEY_TYPE:
+        return None
+    group = raw[4:4 + n].decode()
+    topic_id = UUID(bytes=bytes(raw[4 + n:20 + n]))
+    (partition,) = struct.unpack_from(">i", raw, 20 + n)
+    return StateKey(group, topic_id, partition)
+
+
+def encode_value(s: ShareState, now_ms: int) -> bytes:
+    head = _HEAD.pack(SNAPSHOT_VALUE_VERSION, s.snapshot_epoch, s.state_epoch, s.leader_epoch, s.start_offset,
+                      now_ms, now_ms, len(s.batches))
+    return head + b"".join(_BATCH.pack(*b) for b in s.batches)
+
+
+def decode_value(raw: bytes) -> ShareState:
+    _, snapshot_epoch, state_epoch, leader_epoch, start, _, _, n = _HEAD.unpack_from(raw, 0)
+    pos = _HEAD.size
+    batches = []
+    for _ in range(n):
+        batches.append(_BATCH.unpack_from(raw, pos))
+        pos += _BATCH.size
+    return ShareState(state_epoch, leader_epoch, start, batches, snapshot_epoch)
