@@ -261,10 +261,21 @@ def _tool(c: Cluster, module: str, *args: str) -> str:
 def test_share_groups_tool_lists_and_describes(cluster: Cluster) -> None:
     topic, group = "share-tool", "share-tool-g"
     create_topic(cluster, topic, partitions=2)
+    read_from_earliest(cluster, group)
+    produce(cluster, topic, 30)  # partitioned by the producer: both partitions get some
     a = share_consumer(cluster, group, topic)
     try:
-        a.poll(1.0)
+        got = 0
+        deadline = time.time() + 30
+        while got < 30 and time.time() < deadline:
+            got += len(records(a.poll(0.5)))
+        a.commit_sync(30)  # every record accepted: each start offset is its log end, no lag
         wait_for(lambda: _members(cluster, group) == 1, timeout=30, what="the member in the group")
+        offsets = _tool(cluster, "tools.kafka_share_groups", "--describe", "--group", group).strip().splitlines()
+        assert offsets[0].split() == ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"]
+        rows = [r.split() for r in offsets[1:]]
+        assert [r[:3] for r in rows] == [[group, topic, "0"], [group, topic, "1"]]
+        assert sum(int(r[3]) for r in rows) == 30 and all(r[4] == "0" for r in rows), rows
         assert group in _tool(cluster, "tools.kafka_share_groups", "--list").split()
         assert f"{group}" in _tool(cluster, "tools.kafka_share_groups", "--list", "--state", "Stable")
         # a share group is no consumer group

@@ -2,12 +2,14 @@
 and output of Kafka's ShareGroupCommand.
 
   --list [--state [S,S]]
-  --describe (--group G ... | --all-groups) (--members [--verbose] | --state [--verbose])
+  --describe (--group G ... | --all-groups) [--offsets (default) | --members [--verbose] | --state [--verbose]]
 
-ListGroups goes to every broker (type filter `share`), ShareGroupDescribe to the group's
-coordinator. Not yet offered: --describe --offsets (the default in Kafka: start offsets and lag,
-from DescribeShareGroupOffsets), --reset-offsets, --delete, --delete-offsets. Errors go to
-stderr, one line, exit 1; bad arguments exit 2.
+ListGroups goes to every broker (type filter `share`), ShareGroupDescribe and
+DescribeShareGroupOffsets to the group's coordinator, ListOffsets to partition leaders. --offsets
+shows each share-partition's start offset and its lag, the records from there to the log end
+(records acknowledged past the start offset count too; Kafka 4.2 subtracts them). Not yet
+offered: --reset-offsets, --delete, --delete-offsets. Errors go to stderr, one line, exit 1; bad
+arguments exit 2.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ import sys
 from collections.abc import Sequence
 
 from protocol.errors import Errors
+from protocol.generated.describe_share_group_offsets import DescribeShareGroupOffsetsRequest
 from protocol.generated.list_groups import ListGroupsRequest
 from protocol.generated.share_group_describe import ShareGroupDescribeRequest
 from tools.admin import AdminError, ToolArgumentParser, admin_for, broker_error, ranged_int, run_tool
-from tools.brokers import Brokers
-from tools.kafka_consumer_groups import Group, Member, assignment_text, print_state, row_text
+from tools.brokers import LATEST, Brokers
+from tools.kafka_consumer_groups import Group, Member, assignment_text, print_state, row_text, show, table
 
 STATES = ["Empty", "Stable", "Dead"]
 
@@ -90,14 +93,40 @@ def print_members(g: Group, verbose: bool) -> None:
     print("\n" + "\n".join(lines))
 
 
+async def print_offsets(brokers: Brokers, g: Group) -> None:
+    resp = await brokers.to_coordinator(g.group_id, DescribeShareGroupOffsetsRequest(groups=[
+        DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup(group_id=g.group_id, topics=None)]))
+    d = resp.groups[0]
+    if d.error_code:
+        raise broker_error(f"cannot describe the offsets of share group '{g.group_id}'", d.error_code,
+                           d.error_message)
+    starts = {(t.topic_name, p.partition_index): p.start_offset for t in d.topics for p in t.partitions
+              if not p.error_code}
+    answers = await brokers.list_offsets(dict.fromkeys(starts, LATEST)) if starts else {}
+    rows: list[list[object]] = []
+    for tp, start in sorted(starts.items()):
+        end = answers[tp].offset if tp in answers and not answers[tp].error_code else None
+        known = start if start >= 0 else None
+        rows.append([g.group_id, tp[0], tp[1], show(known),
+                     show(end - known if end is not None and known is not None else None)])
+    if g.state == "Empty":
+        print(f"\nShare group '{g.group_id}' has no active members.", file=sys.stderr)
+    if not rows:
+        return
+    w = [max([15, *(len(str(r[i])) for r in rows)]) for i in (0, 1)]
+    print(table([w[0], w[1], 10, 15, None], [["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"], *rows]))
+
+
 async def describe_action(brokers: Brokers, a: argparse.Namespace) -> None:
     names = [g for g, _ in await list_share_groups(brokers)] if a.all_groups else a.group
     for name in names:
         g = await describe_share_group(brokers, name)
         if a.members:
             print_members(g, a.verbose)
-        else:
+        elif a.state is not None:
             print_state(g, a.verbose)
+        else:
+            await print_offsets(brokers, g)
 
 
 def build_parser() -> ToolArgumentParser:
@@ -108,7 +137,7 @@ def build_parser() -> ToolArgumentParser:
     ap.add_argument("--list", action="store_true", help="list all share groups")
     ap.add_argument("--describe", action="store_true", help="describe share groups")
     ap.add_argument("--members", action="store_true", help="with --describe: the group's members")
-    ap.add_argument("--offsets", action="store_true", help="with --describe: start offsets and lag (not yet offered)")
+    ap.add_argument("--offsets", action="store_true", help="with --describe: start offsets and lag (the default)")
     ap.add_argument("--verbose", action="store_true", help="with --members: epochs; with --state: the group's epochs")
     ap.add_argument("--state", nargs="?", const="", default=None, metavar="S,S",
                     help="with --describe: the group's state; with --list: states (filtered by S,S)")
@@ -129,10 +158,10 @@ def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
             ap.error("Option --describe takes one of these options: --all-groups, --group")
         if a.state:
             ap.error("Option --describe does not take a value for --state")
-        if a.members and a.state is not None:
+        if sum((a.members, a.offsets, a.state is not None)) > 1:
             ap.error("Option --describe takes at most one of these options: --members, --offsets, --state")
-        if not a.members and a.state is None:
-            ap.error("--describe --offsets (start offsets and lag) is not offered yet: use --members or --state")
+        if a.verbose and not (a.members or a.state is not None):
+            ap.error("Option --verbose is only allowed with --members or --state")
     if (a.members or a.offsets or a.verbose) and not a.describe:
         ap.error("Options --members, --offsets and --verbose are only allowed with --describe")
 

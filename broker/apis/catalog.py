@@ -22,6 +22,7 @@ from broker.apis import (  # noqa: F401
     producer_ids,
     scram,
     share,
+    share_admin,
     share_state,
     topic_partitions,
     transaction_admin,

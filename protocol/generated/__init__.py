@@ -35,6 +35,7 @@ import protocol.generated.describe_groups as describe_groups
 import protocol.generated.describe_log_dirs as describe_log_dirs
 import protocol.generated.describe_producers as describe_producers
 import protocol.generated.describe_quorum as describe_quorum
+import protocol.generated.describe_share_group_offsets as describe_share_group_offsets
 import protocol.generated.describe_topic_partitions as describe_topic_partitions
 import protocol.generated.describe_transactions as describe_transactions
 import protocol.generated.describe_user_scram_credentials as describe_user_scram_credentials
@@ -181,6 +182,7 @@ REQUESTS: dict[int, type[Message]] = {
     79: share_acknowledge.ShareAcknowledgeRequest,
     84: read_share_group_state.ReadShareGroupStateRequest,
     85: write_share_group_state.WriteShareGroupStateRequest,
+    90: describe_share_group_offsets.DescribeShareGroupOffsetsRequest,
     1076: create_chunks.CreateChunksRequest,
     1077: alter_chunk_assignments.AlterChunkAssignmentsRequest,
     1093: diskless_create_partitions.DisklessCreatePartitionsRequest,
@@ -261,6 +263,7 @@ RESPONSES: dict[int, type[Message]] = {
     79: share_acknowledge.ShareAcknowledgeResponse,
     84: read_share_group_state.ReadShareGroupStateResponse,
     85: write_share_group_state.WriteShareGroupStateResponse,
+    90: describe_share_group_offsets.DescribeShareGroupOffsetsResponse,
     1076: create_chunks.CreateChunksResponse,
     1077: alter_chunk_assignments.AlterChunkAssignmentsResponse,
     1093: diskless_create_partitions.DisklessCreatePartitionsResponse,
