@@ -140,6 +140,7 @@ class Errors:
     INVALID_RECORD_STATE: Final = 121
     SHARE_SESSION_NOT_FOUND: Final = 122
     INVALID_SHARE_SESSION_EPOCH: Final = 123
+    FENCED_STATE_EPOCH: Final = 124
     INVALID_REGULAR_EXPRESSION: Final = 128
     SHARE_SESSION_LIMIT_REACHED: Final = 133
     # Strata's own codes start at 1000, clear of Kafka's (see README "Error codes of Strata's own")
@@ -312,6 +313,7 @@ _TABLE: list[tuple[int, bool, str]] = [
     (Errors.INVALID_RECORD_STATE, False, "The record is not in a state that allows this acknowledgement."),
     (Errors.SHARE_SESSION_NOT_FOUND, True, "The share session was not found."),
     (Errors.INVALID_SHARE_SESSION_EPOCH, True, "The share session epoch is not the expected one."),
+    (Errors.FENCED_STATE_EPOCH, False, "The share-partition state epoch is older than the coordinator's."),
     (Errors.INVALID_REGULAR_EXPRESSION, False, "The regular expression is not valid."),
     (Errors.SHARE_SESSION_LIMIT_REACHED, True, "The broker holds as many share sessions as it may."),
     # Strata's own codes start at 1000, clear of Kafka's (see README "Error codes of Strata's own")

@@ -251,9 +251,13 @@ def test_describe_shows_members(cluster: Cluster) -> None:
         a.close()
 
 
+def _run_tool(c: Cluster, module: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, "--bootstrap-server", c.bootstrap, *args],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+
+
 def _tool(c: Cluster, module: str, *args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", module, "--bootstrap-server", c.bootstrap, *args],
-                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    out = _run_tool(c, module, *args)
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -286,8 +290,30 @@ def test_share_groups_tool_lists_and_describes(cluster: Cluster) -> None:
         assert members[1].split()[0] == group and members[1].endswith(f"{topic}(0,1)")
         state = _tool(cluster, "tools.kafka_share_groups", "--describe", "--group", group, "--state").strip()
         assert state.splitlines()[1].split()[0] == group and "Stable" in state and "simple" in state
+        reset = ("--reset-offsets", "--group", group, "--topic", topic, "--to-earliest", "--execute")
+        live = _run_tool(cluster, "tools.kafka_share_groups", *reset)
+        assert live.returncode == 1 and "NON_EMPTY_GROUP" in live.stderr, (live.stdout, live.stderr)
     finally:
         a.close()
+    # the group is empty now: its start offsets go back to the beginning, and every record is read again
+    wait_for(lambda: _members(cluster, group) == 0, timeout=30, what="the member gone")
+    planned = _tool(cluster, "tools.kafka_share_groups", *reset).strip().splitlines()
+    assert planned[0].split() == ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]
+    assert [r.split()[3] for r in planned[1:]] == ["0", "0"]
+    rows = [r.split() for r in _tool(cluster, "tools.kafka_share_groups", "--describe", "--group",
+                                     group).strip().splitlines()[1:]]
+    assert all(r[3] == "0" for r in rows) and sum(int(r[4]) for r in rows) == 30, rows
+    b = share_consumer(cluster, group, topic)
+    try:
+        again: list = []
+        deadline = time.time() + 30
+        while len(again) < 30 and time.time() < deadline:
+            again += records(b.poll(0.5))
+        assert len({(m.partition(), m.offset()) for m in again}) == 30
+        assert {m.delivery_count() for m in again} == {1}
+        b.commit_sync(30)
+    finally:
+        b.close()
 
 
 # ---------------------------------------------------------------- bad input

@@ -3,13 +3,16 @@ and output of Kafka's ShareGroupCommand.
 
   --list [--state [S,S]]
   --describe (--group G ... | --all-groups) [--offsets (default) | --members [--verbose] | --state [--verbose]]
+  --reset-offsets --group G (--topic T[:P,P] ... | --all-topics)
+      (--to-earliest | --to-latest | --to-datetime YYYY-MM-DDTHH:mm:SS.sss[zone]) [--dry-run | --execute]
 
 ListGroups goes to every broker (type filter `share`), ShareGroupDescribe and
 DescribeShareGroupOffsets to the group's coordinator, ListOffsets to partition leaders. --offsets
 shows each share-partition's start offset and its lag, the records from there to the log end
-(records acknowledged past the start offset count too; Kafka 4.2 subtracts them). Not yet
-offered: --reset-offsets, --delete, --delete-offsets. Errors go to stderr, one line, exit 1; bad
-arguments exit 2.
+(records acknowledged past the start offset count too; Kafka 4.2 subtracts them).
+--reset-offsets sets the start offsets of an empty group (AlterShareGroupOffsets; a group with
+members answers NON_EMPTY_GROUP). Not yet offered: --delete, --delete-offsets. Errors go to
+stderr, one line, exit 1; bad arguments exit 2.
 """
 
 from __future__ import annotations
@@ -20,12 +23,23 @@ import sys
 from collections.abc import Sequence
 
 from protocol.errors import Errors
+from protocol.generated.alter_share_group_offsets import AlterShareGroupOffsetsRequest
 from protocol.generated.describe_share_group_offsets import DescribeShareGroupOffsetsRequest
 from protocol.generated.list_groups import ListGroupsRequest
 from protocol.generated.share_group_describe import ShareGroupDescribeRequest
 from tools.admin import AdminError, ToolArgumentParser, admin_for, broker_error, ranged_int, run_tool
-from tools.brokers import LATEST, Brokers
-from tools.kafka_consumer_groups import Group, Member, assignment_text, print_state, row_text, show, table
+from tools.brokers import EARLIEST, LATEST, Brokers, TopicPartition
+from tools.kafka_consumer_groups import (
+    Group,
+    Member,
+    assignment_text,
+    parse_datetime,
+    parse_topic_partitions,
+    print_state,
+    row_text,
+    show,
+    table,
+)
 
 STATES = ["Empty", "Stable", "Dead"]
 
@@ -117,6 +131,49 @@ async def print_offsets(brokers: Brokers, g: Group) -> None:
     print(table([w[0], w[1], 10, 15, None], [["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"], *rows]))
 
 
+async def reset_action(brokers: Brokers, a: argparse.Namespace) -> None:
+    group = a.group[0]
+    tps: list[TopicPartition] = []
+    if a.all_topics:
+        resp = await brokers.to_coordinator(group, DescribeShareGroupOffsetsRequest(groups=[
+            DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=None)]))
+        d = resp.groups[0]
+        if d.error_code:
+            raise broker_error(f"cannot describe the offsets of share group '{group}'", d.error_code,
+                               d.error_message)
+        tps = sorted((t.topic_name, p.partition_index) for t in d.topics for p in t.partitions)
+    for arg in a.topic or ():
+        topic, parts = parse_topic_partitions(arg) if ":" in arg else (arg, [])
+        tps += [(topic, p) for p in parts] if parts else await brokers.partitions_of([topic])
+    which = EARLIEST if a.to_earliest else LATEST if a.to_latest else a.to_datetime
+    answers = await brokers.list_offsets(dict.fromkeys(tps, which))
+    plan = {}
+    for tp in sorted(answers):
+        ans = answers[tp]
+        if ans.error_code:
+            raise broker_error(f"cannot list the offsets of {tp[0]}-{tp[1]}", ans.error_code)
+        plan[tp] = ans.offset if ans.offset >= 0 else (await brokers.offsets([tp], LATEST))[tp]
+    if a.execute:
+        A = AlterShareGroupOffsetsRequest
+        by_topic: dict[str, list] = {}
+        for (topic, p), off in plan.items():
+            by_topic.setdefault(topic, []).append(A.AlterShareGroupOffsetsRequestPartition(partition_index=p,
+                                                                                          start_offset=off))
+        resp = await brokers.to_coordinator(group, A(group_id=group, topics=[
+            A.AlterShareGroupOffsetsRequestTopic(topic_name=t, partitions=ps) for t, ps in by_topic.items()]))
+        if resp.error_code:
+            raise broker_error(f"cannot reset the offsets of share group '{group}'", resp.error_code,
+                               resp.error_message)
+        for t in resp.responses:
+            for p in t.partitions:
+                if p.error_code:
+                    raise broker_error(f"cannot reset the offset of {t.topic_name}-{p.partition_index}",
+                                       p.error_code, p.error_message)
+    w = [max([15, len(group)]), max([15, *(len(t) for t, _ in plan)])]
+    print(table([w[0], w[1], 10, None], [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"],
+                                          *([group, t, p, off] for (t, p), off in plan.items())]))
+
+
 async def describe_action(brokers: Brokers, a: argparse.Namespace) -> None:
     names = [g for g, _ in await list_share_groups(brokers)] if a.all_groups else a.group
     for name in names:
@@ -136,6 +193,15 @@ def build_parser() -> ToolArgumentParser:
     ap.add_argument("--all-groups", action="store_true", help="every share group")
     ap.add_argument("--list", action="store_true", help="list all share groups")
     ap.add_argument("--describe", action="store_true", help="describe share groups")
+    ap.add_argument("--reset-offsets", action="store_true", help="set the start offsets of an empty share group")
+    ap.add_argument("--topic", action="append", help="with --reset-offsets: a topic, or TOPIC:P,P")
+    ap.add_argument("--all-topics", action="store_true", help="with --reset-offsets: every topic of the group")
+    ap.add_argument("--to-earliest", action="store_true", help="reset to the earliest offset")
+    ap.add_argument("--to-latest", action="store_true", help="reset to the latest offset")
+    ap.add_argument("--to-datetime", type=parse_datetime, metavar="YYYY-MM-DDTHH:mm:SS.sss",
+                    help="reset to the first offset at or after this time")
+    ap.add_argument("--dry-run", action="store_true", help="show the new offsets only (the default)")
+    ap.add_argument("--execute", action="store_true", help="set the new offsets")
     ap.add_argument("--members", action="store_true", help="with --describe: the group's members")
     ap.add_argument("--offsets", action="store_true", help="with --describe: start offsets and lag (the default)")
     ap.add_argument("--verbose", action="store_true", help="with --members: epochs; with --state: the group's epochs")
@@ -147,8 +213,22 @@ def build_parser() -> ToolArgumentParser:
 
 
 def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
-    if a.list == a.describe:
-        ap.error("Command must include exactly one action: --list, --describe")
+    if sum((a.list, a.describe, a.reset_offsets)) != 1:
+        ap.error("Command must include exactly one action: --list, --describe, --reset-offsets")
+    reset_args = a.topic or a.all_topics or a.to_earliest or a.to_latest or a.to_datetime is not None or \
+        a.dry_run or a.execute
+    if reset_args and not a.reset_offsets:
+        ap.error("--topic, --all-topics, reset scenarios, --dry-run and --execute are only allowed with --reset-offsets")
+    if a.reset_offsets:
+        if not a.group or len(a.group) != 1 or a.all_groups:
+            ap.error("Option --reset-offsets takes one --group")
+        if sum((a.to_earliest, a.to_latest, a.to_datetime is not None)) != 1:
+            ap.error("Option --reset-offsets requires one of the following scenarios: --to-datetime, --to-earliest, "
+                     "--to-latest")
+        if bool(a.topic) == a.all_topics:
+            ap.error("One of the reset scopes should be defined: --all-topics, --topic.")
+        if a.dry_run and a.execute:
+            ap.error("Option --reset-offsets only accepts one of --execute and --dry-run")
     if (a.group or a.all_groups) and a.list:
         ap.error("Option --group/--all-groups can't be used with --list")
     if a.group and a.all_groups:
@@ -168,7 +248,7 @@ def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
 
 async def run(a: argparse.Namespace) -> None:
     async with admin_for(a, a.timeout / 1000) as admin, Brokers(admin) as brokers:
-        await (list_action if a.list else describe_action)(brokers, a)
+        await (list_action if a.list else describe_action if a.describe else reset_action)(brokers, a)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

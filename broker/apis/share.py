@@ -174,6 +174,8 @@ async def share_fetch(ctx: RequestContext, req) -> ShareFetchResponse:
         share.sessions.close(session)
         share.release_member(group_id, member_id, list(session.partitions))
         return _fetch_response(ctx, lock_ms, ack_errors, {})
+    if epoch == INITIAL_EPOCH:
+        share.refresh_idle(group_id, requested)
     for key in requested:
         session.partitions.setdefault(key, None)
     for t in req.forgotten_topics_data or ():

@@ -71,6 +71,7 @@ class SharePartition:
         # long-polling ShareFetches: woken when records become available again
         self._waiters: list[asyncio.Future] = []
         self.leader_epoch = -1  # the partition's leader epoch this state was read under
+        self.state_epoch = 0  # the share coordinator's state epoch this state was read under
         # told when a lock expiry changed records (their state is written to the share coordinator)
         self.on_expired: Callable[[SharePartition], None] | None = None
 
@@ -81,6 +82,9 @@ class SharePartition:
             if self.records[off].state == AVAILABLE:
                 return off
         return self.end_offset
+
+    def has_acquired(self) -> bool:
+        return any(r.state == ACQUIRED for r in self.records.values())
 
     def has_available(self) -> bool:
         return any(r.state == AVAILABLE for r in self.records.values())

@@ -124,6 +124,7 @@ class ShareService:
                                 self.config.delivery_count_limit, self.config.partition_max_record_locks)
             sp.leader_epoch = leader_epoch
             if state is not None:
+                sp.state_epoch = state.state_epoch
                 sp.restore(state.start_offset, state.batches)
             else:
                 err = await self.persist(sp)  # Kafka's InitializeShareGroupState
@@ -143,8 +144,29 @@ class ShareService:
         if ids is None:
             return Errors.UNKNOWN_TOPIC_OR_PARTITION
         start, batches = sp.snapshot()
-        return await self.persister.write(sp.group_id, ids[0], sp.index,
-                                          ShareState(0, sp.leader_epoch, start, batches))
+        err = await self.persister.write(sp.group_id, ids[0], sp.index,
+                                         ShareState(sp.state_epoch, sp.leader_epoch, start, batches))
+        if err in (Errors.FENCED_STATE_EPOCH, Errors.FENCED_LEADER_EPOCH):
+            self.forget(sp)  # its start offset was set meanwhile, or another leader wrote: read again
+        return err
+
+    def forget(self, sp: SharePartition) -> None:
+        key = (sp.group_id, sp.topic, sp.index)
+        if self.partitions.get(key) is sp:
+            del self.partitions[key]
+            sp.close()
+
+    def refresh_idle(self, group_id: str, partitions) -> None:
+        """A member opens a share session: the group's share-partitions here that no session reads
+        and that hold no acquired record are read again from the share coordinator at their next
+        fetch (an admin may have set their start offsets while the group was empty)."""
+        image = self.images.image
+        busy = self.sessions.partitions_of(group_id)
+        for tid, index in partitions:
+            info = image.topics.get(tid)
+            sp = self.partitions.get((group_id, info.name, index)) if info is not None else None
+            if sp is not None and (tid, index) not in busy and not sp.has_acquired():
+                self.forget(sp)
 
     def _persist_later(self, sp: SharePartition) -> None:
         task = asyncio.get_running_loop().create_task(self.persist(sp))

@@ -59,6 +59,10 @@ class ShareSessionCache:
         self._sessions.move_to_end((group_id, member_id))
         return 0, s
 
+    def partitions_of(self, group_id: str) -> set[TopicIdPartition]:
+        """Every partition some session of the group reads."""
+        return {tp for (g, _), s in self._sessions.items() if g == group_id for tp in s.partitions}
+
     def close(self, s: ShareSession) -> None:
         if self._sessions.get((s.group_id, s.member_id)) is s:
             del self._sessions[(s.group_id, s.member_id)]

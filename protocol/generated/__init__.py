@@ -11,6 +11,7 @@ import protocol.generated.alter_configs as alter_configs
 import protocol.generated.alter_partition as alter_partition
 import protocol.generated.alter_partition_reassignments as alter_partition_reassignments
 import protocol.generated.alter_replica_log_dirs as alter_replica_log_dirs
+import protocol.generated.alter_share_group_offsets as alter_share_group_offsets
 import protocol.generated.alter_user_scram_credentials as alter_user_scram_credentials
 import protocol.generated.api_versions as api_versions
 import protocol.generated.assign_replicas_to_dirs as assign_replicas_to_dirs
@@ -183,6 +184,7 @@ REQUESTS: dict[int, type[Message]] = {
     84: read_share_group_state.ReadShareGroupStateRequest,
     85: write_share_group_state.WriteShareGroupStateRequest,
     90: describe_share_group_offsets.DescribeShareGroupOffsetsRequest,
+    91: alter_share_group_offsets.AlterShareGroupOffsetsRequest,
     1076: create_chunks.CreateChunksRequest,
     1077: alter_chunk_assignments.AlterChunkAssignmentsRequest,
     1093: diskless_create_partitions.DisklessCreatePartitionsRequest,
@@ -264,6 +266,7 @@ RESPONSES: dict[int, type[Message]] = {
     84: read_share_group_state.ReadShareGroupStateResponse,
     85: write_share_group_state.WriteShareGroupStateResponse,
     90: describe_share_group_offsets.DescribeShareGroupOffsetsResponse,
+    91: alter_share_group_offsets.AlterShareGroupOffsetsResponse,
     1076: create_chunks.CreateChunksResponse,
     1077: alter_chunk_assignments.AlterChunkAssignmentsResponse,
     1093: diskless_create_partitions.DisklessCreatePartitionsResponse,

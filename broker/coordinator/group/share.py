@@ -137,6 +137,7 @@ class ShareGroupManager:
         if req.subscribed_topic_names is not None and tuple(req.subscribed_topic_names) != m.subscribed_topic_names:
             m.subscribed_topic_names = tuple(req.subscribed_topic_names)
             group.group_epoch += 1
+        group.seen_topics.update(m.subscribed_topic_names)
         if req.rack_id is not None:
             m.rack_id = req.rack_id
         target = simple_assignment(self._images.image, m.subscribed_topic_names)
@@ -202,6 +203,16 @@ class ShareGroupManager:
         if not group_id:
             return Errors.INVALID_GROUP_ID, None, None
         return self._group(group_id, create=False)
+
+    def for_offsets_change(self, group_id: str) -> tuple[int, str | None, ShareGroup | None]:
+        """The group whose start offsets an admin sets (made when unknown, as Kafka's
+        AlterShareGroupOffsets): only an empty one may change (NON_EMPTY_GROUP)."""
+        if not group_id:
+            return Errors.INVALID_GROUP_ID, None, None
+        err, message, group = self._group(group_id, create=True)
+        if not err and group is not None and group.members:
+            return Errors.NON_EMPTY_GROUP, "The share group has active members.", None
+        return err, message, group
 
     @property
     def assignor_name(self) -> str:

@@ -44,6 +44,9 @@ class ShareGroup:
         self.group_epoch = 0
         self.assignment_epoch = 0
         self.members: dict[str, ShareMember] = {}
+        # every topic a member subscribed to since the group was made here: what the offsets
+        # APIs describe for the whole group (Kafka records the initialized share-partitions)
+        self.seen_topics: set[str] = set()
 
     @property
     def state_name(self) -> str:

@@ -158,8 +158,13 @@ class ShareCoordinator(PartitionedCoordinator[StatePartition]):
             return err
         assert ps is not None
         current = ps.states.get(key)
-        if current is not None and state.leader_epoch < current.leader_epoch:
-            return Errors.FENCED_LEADER_EPOCH  # a former leader of the partition writing late
+        if current is not None:
+            # the state epoch moves when an admin sets the start offset: a leader still holding the
+            # state from before must read it again
+            if state.state_epoch < current.state_epoch:
+                return Errors.FENCED_STATE_EPOCH
+            if state.state_epoch == current.state_epoch and state.leader_epoch < current.leader_epoch:
+                return Errors.FENCED_LEADER_EPOCH  # a former leader of the partition writing late
         state.snapshot_epoch = (current.snapshot_epoch + 1) if current is not None else 0
         code, _, done = self._append(ps, [(encode_key(key), encode_value(state, wall_clock_ms()))])
         if code:
