@@ -143,6 +143,7 @@ def _session(ctx: RequestContext, group_id: str, member_id: str, epoch: int, ope
     if epoch == INITIAL_EPOCH:
         if not opens:
             return Errors.INVALID_SHARE_SESSION_EPOCH, None
+        share.evict_idle_sessions()
         err, s, old = share.sessions.open(group_id, member_id)
         if old is not None:
             share.release_member(group_id, member_id, list(old.partitions))

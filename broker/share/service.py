@@ -67,7 +67,7 @@ class ShareService:
         self.images = images
         self.persister = persister
         self._tasks: set[asyncio.Task] = set()
-        self.sessions = ShareSessionCache(config.max_share_sessions)
+        self.sessions = ShareSessionCache(config.max_share_sessions, config.session_timeout_ms)
         self.partitions: dict[Key, SharePartition] = {}
 
     # ------------------------------------------------------------------ settings per group
@@ -196,6 +196,11 @@ class ShareService:
             return Errors.CORRUPT_MESSAGE, None, False
         got = sp.acquire(member_id, batches, max_records)
         return 0, got, not got.ranges
+
+    def evict_idle_sessions(self) -> None:
+        for s in self.sessions.evict_idle():
+            log.info("share_session_evicted", group=s.group_id, member=s.member_id, why="idle")
+            self.release_member(s.group_id, s.member_id, list(s.partitions))
 
     def release_member(self, group_id: str, member_id: str, partitions) -> None:
         """A share session closed or was replaced: the member's records go back to the group."""
