@@ -84,7 +84,7 @@ def test_delivery_limit_archives() -> None:
 def test_lock_expiry_releases_to_another_member() -> None:
     async def go() -> None:
         sp = share_partition(lock_ms=50)
-        expired = []
+        expired: list[SharePartition] = []
         sp.on_expired = expired.append
         sp.acquire("m1", batches(0, 3), 100)
         waiter = asyncio.get_running_loop().create_future()
