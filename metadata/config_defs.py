@@ -186,8 +186,9 @@ GROUP_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("consumer.session.timeout.ms", "INT", "45000", _at_least(1), (("group.consumer.session.timeout.ms", 1),)),
     ConfigDef("consumer.heartbeat.interval.ms", "INT", "5000", _at_least(1),
               (("group.consumer.heartbeat.interval.ms", 1),)),
-    # KIP-932's share group settings (by_duration is not offered yet)
-    ConfigDef("share.auto.offset.reset", "STRING", "latest", _one_of("latest", "earliest")),
+    # KIP-932's share group settings
+    ConfigDef("share.auto.offset.reset", "STRING", "latest", lambda v: _share_reset(v)),
+    ConfigDef("share.isolation.level", "STRING", "read_uncommitted", _one_of("read_uncommitted", "read_committed")),
     ConfigDef("share.record.lock.duration.ms", "INT", "30000", _at_least(1000),
               (("group.share.record.lock.duration.ms", 1),)),
 ]}
@@ -248,6 +249,28 @@ def validate_broker_config(name: str, value: str) -> None:
             return
         raise ConfigValueError(f"Unknown or not dynamically settable broker config name: {name}.")
     parse_value(d, value)
+
+
+_ISO_DURATION = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?", re.IGNORECASE)
+
+
+def iso_duration_ms(text: str) -> int | None:
+    """An ISO-8601 duration PnDTnHnMnS in milliseconds, or None when it is not one."""
+    m = _ISO_DURATION.fullmatch(text.strip())
+    if not m or not any(m.groups()):
+        return None
+    d, h, mi, s = m.groups()
+    return int((int(d or 0) * 86400 + int(h or 0) * 3600 + int(mi or 0) * 60 + float(s or 0)) * 1000)
+
+
+def _share_reset(v: object) -> str | None:
+    """Kafka's share.auto.offset.reset: latest, earliest or by_duration:PnDTnHnMnS."""
+    s = str(v).strip().lower()
+    if s in ("latest", "earliest"):
+        return None
+    if s.startswith("by_duration:") and iso_duration_ms(s[len("by_duration:"):]) is not None:
+        return None
+    return "must be one of latest, earliest, by_duration:PnDTnHnMnS"
 
 
 # a group's value must lie within the broker's bounds (Kafka's GroupConfig.validate)

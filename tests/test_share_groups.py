@@ -72,12 +72,14 @@ def create_topic(c: Cluster, name: str, partitions: int = 1) -> None:
     admin.create_topics([NewTopic(name, partitions, 3)], operation_timeout=30)[name].result(30)
 
 
-def read_from_earliest(c: Cluster, group: str) -> None:
-    """share.auto.offset.reset=earliest for the group (kafka-configs.sh --entity-type groups)."""
+def read_from_earliest(c: Cluster, group: str, **more: str) -> None:
+    """share.auto.offset.reset=earliest for the group (kafka-configs.sh --entity-type groups), and
+    `more` group configs (dots as underscores)."""
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
     admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    configs = {"share.auto.offset.reset": "earliest", **{k.replace("_", "."): v for k, v in more.items()}}
     res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
     for f in admin.incremental_alter_configs([res]).values():
         f.result(30)
 
@@ -411,6 +413,41 @@ def test_share_apis_advertised_only_when_enabled(cluster: Cluster, cluster_facto
     off = cluster_factory(brokers=1, broker_overrides={"group.share.enable": "false"})
     keys = {k.api_key for k in _request(off, off.broker_ids[0], ApiVersionsRequest(), 3).api_keys}
     assert not {76, 77, 78, 79} & keys
+
+
+def test_read_committed_never_delivers_aborted_records(cluster: Cluster) -> None:
+    """share.isolation.level=read_committed skips aborted transactions; share.auto.offset.reset
+    by_duration starts at the first record of that period."""
+    from confluent_kafka import Producer
+    topic = "share-txn"
+    create_topic(cluster, topic)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "share-txn-p"})
+    p.init_transactions(30)
+    for outcome in ("abort", "commit"):
+        p.begin_transaction()
+        for i in range(5):
+            p.produce(topic, value=f"{outcome}-{i}".encode())
+        p.flush(30)
+        (p.abort_transaction if outcome == "abort" else p.commit_transaction)(30)
+    for level, reset, expected in (("read_committed", "earliest", {"commit"}),
+                                   ("read_uncommitted", "earliest", {"abort", "commit"}),
+                                   # the records of the last hour: all of them
+                                   ("read_committed", "by_duration:PT1H", {"commit"})):
+        group = f"share-txn-{level}-{reset[:2]}"
+        read_from_earliest(cluster, group, share_isolation_level=level, share_auto_offset_reset=reset)
+        sc = share_consumer(cluster, group, topic)
+        try:
+            got: list = []
+            deadline = time.time() + 15
+            while time.time() < deadline and len(got) < 5 * len(expected):
+                got += records(sc.poll(0.5))
+            time.sleep(0.5)
+            got += records(sc.poll(0.5))
+            assert {m.value().split(b"-")[0].decode() for m in got} == expected, [m.value() for m in got]
+            assert len(got) == 5 * len(expected)
+            sc.commit_sync(30)
+        finally:
+            sc.close()
 
 
 def _leader_of(c: Cluster, topic: str) -> int:

@@ -89,9 +89,11 @@ class SharePartition:
     def has_available(self) -> bool:
         return any(r.state == AVAILABLE for r in self.records.values())
 
-    def acquire(self, member_id: str, batches: Iterable[tuple[BatchHeader, memoryview]], max_records: int) -> Acquired:
+    def acquire(self, member_id: str, batches: Iterable[tuple[BatchHeader, memoryview]], max_records: int,
+                aborted: set[int] | None = None) -> Acquired:
         """Acquire for `member_id` the available and new records of `batches` (read from the log at
-        next_fetch_offset()), whole batches at a time until `max_records` are taken."""
+        next_fetch_offset()), whole batches at a time until `max_records` are taken. `aborted`:
+        base offsets of batches of aborted transactions (read_committed), archived unseen."""
         self._locks += 1
         lock = self._locks
         out = Acquired([], [])
@@ -103,6 +105,13 @@ class SharePartition:
             if last < self.start_offset:
                 continue
             if h.is_control:  # transaction markers are never delivered: past them, nothing to track
+                self.end_offset = max(self.end_offset, last + 1)
+                continue
+            if aborted and h.base_offset in aborted:
+                for off in range(max(h.base_offset, self.start_offset), last + 1):
+                    found = self.records.get(off)
+                    if found is not None and found.state == AVAILABLE:
+                        found.state = ARCHIVED
                 self.end_offset = max(self.end_offset, last + 1)
                 continue
             got = False

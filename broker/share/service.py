@@ -19,14 +19,17 @@ from uuid import UUID
 
 import structlog
 
+from broker.coordinator import wall_clock_ms
 from broker.coordinator.share.records import ShareState
 from broker.partitions.interface import FetchPosition
 from broker.share.config import ShareGroupConfig
 from broker.share.partition import Acquired, SharePartition
 from broker.share.sessions import ShareSessionCache
+from metadata.config_defs import iso_duration_ms
 from metadata.image import GROUP_RESOURCE
 from protocol.errors import Errors, ProtocolError
 from protocol.file_region import FileRegion
+from protocol.records import decode_batches
 from protocol.records.batch import iter_batches
 
 if TYPE_CHECKING:
@@ -57,6 +60,43 @@ def _as_bytes(records) -> bytes:
         else:
             out.append(bytes(part))
     return b"".join(out)
+
+
+def aborted_batches(batches: list, aborted: list[tuple[int, int]] | None) -> set[int]:
+    """Base offsets of the transactional batches that belong to aborted transactions (the
+    consumer's rule: from an aborted transaction's first offset to its producer's abort marker).
+    share.isolation.level=read_committed never delivers them (KIP-932)."""
+    if not aborted:
+        return set()
+    pending = sorted(aborted, key=lambda a: a[1])
+    open_pids: set[int] = set()
+    out = set()
+    i = 0
+    for h, raw in batches:
+        while i < len(pending) and pending[i][1] <= h.last_offset:
+            open_pids.add(pending[i][0])
+            i += 1
+        if not h.is_transactional or h.producer_id not in open_pids:
+            continue
+        if h.is_control:
+            # the abort marker ends the producer's aborted transaction (key version 0, type 0 = abort)
+            if len(raw) > 0 and _is_abort_marker(raw):
+                open_pids.discard(h.producer_id)
+            continue
+        out.add(h.base_offset)
+    return out
+
+
+def _is_abort_marker(raw) -> bool:
+    try:
+        recs = decode_batches(bytes(raw))
+    except ProtocolError:
+        return False
+    for b in recs:
+        for r in b.records:
+            if r.key is not None and len(r.key) >= 4:
+                return int.from_bytes(bytes(r.key[2:4]), "big") == 0
+    return False
 
 
 class ShareService:
@@ -114,10 +154,9 @@ class ShareService:
         start, how = (state.start_offset, "persisted") if state is not None else (-1, "")
         if state is None:
             how = (self._group_config(group_id, "share.auto.offset.reset") or "latest").strip().lower()
-            ans = await p.offset_for(EARLIEST if how == "earliest" else LATEST, False)
-            if ans.error_code:
-                return ans.error_code, None
-            start = ans.offset
+            err, start = await self._reset_offset(p, how)
+            if err:
+                return err, None
         sp = self.partitions.get(key)  # made meanwhile by another request
         if sp is None:
             sp = SharePartition(group_id, topic, index, start, self.lock_duration_ms(group_id),
@@ -137,6 +176,22 @@ class ShareService:
             log.info("share_partition_started", group=group_id, topic=topic, partition=index,
                      start_offset=sp.start_offset, in_flight=len(sp.records), start=how, leader_epoch=leader_epoch)
         return 0, sp
+
+    @staticmethod
+    async def _reset_offset(p: ServedPartition, how: str) -> tuple[int, int]:
+        """Where a new share-partition starts (share.auto.offset.reset): the high watermark, the log
+        start, or the first record at or after now minus the by_duration (the high watermark when
+        none is)."""
+        duration = iso_duration_ms(how[len("by_duration:"):]) if how.startswith("by_duration:") else None
+        if duration is not None:
+            ans = await p.offset_for(max(0, wall_clock_ms() - duration), False)
+            if not ans.error_code and ans.offset >= 0:
+                return 0, ans.offset
+        ans = await p.offset_for(EARLIEST if how == "earliest" else LATEST, False)
+        return ans.error_code, ans.offset
+
+    def read_committed(self, group_id: str) -> bool:
+        return (self._group_config(group_id, "share.isolation.level") or "").strip().lower() == "read_committed"
 
     async def persist(self, sp: SharePartition) -> int:
         """Write `sp`'s state as it is now to its share coordinator: 0 once replicated."""
@@ -177,8 +232,9 @@ class ShareService:
                       max_bytes: int) -> tuple[int, Acquired | None, bool]:
         """(error, what was acquired, whether the partition had nothing to read yet)."""
         offset = sp.next_fetch_offset()
+        committed = self.read_committed(sp.group_id)
         ans = await p.read(FetchPosition(fetch_offset=offset, max_bytes=max_bytes, replica_id=-1,
-                                         last_fetched_epoch=-1, read_committed=False, min_one_batch=True))
+                                         last_fetched_epoch=-1, read_committed=committed, min_one_batch=True))
         if ans.error_code == Errors.OFFSET_OUT_OF_RANGE and offset < ans.log_start_offset:
             # the records were deleted (retention, DeleteRecords): the window moves past them
             sp.skip_to(ans.log_start_offset)
@@ -194,7 +250,8 @@ class ShareService:
                                                                              allow_partial_tail=True)]
         except ProtocolError:
             return Errors.CORRUPT_MESSAGE, None, False
-        got = sp.acquire(member_id, batches, max_records)
+        aborted = aborted_batches(batches, ans.aborted_transactions) if committed else None
+        got = sp.acquire(member_id, batches, max_records, aborted)
         return 0, got, not got.ranges
 
     def evict_idle_sessions(self) -> None:
