@@ -314,8 +314,18 @@ def test_share_groups_tool_lists_and_describes(cluster: Cluster) -> None:
         assert len({(m.partition(), m.offset()) for m in again}) == 30
         assert {m.delivery_count() for m in again} == {1}
         b.commit_sync(30)
+        live = _run_tool(cluster, "tools.kafka_share_groups", "--delete", "--group", group)
+        assert live.returncode == 1 and "NON_EMPTY_GROUP" in live.stdout, (live.stdout, live.stderr)
     finally:
         b.close()
+    # the offsets of the topic go, then the group
+    wait_for(lambda: _members(cluster, group) == 0, timeout=30, what="the member gone")
+    out = _tool(cluster, "tools.kafka_share_groups", "--delete-offsets", "--group", group, "--topic", topic)
+    assert out.split() == ["TOPIC", "STATUS", topic, "Successful"], out
+    assert _tool(cluster, "tools.kafka_share_groups", "--describe", "--group", group).strip() == ""
+    out = _tool(cluster, "tools.kafka_share_groups", "--delete", "--group", group)
+    assert f"('{group}') was successful" in out
+    assert group not in _tool(cluster, "tools.kafka_share_groups", "--list").split()
 
 
 # ---------------------------------------------------------------- bad input

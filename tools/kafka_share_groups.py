@@ -5,14 +5,17 @@ and output of Kafka's ShareGroupCommand.
   --describe (--group G ... | --all-groups) [--offsets (default) | --members [--verbose] | --state [--verbose]]
   --reset-offsets --group G (--topic T[:P,P] ... | --all-topics)
       (--to-earliest | --to-latest | --to-datetime YYYY-MM-DDTHH:mm:SS.sss[zone]) [--dry-run | --execute]
+  --delete (--group G ... | --all-groups)
+  --delete-offsets --group G --topic T ...
 
 ListGroups goes to every broker (type filter `share`), ShareGroupDescribe and
 DescribeShareGroupOffsets to the group's coordinator, ListOffsets to partition leaders. --offsets
 shows each share-partition's start offset and its lag, the records from there to the log end
 (records acknowledged past the start offset count too; Kafka 4.2 subtracts them).
 --reset-offsets sets the start offsets of an empty group (AlterShareGroupOffsets; a group with
-members answers NON_EMPTY_GROUP). Not yet offered: --delete, --delete-offsets. Errors go to
-stderr, one line, exit 1; bad arguments exit 2.
+members answers NON_EMPTY_GROUP); --delete (DeleteGroups) and --delete-offsets
+(DeleteShareGroupOffsets, whole topics) delete an empty group and its share-partitions' state.
+Errors go to stderr, one line, exit 1; bad arguments exit 2.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from protocol.errors import Errors
+from protocol.errors import Errors, error_message, error_name
 from protocol.generated.alter_share_group_offsets import AlterShareGroupOffsetsRequest
+from protocol.generated.delete_groups import DeleteGroupsRequest
+from protocol.generated.delete_share_group_offsets import DeleteShareGroupOffsetsRequest
 from protocol.generated.describe_share_group_offsets import DescribeShareGroupOffsetsRequest
 from protocol.generated.list_groups import ListGroupsRequest
 from protocol.generated.share_group_describe import ShareGroupDescribeRequest
@@ -174,6 +179,41 @@ async def reset_action(brokers: Brokers, a: argparse.Namespace) -> None:
                                           *([group, t, p, off] for (t, p), off in plan.items())]))
 
 
+async def delete_action(brokers: Brokers, a: argparse.Namespace) -> None:
+    groups = [g for g, _ in await list_share_groups(brokers)] if a.all_groups else list(dict.fromkeys(a.group))
+    ok, failed = [], []
+    for gid in groups:
+        resp = await brokers.to_coordinator(gid, DeleteGroupsRequest(groups_names=[gid]))
+        code = resp.results[0].error_code
+        (failed.append((gid, code)) if code else ok.append(gid))
+    if not failed:
+        print(f"Deletion of requested share groups ('{', '.join(ok)}') was successful.")
+        return
+    for gid, code in failed:
+        print(f"* Share group '{gid}' could not be deleted due to: {error_name(code)}: {error_message(code)}")
+    if ok:
+        print(f"\nThese share groups were deleted successfully: '{', '.join(ok)}'")
+    raise AdminError("Deletion of some share groups failed", failed[0][1])
+
+
+async def delete_offsets_action(brokers: Brokers, a: argparse.Namespace) -> None:
+    gid = a.group[0]
+    D = DeleteShareGroupOffsetsRequest
+    resp = await brokers.to_coordinator(gid, D(group_id=gid, topics=[
+        D.DeleteShareGroupOffsetsRequestTopic(topic_name=t) for t in dict.fromkeys(a.topic)]))
+    if resp.error_code == Errors.NON_EMPTY_GROUP:
+        raise AdminError(f"Deleting offsets of share group '{gid}' is forbidden if the group is not empty.",
+                         resp.error_code)
+    if resp.error_code:
+        raise broker_error(f"cannot delete the offsets of share group '{gid}'", resp.error_code, resp.error_message)
+    rows = [[t.topic_name, f"Error: {error_message(t.error_code)}" if t.error_code else "Successful"]
+            for t in resp.responses]
+    print(table([30, None], [["TOPIC", "STATUS"], *rows]))
+    failed = [t.error_code for t in resp.responses if t.error_code]
+    if failed:
+        raise AdminError("Encounter some topic level error, see the details above", failed[0])
+
+
 async def describe_action(brokers: Brokers, a: argparse.Namespace) -> None:
     names = [g for g, _ in await list_share_groups(brokers)] if a.all_groups else a.group
     for name in names:
@@ -194,7 +234,10 @@ def build_parser() -> ToolArgumentParser:
     ap.add_argument("--list", action="store_true", help="list all share groups")
     ap.add_argument("--describe", action="store_true", help="describe share groups")
     ap.add_argument("--reset-offsets", action="store_true", help="set the start offsets of an empty share group")
-    ap.add_argument("--topic", action="append", help="with --reset-offsets: a topic, or TOPIC:P,P")
+    ap.add_argument("--delete", action="store_true", help="delete empty share groups")
+    ap.add_argument("--delete-offsets", action="store_true", help="delete an empty share group's offsets of topics")
+    ap.add_argument("--topic", action="append",
+                    help="with --reset-offsets: a topic, or TOPIC:P,P; with --delete-offsets: a topic")
     ap.add_argument("--all-topics", action="store_true", help="with --reset-offsets: every topic of the group")
     ap.add_argument("--to-earliest", action="store_true", help="reset to the earliest offset")
     ap.add_argument("--to-latest", action="store_true", help="reset to the latest offset")
@@ -213,12 +256,18 @@ def build_parser() -> ToolArgumentParser:
 
 
 def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
-    if sum((a.list, a.describe, a.reset_offsets)) != 1:
-        ap.error("Command must include exactly one action: --list, --describe, --reset-offsets")
-    reset_args = a.topic or a.all_topics or a.to_earliest or a.to_latest or a.to_datetime is not None or \
-        a.dry_run or a.execute
+    if sum((a.list, a.describe, a.reset_offsets, a.delete, a.delete_offsets)) != 1:
+        ap.error("Command must include exactly one action: --list, --describe, --reset-offsets, --delete, "
+                 "--delete-offsets")
+    if a.topic and not (a.reset_offsets or a.delete_offsets):
+        ap.error("Option --topic is only allowed with --reset-offsets and --delete-offsets")
+    reset_args = a.all_topics or a.to_earliest or a.to_latest or a.to_datetime is not None or a.dry_run or a.execute
     if reset_args and not a.reset_offsets:
-        ap.error("--topic, --all-topics, reset scenarios, --dry-run and --execute are only allowed with --reset-offsets")
+        ap.error("--all-topics, reset scenarios, --dry-run and --execute are only allowed with --reset-offsets")
+    if a.delete and not (a.group or a.all_groups):
+        ap.error("Option --delete takes one of these options: --all-groups, --group")
+    if a.delete_offsets and (not a.group or len(a.group) != 1 or not a.topic or a.all_groups):
+        ap.error("Option --delete-offsets takes the following options: --group (one), --topic")
     if a.reset_offsets:
         if not a.group or len(a.group) != 1 or a.all_groups:
             ap.error("Option --reset-offsets takes one --group")
@@ -248,7 +297,9 @@ def check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
 
 async def run(a: argparse.Namespace) -> None:
     async with admin_for(a, a.timeout / 1000) as admin, Brokers(admin) as brokers:
-        await (list_action if a.list else describe_action if a.describe else reset_action)(brokers, a)
+        action = (list_action if a.list else describe_action if a.describe else reset_action if a.reset_offsets
+                  else delete_action if a.delete else delete_offsets_action)
+        await action(brokers, a)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from broker.apis.registry import RequestContext, api
+from broker.apis.share_admin import share_groups_deleted
 from broker.apis.transactions import transaction_coordinator
 from broker.coordinator import wall_clock_ms
 from broker.coordinator.group.base import Group
@@ -452,7 +453,10 @@ async def delete_groups(ctx: RequestContext, req) -> DeleteGroupsResponse:
     R = DeleteGroupsResponse
     c = _coordinator(ctx)
     ids = list(dict.fromkeys(req.groups_names))
-    errors = c.delete_groups(ids)
+    shares = [g for g in ids if ctx.services.share_groups.is_share_group(g)]  # KIP-932's share groups
+    errors = c.delete_groups([g for g in ids if g not in shares])
+    if shares:
+        errors.update(await share_groups_deleted(ctx, shares))
     return R(results=[R.DeletableGroupResult(group_id=g, error_code=errors[g]) for g in ids])
 
 

@@ -1,7 +1,8 @@
 """Share groups' admin APIs (KIP-932), answered by the group's coordinator: DescribeShareGroupOffsets
 reads each share-partition's start offset from the share coordinator (broker/share/persister.py);
 AlterShareGroupOffsets writes new ones for an empty group, under a new state epoch, so a partition
-leader still holding the former state reads it again."""
+leader still holding the former state reads it again; DeleteShareGroupOffsets and DeleteGroups
+(share_groups_deleted) delete an empty group's state."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from broker.apis.registry import RequestContext, api
 from broker.coordinator.share.records import ShareState
 from protocol.errors import Errors
 from protocol.generated.alter_share_group_offsets import AlterShareGroupOffsetsResponse
+from protocol.generated.delete_share_group_offsets import DeleteShareGroupOffsetsResponse
 from protocol.generated.describe_share_group_offsets import DescribeShareGroupOffsetsResponse
 
 
@@ -82,3 +84,52 @@ async def alter_share_group_offsets(ctx: RequestContext, req) -> AlterShareGroup
                                current.leader_epoch if current is not None else -1, p.start_offset, [])
             rp.error_code = await persister.write(req.group_id, info.id, p.partition_index, state)
     return R(responses=out)
+
+
+async def _delete_topic_state(ctx: RequestContext, group_id: str, topic_id: UUID, partitions) -> int:
+    """Delete the share-partitions' state of one topic: the first error, or 0."""
+    first = 0
+    for index in partitions:
+        err = await ctx.services.share.persister.delete(group_id, topic_id, index)
+        first = first or err
+    return first
+
+
+@api(92, 0, 0, enabled=_enabled)
+async def delete_share_group_offsets(ctx: RequestContext, req) -> DeleteShareGroupOffsetsResponse:
+    R = DeleteShareGroupOffsetsResponse
+    s = ctx.services
+    err, message, group = s.share_groups.for_offsets_change(req.group_id)
+    if err or group is None:
+        return R(error_code=err, error_message=message)
+    image = s.metadata.image
+    out = []
+    for t in req.topics:
+        info = image.topic(t.topic_name)
+        rt = R.DeleteShareGroupOffsetsResponseTopic(topic_name=t.topic_name, topic_id=info.id if info else UUID(int=0))
+        out.append(rt)
+        if info is None:
+            rt.error_code = Errors.UNKNOWN_TOPIC_OR_PARTITION
+            continue
+        rt.error_code = await _delete_topic_state(ctx, req.group_id, info.id, sorted(info.partitions))
+        if not rt.error_code:
+            group.seen_topics.discard(t.topic_name)
+    return R(responses=out)
+
+
+async def share_groups_deleted(ctx: RequestContext, group_ids: list[str]) -> dict[str, int]:
+    """DeleteGroups of share groups: each must be empty; its state goes, then the group."""
+    s = ctx.services
+    image = s.metadata.image
+    out = {}
+    for gid in group_ids:
+        err, _, group = s.share_groups.for_offsets_change(gid)
+        if not err and group is not None:
+            for name in sorted(group.seen_topics):
+                info = image.topic(name)
+                if info is not None:
+                    err = err or await _delete_topic_state(ctx, gid, info.id, sorted(info.partitions))
+            if not err:
+                s.share_groups.remove(gid)
+        out[gid] = err
+    return out

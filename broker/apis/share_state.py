@@ -1,10 +1,12 @@
-"""ReadShareGroupState and WriteShareGroupState (KIP-932): a share-partition's leader on another
-broker reads and writes its state at this broker's share coordinator (broker/coordinator/share/)."""
+"""ReadShareGroupState, WriteShareGroupState and DeleteShareGroupState (KIP-932): a
+share-partition's leader, or a group coordinator deleting offsets, on another broker reads, writes
+and deletes state at this broker's share coordinator (broker/coordinator/share/)."""
 
 from __future__ import annotations
 
 from broker.apis.registry import RequestContext, api
 from broker.coordinator.share.records import ShareState, StateKey
+from protocol.generated.delete_share_group_state import DeleteShareGroupStateResponse
 from protocol.generated.read_share_group_state import ReadShareGroupStateResponse
 from protocol.generated.write_share_group_state import WriteShareGroupStateResponse
 
@@ -46,4 +48,16 @@ async def write_share_group_state(ctx: RequestContext, req) -> WriteShareGroupSt
             err = await coordinator.write(StateKey(req.group_id, t.topic_id, p.partition), state)
             parts.append(R.PartitionResult(partition=p.partition, error_code=err))
         results.append(R.WriteStateResult(topic_id=t.topic_id, partitions=parts))
+    return R(results=results)
+
+
+@api(86, 0, 0, enabled=_enabled)
+async def delete_share_group_state(ctx: RequestContext, req) -> DeleteShareGroupStateResponse:
+    R = DeleteShareGroupStateResponse
+    coordinator = ctx.services.share_coordinator
+    results = []
+    for t in req.topics:
+        parts = [R.PartitionResult(partition=p.partition, error_code=await coordinator.delete(
+            StateKey(req.group_id, t.topic_id, p.partition))) for p in t.partitions]
+        results.append(R.DeleteStateResult(topic_id=t.topic_id, partitions=parts))
     return R(results=results)

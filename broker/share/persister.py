@@ -16,6 +16,7 @@ import structlog
 from broker.coordinator.share.records import SHARE_STATE_TOPIC, ShareState, StateKey
 from node.client import ClientError
 from protocol.errors import Errors
+from protocol.generated.delete_share_group_state import DeleteShareGroupStateRequest
 from protocol.generated.read_share_group_state import ReadShareGroupStateRequest
 from protocol.generated.write_share_group_state import WriteShareGroupStateRequest
 
@@ -114,6 +115,33 @@ class SharePersister:
                         for f, last, s, c in state.batches])])]), 0)
         except (TimeoutError, ClientError, OSError) as e:
             log.info("share_state_write_failed", coordinator=leader, error=str(e))
+            await self.peers.drop(leader)
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        return resp.results[0].partitions[0].error_code
+
+    async def delete(self, group_id: str, topic_id: UUID, partition: int) -> int:
+        key = StateKey(group_id, topic_id, partition)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RETRY_FOR_S
+        while True:
+            err = await self._delete_once(key)
+            if err not in RETRIABLE or loop.time() >= deadline:
+                return err
+            await asyncio.sleep(RETRY_BACKOFF_S)
+
+    async def _delete_once(self, key: StateKey) -> int:
+        leader = self._leader(key)
+        if leader < 0:
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        if leader == self.node_id:
+            return await self.coordinator.delete(key)
+        D = DeleteShareGroupStateRequest
+        try:
+            client = await self.peers.get(leader)
+            resp = await client.request(D(group_id=key.group_id, topics=[D.DeleteStateData(
+                topic_id=key.topic_id, partitions=[D.PartitionData(partition=key.partition)])]), 0)
+        except (TimeoutError, ClientError, OSError) as e:
+            log.info("share_state_delete_failed", coordinator=leader, error=str(e))
             await self.peers.drop(leader)
             return Errors.COORDINATOR_NOT_AVAILABLE
         return resp.results[0].partitions[0].error_code

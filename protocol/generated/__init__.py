@@ -27,6 +27,8 @@ import protocol.generated.create_topics as create_topics
 import protocol.generated.delete_acls as delete_acls
 import protocol.generated.delete_groups as delete_groups
 import protocol.generated.delete_records as delete_records
+import protocol.generated.delete_share_group_offsets as delete_share_group_offsets
+import protocol.generated.delete_share_group_state as delete_share_group_state
 import protocol.generated.delete_topics as delete_topics
 import protocol.generated.describe_acls as describe_acls
 import protocol.generated.describe_client_quotas as describe_client_quotas
@@ -183,8 +185,10 @@ REQUESTS: dict[int, type[Message]] = {
     79: share_acknowledge.ShareAcknowledgeRequest,
     84: read_share_group_state.ReadShareGroupStateRequest,
     85: write_share_group_state.WriteShareGroupStateRequest,
+    86: delete_share_group_state.DeleteShareGroupStateRequest,
     90: describe_share_group_offsets.DescribeShareGroupOffsetsRequest,
     91: alter_share_group_offsets.AlterShareGroupOffsetsRequest,
+    92: delete_share_group_offsets.DeleteShareGroupOffsetsRequest,
     1076: create_chunks.CreateChunksRequest,
     1077: alter_chunk_assignments.AlterChunkAssignmentsRequest,
     1093: diskless_create_partitions.DisklessCreatePartitionsRequest,
@@ -265,8 +269,10 @@ RESPONSES: dict[int, type[Message]] = {
     79: share_acknowledge.ShareAcknowledgeResponse,
     84: read_share_group_state.ReadShareGroupStateResponse,
     85: write_share_group_state.WriteShareGroupStateResponse,
+    86: delete_share_group_state.DeleteShareGroupStateResponse,
     90: describe_share_group_offsets.DescribeShareGroupOffsetsResponse,
     91: alter_share_group_offsets.AlterShareGroupOffsetsResponse,
+    92: delete_share_group_offsets.DeleteShareGroupOffsetsResponse,
     1076: create_chunks.CreateChunksResponse,
     1077: alter_chunk_assignments.AlterChunkAssignmentsResponse,
     1093: diskless_create_partitions.DisklessCreatePartitionsResponse,

@@ -101,6 +101,13 @@ class ShareGroupManager:
     def is_share_group(self, group_id: str) -> bool:
         return group_id in self._groups
 
+    def remove(self, group_id: str) -> None:
+        """DeleteGroups: the (empty) group goes."""
+        group = self._groups.pop(group_id, None)
+        if group is not None:
+            group.cancel_timers()
+            log.info("share_group_deleted", group=group_id)
+
     # ------------------------------------------------------------------ ShareGroupHeartbeat
     def heartbeat(self, req: ShareHeartbeat) -> ShareHeartbeatResult:
         refused = self._validate(req)

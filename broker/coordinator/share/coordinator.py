@@ -175,3 +175,22 @@ class ShareCoordinator(PartitionedCoordinator[StatePartition]):
         if self._owns(ps):
             ps.states[key] = state
         return 0
+
+    # ------------------------------------------------------------------ DeleteShareGroupState
+    async def delete(self, key: StateKey) -> int:
+        """Tombstone the state of `key` (its group or its offsets are deleted)."""
+        err, ps = self._status(key)
+        if err:
+            return err
+        assert ps is not None
+        if key not in ps.states:
+            return 0
+        code, _, done = self._append(ps, [(encode_key(key), None)])
+        if code:
+            return state_write_error(code)
+        code = await asyncio.shield(done)
+        if code:
+            return state_write_error(code)
+        if self._owns(ps):
+            ps.states.pop(key, None)
+        return 0
