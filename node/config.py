@@ -50,9 +50,11 @@ def parse_properties(text: str) -> dict[str, str]:
 
 def load_properties(path: str | Path) -> dict[str, str]:
     try:
-        return parse_properties(Path(path).read_text())
+        return parse_properties(Path(path).read_text(encoding="utf-8"))
     except OSError as e:
         raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {path} is not UTF-8 text: {e.reason} at byte {e.start}") from None
 
 
 def parse_listeners(value: str, key: str = "listeners") -> list[Endpoint]:

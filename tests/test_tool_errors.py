@@ -126,3 +126,20 @@ def test_client_library_errors_carry_their_cause(clusters: tuple[Cluster, Cluste
     assert re.fullmatch(rf"no broker answered: cannot connect to 127\.0\.0\.1:{closed_port}: "
                         r".*(Connect call failed|Connection refused).*", refused), refused
     assert unknown == "topic 'nope' does not exist", unknown
+
+
+def test_bad_tool_input_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """Two inputs that ended in a traceback: a --command-config that is not UTF-8, and SCRAM
+    iterations past what the password may be hashed with (the tool hashes before it sends)."""
+    latin = tmp_path / "latin.properties"
+    latin.write_bytes(b"security.protocol=PLAINTEXT\nsasl.username=\xff\xfe\n")
+    line = _fails("kafka-acls.sh", "--bootstrap-server", "127.0.0.1:9", "--list", "--command-config", str(latin))
+    assert re.fullmatch(rf"Error: config file {re.escape(str(latin))} is not UTF-8 text: .+ at byte 42", line), line
+    r = subprocess.run([installed_script("kafka-configs.sh"), "--bootstrap-server", "127.0.0.1:9", "--alter",
+                        "--entity-type", "users", "--entity-name", "app", "--add-config",
+                        "SCRAM-SHA-512=[iterations=1099511627776,password=x]"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout, r.stderr)
+    assert r.stderr.splitlines() == [
+        "kafka-configs.sh: error: Iterations 1099511627776 is more than the maximum 16384 allowed for "
+        "SCRAM-SHA-512 (see --help)"], r.stderr

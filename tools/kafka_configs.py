@@ -39,7 +39,7 @@ from typing import Any
 from metadata.client_quotas import CLIENT_KEYS, IP_KEYS
 from metadata.config_effects import ignored
 from node.config import ConfigError, load_properties
-from node.scram import MECHANISM_NAMES, SCRAM_MECHANISMS, salted_password
+from node.scram import MAX_ITERATIONS, MECHANISM_NAMES, MIN_ITERATIONS, SCRAM_MECHANISMS, salted_password
 from protocol.errors import Errors, error_name
 from protocol.generated.alter_client_quotas import AlterClientQuotasRequest
 from protocol.generated.alter_user_scram_credentials import AlterUserScramCredentialsRequest
@@ -258,8 +258,13 @@ class Command:
                 m = _CREDENTIAL.fullmatch(v)
                 if not m:
                     raise ValueError(f"Invalid credential property {k}={v}")
-                if m.group(1) not in (None, "", "-1") and int(m.group(1)) < 4096:
-                    raise ValueError(f"Iterations {m.group(1)} is less than the minimum 4096 required for {k}")
+                if m.group(1) not in (None, "", "-1"):
+                    iterations = int(m.group(1))
+                    if iterations < MIN_ITERATIONS:
+                        raise ValueError(f"Iterations {m.group(1)} is less than the minimum {MIN_ITERATIONS} required for {k}")
+                    if iterations > MAX_ITERATIONS:
+                        # refused here: the password is hashed with them before anything is sent
+                        raise ValueError(f"Iterations {m.group(1)} is more than the maximum {MAX_ITERATIONS} allowed for {k}")
 
 
 # ---- topics and brokers

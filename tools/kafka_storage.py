@@ -154,9 +154,9 @@ def info(a: argparse.Namespace) -> int:
             problems.append(f"{d} is not formatted.")
             continue
         try:
-            props = parse_properties(path.read_text())
-        except OSError as e:
-            problems.append(f"{path} cannot be read: {e.strerror or e}")
+            props = parse_properties(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as e:
+            problems.append(f"{path} cannot be read: {getattr(e, 'strerror', None) or e}")
             continue
         metas.append((d, {k: props[k] for k in sorted(props)}))
     ids = {m.get("cluster.id") for _, m in metas}
