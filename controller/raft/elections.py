@@ -217,6 +217,10 @@ class Elections:
         s = self.state
         if epoch < s.epoch:
             return Errors.FENCED_LEADER_EPOCH
+        if leader_id not in s.voters:
+            # as Kafka's validateVoterOnlyRequest: only a voter's resignation may start an
+            # election here (a stray frame naming another node must move nothing)
+            return Errors.INCONSISTENT_VOTER_SET
         if epoch > s.epoch or (s.role == Role.FOLLOWER and s.leader_id == leader_id):
             voted = s.voted_id if epoch == s.epoch else -1
             await s.transition(Role.VOTED if voted >= 0 else Role.UNATTACHED, epoch, -1, voted)
