@@ -352,8 +352,9 @@ def _coordinator_answer(c: Cluster, body, version: int):
     """The answer of the broker that coordinates the group (None while none does)."""
     group = body.group_ids[0] if hasattr(body, "group_ids") else body.group_id
     # FindCoordinator creates __consumer_offsets when it does not exist yet
-    _request(c, c.broker_ids[0], FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), 4)
-    for b in c.broker_ids:
+    live = [b for b in c.broker_ids if c.is_running(b)]
+    _request(c, live[0], FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), 4)
+    for b in live:
         resp = _request(c, b, body, version)
         groups = getattr(resp, "groups", None)
         err = groups[0].error_code if groups else resp.error_code
@@ -458,6 +459,49 @@ def test_read_committed_never_delivers_aborted_records(cluster: Cluster) -> None
             sc.commit_sync(30)
         finally:
             sc.close()
+
+
+def _coordinator_of(c: Cluster, group: str) -> int:
+    live = [b for b in c.broker_ids if c.is_running(b)]
+    resp = _request(c, live[0], FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), 4)
+    return resp.coordinators[0].node_id
+
+
+def test_coordinator_failover_members_rejoin_and_keep_reading(cluster: Cluster) -> None:
+    """The membership is in the coordinator's memory: when its broker dies, the members' next
+    heartbeats find the new coordinator, rejoin, and go on reading; nothing accepted comes back."""
+    topic, group = "share-coord", "share-coord-g"
+    create_topic(cluster, topic)
+    read_from_earliest(cluster, group)
+    coordinator = wait_for(lambda: _coordinator_of(cluster, group) if _members(cluster, group) >= 0 else None,
+                           timeout=30, what="the coordinator")
+    leader = _leader_of(cluster, topic)
+    if coordinator == leader:
+        pytest.skip("the group's coordinator leads the topic too: this test wants them apart")
+    produce(cluster, topic, 50, tag="a")
+    sc = share_consumer(cluster, group, topic)
+    killed = None
+    try:
+        seen: Counter = Counter()
+        deadline = time.time() + 30
+        while len(seen) < 50 and time.time() < deadline:
+            for m in records(sc.poll(0.5)):
+                seen[m.value()] += 1
+        sc.commit_sync(30)
+        killed = coordinator
+        cluster.kill(killed)
+        produce(cluster, topic, 50, tag="b")
+        deadline = time.time() + 60
+        while len(seen) < 100 and time.time() < deadline:
+            for m in records(sc.poll(0.5)):
+                seen[m.value()] += 1
+        sc.commit_sync(30)
+        assert len(seen) == 100 and max(seen.values()) == 1, (len(seen), seen.most_common(3))
+        assert wait_for(lambda: _members(cluster, group) == 1, timeout=30, what="the member on the new coordinator")
+    finally:
+        sc.close()
+        if killed is not None:
+            cluster.start_node(killed)
 
 
 def _leader_of(c: Cluster, topic: str) -> int:

@@ -114,7 +114,9 @@ class ShareGroupManager:
         if refused is not None:
             log.info("share_group_heartbeat_refused", group=req.group_id, member=req.member_id, reason=refused[1])
             return ShareHeartbeatResult(error=refused[0], message=refused[1])
-        err, message, group = self._group(req.group_id, create=req.member_epoch == 0)
+        # made for any epoch: a member whose coordinator failed over (the membership is kept in
+        # memory) hears UNKNOWN_MEMBER_ID and rejoins; librdkafka takes GROUP_ID_NOT_FOUND as fatal
+        err, message, group = self._group(req.group_id, create=True)
         if err:
             return ShareHeartbeatResult(error=err, message=message)
         assert group is not None
