@@ -73,6 +73,10 @@ def test_ten_failing_invocations_each_print_their_cause(clusters: tuple[Cluster,
         (("kafka-topics.sh", "--bootstrap-server", p, "--list", "--command-config", tls),
          r"cannot connect to .*: \[Errno 104\] Connection reset by peer during the TLS handshake "
          r"\(is the listener plaintext\?\)"),
+        # a SASL_SSL config against plaintext brokers: the same, not an empty reason
+        (("kafka-topics.sh", "--bootstrap-server", p, "--list", "--command-config", wrong_password),
+         r"cannot connect to .*: \[Errno 104\] Connection reset by peer during the TLS handshake "
+         r"\(is the listener plaintext\?\)"),
         # plaintext to a TLS port: the hang-up at the first request
         (("kafka-topics.sh", "--bootstrap-server", s, "--list"),
          r"connection to .* closed by the peer while waiting for the answer to ApiVersions "
