@@ -461,6 +461,34 @@ def test_read_committed_never_delivers_aborted_records(cluster: Cluster) -> None
             sc.close()
 
 
+def test_chunked_partition_older_chunks_read_through_the_active_leader(cluster: Cluster) -> None:
+    """A chunked partition (KIP-1163-style chunks on other brokers): the share-partition lives on the
+    active chunk's leader, which reads the older chunks' records from their replicas."""
+    from tests.test_chunks_data import create_chunk
+    from tests.test_chunks_data import create_topic as create_chunked
+    from tests.test_chunks_data import produce as produce_to
+    topic, group = "share-chunked", "share-chunked-g"
+    create_chunked(cluster, topic, [1])
+    produce_to(cluster, topic, [b"one-%d" % i for i in range(10)])
+    create_chunk(cluster, topic, [2])
+    produce_to(cluster, topic, [b"two-%d" % i for i in range(10)])
+    create_chunk(cluster, topic, [3])
+    produce_to(cluster, topic, [b"three-%d" % i for i in range(10)])
+    read_from_earliest(cluster, group)
+    sc = share_consumer(cluster, group, topic)
+    try:
+        got: list = []
+        deadline = time.time() + 30
+        while len(got) < 30 and time.time() < deadline:
+            got += records(sc.poll(0.5))
+        sc.commit_sync(30)
+        assert sorted(m.offset() for m in got) == list(range(30))
+        assert {m.value() for m in got} == {b"%s-%d" % (w, i) for w in (b"one", b"two", b"three") for i in range(10)}
+        assert {m.delivery_count() for m in got} == {1}
+    finally:
+        sc.close()
+
+
 def _coordinator_of(c: Cluster, group: str) -> int:
     live = [b for b in c.broker_ids if c.is_running(b)]
     resp = _request(c, live[0], FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), 4)

@@ -220,7 +220,7 @@ async def _acquire_all(ctx: RequestContext, group_id: str, member_id: str, parti
         if err or sp is None:
             got[(tid, index)] = (err, None)
             continue
-        err, acquired, idle = await share.acquire(sp, p, member_id, max_records, max_bytes)
+        err, acquired, idle = await share.acquire(ctx, sp, p, member_id, max_records, max_bytes)
         if err:
             got[(tid, index)] = (err, None)
         elif acquired is not None and acquired.ranges:

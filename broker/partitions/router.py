@@ -178,6 +178,31 @@ class PartitionRouter:
         start = chunk.start_offset if chunk is not None else None
         return ChunkRedirect(self.chunk_reads, topic, index, offset, to, start, leader, reader), 0
 
+    # ---- share groups (KIP-932)
+    def for_share(self, reader: Reader, info: TopicInfo, index: int, offset: int, max_bytes: int,
+                  isolation_level: int) -> Served:
+        """The view a share-partition reads `offset` through: the active chunk's leader keeps the
+        share-partition, and reads an older chunk's records from our replica of that chunk or, on
+        its own behalf, from another replica of it (a share consumer follows no redirect)."""
+        name = info.name
+        chunks = info.chunks.get(index)
+        p = self.replicas.partitions.get((name, index))
+        if not chunks or p is None or not p.is_leader or index not in info.partitions or \
+                offset >= info.partitions[index].start_offset:
+            return self.serving(name, index)
+        c = chunk_holding(chunks, offset)
+        low = low_watermark(chunks)
+        if c is None or offset < low:
+            return ChunkOutOfRange(max(chunks[0].start_offset, low)), 0
+        cr = self.replicas.chunks.get((name, index, c.start_offset))
+        if cr is not None and cr.holds(offset):
+            return ChunkReplicaRead(self.chunk_reads, cr, p, reader), 0
+        sources = self.chunk_reads.sources(name, index, c, reader.client_id or "", None)
+        if not sources:
+            return None, Errors.NOT_LEADER_OR_FOLLOWER
+        return ChunkProxyRead(self.chunk_reads, name, index, c.start_offset, offset, max_bytes, isolation_level,
+                              sources, p, reader), 0
+
     # ---- ListOffsets
     def for_offsets(self, topic: str, index: int, *, replica_id: int, current_leader_epoch: int = -1) -> Served:
         """A broker (replica_id >= 0) asks about the inactive chunks we hold; a client about the

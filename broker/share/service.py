@@ -33,6 +33,7 @@ from protocol.records import decode_batches
 from protocol.records.batch import iter_batches
 
 if TYPE_CHECKING:
+    from broker.partitions.chunk_views import Reader
     from broker.partitions.interface import ServedPartition
     from broker.partitions.router import PartitionRouter
     from broker.ports import ImageSource
@@ -228,13 +229,23 @@ class ShareService:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def acquire(self, sp: SharePartition, p: ServedPartition, member_id: str, max_records: int,
-                      max_bytes: int) -> tuple[int, Acquired | None, bool]:
-        """(error, what was acquired, whether the partition had nothing to read yet)."""
+    async def acquire(self, reader: Reader, sp: SharePartition, p: ServedPartition, member_id: str,
+                      max_records: int, max_bytes: int) -> tuple[int, Acquired | None, bool]:
+        """(error, what was acquired, whether the partition had nothing to read yet). Records in an
+        older chunk of a chunked partition are read through that chunk's view."""
         offset = sp.next_fetch_offset()
         committed = self.read_committed(sp.group_id)
-        ans = await p.read(FetchPosition(fetch_offset=offset, max_bytes=max_bytes, replica_id=-1,
-                                         last_fetched_epoch=-1, read_committed=committed, min_one_batch=True))
+        pos = FetchPosition(fetch_offset=offset, max_bytes=max_bytes, replica_id=-1, last_fetched_epoch=-1,
+                            read_committed=committed, min_one_batch=True)
+        info = self.images.image.topic(sp.topic)
+        view: ServedPartition | None = p
+        if info is not None and info.chunks.get(sp.index):
+            view, err = self.router.for_share(reader, info, sp.index, offset, max_bytes, 1 if committed else 0)
+            if view is None:
+                return err, None, False
+            view.prepare_read(pos)
+        assert view is not None
+        ans = await view.read(pos)
         if ans.error_code == Errors.OFFSET_OUT_OF_RANGE and offset < ans.log_start_offset:
             # the records were deleted (retention, DeleteRecords): the window moves past them
             sp.skip_to(ans.log_start_offset)
