@@ -1,0 +1,86 @@
+"""The history checker: what a run of the workload saw, judged as Jepsen judged Kafka's queues.
+
+A history is what the producer was told (each acknowledged value with its partition and offset),
+what it attempted, what consumers read while faults ran, and a final read of every partition
+from its start once the faults are healed. Anomalies:
+- lost: an acknowledged value missing from the final read;
+- duplicated: a value at more than one offset;
+- inconsistent: two values seen at one offset (an acknowledgement, a read during the run and the
+  final read must agree: a leader that acknowledged or served data a later leader replaced);
+- nonmonotonic: a consumer's offsets in a partition not increasing;
+- reordered: one producer's values out of send order within a partition (an idempotent
+  producer's batches keep their order);
+- phantom: a value read that was never sent.
+Values are `<producer>:<sequence>` strings, so order and origin are known from the value alone.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+Read = tuple[int, int, str]  # (partition, offset, value)
+
+
+@dataclass
+class History:
+    attempted: set[str] = field(default_factory=set)
+    acked: dict[str, tuple[int, int]] = field(default_factory=dict)  # value -> (partition, offset)
+    reads: list[list[Read]] = field(default_factory=list)  # each consumer's reads, in order
+    final: list[Read] = field(default_factory=list)  # every partition from its start, after healing
+
+
+def _seq(value: str) -> tuple[str, int]:
+    producer, _, n = value.rpartition(":")
+    return producer, int(n)
+
+
+def check(h: History) -> dict[str, list]:
+    """Anomalies by kind (empty lists when the history is valid)."""
+    out: dict[str, list] = {k: [] for k in ("lost", "duplicated", "inconsistent", "nonmonotonic", "reordered",
+                                            "phantom")}
+    at: dict[tuple[int, int], str] = {}
+    where: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for p, off, v in h.final:
+        if (p, off) in at and at[(p, off)] != v:
+            out["inconsistent"].append(("final", p, off, at[(p, off)], v))
+        at[(p, off)] = v
+        where[v].append((p, off))
+    for v, places in where.items():
+        if len(places) > 1:
+            out["duplicated"].append((v, sorted(places)))
+        if v not in h.attempted:
+            out["phantom"].append((v, places[0]))
+    for v, (p, off) in h.acked.items():
+        if v not in where:
+            out["lost"].append((v, p, off))
+        elif at.get((p, off)) != v:
+            out["inconsistent"].append(("acked", p, off, v, at.get((p, off))))
+    for i, reads in enumerate(h.reads):
+        last: dict[int, int] = {}
+        for p, off, v in reads:
+            if off <= last.get(p, -1):
+                out["nonmonotonic"].append((i, p, last[p], off))
+            last[p] = off
+            if (p, off) in at and at[(p, off)] != v:
+                out["inconsistent"].append((f"consumer {i}", p, off, v, at[(p, off)]))
+            if v not in h.attempted:
+                out["phantom"].append((v, (p, off)))
+    newest: dict[tuple[int, str], tuple[int, int]] = {}  # (partition, producer) -> (sequence, offset)
+    for p, off, v in sorted(h.final):
+        producer, n = _seq(v)
+        prev = newest.get((p, producer))
+        if prev is not None and n < prev[0]:
+            out["reordered"].append((p, producer, prev, (n, off)))
+        newest[(p, producer)] = (n, off)
+    return out
+
+
+def anomalies(result: dict[str, list]) -> int:
+    return sum(len(v) for v in result.values())
+
+
+def summary(result: dict[str, list], limit: int = 5) -> str:
+    """One line per kind found, with its first few cases."""
+    lines = [f"{k}: {len(v)} e.g. {v[:limit]}" for k, v in result.items() if v]
+    return "\n".join(lines) or "no anomalies"
