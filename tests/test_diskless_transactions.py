@@ -152,3 +152,79 @@ def test_commit_abort_and_open_transactions_through_every_broker(cluster: Cluste
     expected = sorted(committed + late + again)
     assert _values(_read(c, 2, "read_committed", len(expected))) == expected
     del p1, p2
+
+
+def _read_topic(c: Cluster, topic: str, partitions: int, expected: int) -> list[bytes]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    cid = f"r-{topic}-{time.monotonic_ns()}"
+    cons = Consumer({"bootstrap.servers": c.bootstrap, "client.id": cid, "group.id": cid, "enable.auto.commit": False,
+                     "fetch.wait.max.ms": 100, "isolation.level": "read_committed"})
+    cons.assign([TopicPartition(topic, i, 0) for i in range(partitions)])
+    out: list[bytes] = []
+    deadline, last_new = time.time() + 60, time.time()
+    try:
+        while time.time() < deadline:
+            msgs = [m for m in cons.consume(1000, 0.2) if m.error() is None]
+            out += [m.value() for m in msgs]
+            if msgs:
+                last_new = time.time()
+            elif len(out) >= expected and time.time() - last_new >= 1.5:
+                break
+    finally:
+        cons.close()
+    return sorted(out)
+
+
+def test_transactions_across_diskless_and_classic_topics_and_a_timed_out_one(tmp_path: Path) -> None:
+    """One transaction writes a diskless and a classic topic: both commit or abort together. A
+    transaction its producer abandons is aborted by the coordinator after its timeout (markers
+    with the bumped epoch): the last stable offset moves on and its records are never served."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    overrides = {**_overrides("local", None, tmp_path), "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
+    c = Cluster(tmp_path / "cluster", brokers=3, broker_overrides=overrides, controller_overrides=CONTROLLER,
+                per_broker_overrides={b: {"broker.rack": r} for b, r in RACKS.items()})
+    try:
+        c.start()
+        _create_topic(c.bootstrap)
+        admin = AdminClient({"bootstrap.servers": c.bootstrap})
+        admin.create_topics([NewTopic("classic", 2, 3)])["classic"].result(30)
+        p = _producer(c, 1, "mixed")
+
+        def both(tag: str, n: int) -> list[bytes]:
+            values = [f"{tag}-{i}".encode() for i in range(n)]
+            for i, v in enumerate(values):
+                p.produce(TOPIC, value=v, partition=i % PARTITIONS)
+                p.produce("classic", value=v, partition=i % 2)
+            assert p.flush(60) == 0
+            return values
+
+        p.begin_transaction()
+        kept = both("kept", 20)
+        p.commit_transaction(60)
+        p.begin_transaction()
+        both("dropped", 20)
+        p.abort_transaction(60)
+
+        # abandoned: open on every diskless partition, never ended by its producer
+        gone = Producer({"bootstrap.servers": c.bootstrap, "transactional.id": "abandoned",
+                         "transaction.timeout.ms": 2000, "client.id": "abandoned-diskless_az=r2"})
+        gone.init_transactions(60)
+        gone.begin_transaction()
+        for i in range(PARTITIONS * 2):
+            gone.produce(TOPIC, value=b"abandoned-%d" % i, partition=i % PARTITIONS)
+        assert gone.flush(60) == 0
+        p.begin_transaction()
+        after = both("after", 12)
+        p.commit_transaction(60)
+
+        assert _read_topic(c, "classic", 2, len(kept + after)) == sorted(kept + after)
+        # the coordinator aborts the abandoned one within its timeout plus a cleanup interval
+        assert _read_topic(c, TOPIC, PARTITIONS, len(kept + after)) == sorted(kept + after)
+        stable = asyncio.run(_latest(c.broker_port(2), 1))
+        assert stable == asyncio.run(_latest(c.broker_port(2), 0))
+        gone.purge()
+    finally:
+        c.stop()
