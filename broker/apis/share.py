@@ -250,7 +250,23 @@ def _fetch_response(ctx: RequestContext, lock_ms: int, ack_errors: dict, got: di
         if t is None:
             t = by_topic[tid] = R.ShareFetchableTopicResponse(topic_id=tid)
         t.partitions.append(pd)
-    return R(acquisition_lock_timeout_ms=lock_ms, responses=list(by_topic.values()))
+    return R(acquisition_lock_timeout_ms=lock_ms, responses=list(by_topic.values()),
+             node_endpoints=_endpoints(ctx, R, [pd.current_leader.leader_id for t in by_topic.values()
+                                                for pd in t.partitions
+                                                if pd.error_code == Errors.NOT_LEADER_OR_FOLLOWER]))
+
+
+def _endpoints(ctx: RequestContext, R: Any, leaders: list[int]) -> list:
+    """Where the leaders named in NOT_LEADER_OR_FOLLOWER answers listen (on the request's
+    listener), so the client moves without a metadata round trip."""
+    image = ctx.services.metadata.image
+    out = []
+    for b in sorted(set(leaders)):
+        info = image.brokers.get(b)
+        e = info.endpoint(ctx.listener) if info is not None else None
+        if e is not None:
+            out.append(R.NodeEndpoint(node_id=b, host=e.host, port=e.port, rack=info.rack if info else None))
+    return out
 
 
 @api(79, 1, 2, enabled=_enabled)

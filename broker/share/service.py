@@ -127,6 +127,12 @@ class ShareService:
         """The partition when this broker leads it; else NOT_LEADER_OR_FOLLOWER and any state we
         kept for it goes (its new leader starts its own)."""
         p, err = self.router.serving(topic, index)
+        info = self.images.image.topic(topic)
+        pi = info.partitions.get(index) if info is not None else None
+        if p is not None and (pi is None or pi.leader != self.router.node_id):
+            # a diskless partition is served by every broker: its share-partition lives on the one
+            # the metadata names leader, so that two brokers never hand out the same records
+            p, err = None, Errors.NOT_LEADER_OR_FOLLOWER
         if p is None:
             for key in [k for k in self.partitions if k[1] == topic and k[2] == index]:
                 self.partitions.pop(key).close()
