@@ -489,6 +489,57 @@ def test_chunked_partition_older_chunks_read_through_the_active_leader(cluster: 
         sc.close()
 
 
+def _topic_id(c: Cluster, topic: str) -> uuid.UUID:
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    u = admin.describe_topics(TopicCollection([topic]))[topic].result(30).topic_id
+    return uuid.UUID(int=(u.get_most_significant_bits() % 2**64) << 64 | u.get_least_significant_bits() % 2**64)
+
+
+def _share_coordinator_answer(c: Cluster, body, version: int):
+    """The answer of the broker whose share coordinator holds the key (None while none does)."""
+    for b in c.broker_ids:
+        if not c.is_running(b):
+            continue
+        resp = _request(c, b, body, version)
+        err = resp.results[0].partitions[0].error_code
+        if err not in (Errors.NOT_COORDINATOR, Errors.COORDINATOR_LOAD_IN_PROGRESS, Errors.COORDINATOR_NOT_AVAILABLE):
+            return resp
+    return None
+
+
+def test_initialize_and_summarize_share_group_state(cluster: Cluster) -> None:
+    """InitializeShareGroupState sets where a share-partition starts; ReadShareGroupStateSummary
+    reports start offsets, epochs and how many records past the start are done."""
+    from protocol.generated.initialize_share_group_state import InitializeShareGroupStateRequest as I
+    from protocol.generated.read_share_group_state_summary import ReadShareGroupStateSummaryRequest as S
+    topic, group = "share-init", "share-init-g"
+    create_topic(cluster, topic)
+    produce(cluster, topic, 20)
+    tid = _topic_id(cluster, topic)
+    resp = wait_for(lambda: _share_coordinator_answer(cluster, I(group_id=group, topics=[I.InitializeStateData(
+        topic_id=tid, partitions=[I.PartitionData(partition=0, state_epoch=1, start_offset=15)])]), 0),
+        timeout=30, what="the share coordinator")
+    assert resp.results[0].partitions[0].error_code == 0
+    sc = share_consumer(cluster, group, topic, explicit=True)
+    try:
+        got: list = []
+        deadline = time.time() + 30
+        while len(got) < 5 and time.time() < deadline:
+            got += records(sc.poll(0.5))
+        assert sorted(m.offset() for m in got) == [15, 16, 17, 18, 19]
+        for m in got:
+            sc.acknowledge(m)  # ACCEPT, the one for offset 15 last
+        sc.commit_sync(30)
+    finally:
+        sc.close()
+    summary = S(group_id=group, topics=[S.ReadStateSummaryData(topic_id=tid, partitions=[
+        S.PartitionData(partition=0, leader_epoch=-1)])])
+    p = _share_coordinator_answer(cluster, summary, 1).results[0].partitions[0]
+    assert (p.error_code, p.state_epoch, p.start_offset, p.delivery_complete_count) == (0, 1, 20, 0)
+
+
 def _coordinator_of(c: Cluster, group: str) -> int:
     live = [b for b in c.broker_ids if c.is_running(b)]
     resp = _request(c, live[0], FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), 4)

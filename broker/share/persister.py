@@ -79,8 +79,8 @@ class SharePersister:
         p = resp.results[0].partitions[0]
         if p.error_code:
             return p.error_code, None
-        if p.start_offset < 0:
-            return 0, None
+        if p.start_offset < 0 and p.state_epoch == 0:
+            return 0, None  # never written
         return 0, ShareState(p.state_epoch, leader_epoch, p.start_offset,
                              [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
                               for b in p.state_batches])

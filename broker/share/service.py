@@ -158,6 +158,9 @@ class ShareService:
         err, state = await self.persister.read(group_id, topic_id, index, leader_epoch)
         if err:
             return err, None
+        state_epoch = state.state_epoch if state is not None else 0
+        if state is not None and state.start_offset < 0:
+            state = None  # initialized without a start offset: share.auto.offset.reset decides
         start, how = (state.start_offset, "persisted") if state is not None else (-1, "")
         if state is None:
             how = (self._group_config(group_id, "share.auto.offset.reset") or "latest").strip().lower()
@@ -169,8 +172,8 @@ class ShareService:
             sp = SharePartition(group_id, topic, index, start, self.lock_duration_ms(group_id),
                                 self.config.delivery_count_limit, self.config.partition_max_record_locks)
             sp.leader_epoch = leader_epoch
+            sp.state_epoch = state_epoch
             if state is not None:
-                sp.state_epoch = state.state_epoch
                 sp.restore(state.start_offset, state.batches)
             else:
                 err = await self.persist(sp)  # Kafka's InitializeShareGroupState

@@ -59,6 +59,7 @@ import protocol.generated.find_coordinator as find_coordinator
 import protocol.generated.heartbeat as heartbeat
 import protocol.generated.incremental_alter_configs as incremental_alter_configs
 import protocol.generated.init_producer_id as init_producer_id
+import protocol.generated.initialize_share_group_state as initialize_share_group_state
 import protocol.generated.join_group as join_group
 import protocol.generated.leave_group as leave_group
 import protocol.generated.list_groups as list_groups
@@ -101,6 +102,7 @@ import protocol.generated.offset_for_leader_epoch as offset_for_leader_epoch
 import protocol.generated.partition_leader_epochs_for_partitions as partition_leader_epochs_for_partitions
 import protocol.generated.produce as produce
 import protocol.generated.read_share_group_state as read_share_group_state
+import protocol.generated.read_share_group_state_summary as read_share_group_state_summary
 import protocol.generated.request_header as request_header
 import protocol.generated.response_header as response_header
 import protocol.generated.sasl_authenticate as sasl_authenticate
@@ -183,9 +185,11 @@ REQUESTS: dict[int, type[Message]] = {
     77: share_group_describe.ShareGroupDescribeRequest,
     78: share_fetch.ShareFetchRequest,
     79: share_acknowledge.ShareAcknowledgeRequest,
+    83: initialize_share_group_state.InitializeShareGroupStateRequest,
     84: read_share_group_state.ReadShareGroupStateRequest,
     85: write_share_group_state.WriteShareGroupStateRequest,
     86: delete_share_group_state.DeleteShareGroupStateRequest,
+    87: read_share_group_state_summary.ReadShareGroupStateSummaryRequest,
     90: describe_share_group_offsets.DescribeShareGroupOffsetsRequest,
     91: alter_share_group_offsets.AlterShareGroupOffsetsRequest,
     92: delete_share_group_offsets.DeleteShareGroupOffsetsRequest,
@@ -267,9 +271,11 @@ RESPONSES: dict[int, type[Message]] = {
     77: share_group_describe.ShareGroupDescribeResponse,
     78: share_fetch.ShareFetchResponse,
     79: share_acknowledge.ShareAcknowledgeResponse,
+    83: initialize_share_group_state.InitializeShareGroupStateResponse,
     84: read_share_group_state.ReadShareGroupStateResponse,
     85: write_share_group_state.WriteShareGroupStateResponse,
     86: delete_share_group_state.DeleteShareGroupStateResponse,
+    87: read_share_group_state_summary.ReadShareGroupStateSummaryResponse,
     90: describe_share_group_offsets.DescribeShareGroupOffsetsResponse,
     91: alter_share_group_offsets.AlterShareGroupOffsetsResponse,
     92: delete_share_group_offsets.DeleteShareGroupOffsetsResponse,
