@@ -84,6 +84,9 @@ async def write_txn_markers(ctx: RequestContext, req) -> WriteTxnMarkersResponse
                 p.maybe_advance_high_watermark()
                 waits.append((pr, p, info.last_offset + 1, t.name, m.producer_id, m.transaction_result))
     if diskless_waits:
+        # the markers hold back every read_committed reader of the partition: their file goes now,
+        # not after diskless.wal.max.ms
+        s.diskless.wal.rotate()
         answers = await asyncio.gather(*(a for _, a in diskless_waits))
         for (pr, _), a in zip(diskless_waits, answers):
             pr.error_code = a.error_code
