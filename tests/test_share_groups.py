@@ -15,6 +15,7 @@ shared by the module; each test has its own topic and group):
 
 from __future__ import annotations
 
+import base64
 import socket
 import struct
 import subprocess
@@ -538,6 +539,14 @@ def test_initialize_and_summarize_share_group_state(cluster: Cluster) -> None:
         S.PartitionData(partition=0, leader_epoch=-1)])])
     p = _share_coordinator_answer(cluster, summary, 1).results[0].partitions[0]
     assert (p.error_code, p.state_epoch, p.start_offset, p.delivery_complete_count) == (0, 1, 20, 0)
+    # FindCoordinator with key type 2 names that share coordinator (the topic id as Kafka prints it)
+    key = f"{group}:{base64.urlsafe_b64encode(tid.bytes).rstrip(b'=').decode()}:0"
+    found = _request(cluster, 1, FindCoordinatorRequest(key_type=2, coordinator_keys=[key]), 4).coordinators[0]
+    assert found.error_code == 0
+    p = _request(cluster, found.node_id, summary, 1).results[0].partitions[0]
+    assert (p.error_code, p.start_offset) == (0, 20)
+    bad = _request(cluster, 1, FindCoordinatorRequest(key_type=2, coordinator_keys=["no-colons"]), 4)
+    assert bad.coordinators[0].error_code == Errors.INVALID_REQUEST
 
 
 def _coordinator_of(c: Cluster, group: str) -> int:

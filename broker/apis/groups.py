@@ -23,6 +23,7 @@ from broker.coordinator.group.consumer_records import Assignment
 from broker.coordinator.group.coordinator import GROUP_OPERATIONS, GroupCoordinator
 from broker.coordinator.group.group import ClassicGroup, PositionExchange
 from broker.coordinator.group.records import OFFSETS_TOPIC, OffsetAndMetadata
+from broker.coordinator.share.records import parse_coordinator_key
 from broker.coordinator.transaction.records import TRANSACTION_STATE_TOPIC
 from protocol.errors import Errors
 from protocol.generated.consumer_group_describe import ConsumerGroupDescribeResponse
@@ -40,7 +41,7 @@ from protocol.generated.offset_fetch import OffsetFetchResponse
 from protocol.generated.sync_group import SyncGroupResponse
 from protocol.generated.txn_offset_commit import TxnOffsetCommitResponse
 
-GROUP_KEY, TRANSACTION_KEY = 0, 1
+GROUP_KEY, TRANSACTION_KEY, SHARE_KEY = 0, 1, 2
 # Strata's key type for diskless coordinators (the key is the __diskless_metadata partition
 # number); Kafka uses 0-2, so 100 keeps clear of what it may add.
 DISKLESS_KEY = 100
@@ -71,6 +72,11 @@ def _find(ctx: RequestContext, key: str, key_type: int) -> tuple[int, int, str, 
         c = transaction_coordinator(ctx)
         topic_name = TRANSACTION_STATE_TOPIC
         if not key:
+            return Errors.INVALID_REQUEST, -1, "", -1
+    elif key_type == SHARE_KEY:  # KIP-932's share coordinator: group:topicId:partition
+        c = ctx.services.share_coordinator
+        topic_name = c.topic
+        if parse_coordinator_key(key) is None:
             return Errors.INVALID_REQUEST, -1, "", -1
     elif key_type == DISKLESS_KEY:
         c = ctx.services.diskless_coordinator

@@ -24,6 +24,7 @@ from broker.coordinator.share.records import (
     SHARE_STATE_TOPIC,
     ShareState,
     StateKey,
+    coordinator_partition,
     decode_key,
     decode_value,
     encode_key,
@@ -124,7 +125,8 @@ class ShareCoordinator(PartitionedCoordinator[StatePartition]):
                                     min_isr=cfg.min_isr)
 
     def partition_for(self, key: str) -> int:
-        raise NotImplementedError  # keys here are StateKeys: partition_of()
+        """The partition of a coordinator key `group:topicId:partition` (FindCoordinator)."""
+        return coordinator_partition(key, self.num_partitions())
 
     def partition_of(self, key: StateKey) -> int:
         return partition_for(key, self.num_partitions())

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 from broker.coordinator.group.records import java_abs, java_string_hashcode
+from broker.storage.uuid_text import format_uuid, parse_uuid
 
 SHARE_STATE_TOPIC = "__share_group_state"
 SNAPSHOT_KEY_TYPE = 0
@@ -31,8 +32,9 @@ class StateKey:
 
     @property
     def coordinator_key(self) -> str:
-        """Kafka's SharePartitionKey.asCoordinatorKey(): what FindCoordinator (key type 2) hashes."""
-        return f"{self.group_id}:{self.topic_id}:{self.partition}"
+        """Kafka's SharePartitionKey.asCoordinatorKey() (the topic id as Kafka prints it): what
+        FindCoordinator with key type 2 hashes."""
+        return f"{self.group_id}:{format_uuid(self.topic_id)}:{self.partition}"
 
 
 @dataclass
@@ -45,7 +47,22 @@ class ShareState:
 
 
 def partition_for(key: StateKey, num_partitions: int) -> int:
-    return java_abs(java_string_hashcode(key.coordinator_key)) % num_partitions
+    return coordinator_partition(key.coordinator_key, num_partitions)
+
+
+def coordinator_partition(coordinator_key: str, num_partitions: int) -> int:
+    return java_abs(java_string_hashcode(coordinator_key)) % num_partitions
+
+
+def parse_coordinator_key(text: str) -> StateKey | None:
+    """`group:topicId:partition` (FindCoordinator key type 2), or None when malformed."""
+    parts = text.rsplit(":", 2)
+    if len(parts) != 3 or not parts[0]:
+        return None
+    try:
+        return StateKey(parts[0], parse_uuid(parts[1]), int(parts[2]))
+    except ValueError:
+        return None
 
 
 def encode_key(key: StateKey) -> bytes:
