@@ -1,6 +1,6 @@
 """Long Jepsen-style fault runs: N seeded schedules of M minutes on a 3-controller, 3-broker
 cluster (kill -9s, SIGSTOP pauses and restarts of brokers and controllers under idempotent
-acks=all producers and a live consumer), each judged by the history checker (tests/faults/).
+acks=all producers, a transactional producer and a live read_committed consumer), each judged by the history checker (tests/faults/).
 Prints a table, one row a schedule, and each schedule's replay command; exits 1 if any
 schedule found an anomaly.
 
@@ -47,12 +47,14 @@ def main() -> int:
                 c.stop()
         h = out.history
         bad += out.anomalies > 0
-        rows.append((seed, len(out.applied), len(h.attempted), len(h.acked), len(h.final), out.anomalies,
-                     out.seconds, summary(out.result)))
+        txns = "/".join(str(sum(1 for _, o in h.txns if o == k)) for k in ("committed", "aborted", "unknown"))
+        rows.append((seed, len(out.applied), len(h.attempted), len(h.acked), txns, len(h.final), out.anomalies,
+                     out.seconds))
         print(f"seed {seed}: {summary(out.result)}", flush=True)
-    print(f"\n{'seed':>5} {'faults':>6} {'sent':>8} {'acked':>8} {'read':>8} {'anomalies':>9} {'seconds':>8}")
-    for seed, applied, sent, acked, read, n, secs, _ in rows:
-        print(f"{seed:>5} {applied:>6} {sent:>8} {acked:>8} {read:>8} {n:>9} {secs:>8.0f}")
+    print(f"\n{'seed':>5} {'faults':>6} {'sent':>8} {'acked':>8} {'txns c/a/?':>12} {'read':>8} {'anomalies':>9} "
+          f"{'seconds':>8}")
+    for seed, applied, sent, acked, txns, read, n, secs in rows:
+        print(f"{seed:>5} {applied:>6} {sent:>8} {acked:>8} {txns:>12} {read:>8} {n:>9} {secs:>8.0f}")
     print(f"\n{len(rows)} schedules, {bad} with anomalies")
     return 1 if bad else 0
 

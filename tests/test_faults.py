@@ -1,5 +1,5 @@
 """Jepsen-style: a seeded schedule of kill -9s, SIGSTOP pauses and restarts of brokers under
-idempotent acks=all producers and a live consumer, then the history checker over everything
+idempotent acks=all producers, a transactional producer and a live read_committed consumer, then the history checker over everything
 sent, acknowledged and read (tests/faults/). STRATA_FAULT_SEED=N replays another schedule; the
 long runs are bench/faults.py. The checker itself is tested first on histories made by hand."""
 
@@ -17,6 +17,9 @@ def _valid() -> History:
     h.acked = {"p0:0": (0, 0), "p0:1": (0, 1), "p1:0": (1, 0)}
     h.final = [(0, 0, "p0:0"), (0, 1, "p0:1"), (1, 0, "p1:0"), (0, 2, "p0:2")]  # p0:2: sent, outcome unknown
     h.reads = [[(0, 0, "p0:0"), (1, 0, "p1:0"), (0, 1, "p0:1")]]
+    h.attempted |= {"t0:0", "t0:1", "t0:2", "t0:3", "t0:4", "t0:5"}
+    h.txns = [(["t0:0", "t0:1"], "committed"), (["t0:2", "t0:3"], "aborted"), (["t0:4", "t0:5"], "unknown")]
+    h.final += [(1, 1, "t0:0"), (2, 0, "t0:1")]
     return h
 
 
@@ -28,13 +31,18 @@ def test_the_checker_passes_a_valid_history_and_names_each_anomaly() -> None:
         "inconsistent": lambda h: h.reads[0].append((0, 2, "p1:0")),
         "nonmonotonic": lambda h: h.reads[0].append((0, 0, "p0:0")),
         "reordered": lambda h: h.final.extend([(2, 0, "p0:2"), (2, 1, "p0:1")]),
-        "phantom": lambda h: h.final.append((1, 1, "p9:0")),
+        "phantom": lambda h: h.final.append((1, 9, "p9:0")),
+        "aborted_read": lambda h: h.reads[0].append((2, 5, "t0:3")),
+        "non_atomic": lambda h: h.final.append((2, 1, "t0:4")),
     }
     for kind, spoil in cases.items():
         h = _valid()
         spoil(h)
         result = check(h)
         assert result[kind], (kind, summary(result))
+    h = _valid()
+    h.final.remove((2, 0, "t0:1"))  # half of a committed transaction: lost, and not atomic
+    assert check(h)["lost"] and check(h)["non_atomic"]
 
 
 def test_a_schedule_is_the_same_for_the_same_seed() -> None:
@@ -50,8 +58,10 @@ def test_random_faults_lose_duplicate_and_reorder_nothing(cluster_factory) -> No
     out = run_schedule(c, seed, seconds=40, faults=6,
                        replay=f"STRATA_FAULT_SEED={seed} .venv/bin/pytest tests/test_faults.py -k random")
     h = out.history
-    print(f"seed {seed}: {len(h.attempted)} sent, {len(h.acked)} acknowledged, {len(h.final)} read at the end, "
+    outcomes = {o: sum(1 for _, x in h.txns if x == o) for o in ("committed", "aborted", "unknown")}
+    print(f"seed {seed}: transactions {outcomes}; {len(h.attempted)} sent, {len(h.acked)} acknowledged, {len(h.final)} read at the end, "
           f"{sum(map(len, h.reads))} read live; delivery errors {out.delivery_errors}; {summary(out.result)}")
     assert out.anomalies == 0, f"seed {seed}: {summary(out.result)}"
     assert len(out.applied) >= 4, out.applied  # the nemesis did its work (overlapping faults on one node are skipped)
-    assert len(h.acked) >= len(h.attempted) * 0.9, "most sends are acknowledged once the faults heal"
+    assert len(h.acked) >= (len(h.attempted) - 3 * len(h.txns)) * 0.9, "most sends are acknowledged"
+    assert outcomes["committed"] >= 10 and outcomes["aborted"] >= 2, outcomes

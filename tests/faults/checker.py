@@ -10,7 +10,10 @@ from its start once the faults are healed. Anomalies:
 - nonmonotonic: a consumer's offsets in a partition not increasing;
 - reordered: one producer's values out of send order within a partition (an idempotent
   producer's batches keep their order);
-- phantom: a value read that was never sent.
+- phantom: a value read that was never sent;
+- aborted_read (Adya's G1a): a value of an aborted transaction read by a read_committed consumer;
+- non_atomic: a transaction partly visible (some of its values read, others not), whatever its
+  outcome; a committed transaction's missing values also count as lost.
 Values are `<producer>:<sequence>` strings, so order and origin are known from the value alone.
 """
 
@@ -28,6 +31,8 @@ class History:
     acked: dict[str, tuple[int, int]] = field(default_factory=dict)  # value -> (partition, offset)
     reads: list[list[Read]] = field(default_factory=list)  # each consumer's reads, in order
     final: list[Read] = field(default_factory=list)  # every partition from its start, after healing
+    # transactions: (values, outcome), outcome "committed", "aborted" or "unknown" (the call failed)
+    txns: list[tuple[list[str], str]] = field(default_factory=list)
 
 
 def _seq(value: str) -> tuple[str, int]:
@@ -38,7 +43,7 @@ def _seq(value: str) -> tuple[str, int]:
 def check(h: History) -> dict[str, list]:
     """Anomalies by kind (empty lists when the history is valid)."""
     out: dict[str, list] = {k: [] for k in ("lost", "duplicated", "inconsistent", "nonmonotonic", "reordered",
-                                            "phantom")}
+                                            "phantom", "aborted_read", "non_atomic")}
     at: dict[tuple[int, int], str] = {}
     where: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for p, off, v in h.final:
@@ -66,6 +71,17 @@ def check(h: History) -> dict[str, list]:
                 out["inconsistent"].append((f"consumer {i}", p, off, v, at[(p, off)]))
             if v not in h.attempted:
                 out["phantom"].append((v, (p, off)))
+    seen = set(where)
+    for reads in h.reads:
+        seen.update(v for _, _, v in reads)
+    for values, outcome in h.txns:
+        visible = [v for v in values if v in where]
+        if outcome == "aborted":
+            out["aborted_read"].extend(v for v in values if v in seen)
+        elif outcome == "committed":
+            out["lost"].extend((v, -1, -1) for v in values if v not in where)
+        if visible and len(visible) != len(values):
+            out["non_atomic"].append((outcome, values, visible))
     newest: dict[tuple[int, str], tuple[int, int]] = {}  # (partition, producer) -> (sequence, offset)
     for p, off, v in sorted(h.final):
         producer, n = _seq(v)

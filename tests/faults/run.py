@@ -43,7 +43,7 @@ def run_schedule(cluster: Cluster, seed: int, seconds: float, faults: int, *, pa
     say(f"fault schedule seed={seed} seconds={seconds:.0f} faults={faults}" + (f"; replay: {replay}" if replay else ""))
     for f in schedule:
         say(f"  {f}")
-    work = Workload(cluster.bootstrap, TOPIC, partitions)
+    work = Workload(cluster.bootstrap, TOPIC, partitions, seed=seed)
     nemesis = Nemesis(cluster, schedule, say)
     t0 = time.monotonic()
     work.start()

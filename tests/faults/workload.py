@@ -1,13 +1,16 @@
 """The workload of a fault run: idempotent acks=all producers writing `<producer>:<sequence>`
-values round robin over a topic's partitions, a consumer reading them as they come, and a final
-read of every partition from its start; all of it recorded into a checker.History."""
+values round robin over a topic's partitions, transactional producers writing a few values to
+random partitions per transaction and committing most (aborting the rest), a read_committed
+consumer reading as they come, and a final read_committed read of every partition from its
+start; all of it recorded into a checker.History."""
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from tests.faults.checker import History, Read
 
@@ -20,12 +23,19 @@ def _read(m) -> Read:
 
 
 class Workload:
-    def __init__(self, bootstrap: str, topic: str, partitions: int, producers: int = 2, rate: float = 100.0) -> None:
+    TXN_VALUES = 3  # values per transaction
+    ABORT_SHARE = 0.2
+    CALL_S = 30.0  # a transaction call's timeout
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, producers: int = 2, rate: float = 100.0,
+                 txn_producers: int = 1, seed: int = 0) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self.partitions = partitions
         self.producers = producers
+        self.txn_producers = txn_producers
         self.rate = rate  # values per second, per producer
+        self.seed = seed
         self.history = History()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -35,6 +45,8 @@ class Workload:
     def start(self) -> None:
         for i in range(self.producers):
             self._threads.append(threading.Thread(target=self._produce, args=(f"p{i}",), daemon=True))
+        for i in range(self.txn_producers):
+            self._threads.append(threading.Thread(target=self._transact, args=(f"t{i}",), daemon=True))
         self._threads.append(threading.Thread(target=self._consume, daemon=True))
         for t in self._threads:
             t.start()
@@ -76,9 +88,67 @@ class Workload:
             p.poll(max(0.0, nxt - time.monotonic()))
         p.flush(120)
 
+    def _transactional(self, name: str) -> Producer:
+        p = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": f"fault-{name}",
+                      "transaction.timeout.ms": 60000, "message.timeout.ms": 60000, **QUIET})
+        p.init_transactions(self.CALL_S)
+        return p
+
+    def _transact(self, name: str) -> None:
+        """Transactions of TXN_VALUES values each, one after the other. A failed call leaves its
+        transaction's outcome unknown (the checker then asks only that it be all or nothing);
+        an abortable error is aborted, anything else starts a new producer (fencing the old)."""
+        rng = random.Random(f"{self.seed}-{name}")
+        h = self.history
+        seq = 0
+        p: Producer | None = None
+        while not self._stop.is_set():
+            try:
+                if p is None:
+                    p = self._transactional(name)
+                p.begin_transaction()
+            except KafkaException:
+                p = None
+                self._stop.wait(0.5)
+                continue
+            values = [f"{name}:{seq + k}" for k in range(self.TXN_VALUES)]
+            seq += self.TXN_VALUES
+            with self._lock:
+                h.attempted.update(values)
+            entry = (values, "unknown")
+            with self._lock:
+                h.txns.append(entry)
+            at = len(h.txns) - 1
+            try:
+                for v in values:
+                    p.produce(self.topic, v.encode(), partition=rng.randrange(self.partitions))
+                if rng.random() < self.ABORT_SHARE:
+                    p.abort_transaction(self.CALL_S)
+                    outcome = "aborted"
+                else:
+                    p.commit_transaction(self.CALL_S)
+                    outcome = "committed"
+                with self._lock:
+                    h.txns[at] = (values, outcome)
+            except KafkaException as e:
+                err = e.args[0] if e.args else None
+                with self._lock:
+                    self.delivery_errors[f"txn:{err.name() if err else e}"] = \
+                        self.delivery_errors.get(f"txn:{err.name() if err else e}", 0) + 1
+                try:
+                    if err is not None and err.txn_requires_abort():
+                        p.abort_transaction(self.CALL_S)
+                        with self._lock:
+                            h.txns[at] = (values, "aborted")
+                    else:
+                        p = None
+                except KafkaException:
+                    p = None
+            self._stop.wait(1.0 / self.rate * self.TXN_VALUES)
+
     def _consume(self) -> None:
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "fault-reader", "enable.auto.commit": False,
-                      "isolation.level": "read_uncommitted", **QUIET})
+                      "isolation.level": "read_committed", **QUIET})
         c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(self.partitions)])
         reads: list[Read] = []
         self.history.reads.append(reads)
@@ -91,7 +161,7 @@ class Workload:
     def final_read(self, timeout: float = 120.0) -> None:
         """Every partition from its start up to its high watermark, into history.final."""
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "fault-final", "enable.auto.commit": False,
-                      "enable.partition.eof": True, **QUIET})
+                      "enable.partition.eof": True, "isolation.level": "read_committed", **QUIET})
         ends = {}
         deadline = time.monotonic() + timeout
         for p in range(self.partitions):
