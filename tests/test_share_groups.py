@@ -558,14 +558,16 @@ def _coordinator_of(c: Cluster, group: str) -> int:
 def test_coordinator_failover_members_rejoin_and_keep_reading(cluster: Cluster) -> None:
     """The membership is in the coordinator's memory: when its broker dies, the members' next
     heartbeats find the new coordinator, rejoin, and go on reading; nothing accepted comes back."""
-    topic, group = "share-coord", "share-coord-g"
+    topic = "share-coord"
     create_topic(cluster, topic)
-    read_from_earliest(cluster, group)
-    coordinator = wait_for(lambda: _coordinator_of(cluster, group) if _members(cluster, group) >= 0 else None,
-                           timeout=30, what="the coordinator")
     leader = _leader_of(cluster, topic)
-    if coordinator == leader:
-        pytest.skip("the group's coordinator leads the topic too: this test wants them apart")
+    _members(cluster, "share-coord-probe")  # __consumer_offsets exists from here
+    # a group whose coordinator is not the topic's leader (groups hash to __consumer_offsets partitions)
+    group = wait_for(lambda: next((g for g in (f"share-coord-g{i}" for i in range(50))
+                                   if _coordinator_of(cluster, g) not in (leader, -1)), None),
+                     timeout=30, what="a group coordinated away from the leader")
+    coordinator = _coordinator_of(cluster, group)
+    read_from_earliest(cluster, group)
     produce(cluster, topic, 50, tag="a")
     sc = share_consumer(cluster, group, topic)
     killed = None
