@@ -72,7 +72,7 @@ from protocol.generated.offset_fetch import OffsetFetchResponse
 TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED = (Errors.TOPIC_AUTHORIZATION_FAILED, Errors.GROUP_AUTHORIZATION_FAILED,
                                               Errors.CLUSTER_AUTHORIZATION_FAILED)
 TXN_DENIED = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-INTER_NODE = frozenset({27, 1076, 1077, 1093, 1094, 1095, 1096, 1097, 1098, 1100, 1110})
+INTER_NODE = frozenset({27, 1076, 1077, 1093, 1094, 1095, 1096, 1097, 1098, 1100, 1110, 1112})
 GROUP_KEYED = frozenset({11, 12, 13, 14, 68})  # JoinGroup, Heartbeat, LeaveGroup, SyncGroup, ConsumerGroupHeartbeat
 TXN_KEYED = frozenset({25, 26})  # AddOffsetsToTxn, EndTxn
 READS = frozenset({15, 16, 29, 32, 35, 46, 48, 50, 55, 60, 66, 75, 1253})

@@ -155,6 +155,9 @@ def _item_errors() -> dict[int, ItemErrors]:
         1095: ItemErrors("batches", "batches", Mirror(R[1095].DisklessCommitBatchResult)),
         **{k: _diskless_partitions(R[k]) for k in (1096, 1097, 1098)},
         1100: ItemErrors("files", "files", Mirror(R[1100].DisklessDescribeFileResult, {"object_key": "object_key"})),
+        1112: ItemErrors("topics", "topics", topic_partitions(
+            R[1112].DisklessDescribeProducersTopicResponse, R[1112].DisklessDescribeProducersPartitionResponse,
+            {"topic_id": "topic_id"}, ("partition_indexes", "partitions"), ("partition_index", None))),
         1253: ItemErrors("topics", "topics", Mirror(R[1253].PartitionLeaderEpochsTopicResult, {"name": "name"},
                                                     message=True)),
     }

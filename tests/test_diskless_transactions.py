@@ -103,6 +103,21 @@ async def _latest(port: int, isolation: int) -> list[int]:
     return [p.offset for p in sorted(resp.topics[0].partitions, key=lambda p: p.partition_index)]
 
 
+async def _producers(port: int) -> dict[int, list[tuple[int, int, int]]]:
+    """DescribeProducers (KIP-664) of every partition: (producer id, epoch, open transaction's start)."""
+    from node.client import NodeClient
+    from protocol.generated.describe_producers import DescribeProducersRequest as D
+
+    async with NodeClient("127.0.0.1", port) as cl:
+        resp = await cl.request(D(topics=[D.TopicRequest(name=TOPIC, partition_indexes=list(range(PARTITIONS)))]), 0)
+    out = {}
+    for p in resp.topics[0].partitions:
+        assert p.error_code == 0, p
+        out[p.partition_index] = sorted((a.producer_id, a.producer_epoch, a.current_txn_start_offset)
+                                        for a in p.active_producers)
+    return out
+
+
 def test_commit_abort_and_open_transactions_through_every_broker(cluster: Cluster) -> None:
     c = cluster
     p1 = _producer(c, 1, "dtx-1")
@@ -130,6 +145,12 @@ def test_commit_abort_and_open_transactions_through_every_broker(cluster: Cluste
     stable = asyncio.run(_latest(c.broker_port(1), 1))
     ends = asyncio.run(_latest(c.broker_port(1), 0))
     assert all(s < e for s, e in zip(stable, ends)), (stable, ends)  # each partition holds an open transaction
+    # DescribeProducers answers alike through every broker: two producers per partition, one open
+    # transaction starting at the last stable offset
+    described = [asyncio.run(_producers(c.broker_port(b))) for b in BROKERS]
+    assert described[0] == described[1] == described[2]
+    for part, producers in described[0].items():
+        assert len(producers) == 2 and sorted(t for _, _, t in producers) == [-1, stable[part]], (part, producers)
 
     p2.abort_transaction(60)
     expected = sorted(committed + late)

@@ -68,6 +68,7 @@ def test_transactions_open_close_and_abort_ranges(tmp_path: Path) -> None:
     assert [(r.error_code, r.base_offset) for r in results] == [(0, 11), (0, 12)]
     log.append(rec)
     assert pv.last_stable_offset() == pv.high_watermark == 13
+    assert pv.producer_infos() == [(7, 0, 3, 1000, 0, -1), (8, 0, 2, 1000, 0, -1)]  # DescribeProducers' rows
 
     state = DisklessState(tmp_path / "a.sqlite")
     state.apply(list(enumerate(log)))

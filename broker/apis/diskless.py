@@ -1,5 +1,7 @@
-"""The diskless coordinator's seven APIs (KIP-1164's keys + 1000: 1093-1098, 1100) and
-DisklessHandOverFile (1110, Strata's: KIP-1164's WAL file handover has no API of its own).
+"""The diskless coordinator's seven APIs (KIP-1164's keys + 1000: 1093-1098, 1100),
+DisklessHandOverFile (1110, Strata's: KIP-1164's WAL file handover has no API of its own) and
+DisklessDescribeProducers (1112, Strata's: the producer state KIP-1164 puts in the coordinator,
+for KIP-664's DescribeProducers on any broker).
 
 Only brokers may call them (KIP-1164 asks for CLUSTER_ACTION; until ACLs exist the rule is: the
 client id is `diskless-<node id>` of a registered, unfenced broker and the connection comes from
@@ -20,6 +22,7 @@ from protocol.generated.diskless_create_partitions import DisklessCreatePartitio
 from protocol.generated.diskless_delete_records import DisklessDeleteRecordsResponse
 from protocol.generated.diskless_delete_topics import DisklessDeleteTopicsResponse
 from protocol.generated.diskless_describe_files import DisklessDescribeFilesResponse
+from protocol.generated.diskless_describe_producers import DisklessDescribeProducersResponse
 from protocol.generated.diskless_find_batches import DisklessFindBatchesResponse
 from protocol.generated.diskless_hand_over_file import DisklessHandOverFileResponse
 from protocol.generated.diskless_list_offsets import DisklessListOffsetsResponse
@@ -187,6 +190,25 @@ async def describe_files(ctx: RequestContext, req: Any) -> DisklessDescribeFiles
         return R(files=[R.DisklessDescribeFileResult(object_key=f.object_key, error_code=Errors.CLUSTER_AUTHORIZATION_FAILED,
                                                      error_message=REFUSED) for f in req.files])
     return await ctx.services.diskless.describe_files([f.object_key for f in req.files], req.details)
+
+
+@api(1112, 0, 0)
+async def describe_producers(ctx: RequestContext, req: Any) -> DisklessDescribeProducersResponse:
+    R = DisklessDescribeProducersResponse
+    refused = calling_broker(ctx) is None
+    out = []
+    for t in req.topics:
+        parts = []
+        for idx in t.partition_indexes:
+            code, found = ((Errors.CLUSTER_AUTHORIZATION_FAILED, []) if refused
+                           else await _coordinator(ctx).describe_producers(t.topic_id, idx))
+            parts.append(R.DisklessDescribeProducersPartitionResponse(partition_index=idx, error_code=code, active_producers=[
+                R.DisklessProducerState(producer_id=f.producer_id, producer_epoch=f.producer_epoch,
+                                        last_sequence=f.last_sequence, last_timestamp=f.last_timestamp,
+                                        coordinator_epoch=f.coordinator_epoch,
+                                        current_txn_start_offset=f.txn_start_offset) for f in found]))
+        out.append(R.DisklessDescribeProducersTopicResponse(topic_id=t.topic_id, partitions=parts))
+    return R(topics=out)
 
 
 @api(1110, 0, 0)

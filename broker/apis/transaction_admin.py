@@ -25,6 +25,15 @@ async def describe_producers(ctx: RequestContext, req) -> DescribeProducersRespo
     for t in req.topics:
         parts = []
         for idx in t.partition_indexes:
+            dp = ctx.services.diskless.partition(t.name, idx)
+            if dp is not None:  # its producers live in its diskless coordinator (KIP-1164)
+                code, found = await dp.describe_producers()
+                parts.append(R.PartitionResponse(partition_index=idx, error_code=code, active_producers=[
+                    R.ProducerState(producer_id=f.producer_id, producer_epoch=f.producer_epoch,
+                                    last_sequence=f.last_sequence, last_timestamp=f.last_timestamp,
+                                    coordinator_epoch=f.coordinator_epoch, current_txn_start_offset=f.txn_start_offset)
+                    for f in found]))
+                continue
             p, code = ctx.services.partitions.leader(t.name, idx)
             if p is None:
                 parts.append(R.PartitionResponse(partition_index=idx, error_code=code))

@@ -54,6 +54,17 @@ class FoundBatches(NamedTuple):
     aborted: list[tuple[int, int]] | None = None
 
 
+class ProducerInfo(NamedTuple):
+    """One producer of a diskless partition as the coordinator keeps it (DescribeProducers)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int  # -1: none
+    last_timestamp: int  # -1: none
+    coordinator_epoch: int  # of its last marker, -1: none
+    txn_start_offset: int  # of its open transaction, -1: none
+
+
 @dataclass(slots=True)
 class BatchResult:
     """The answer to one batch of a DisklessCommitFile (the WAL writer stamps log_append_time)."""

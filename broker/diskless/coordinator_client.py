@@ -25,13 +25,14 @@ from uuid import UUID
 
 import structlog
 
-from broker.diskless.batches import BatchLookup, BatchResult, BatchRow, FoundBatches
+from broker.diskless.batches import BatchLookup, BatchResult, BatchRow, FoundBatches, ProducerInfo
 from metadata.diskless import DISKLESS_METADATA_TOPIC
 from node.client import ClientError
 from protocol.errors import Errors
 from protocol.generated.diskless_commit_file import DisklessCommitFileRequest
 from protocol.generated.diskless_delete_records import DisklessDeleteRecordsRequest as DR
 from protocol.generated.diskless_describe_files import DisklessDescribeFilesRequest as DF
+from protocol.generated.diskless_describe_producers import DisklessDescribeProducersRequest as DP
 from protocol.generated.diskless_find_batches import DisklessFindBatchesRequest as FB
 from protocol.generated.diskless_hand_over_file import DisklessHandOverFileRequest as HO
 from protocol.generated.diskless_list_offsets import DisklessListOffsetsRequest as LO
@@ -208,6 +209,25 @@ class CoordinatorClient:
                 log.info("diskless_delete_records_failed", coordinator_broker=leader, error=str(e))
                 return Errors.REQUEST_TIMED_OUT, -1
         return RETRY_AS.get(code, code), low
+
+    async def describe_producers(self, topic_id: UUID, partition: int) -> tuple[int, list[ProducerInfo]]:
+        """DisklessDescribeProducers at the partition's coordinator leader: (error, producers)."""
+        index = self.coordinator_of(topic_id, partition)
+        leader = self.leader_of(index) if index >= 0 else -1
+        if leader < 0:
+            return Errors.NOT_LEADER_OR_FOLLOWER, []
+        if leader == self.node_id:
+            code, found = await self.local.describe_producers(topic_id, partition)
+            return RETRY_AS.get(code, code), found
+        body = DP(topics=[DP.DisklessDescribeProducersTopic(topic_id=topic_id, partition_indexes=[partition])])
+        try:
+            answer = (await self._send(leader, body)).topics[0].partitions[0]
+        except (ClientError, OSError, IndexError) as e:
+            log.info("diskless_describe_producers_failed", coordinator_broker=leader, error=str(e))
+            return Errors.REQUEST_TIMED_OUT, []
+        return RETRY_AS.get(answer.error_code, answer.error_code), [
+            ProducerInfo(a.producer_id, a.producer_epoch, a.last_sequence, a.last_timestamp, a.coordinator_epoch,
+                         a.current_txn_start_offset) for a in answer.active_producers]
 
     # ------------------------------------------------------------------ WAL file lifecycle
     async def hand_over(self, to_index: int, object_key: str, size: int, owners: list[int], from_index: int) -> int:

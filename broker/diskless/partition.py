@@ -22,7 +22,7 @@ from uuid import UUID
 
 import structlog
 
-from broker.diskless.batches import BatchResult, FoundBatches
+from broker.diskless.batches import BatchResult, FoundBatches, ProducerInfo
 from broker.diskless.config import DisklessConfig
 from broker.diskless.coordinator_client import CoordinatorClient
 from broker.diskless.file_cleaner import FileCleaner
@@ -172,6 +172,10 @@ class DisklessPartition:
         watermark."""
         err, _, end = await self.s.client.list_offsets(self.topic.id, self.info.partition, LATEST)
         return (err, -1, -1) if err else (0, self.info.leader_epoch, end)
+
+    async def describe_producers(self) -> tuple[int, list[ProducerInfo]]:
+        """The producers the partition's coordinator keeps (DescribeProducers, from any broker)."""
+        return await self.s.client.describe_producers(self.topic.id, self.info.partition)
 
     async def delete_records(self, offset: int) -> tuple[int, int]:
         """DisklessDeleteRecords at the partition's coordinator (-1: the high watermark)."""

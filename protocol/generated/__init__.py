@@ -47,6 +47,7 @@ import protocol.generated.diskless_create_partitions as diskless_create_partitio
 import protocol.generated.diskless_delete_records as diskless_delete_records
 import protocol.generated.diskless_delete_topics as diskless_delete_topics
 import protocol.generated.diskless_describe_files as diskless_describe_files
+import protocol.generated.diskless_describe_producers as diskless_describe_producers
 import protocol.generated.diskless_find_batches as diskless_find_batches
 import protocol.generated.diskless_hand_over_file as diskless_hand_over_file
 import protocol.generated.diskless_list_offsets as diskless_list_offsets
@@ -203,6 +204,7 @@ REQUESTS: dict[int, type[Message]] = {
     1098: diskless_find_batches.DisklessFindBatchesRequest,
     1100: diskless_describe_files.DisklessDescribeFilesRequest,
     1110: diskless_hand_over_file.DisklessHandOverFileRequest,
+    1112: diskless_describe_producers.DisklessDescribeProducersRequest,
     1253: partition_leader_epochs_for_partitions.PartitionLeaderEpochsForPartitionsRequest,
 }
 RESPONSES: dict[int, type[Message]] = {
@@ -289,6 +291,7 @@ RESPONSES: dict[int, type[Message]] = {
     1098: diskless_find_batches.DisklessFindBatchesResponse,
     1100: diskless_describe_files.DisklessDescribeFilesResponse,
     1110: diskless_hand_over_file.DisklessHandOverFileResponse,
+    1112: diskless_describe_producers.DisklessDescribeProducersResponse,
     1253: partition_leader_epochs_for_partitions.PartitionLeaderEpochsForPartitionsResponse,
 }
 METADATA_RECORDS: dict[int, type[Message]] = {

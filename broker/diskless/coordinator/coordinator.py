@@ -39,7 +39,7 @@ import structlog
 from broker.coordinator import metadata_caught_up, wall_clock_ms
 from broker.coordinator.internal_topic import create_internal_topic
 from broker.coordinator.partitioned import PartitionedCoordinator, state_write_error
-from broker.diskless.batches import BatchLookup, BatchResult, FoundBatches
+from broker.diskless.batches import BatchLookup, BatchResult, FoundBatches, ProducerInfo
 from broker.diskless.config import DisklessConfig
 from broker.diskless.coordinator.file_lifecycle import FileLifecycle
 from broker.diskless.coordinator.materializer import CATCH_UP_ERRORS, Materializer
@@ -333,6 +333,18 @@ class DisklessCoordinator(PartitionedCoordinator[Partition]):
             return 0, -1, -1
         offset, ts = found
         return 0, ts, max(offset, pv.log_start_offset)
+
+    async def describe_producers(self, topic_id: UUID, partition: int) -> tuple[int, list[ProducerInfo]]:
+        """The partition's producers (KIP-664's DescribeProducers), from the leader's view:
+        consistent with every operation before it."""
+        err, ps = self.status(self.coordinator_of(topic_id, partition))
+        if err:
+            return err, []
+        assert ps is not None and ps.view is not None
+        pv = ps.view.partitions.get((topic_id, partition))
+        if pv is None:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION, []
+        return 0, pv.producer_infos()
 
     async def find_batches(self, lookups: list[BatchLookup], max_batches: int) -> list[FoundBatches]:
         """DisklessFindBatches for several partitions: one read of this broker's materialized

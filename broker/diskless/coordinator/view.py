@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from broker.diskless.batches import BatchResult
+from broker.diskless.batches import BatchResult, ProducerInfo
 from broker.diskless.coordinator.state import PRODUCER_BATCHES_KEPT, DisklessState, ProducerBatch, TxnProducer
 from protocol.errors import Errors
 from protocol.generated.metadata_records.diskless_file_committed_record import DisklessFileCommittedRecord
@@ -45,6 +45,18 @@ class PartitionView:
     high_watermark: int
     producers: dict[int, deque[ProducerBatch]] = field(default_factory=dict)
     txns: dict[int, TxnProducer] = field(default_factory=dict)
+
+    def producer_infos(self) -> list[ProducerInfo]:
+        """Every producer kept for the partition (its last batch, its transaction), by id."""
+        out = []
+        for pid in sorted(set(self.producers) | set(self.txns)):
+            batches = self.producers.get(pid)
+            last = batches[-1] if batches else None
+            txn = self.txns.get(pid)
+            epoch = max(last.producer_epoch if last else -1, txn.producer_epoch if txn else -1)
+            out.append(ProducerInfo(pid, epoch, last.last_sequence if last else -1, last.max_timestamp if last else -1,
+                                    txn.coordinator_epoch if txn else -1, txn.first_offset if txn else -1))
+        return out
 
     def last_stable_offset(self) -> int:
         """The first offset of the oldest open transaction, else the high watermark."""
