@@ -235,6 +235,7 @@ class Broker:
             ("fetchers", self.fetchers.stop()),
             ("chunk_fetcher", self.chunk_fetcher.stop()),
             ("chunk_reads", self.chunk_reads.close()),
+            ("share", self.services.share.close()),
             ("isr", self.isr.stop()),
             ("diskless", self.diskless.close()),
             ("dir_assigner", self.dir_assigner.stop()),

@@ -206,7 +206,7 @@ async def _acquire_all(ctx: RequestContext, group_id: str, member_id: str, parti
     got: dict = {}
     waits = []
     for tid, index in partitions:
-        if max_records <= 0:
+        if max_records <= 0 or max_bytes <= 0:
             break
         info = image.topics.get(tid)
         if info is None:

@@ -40,6 +40,9 @@ class SharePersister:
         self.images = images
         self.peers = peers
 
+    async def close(self) -> None:
+        await self.peers.close()
+
     def _leader(self, key: StateKey) -> int:
         """The broker coordinating `key`, or -1 (the topic is being created, no leader yet)."""
         info = self.images.image.topic(SHARE_STATE_TOPIC)

@@ -274,6 +274,15 @@ class ShareService:
         got = sp.acquire(member_id, batches, max_records, aborted)
         return 0, got, not got.ranges
 
+    async def close(self) -> None:
+        """Shutdown: lock timers stop, connections to share coordinators close."""
+        for sp in self.partitions.values():
+            sp.close()
+        self.partitions.clear()
+        for t in list(self._tasks):
+            t.cancel()
+        await self.persister.close()
+
     def evict_idle_sessions(self) -> None:
         for s in self.sessions.evict_idle():
             log.info("share_session_evicted", group=s.group_id, member=s.member_id, why="idle")
