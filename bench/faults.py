@@ -1,5 +1,6 @@
 """Long Jepsen-style fault runs: N seeded schedules of M minutes on a 3-controller, 3-broker
-cluster (kill -9s, SIGSTOP pauses and restarts of brokers and controllers under idempotent
+cluster (kill -9s, SIGSTOP pauses, restarts and network partitions from the quorum of brokers
+and controllers under idempotent
 acks=all producers, a transactional producer and a live read_committed consumer), each judged by the history checker (tests/faults/).
 Prints a table, one row a schedule, and each schedule's replay command; exits 1 if any
 schedule found an anomaly.
@@ -18,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.faults.checker import summary  # noqa: E402
 from tests.faults.run import run_schedule  # noqa: E402
+from tests.faults.schedule import wire_links  # noqa: E402
 from tools.cluster import Cluster  # noqa: E402
 
 
@@ -37,14 +39,17 @@ def main() -> int:
             c = Cluster(Path(tmp) / "c", brokers=3, controllers=3, verbose=False,
                         broker_overrides={"replica.lag.time.max.ms": 3000},
                         controller_overrides={"broker.session.timeout.ms": 6000})
-            c.start(timeout=120)
+            links = wire_links(c)
             try:
+                c.start(timeout=120)
                 replay = (f".venv/bin/python bench/faults.py --schedules 1 --first-seed {seed} --minutes {a.minutes:g} "
                           f"--faults-per-minute {a.faults_per_minute:g}")
                 out = run_schedule(c, seed, a.minutes * 60, max(6, round(a.minutes * a.faults_per_minute)),
-                                   say=lambda s: print(s, flush=True), replay=replay)
+                                   say=lambda s: print(s, flush=True), replay=replay, links=links)
             finally:
                 c.stop()
+                for link in {id(x): x for xs in links.values() for x in xs}.values():
+                    link.close()
         h = out.history
         bad += out.anomalies > 0
         txns = "/".join(str(sum(1 for _, o in h.txns if o == k)) for k in ("committed", "aborted", "unknown"))

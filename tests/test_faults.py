@@ -1,4 +1,5 @@
-"""Jepsen-style: a seeded schedule of kill -9s, SIGSTOP pauses and restarts of brokers under
+"""Jepsen-style: a seeded schedule of kill -9s, SIGSTOP pauses, restarts and network partitions
+from the controller of brokers under
 idempotent acks=all producers, a transactional producer and a live read_committed consumer, then the history checker over everything
 sent, acknowledged and read (tests/faults/). STRATA_FAULT_SEED=N replays another schedule; the
 long runs are bench/faults.py. The checker itself is tested first on histories made by hand."""
@@ -9,7 +10,7 @@ import os
 
 from tests.faults.checker import History, anomalies, check, summary
 from tests.faults.run import run_schedule
-from tests.faults.schedule import plan
+from tests.faults.schedule import plan, wire_links
 
 
 def _valid() -> History:
@@ -53,10 +54,17 @@ def test_a_schedule_is_the_same_for_the_same_seed() -> None:
 
 def test_random_faults_lose_duplicate_and_reorder_nothing(cluster_factory) -> None:
     seed = int(os.environ.get("STRATA_FAULT_SEED", "1"))
-    c = cluster_factory(brokers=3, broker_overrides={"replica.lag.time.max.ms": 3000},
+    c = cluster_factory(start=False, brokers=3, broker_overrides={"replica.lag.time.max.ms": 3000},
                         controller_overrides={"broker.session.timeout.ms": 6000})
-    out = run_schedule(c, seed, seconds=40, faults=6,
-                       replay=f"STRATA_FAULT_SEED={seed} .venv/bin/pytest tests/test_faults.py -k random")
+    links = wire_links(c)  # network partitions between a node and the controller
+    try:
+        c.start()
+        out = run_schedule(c, seed, seconds=40, faults=6, links=links,
+                           replay=f"STRATA_FAULT_SEED={seed} .venv/bin/pytest tests/test_faults.py -k random")
+    finally:
+        c.stop()
+        for link in {id(x): x for xs in links.values() for x in xs}.values():
+            link.close()
     h = out.history
     outcomes = {o: sum(1 for _, x in h.txns if x == o) for o in ("committed", "aborted", "unknown")}
     print(f"seed {seed}: transactions {outcomes}; {len(h.attempted)} sent, {len(h.acked)} acknowledged, {len(h.final)} read at the end, "

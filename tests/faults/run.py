@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.faults.checker import History, anomalies, check
-from tests.faults.schedule import Fault, Nemesis, plan
+from tests.faults.schedule import KINDS, WITH_LINKS, Fault, Nemesis, plan
 from tests.faults.workload import QUIET, Workload
+from tests.tcp_proxy import TcpProxy
 from tools.cluster import Cluster
 
 TOPIC = "faults"
@@ -33,18 +34,20 @@ class Outcome:
 
 
 def run_schedule(cluster: Cluster, seed: int, seconds: float, faults: int, *, partitions: int = 3,
-                 say: Callable[[str], None] = print, replay: str = "") -> Outcome:
+                 say: Callable[[str], None] = print, replay: str = "",
+                 links: dict[int, list[TcpProxy]] | None = None) -> Outcome:
+    """`links` (schedule.wire_links, before the cluster started) adds network partitions."""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, **QUIET})
     rf = min(3, len(cluster.broker_ids))
     new = NewTopic(TOPIC, partitions, rf, config={"min.insync.replicas": str(min(2, rf))})
     admin.create_topics([new])[TOPIC].result(60)
     nodes = list(cluster.broker_ids) + (list(cluster.controller_ids) if len(cluster.controller_ids) >= 3 else [])
-    schedule = plan(seed, seconds, nodes, faults)
+    schedule = plan(seed, seconds, nodes, faults, kinds=WITH_LINKS if links else KINDS)
     say(f"fault schedule seed={seed} seconds={seconds:.0f} faults={faults}" + (f"; replay: {replay}" if replay else ""))
     for f in schedule:
         say(f"  {f}")
     work = Workload(cluster.bootstrap, TOPIC, partitions, seed=seed)
-    nemesis = Nemesis(cluster, schedule, say)
+    nemesis = Nemesis(cluster, schedule, say, links)
     t0 = time.monotonic()
     work.start()
     nemesis.start()

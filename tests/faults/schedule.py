@@ -6,7 +6,10 @@ Faults:
 - kill: kill -9, restarted after `hold` seconds (a crash and a reboot);
 - pause: SIGSTOP for `hold` seconds, then SIGCONT (a long GC pause, a stalled VM): its
   connections stay open, so the cluster waits out its session (see README, broker failure detection);
-- term: SIGTERM and a restart (a rolling restart's controlled shutdown).
+- term: SIGTERM and a restart (a rolling restart's controlled shutdown);
+- isolate: a network partition between the node and the controller quorum for `hold` seconds
+  (every proxied link to or from a voter that touches it is cut: see wire_links): a broker keeps
+  its clients and its replication links, and is fenced once its session runs out.
 Faults may overlap (Jepsen mixes them); a node already under a fault is skipped.
 """
 
@@ -17,11 +20,14 @@ import random
 import signal
 import threading
 import time
+from collections import defaultdict
 from dataclasses import dataclass
 
+from tests.tcp_proxy import TcpProxy
 from tools.cluster import Cluster, ClusterError
 
 KINDS = ("kill", "pause", "term")
+WITH_LINKS = (*KINDS, "isolate")
 
 
 @dataclass(frozen=True)
@@ -35,23 +41,48 @@ class Fault:
         return f"{self.at:6.1f}s {self.kind:5} node {self.node} for {self.hold:.1f}s"
 
 
-def plan(seed: int, seconds: float, nodes: list[int], faults: int, max_hold: float = 8.0) -> list[Fault]:
+def plan(seed: int, seconds: float, nodes: list[int], faults: int, max_hold: float = 8.0,
+         kinds: tuple[str, ...] = KINDS) -> list[Fault]:
     """`faults` faults spread over `seconds` (none in the last fifth: the run ends healed)."""
     rng = random.Random(seed)
     window = seconds * 0.8
     out = []
     for _ in range(faults):
-        out.append(Fault(at=round(rng.uniform(1.0, window), 1), kind=rng.choice(KINDS), node=rng.choice(nodes),
+        out.append(Fault(at=round(rng.uniform(1.0, window), 1), kind=rng.choice(kinds), node=rng.choice(nodes),
                          hold=round(rng.uniform(1.0, max_hold), 1)))
     return sorted(out, key=lambda f: f.at)
+
+
+def wire_links(c: Cluster) -> dict[int, list[TcpProxy]]:
+    """Before the cluster starts: every node reaches every voter (other than itself) through a
+    proxy of its own, so one node can be cut off from the quorum. Returns, per node id, the links
+    that touch it (its own to the voters, and, for a voter, every other node's to it)."""
+    touching: dict[int, list[TcpProxy]] = defaultdict(list)
+    for a in [*c.controller_ids, *c.broker_ids]:
+        ends = []
+        for v in c.controller_ids:
+            if a == v:
+                ends.append(f"{v}@{c.host}:{c.ports[v]}")
+                continue
+            link = TcpProxy(c.host, c.ports[v])
+            touching[a].append(link)
+            touching[v].append(link)
+            ends.append(f"{v}@{c.host}:{link.port}")
+        over = {"controller.quorum.voters": ",".join(ends)}
+        overrides = c.per_controller_overrides if a in c.controller_ids else c.per_broker_overrides
+        overrides.setdefault(a, {}).update(over)
+    return dict(touching)
 
 
 class Nemesis:
     """Applies a plan to a cluster on a thread; heal() undoes whatever is still in effect."""
 
-    def __init__(self, cluster: Cluster, faults: list[Fault], say=print) -> None:
+    def __init__(self, cluster: Cluster, faults: list[Fault], say=print,
+                 links: dict[int, list[TcpProxy]] | None = None) -> None:
         self.cluster = cluster
         self.faults = faults
+        self.links = links or {}
+        self._cut: set[int] = set()
         self.say = say
         self.applied: list[str] = []
         self._busy: set[int] = set()
@@ -96,12 +127,30 @@ class Nemesis:
             self._stop.wait(f.hold)
             self._resume(f.node)
             return
+        if f.kind == "isolate":
+            self._isolate(f.node, True)
+            self._stop.wait(f.hold)
+            self._isolate(f.node, False)
+            return
         if f.kind == "kill":
             c.kill(f.node)
         else:
             c.terminate(f.node)
         self._stop.wait(f.hold)
         c.start_node(f.node, timeout=120)
+
+    def _isolate(self, node: int, cut: bool) -> None:
+        with self._lock:
+            if cut:
+                self._cut.add(node)
+            else:
+                self._cut.discard(node)
+            cut_nodes = set(self._cut)
+        for link in self.links.get(node, []):
+            if cut:
+                link.cut()
+            elif not any(link in self.links.get(n, []) for n in cut_nodes):  # not still cut by another fault
+                link.heal()
 
     def _resume(self, node: int) -> None:
         pid = self.cluster.pid(node)
@@ -114,6 +163,8 @@ class Nemesis:
         self._stop.set()
         for node in list(self._paused):
             self._resume(node)
+        for node in list(self._cut):
+            self._isolate(node, False)
         for th in self._threads:
             th.join(timeout=180)
         for node in [*self.cluster.controller_ids, *self.cluster.broker_ids]:
