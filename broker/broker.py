@@ -50,6 +50,7 @@ from broker.storage.log_dir import LogDir
 from metadata.client_quotas import ip_connection_rate
 from node.loop_lag import LagAdmission, LoopLagGauge
 from node.metrics import MetricsServer, RequestMetrics
+from node.process_metrics import collect as process_metrics
 from node.server import FramedServer
 from protocol.generated.describe_cluster import DescribeClusterRequest
 
@@ -138,7 +139,7 @@ class Broker:
                                              limits=config.connection_limits, classify=is_control_plane, security=sec,
                                              connection_rate=self._ip_connection_rate, admission=self.admission))
         self.metrics_server = None if config.metrics_listener is None else MetricsServer([
-            self.request_metrics.families,
+            process_metrics, self.request_metrics.families,
             lambda: collect(self.replicas, self.isr, self.topic_stats, self.chunk_reads.counts)])
         self.metrics_port = 0
 

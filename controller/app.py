@@ -16,6 +16,7 @@ from controller.metrics import collect as controller_metrics
 from controller.partition_counts import PartitionDeleter
 from controller.server import ControllerServer
 from node.metrics import MetricsServer
+from node.process_metrics import collect as process_metrics
 from node.scram import SCRAM_MECHANISMS, ScramCredential, make_credential
 
 log = structlog.get_logger(__name__)
@@ -120,7 +121,8 @@ async def run(config: ControllerConfig) -> int:
     # finds /metrics up too, as on brokers
     metrics = None
     if config.metrics_listener is not None:
-        metrics = MetricsServer([server.request_metrics.families, lambda: controller_metrics(controller.image, controller.active)])
+        metrics = MetricsServer([process_metrics, server.request_metrics.families,
+                                 lambda: controller_metrics(controller.image, controller.active)])
         try:
             await metrics.start(*config.metrics_listener)
         except OSError:

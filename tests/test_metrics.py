@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import socket
+import time
 import urllib.error
 import urllib.request
 from urllib.parse import urlparse
@@ -251,3 +252,19 @@ def test_metrics_port_in_use_stops_the_node_with_one_line(cluster_factory) -> No
         out = cl.log_path(node).read_text()
         assert f"cannot start: cannot listen on metrics.listener {taken}: " in out
         assert "Traceback" not in out
+
+
+def test_process_metrics_on_every_node(cluster_factory) -> None:
+    """process_* (as Prometheus client libraries name them) and the event loop's task count, on a
+    broker and on the controller: what a soak watches for leaks."""
+    c = cluster_factory(brokers=1, broker_overrides=METRICS, controller_overrides=METRICS)
+    for node in (1, CONTROLLER):
+        s = scrape(c.metrics_url(node))
+        pid = c.pid(node)
+        assert pid is not None
+        assert value(s, "process_open_fds") == pytest.approx(len(os.listdir(f"/proc/{pid}/fd")), abs=5)
+        assert value(s, "process_resident_memory_bytes") > 20 << 20
+        assert value(s, "process_max_fds") >= value(s, "process_open_fds")
+        assert 0 < value(s, "process_cpu_seconds_total") < 120
+        assert abs(value(s, "process_start_time_seconds") - time.time()) < 300
+        assert value(s, "strata_event_loop_tasks") >= 1
