@@ -9,7 +9,17 @@ import asyncio
 import uuid
 
 from broker.coordinator.share.records import ShareState, StateKey, decode_key, decode_value, encode_key, encode_value
-from broker.share.partition import ACCEPT, ACKNOWLEDGED, ARCHIVED, AVAILABLE, GAP, REJECT, RELEASE, SharePartition
+from broker.share.partition import (
+    ACCEPT,
+    ACKNOWLEDGED,
+    ARCHIVED,
+    AVAILABLE,
+    GAP,
+    REJECT,
+    RELEASE,
+    RENEW,
+    SharePartition,
+)
 from broker.share.sessions import ShareSessionCache
 from protocol.errors import Errors
 from protocol.records import Record, encode_batch
@@ -94,6 +104,21 @@ def test_lock_expiry_releases_to_another_member() -> None:
         got = sp.acquire("m2", batches(0, 3), 100)
         assert got.ranges == [(0, 2, 2)]
         assert sp.acknowledge("m1", [(0, 0, [ACCEPT])]) == Errors.INVALID_RECORD_STATE
+        sp.close()
+    run(go())
+
+
+def test_renew_extends_the_lock() -> None:
+    async def go() -> None:
+        sp = share_partition(lock_ms=300)
+        sp.acquire("m1", batches(0, 2), 100)
+        assert sp.acknowledge("m1", [(0, 1, [RENEW])]) == Errors.INVALID_REQUEST  # only where v2 allows it
+        await asyncio.sleep(0.2)
+        assert sp.acknowledge("m1", [(0, 1, [RENEW])], renew=True) == 0
+        await asyncio.sleep(0.2)  # past the first lock, within the renewed one
+        assert all(r.member_id == "m1" for r in sp.records.values())
+        await asyncio.sleep(0.3)
+        assert all(r.state == AVAILABLE for r in sp.records.values())
         sp.close()
     run(go())
 

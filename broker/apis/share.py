@@ -110,8 +110,10 @@ def _leader(ctx: RequestContext, tid, index: int) -> tuple[int, int]:
     return (pi.leader, pi.leader_epoch) if pi is not None else (-1, -1)
 
 
-async def _acknowledge(ctx: RequestContext, group_id: str, member_id: str, acks: OrderedDict) -> dict:
-    """(topic id, partition) -> error of applying its acknowledgements."""
+async def _acknowledge(ctx: RequestContext, group_id: str, member_id: str, acks: OrderedDict,
+                       renew: bool = False) -> dict:
+    """(topic id, partition) -> error of applying its acknowledgements (`renew`: v2's RENEW type
+    allowed, KIP-1222)."""
     share = ctx.services.share
     image = ctx.services.metadata.image
     out = {}
@@ -127,7 +129,7 @@ async def _acknowledge(ctx: RequestContext, group_id: str, member_id: str, acks:
         elif sp is None:
             out[(tid, index)] = Errors.INVALID_RECORD_STATE  # nothing acquired here for this group
         else:
-            out[(tid, index)] = sp.acknowledge(member_id, batches) if batches else 0
+            out[(tid, index)] = sp.acknowledge(member_id, batches, renew) if batches else 0
             if batches and not out[(tid, index)]:
                 # answered once written: an accepted record stays accepted on a new leader
                 out[(tid, index)] = await share.persist(sp)
@@ -170,10 +172,13 @@ async def share_fetch(ctx: RequestContext, req) -> ShareFetchResponse:
         return R(error_code=err)
     assert session is not None
     lock_ms = share.lock_duration_ms(group_id)
-    ack_errors = await _acknowledge(ctx, group_id, member_id, _acks(req.topics))
+    renew = ctx.api_version >= 2 and bool(req.is_renew_ack)
+    ack_errors = await _acknowledge(ctx, group_id, member_id, _acks(req.topics), renew)
     if epoch == FINAL_EPOCH:
         share.sessions.close(session)
         share.release_member(group_id, member_id, list(session.partitions))
+        return _fetch_response(ctx, lock_ms, ack_errors, {})
+    if renew:  # a renewing ShareFetch only acknowledges (KIP-1222)
         return _fetch_response(ctx, lock_ms, ack_errors, {})
     if epoch == INITIAL_EPOCH:
         share.refresh_idle(group_id, requested)
@@ -283,7 +288,8 @@ async def share_acknowledge(ctx: RequestContext, req) -> ShareAcknowledgeRespons
         log.info("share_acknowledge_refused", group=group_id, member=member_id, epoch=epoch, error=err)
         return R(error_code=err)
     assert session is not None
-    errors = await _acknowledge(ctx, group_id, member_id, _acks(req.topics))
+    errors = await _acknowledge(ctx, group_id, member_id, _acks(req.topics),
+                                ctx.api_version >= 2 and bool(req.is_renew_ack))
     if epoch == FINAL_EPOCH:
         share.sessions.close(session)
         share.release_member(group_id, member_id, list(session.partitions))

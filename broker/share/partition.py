@@ -162,10 +162,12 @@ class SharePartition:
                 self.on_expired(self)
 
     # ------------------------------------------------------------------ acknowledging
-    def acknowledge(self, member_id: str, batches: list[tuple[int, int, list[int]]]) -> int:
+    def acknowledge(self, member_id: str, batches: list[tuple[int, int, list[int]]], renew: bool = False) -> int:
         """Apply (first, last, types) acknowledgements of `member_id`: 0, or INVALID_REQUEST for a
         malformed batch, INVALID_RECORD_STATE for a record this member does not hold (nothing is
-        applied then)."""
+        applied then). `renew`: the RENEW type is allowed (ShareAcknowledge / ShareFetch v2,
+        KIP-1222): the record stays acquired, under a new lock of the full duration."""
+        allowed = (GAP, ACCEPT, RELEASE, REJECT, RENEW) if renew else (GAP, ACCEPT, RELEASE, REJECT)
         plan: list[tuple[int, int]] = []
         for first, last, types in batches:
             n = last - first + 1
@@ -173,7 +175,7 @@ class SharePartition:
                 return Errors.INVALID_REQUEST
             for i, off in enumerate(range(first, last + 1)):
                 t = types[0] if len(types) == 1 else types[i]
-                if t not in (GAP, ACCEPT, RELEASE, REJECT):
+                if t not in allowed:
                     return Errors.INVALID_REQUEST
                 rec = self.records.get(off)
                 if rec is None or rec.state != ACQUIRED or rec.member_id != member_id:
@@ -182,13 +184,22 @@ class SharePartition:
                     return Errors.INVALID_RECORD_STATE
                 plan.append((off, t))
         released = False
+        renewed = 0
         for off, t in plan:
             rec = self.records[off]
-            if t == RELEASE:
+            if t == RENEW:
+                if not renewed:
+                    self._locks += 1
+                    renewed = self._locks
+                rec.lock = renewed
+            elif t == RELEASE:
                 self._release(rec)
                 released = True
             else:  # accept; reject and gaps are archived
                 rec.state, rec.member_id = (ACKNOWLEDGED if t == ACCEPT else ARCHIVED), None
+        if renewed:
+            loop = asyncio.get_running_loop()
+            self._timers[renewed] = loop.call_later(self.lock_duration_ms / 1000, self._lock_expired, renewed)
         self._advance()
         if released:
             self._wake()
