@@ -168,3 +168,30 @@ def test_a_database_and_a_snapshot_of_the_previous_schema_load(tmp_path: Path) -
     row = reopened._db.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
     assert row[0] == SCHEMA_VERSION
     reopened.close()
+
+
+def test_idle_producers_expire_on_every_replica_alike(tmp_path: Path) -> None:
+    """Kafka's producer-id expiration: the leader's view picks the producers idle for the
+    expiration time and not in an open transaction; its record makes SQLite forget the same."""
+    view, log = _view_and_log()
+    # producer 7: idle since 1000; 8: an open transaction since 1000; 9: recent; 10: a marker only
+    _, rec = commit(view, "wal/a", [batch(0, 1, 7, 0, 0), batch(0, 1, 8, 0, 0, True), marker(1, 10, 0, COMMIT)],
+                    now=1000)
+    log.append(rec)
+    _, rec = commit(view, "wal/b", [batch(1, 1, 9, 0, 0)], now=50_000)
+    log.append(rec)
+    records = view.expire_producers(now_ms=60_000, expiration_ms=30_000)
+    assert sorted((r.partition_index, r.producer_ids) for r in records) == [(0, [7]), (1, [10])]
+    log += records
+    assert view.expire_producers(now_ms=60_000, expiration_ms=30_000) == []  # already applied to the view
+    pv0, pv1 = view.partitions[(TOPIC, 0)], view.partitions[(TOPIC, 1)]
+    assert set(pv0.producers) == {8} and set(pv0.txns) == {8} and set(pv1.producers) == {9} and not pv1.txns
+    # an expired producer starts over at any sequence, as an unknown one
+    results, rec = commit(view, "wal/c", [batch(0, 1, 7, 0, 42)], now=60_000)
+    assert results[0].error_code == 0
+    log.append(rec)
+    state = DisklessState(tmp_path / "a.sqlite")
+    state.apply(list(enumerate(log)))
+    assert CoordinatorView.from_state(state).partitions == view.partitions
+    assert state.last_stable_offset(TOPIC, 0, 3) == 1  # producer 8's transaction still holds it
+    state.close()

@@ -39,6 +39,9 @@ class DisklessConfig:
     coordinator_snapshot_interval_records: int = 10000
     metadata_topic_segment_bytes: int = 100 * 1024 * 1024  # as Kafka's offsets.topic.segment.bytes
     produce_gateways: bool = True
+    # Kafka's producer.id.expiration.ms and its check interval: the coordinator's producer state
+    producer_id_expiration_ms: int = 86400000
+    producer_id_expiration_check_interval_ms: int = 600000
 
     @classmethod
     def from_props(cls, props: Mapping[str, str], first_log_dir: str | Path) -> DisklessConfig:
@@ -73,4 +76,7 @@ class DisklessConfig:
             metadata_topic_segment_bytes=int(props.get("diskless.metadata.topic.segment.bytes",
                                                        d.metadata_topic_segment_bytes)),
             produce_gateways=props.get("diskless.produce.gateways.enable", "true").strip().lower() != "false",
+            producer_id_expiration_ms=int(props.get("producer.id.expiration.ms", d.producer_id_expiration_ms)),
+            producer_id_expiration_check_interval_ms=int(props.get("producer.id.expiration.check.interval.ms",
+                                                                   d.producer_id_expiration_check_interval_ms)),
         )

@@ -78,6 +78,7 @@ import protocol.generated.metadata_records.diskless_file_committed_record as met
 import protocol.generated.metadata_records.diskless_file_handed_over_record as metadata_records_diskless_file_handed_over_record
 import protocol.generated.metadata_records.diskless_files_pruned_record as metadata_records_diskless_files_pruned_record
 import protocol.generated.metadata_records.diskless_partition_created_record as metadata_records_diskless_partition_created_record
+import protocol.generated.metadata_records.diskless_producers_expired_record as metadata_records_diskless_producers_expired_record
 import protocol.generated.metadata_records.diskless_records_deleted_record as metadata_records_diskless_records_deleted_record
 import protocol.generated.metadata_records.diskless_topic_deleted_record as metadata_records_diskless_topic_deleted_record
 import protocol.generated.metadata_records.feature_level_record as metadata_records_feature_level_record
@@ -323,6 +324,7 @@ METADATA_RECORDS: dict[int, type[Message]] = {
     1103: metadata_records_diskless_records_deleted_record.DisklessRecordsDeletedRecord,
     1110: metadata_records_diskless_file_handed_over_record.DisklessFileHandedOverRecord,
     1111: metadata_records_diskless_files_pruned_record.DisklessFilesPrunedRecord,
+    1112: metadata_records_diskless_producers_expired_record.DisklessProducersExpiredRecord,
 }
 RequestHeader = request_header.RequestHeader
 ResponseHeader = response_header.ResponseHeader

@@ -107,6 +107,8 @@ class DisklessCoordinator(PartitionedCoordinator[Partition]):
         self._every(config.gauges_interval_ms, lambda: self._spawn(self._log_gauges()), "diskless_gauges_failed")
         self._every(SNAPSHOT_CHECK_INTERVAL_MS, lambda: self.snapshot_taker.check(led()),
                     "diskless_snapshot_check_failed")
+        self._every(config.producer_id_expiration_check_interval_ms, self._expire_producers,
+                    "diskless_producer_expiration_failed")
         self._watch_leadership()
 
     def start(self) -> None:
@@ -293,6 +295,18 @@ class DisklessCoordinator(PartitionedCoordinator[Partition]):
         assert ps is not None and ps.view is not None
         records = [r for r in (ps.view.delete_topic(t) for t in topic_ids) if r is not None]
         return await self._write(ps, records)
+
+    def _expire_producers(self) -> None:
+        """Kafka's producer-id expiration for the coordinators led here: the leader decides and
+        its record tells every replica which producers to forget."""
+        for ps in self._partitions.values():
+            if ps.loading or ps.view is None:
+                continue
+            records = ps.view.expire_producers(wall_clock_ms(), self.config.producer_id_expiration_ms)
+            if records:
+                log.info("diskless_producers_expired", coordinator=ps.index,
+                         producers=sum(len(r.producer_ids) for r in records))
+                self._spawn(self._write(ps, records))
 
     async def delete_records(self, topic_id: UUID, partition: int, offset: int) -> tuple[int, int]:
         err, ps = self.status(self.coordinator_of(topic_id, partition))

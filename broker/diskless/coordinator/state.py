@@ -20,6 +20,7 @@ from protocol.generated.metadata_records.diskless_file_committed_record import D
 from protocol.generated.metadata_records.diskless_file_handed_over_record import DisklessFileHandedOverRecord
 from protocol.generated.metadata_records.diskless_files_pruned_record import DisklessFilesPrunedRecord
 from protocol.generated.metadata_records.diskless_partition_created_record import DisklessPartitionCreatedRecord
+from protocol.generated.metadata_records.diskless_producers_expired_record import DisklessProducersExpiredRecord
 from protocol.generated.metadata_records.diskless_records_deleted_record import DisklessRecordsDeletedRecord
 from protocol.generated.metadata_records.diskless_topic_deleted_record import DisklessTopicDeletedRecord
 
@@ -254,6 +255,14 @@ class DisklessState:
             for table in ("partitions", "batches", "producers", "txn_producers", "txn_aborted"):
                 db.execute(f"DELETE FROM {table} WHERE topic_id = ?", (tid,))
             self._mark_empty_files_deleted()
+        elif isinstance(record, DisklessProducersExpiredRecord):
+            # a producer in an open transaction is never expired (the leader checked; a replay agrees)
+            tid = record.topic_id.bytes
+            for pid in record.producer_ids:
+                which = (tid, record.partition_index, pid)
+                db.execute("DELETE FROM producers WHERE topic_id = ? AND partition = ? AND producer_id = ?", which)
+                db.execute("DELETE FROM txn_producers WHERE topic_id = ? AND partition = ? AND producer_id = ?"
+                           " AND first_offset < 0", which)
         elif isinstance(record, DisklessFileHandedOverRecord):
             db.execute("INSERT OR IGNORE INTO handed_over VALUES (?, ?, ?, ?, ?)",
                        (record.object_key, record.file_size, ",".join(str(o) for o in record.owner_ids),

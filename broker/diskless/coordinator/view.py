@@ -31,6 +31,7 @@ from broker.diskless.coordinator.state import PRODUCER_BATCHES_KEPT, DisklessSta
 from protocol.errors import Errors
 from protocol.generated.metadata_records.diskless_file_committed_record import DisklessFileCommittedRecord
 from protocol.generated.metadata_records.diskless_partition_created_record import DisklessPartitionCreatedRecord
+from protocol.generated.metadata_records.diskless_producers_expired_record import DisklessProducersExpiredRecord
 from protocol.generated.metadata_records.diskless_records_deleted_record import DisklessRecordsDeletedRecord
 from protocol.generated.metadata_records.diskless_topic_deleted_record import DisklessTopicDeletedRecord
 
@@ -128,6 +129,14 @@ class CoordinatorView:
         elif isinstance(record, DisklessTopicDeletedRecord):
             for key in [k for k in self.partitions if k[0] == record.topic_id]:
                 del self.partitions[key]
+        elif isinstance(record, DisklessProducersExpiredRecord):
+            pv = self.partitions.get((record.topic_id, record.partition_index))
+            if pv is not None:
+                for pid in record.producer_ids:
+                    pv.producers.pop(pid, None)
+                    txn = pv.txns.get(pid)
+                    if txn is not None and txn.first_offset < 0:
+                        del pv.txns[pid]
 
     # ------------------------------------------------------------------ operations
     def create_partitions(self, topics: list[Any],
@@ -254,6 +263,28 @@ class CoordinatorView:
         record = DisklessRecordsDeletedRecord(topic_id=topic_id, partition_index=partition, new_log_start_offset=offset)
         self.apply(record)
         return 0, offset, record
+
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> list[DisklessProducersExpiredRecord]:
+        """Records forgetting, per partition, the producers idle for `expiration_ms` (by their last
+        batch's max timestamp, as Kafka's ProducerStateManager; one with markers only counts as
+        idle) and without an open transaction; applied to the view."""
+        records = []
+        for (tid, part), pv in self.partitions.items():
+            expired = []
+            for pid in set(pv.producers) | set(pv.txns):
+                txn = pv.txns.get(pid)
+                if txn is not None and txn.first_offset >= 0:
+                    continue
+                batches = pv.producers.get(pid)
+                last = batches[-1].max_timestamp if batches else -1
+                if now_ms - last >= expiration_ms:
+                    expired.append(pid)
+            if expired:
+                records.append(DisklessProducersExpiredRecord(topic_id=tid, partition_index=part,
+                                                              producer_ids=sorted(expired)))
+        for r in records:
+            self.apply(r)
+        return records
 
     def delete_topic(self, topic_id: UUID) -> DisklessTopicDeletedRecord | None:
         if not any(k[0] == topic_id for k in self.partitions):
