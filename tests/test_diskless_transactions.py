@@ -23,21 +23,43 @@ pytestmark = pytest.mark.slow
 BROKERS = (1, 2, 3)
 
 
-@pytest.fixture(params=["local", "s3"])
+# "remote": __diskless_metadata with one replica per partition, so most brokers ask another for
+# the lookups (DisklessFindBatches over the network) instead of reading a replica of their own
+@pytest.fixture(params=["local", "s3", "remote"])
 def cluster(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
     s3 = None
     if request.param == "s3":
         s3 = request.getfixturevalue("s3_server")
         for k, v in s3.env().items():
             monkeypatch.setenv(k, v)
-    c = Cluster(tmp_path / "cluster", brokers=3, broker_overrides=_overrides(request.param, s3, tmp_path),
+    overrides = _overrides("s3" if s3 is not None else "local", s3, tmp_path)
+    if request.param == "remote":
+        overrides.update({"diskless.metadata.topic.replication.factor": "1", "diskless.metadata.topic.min.isr": "1"})
+    c = Cluster(tmp_path / "cluster", brokers=3, broker_overrides=overrides,
                 controller_overrides=CONTROLLER, per_broker_overrides={b: {"broker.rack": r} for b, r in RACKS.items()})
     try:
         c.start()
         _create_topic(c.bootstrap)
+        if request.param == "remote":
+            _one_replica_each(c)
         yield c
     finally:
         c.stop()
+
+
+def _one_replica_each(c: Cluster) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    deadline = time.time() + 30
+    while True:
+        t = admin.list_topics("__diskless_metadata", timeout=10).topics.get("__diskless_metadata")
+        if t is not None and t.error is None and t.partitions:
+            assert all(len(p.replicas) == 1 for p in t.partitions.values()), t.partitions
+            assert len({p.replicas[0] for p in t.partitions.values()}) > 1  # spread: some lookups go remote
+            return
+        assert time.time() < deadline, "no __diskless_metadata"
+        time.sleep(0.2)
 
 
 def _producer(c: Cluster, via: int, txn_id: str) -> Any:
