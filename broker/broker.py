@@ -119,13 +119,15 @@ class Broker:
         self.metadata.preparers.append(self.replicas.prepare)
         self.metadata.publishers.append(self.replicas.on_metadata)
         self.metadata.publishers.append(self.group_coordinator.on_metadata)
+        self.share_groups = ShareGroupManager(config.share, self.group_coordinator, self.metadata)
+        self.group_coordinator.loaded_listeners.append(self.share_groups.load)
         self.services = BrokerServices(
             config=config, metadata=self.metadata, forward=self.forward, spawn=self.spawn, replicas=self.replicas,
             partitions=self.partitions, diskless=self.diskless, diskless_coordinator=self.diskless_coordinator,
             group_coordinator=self.group_coordinator, transaction_coordinator=self.transaction_coordinator,
             producer_ids=self.producer_ids, quotas=self.quotas, fetch_sessions=self.fetch_sessions,
             topic_stats=self.topic_stats,
-            share_groups=ShareGroupManager(config.share, self.group_coordinator, self.metadata),
+            share_groups=self.share_groups,
             share=ShareService(config.share, self.partitions, self.metadata, SharePersister(
                 config.node_id, self.share_coordinator, self.metadata, self._peer_clients("share-state"))),
             share_coordinator=self.share_coordinator)

@@ -556,8 +556,9 @@ def _coordinator_of(c: Cluster, group: str) -> int:
 
 
 def test_coordinator_failover_members_rejoin_and_keep_reading(cluster: Cluster) -> None:
-    """The membership is in the coordinator's memory: when its broker dies, the members' next
-    heartbeats find the new coordinator, rejoin, and go on reading; nothing accepted comes back."""
+    """The members are in the coordinator's memory: when its broker dies, their next heartbeats
+    find the new coordinator, rejoin, and go on reading; nothing accepted comes back. The group
+    itself was written: its epoch goes on from where it was, and its offsets still cover the topic."""
     topic = "share-coord"
     create_topic(cluster, topic)
     leader = _leader_of(cluster, topic)
@@ -578,6 +579,7 @@ def test_coordinator_failover_members_rejoin_and_keep_reading(cluster: Cluster) 
             for m in records(sc.poll(0.5)):
                 seen[m.value()] += 1
         sc.commit_sync(30)
+        before = _coordinator_answer(cluster, ShareGroupDescribeRequest(group_ids=[group]), 1).groups[0].group_epoch
         killed = coordinator
         cluster.kill(killed)
         produce(cluster, topic, 50, tag="b")
@@ -588,6 +590,11 @@ def test_coordinator_failover_members_rejoin_and_keep_reading(cluster: Cluster) 
         sc.commit_sync(30)
         assert len(seen) == 100 and max(seen.values()) == 1, (len(seen), seen.most_common(3))
         assert wait_for(lambda: _members(cluster, group) == 1, timeout=30, what="the member on the new coordinator")
+        after = _coordinator_answer(cluster, ShareGroupDescribeRequest(group_ids=[group]), 1).groups[0].group_epoch
+        assert after > before, (before, after)
+        rows = [r.split() for r in _tool(cluster, "tools.kafka_share_groups", "--describe", "--group",
+                                         group).strip().splitlines()[1:]]
+        assert [r[:5] for r in rows] == [[group, topic, "0", "100", "0"]], rows
     finally:
         sc.close()
         if killed is not None:

@@ -159,6 +159,29 @@ def test_state_written_and_restored() -> None:
     run(go())
 
 
+def test_share_group_records_replay() -> None:
+    from broker.coordinator.group.share_records import (
+        SHARE_GROUP_METADATA,
+        SHARE_GROUP_STATE_PARTITION_METADATA,
+        decode_share_key,
+        metadata_value,
+        partition_metadata_value,
+        replay,
+        share_key,
+    )
+    tid = uuid.uuid4()
+    groups: dict = {}
+    for t, v in ((SHARE_GROUP_METADATA, metadata_value(7)),
+                 (SHARE_GROUP_STATE_PARTITION_METADATA, partition_metadata_value({"t": (tid, (0, 1, 2))}))):
+        kind, gid = decode_share_key(share_key(t, "g"))  # type: ignore[misc]
+        replay(groups, kind, gid, v)
+    g = groups["g"]
+    assert (g.epoch, g.topics, g.has_metadata) == (7, {"t": (tid, (0, 1, 2))}, True)
+    assert decode_share_key(b"\x00\x03\x00\x01g") is None  # a consumer group record
+    replay(groups, SHARE_GROUP_METADATA, "g", None)
+    assert groups == {}
+
+
 def test_session_epochs_and_idle_eviction() -> None:
     cache = ShareSessionCache(max_sessions=2, idle_ms=1000)
     assert cache.advance("g", "m", 1) == (Errors.SHARE_SESSION_NOT_FOUND, None)

@@ -75,6 +75,8 @@ class GroupCoordinator(PartitionedCoordinator[OffsetsPartition]):
         self.classic = ClassicGroupManager(config, self)
         self.consumer = ConsumerGroupManager(config, self, metadata, self._take_over, self.classic.adopt)
         self.offsets = OffsetsManager(config, self, ClassicGroup, self._member_committed)
+        # told of every loaded partition (KIP-932's share groups, kept by their own manager)
+        self.loaded_listeners: list[Callable[[OffsetsPartition, LoadedPartition], None]] = []
         self._every(config.offsets_retention_check_interval_ms, self.expire_offsets, "offsets_expiry_failed")
         self._watch_leadership()
 
@@ -90,6 +92,8 @@ class GroupCoordinator(PartitionedCoordinator[OffsetsPartition]):
     def _apply_loaded(self, ps: OffsetsPartition, loaded: LoadedPartition, started: float) -> None:
         self.classic.load(ps, loaded.groups)
         self.consumer.load(ps, loaded.consumer_groups)
+        for listener in self.loaded_listeners:
+            listener(ps, loaded)
         self.offsets.load(ps, loaded.offsets, loaded.pending_txn)
         ps.loading = False
         self.offsets.complete_transactions_ended_while_loading(ps)

@@ -25,6 +25,8 @@ from broker.coordinator.group.records import (
     decode_key,
     decode_offset_commit_value,
 )
+from broker.coordinator.group.share_records import LoadedShareGroup, ShareRecordError, decode_share_key
+from broker.coordinator.group.share_records import replay as replay_share
 from broker.coordinator.partitioned import log_batches
 
 if TYPE_CHECKING:
@@ -45,6 +47,7 @@ class LoadedPartition:
     end_offset: int = 0
     pending_txn: PendingTxnOffsets = field(default_factory=dict)
     consumer_groups: dict[str, LoadedConsumerGroup] = field(default_factory=dict)
+    share_groups: dict[str, LoadedShareGroup] = field(default_factory=dict)
 
 
 def read_partition(lg: Log, max_bytes: int) -> LoadedPartition:
@@ -55,6 +58,7 @@ def read_partition(lg: Log, max_bytes: int) -> LoadedPartition:
     offsets: dict[str, dict[TopicPartition, tuple[OffsetAndMetadata, int]]] = {}
     pending_txn: PendingTxnOffsets = {}
     consumer_groups: dict[str, LoadedConsumerGroup] = {}
+    share_groups: dict[str, LoadedShareGroup] = {}
     offset = lg.log_start_offset
     count = 0
 
@@ -91,7 +95,9 @@ def read_partition(lg: Log, max_bytes: int) -> LoadedPartition:
                         groups[key.group] = None if r.value is None else decode_group_metadata_value(r.value)
                     elif r.key is not None and (ckey := decode_consumer_key(r.key)) is not None:
                         replay(consumer_groups, ckey, r.value)
-                except RecordFormatError as e:
+                    elif r.key is not None and (skey := decode_share_key(r.key)) is not None:
+                        replay_share(share_groups, skey[0], skey[1], r.value)
+                except (RecordFormatError, ShareRecordError) as e:
                     log.warning("offsets_record_skipped", offset=r.offset, error=str(e))
         offset = h.base_offset + h.last_offset_delta + 1
-    return LoadedPartition(groups, offsets, count, offset, pending_txn, consumer_groups)
+    return LoadedPartition(groups, offsets, count, offset, pending_txn, consumer_groups, share_groups)

@@ -7,9 +7,11 @@ epoch 0, leave with -1, and are fenced when they do not heartbeat within the ses
 The assignment is the simple assignor's (share_group.py); a member's epoch moves to the group
 epoch when its assignment changes, and the heartbeat that sees the change carries it.
 
-The membership is kept in memory on the coordinator: a coordinator failover starts the group
-afresh and its members rejoin (their next heartbeat is UNKNOWN_MEMBER_ID). Kafka writes it as
-records in __consumer_offsets (KIP-932, "Share group records").
+The group itself is written to __consumer_offsets (share_records.py: its epoch, and the topics its
+share-partitions cover, for the offsets APIs); the members are kept in memory only: after a
+coordinator failover the group is there without them, and their next heartbeats are
+UNKNOWN_MEMBER_ID, on which they rejoin. Kafka writes the members too (KIP-932, "Share group
+records").
 """
 
 from __future__ import annotations
@@ -26,11 +28,19 @@ from broker.coordinator.group.share_group import (
     ShareMember,
     simple_assignment,
 )
+from broker.coordinator.group.share_records import (
+    SHARE_GROUP_METADATA,
+    SHARE_GROUP_STATE_PARTITION_METADATA,
+    metadata_value,
+    partition_metadata_value,
+    share_key,
+)
 from metadata.image import GROUP_RESOURCE
 from protocol.errors import Errors
 
 if TYPE_CHECKING:
-    from broker.coordinator.group.runtime import GroupRuntime
+    from broker.coordinator.group.loader import LoadedPartition
+    from broker.coordinator.group.runtime import GroupRuntime, OffsetsPartition
     from broker.ports import ImageSource
     from broker.share.config import ShareGroupConfig
 
@@ -69,6 +79,39 @@ class ShareGroupManager:
         self._images = images
         self._groups: dict[str, ShareGroup] = {}
 
+    # ------------------------------------------------------------------ records
+    def load(self, ps: OffsetsPartition, loaded: LoadedPartition) -> None:
+        """GroupCoordinator listener: the share groups of a partition it loaded."""
+        for gid, lg in loaded.share_groups.items():
+            if not lg.has_metadata or gid in ps.groups:
+                continue
+            old = self._groups.get(gid)
+            if old is not None:
+                old.cancel_timers()
+            g = self._groups[gid] = ShareGroup(gid, ps.epoch)
+            g.group_epoch = g.assignment_epoch = lg.epoch
+            g.seen_topics = set(lg.topics)
+            g.written = (lg.epoch, frozenset(lg.topics))
+
+    def _write(self, group: ShareGroup) -> None:
+        """Write what changed of the group (its epoch, its topics) to its __consumer_offsets
+        partition; not awaited: a lost write costs a rejoin, as the members are not written."""
+        topics = frozenset(group.seen_topics)
+        if group.written == (group.group_epoch, topics):
+            return
+        records = [(share_key(SHARE_GROUP_METADATA, group.group_id), metadata_value(group.group_epoch))]
+        if group.written is None or group.written[1] != topics:
+            image = self._images.image
+            covered = {}
+            for name in sorted(topics):
+                info = image.topic(name)
+                if info is not None:
+                    covered[name] = (info.id, tuple(sorted(info.partitions)))
+            records.append((share_key(SHARE_GROUP_STATE_PARTITION_METADATA, group.group_id),
+                            partition_metadata_value(covered)))
+        group.written = (group.group_epoch, topics)
+        self._runtime.write(self._runtime.partition_for(group.group_id), records)
+
     # ------------------------------------------------------------------ lookup
     def _group(self, group_id: str, create: bool) -> tuple[int, str | None, ShareGroup | None]:
         err, ps = self._runtime.status(group_id, SHARE_GROUP_HEARTBEAT)
@@ -102,10 +145,13 @@ class ShareGroupManager:
         return group_id in self._groups
 
     def remove(self, group_id: str) -> None:
-        """DeleteGroups: the (empty) group goes."""
+        """DeleteGroups: the (empty) group goes, its records tombstoned."""
         group = self._groups.pop(group_id, None)
         if group is not None:
             group.cancel_timers()
+            self._runtime.write(self._runtime.partition_for(group_id), [
+                (share_key(SHARE_GROUP_STATE_PARTITION_METADATA, group_id), None),
+                (share_key(SHARE_GROUP_METADATA, group_id), None)])
             log.info("share_group_deleted", group=group_id)
 
     # ------------------------------------------------------------------ ShareGroupHeartbeat
@@ -159,6 +205,7 @@ class ShareGroupManager:
             group.assignment_epoch = group.group_epoch
             assignment = target
         self._schedule_session(group, m)
+        self._write(group)
         return ShareHeartbeatResult(member_id=m.member_id, member_epoch=m.member_epoch,
                                     heartbeat_interval_ms=self._heartbeat_interval(group.group_id),
                                     assignment=assignment)
@@ -185,6 +232,7 @@ class ShareGroupManager:
             m.session_timer.cancel()
         group.group_epoch += 1
         log.info("share_member_removed", group=group.group_id, member=member_id, why=why, epoch=group.group_epoch)
+        self._write(group)
 
     # ------------------------------------------------------------------ sessions
     def _group_config(self, group_id: str, name: str, default: int) -> int:

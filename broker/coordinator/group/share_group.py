@@ -47,6 +47,8 @@ class ShareGroup:
         # every topic a member subscribed to since the group was made here: what the offsets
         # APIs describe for the whole group (Kafka records the initialized share-partitions)
         self.seen_topics: set[str] = set()
+        # (group epoch, topics) as last written to __consumer_offsets; None: never written
+        self.written: tuple[int, frozenset[str]] | None = None
 
     @property
     def state_name(self) -> str:
