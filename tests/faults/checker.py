@@ -35,9 +35,9 @@ class History:
     txns: list[tuple[list[str], str]] = field(default_factory=list)
 
 
-def _seq(value: str) -> tuple[str, int]:
+def _seq(value: str) -> tuple[str, int] | None:
     producer, _, n = value.rpartition(":")
-    return producer, int(n)
+    return (producer, int(n)) if n.isdigit() else None  # not the workload's: a phantom
 
 
 def check(h: History) -> dict[str, list]:
@@ -84,7 +84,10 @@ def check(h: History) -> dict[str, list]:
             out["non_atomic"].append((outcome, values, visible))
     newest: dict[tuple[int, str], tuple[int, int]] = {}  # (partition, producer) -> (sequence, offset)
     for p, off, v in sorted(h.final):
-        producer, n = _seq(v)
+        seq = _seq(v)
+        if seq is None:
+            continue
+        producer, n = seq
         prev = newest.get((p, producer))
         if prev is not None and n < prev[0]:
             out["reordered"].append((p, producer, prev, (n, off)))
