@@ -268,7 +268,14 @@ def _tool(c: Cluster, module: str, *args: str) -> str:
 def test_share_groups_tool_lists_and_describes(cluster: Cluster) -> None:
     topic, group = "share-tool", "share-tool-g"
     create_topic(cluster, topic, partitions=2)
-    read_from_earliest(cluster, group)
+    # the group's share settings through kafka-configs.sh --entity-type groups, as Kafka's
+    _tool(cluster, "tools.kafka_configs", "--alter", "--entity-type", "groups", "--entity-name", group,
+          "--add-config", "share.auto.offset.reset=earliest,share.isolation.level=read_committed")
+    described = _tool(cluster, "tools.kafka_configs", "--describe", "--entity-type", "groups", "--entity-name", group)
+    assert "share.auto.offset.reset=earliest" in described and "share.isolation.level=read_committed" in described
+    bad = _run_tool(cluster, "tools.kafka_configs", "--alter", "--entity-type", "groups", "--entity-name", group,
+                    "--add-config", "share.auto.offset.reset=sometimes")
+    assert bad.returncode != 0 and "share.auto.offset.reset" in bad.stdout + bad.stderr
     produce(cluster, topic, 30)  # partitioned by the producer: both partitions get some
     a = share_consumer(cluster, group, topic)
     try:
