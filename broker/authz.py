@@ -53,6 +53,7 @@ from node.authz import (
     topic_partitions,
 )
 from protocol.errors import Errors
+from protocol.generated import RESPONSES
 from protocol.generated.add_partitions_to_txn import AddPartitionsToTxnResponse
 from protocol.generated.alter_configs import AlterConfigsResponse
 from protocol.generated.consumer_group_describe import ConsumerGroupDescribeResponse
@@ -62,18 +63,25 @@ from protocol.generated.delete_groups import DeleteGroupsResponse
 from protocol.generated.delete_topics import DeleteTopicsResponse
 from protocol.generated.describe_configs import DescribeConfigsResponse
 from protocol.generated.describe_groups import DescribeGroupsResponse
+from protocol.generated.describe_share_group_offsets import DescribeShareGroupOffsetsResponse
 from protocol.generated.describe_topic_partitions import DescribeTopicPartitionsResponse
 from protocol.generated.describe_transactions import DescribeTransactionsResponse
 from protocol.generated.find_coordinator import FindCoordinatorResponse
 from protocol.generated.incremental_alter_configs import IncrementalAlterConfigsResponse
 from protocol.generated.metadata import MetadataResponse
 from protocol.generated.offset_fetch import OffsetFetchResponse
+from protocol.generated.share_group_describe import ShareGroupDescribeResponse
 
 TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED = (Errors.TOPIC_AUTHORIZATION_FAILED, Errors.GROUP_AUTHORIZATION_FAILED,
                                               Errors.CLUSTER_AUTHORIZATION_FAILED)
 TXN_DENIED = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 INTER_NODE = frozenset({27, 1076, 1077, 1093, 1094, 1095, 1096, 1097, 1098, 1100, 1110, 1112})
-GROUP_KEYED = frozenset({11, 12, 13, 14, 68})  # JoinGroup, Heartbeat, LeaveGroup, SyncGroup, ConsumerGroupHeartbeat
+# KIP-932's share-group state APIs, between share-partition leaders and share coordinators
+SHARE_STATE = {83: "InitializeStateResult", 84: "ReadStateResult", 85: "WriteStateResult", 86: "DeleteStateResult",
+               87: "ReadStateSummaryResult"}
+# JoinGroup, Heartbeat, LeaveGroup, SyncGroup, ConsumerGroupHeartbeat, ShareGroupHeartbeat
+GROUP_KEYED = frozenset({11, 12, 13, 14, 68, 76})
+SHARE_READS = frozenset({78, 79})  # ShareFetch, ShareAcknowledge: READ on the group and on each topic
 TXN_KEYED = frozenset({25, 26})  # AddOffsetsToTxn, EndTxn
 READS = frozenset({15, 16, 29, 32, 35, 46, 48, 50, 55, 60, 66, 75, 1253})
 
@@ -104,6 +112,10 @@ def authorize(check: Check, api_key: int, version: int, body: Any, topic_name: C
     function that adds their errors to the response."""
     if api_key in ALWAYS:
         return None
+    if api_key in SHARE_STATE:
+        if check.cluster(CLUSTER_ACTION):
+            return None
+        raise Denied(_share_state_denied(api_key, body))
     if api_key in INTER_NODE or (api_key in (1, 23) and is_follower):
         if api_key in (1076, 1077) and check.cluster(ALTER, CLUSTER_ACTION):  # kafka-chunks.sh: an admin's ALTER
             return None
@@ -177,6 +189,16 @@ def authorize(check: Check, api_key: int, version: int, body: Any, topic_name: C
                            name=t.name, error_code=TOPIC_DENIED, error_message=DENIED_MESSAGE))
     if api_key == 61:
         return _per_topic(61, check, body, READ, topic_name)
+    if api_key in SHARE_READS:  # as Kafka: the group first, then the topics (one error for the request)
+        if not check.allowed(READ, GROUP, body.group_id):
+            raise Denied(top_level_error(api_key, version, GROUP_DENIED))
+        if not all(check.allowed(READ, TOPIC, topic_name(t) or "") for t in body.topics):
+            raise Denied(top_level_error(api_key, version, TOPIC_DENIED))
+        return None
+    if api_key in (91, 92):  # AlterShareGroupOffsets (READ), DeleteShareGroupOffsets (DELETE) on the group
+        if not check.allowed(READ if api_key == 91 else DELETE, GROUP, body.group_id):
+            raise Denied(top_level_error(api_key, version, GROUP_DENIED))
+        return None
     if api_key in PER_RESOURCE:
         return PER_RESOURCE[api_key](check, body)
     op = DESCRIBE if api_key in READS else ALTER
@@ -328,6 +350,27 @@ def _consumer_group_describe(check: Check, body: Any) -> Finish | None:
                        error_code=GROUP_DENIED, error_message="Authorization failed.", group_id=g))
 
 
+def _share_group_describe(check: Check, body: Any) -> Finish | None:
+    return _filter(body, "group_ids", lambda g: check.allowed(DESCRIBE, GROUP, g), "groups",
+                   lambda g: ShareGroupDescribeResponse.DescribedGroup(
+                       error_code=GROUP_DENIED, error_message=DENIED_MESSAGE, group_id=g))
+
+
+def _describe_share_group_offsets(check: Check, body: Any) -> Finish | None:
+    return _filter(body, "groups", lambda g: check.allowed(DESCRIBE, GROUP, g.group_id), "groups",
+                   lambda g: DescribeShareGroupOffsetsResponse.DescribeShareGroupOffsetsResponseGroup(
+                       group_id=g.group_id, error_code=GROUP_DENIED, error_message=DENIED_MESSAGE))
+
+
+def _share_state_denied(api_key: int, body: Any) -> Any:
+    """A share-state request refused whole: every partition it names answers the error."""
+    R: Any = RESPONSES[api_key]
+    result = getattr(R, SHARE_STATE[api_key])
+    return R(results=[result(topic_id=t.topic_id, partitions=[
+        R.PartitionResult(partition=p.partition, error_code=CLUSTER_DENIED, error_message=DENIED_MESSAGE)
+        for p in t.partitions]) for t in body.topics])
+
+
 def _delete_groups(check: Check, body: Any) -> Finish | None:
     return _filter(body, "groups_names", lambda g: check.allowed(DELETE, GROUP, g), "results",
                    lambda g: DeleteGroupsResponse.DeletableGroupResult(group_id=g, error_code=GROUP_DENIED))
@@ -366,6 +409,7 @@ PER_RESOURCE: dict[int, Callable[[Check, Any], Finish | None]] = {
     33: _configs(ALTER_CONFIGS, "responses", AlterConfigsResponse.AlterConfigsResourceResponse), 42: _delete_groups,
     44: _configs(ALTER_CONFIGS, "responses", IncrementalAlterConfigsResponse.AlterConfigsResourceResponse),
     75: _describe_topic_partitions, 69: _consumer_group_describe, 65: _describe_transactions,
+    77: _share_group_describe, 90: _describe_share_group_offsets,
 }
 # OffsetFetch v0-1 answers a refused group on every partition asked for (no top-level error)
 _OFFSET_FETCH = ItemErrors("topics", "topics", topic_partitions(
