@@ -87,6 +87,7 @@ _CATALOG: dict[str, tuple[str, str | None]] = {
     "offsets.topic.replication.factor": ("SHORT", "3"),
     "offsets.topic.segment.bytes": ("INT", "104857600"),
     "process.roles": ("LIST", ""),
+    "producer.id.expiration.check.interval.ms": ("INT", "600000"),
     "producer.id.expiration.ms": ("INT", "86400000"),
     "queued.max.request.bytes": ("LONG", "-1"),
     "queued.max.requests": ("INT", "500"),
