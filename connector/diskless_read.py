@@ -7,7 +7,10 @@ interleaves many partitions' batches: cut by file, each file is fetched once); e
 each file's span from the store (a local directory or S3, the brokers' `diskless.storage.url`) on
 a thread of their own, a few spans ahead, and decode a span's batches of every partition into
 Arrow in one pass where they lie, with the base offsets the coordinator assigned.
-Diskless topics take no transactions, so every committed batch is readable under read_committed.
+Under read_committed the plan asks the coordinator for the aborted transactions too (the range
+already ends at the last stable offset): a partition with aborted data in its range is read
+through the brokers' Fetch instead, which drops it as Kafka's consumer does; the rest are read
+straight from the store (control batches are never rows).
 """
 
 from __future__ import annotations
@@ -94,13 +97,14 @@ async def _diskless_topics(view: ClusterView, topics: list[str], timeout: float)
 
 
 def find_batches(view: ClusterView, topic: str, partition: int, start: int, end: int,
-                 timeout: float) -> list[BatchRow]:
-    """The batches holding offsets [start, end) of a diskless partition, from its coordinator."""
-    return asyncio.run(_find_batches(view, topic, partition, start, end, timeout))
+                 timeout: float, read_committed: bool = False) -> tuple[list[BatchRow], bool]:
+    """The batches holding offsets [start, end) of a diskless partition, from its coordinator,
+    and whether (under read_committed) an aborted transaction overlaps them."""
+    return asyncio.run(_find_batches(view, topic, partition, start, end, timeout, read_committed))
 
 
 async def _find_batches(view: ClusterView, topic: str, partition: int, start: int, end: int,
-                        timeout: float) -> list[BatchRow]:
+                        timeout: float, read_committed: bool) -> tuple[list[BatchRow], bool]:
     topic_id: UUID | None = view.topic_ids.get(topic)
     n = sum(1 for t, _ in view.partitions if t == DISKLESS_METADATA_TOPIC)
     if topic_id is None or not n:
@@ -108,6 +112,7 @@ async def _find_batches(view: ClusterView, topic: str, partition: int, start: in
     index = (zlib.crc32(topic_id.bytes) + partition) % n  # the controller's mapping, fixed at creation
     brokers = [b for b in view.partitions[(DISKLESS_METADATA_TOPIC, index)].chunks[-1].brokers if b in view.brokers]
     rows: list[BatchRow] = []
+    aborted = False
     offset, last_error = start, ""
     for broker in brokers:
         try:
@@ -115,10 +120,13 @@ async def _find_batches(view: ClusterView, topic: str, partition: int, start: in
                 while offset < end:
                     resp = await c.request(FB(fetch_max_bytes=256 << 20, max_batches_per_partition=10_000, topics=[
                         FB.DisklessFindBatchesTopic(topic_id=topic_id, partitions=[FB.DisklessFindBatchesPartition(
-                            partition_index=partition, offset=offset, max_partition_fetch_bytes=256 << 20)])]))
+                            partition_index=partition, offset=offset, max_partition_fetch_bytes=256 << 20,
+                            read_committed=read_committed)])]))
                     p = resp.topics[0].partitions[0]
                     if p.error_code:
                         raise SourceError(f"DisklessFindBatches {topic}-{partition} at {offset}: error {p.error_code}")
+                    # those overlapping the batches answered (Kafka's Fetch rule): any before `end` counts
+                    aborted = aborted or any(a.first_offset < end for a in p.aborted_transactions or ())
                     if not p.batches:
                         break  # a follower's view a little behind: what it has is planned
                     for b in p.batches:
@@ -127,7 +135,7 @@ async def _find_batches(view: ClusterView, topic: str, partition: int, start: in
                                              b.batch_max_timestamp, b.timestamp_type))
                     offset = p.batches[-1].last_offset + 1
             if offset >= end:
-                return [r for r in rows if r.last_offset >= start and r.base_offset < end]
+                return [r for r in rows if r.last_offset >= start and r.base_offset < end], aborted
             last_error = f"broker {broker} knows batches up to offset {offset} only"
         except ClientError as e:
             last_error = str(e)
@@ -226,12 +234,19 @@ class FileShare:
 
 
 def plan_files(view: ClusterView, ranges: dict[tuple[str, int], tuple[int, int]], shares: int,
-               timeout: float) -> list[FileShare]:
+               timeout: float, read_committed: bool = False) -> tuple[list[FileShare], set[tuple[str, int]]]:
     """The batches of every range, from the coordinators, grouped by WAL file and the files dealt
-    out to `shares` shares by size (largest first, to the lightest share)."""
+    out to `shares` shares by size (largest first, to the lightest share); and, under
+    read_committed, the partitions left out because aborted data lies in their range (to be read
+    through the brokers' Fetch)."""
     files: dict[str, list[tuple[str, int, BatchRow]]] = {}
+    through_brokers: set[tuple[str, int]] = set()
     for (topic, partition), (start, end) in sorted(ranges.items()):
-        for r in find_batches(view, topic, partition, start, end, timeout):
+        rows, aborted = find_batches(view, topic, partition, start, end, timeout, read_committed)
+        if aborted:
+            through_brokers.add((topic, partition))
+            continue
+        for r in rows:
             files.setdefault(r.object_key, []).append((topic, partition, r))
     bins: list[list[tuple[str, int, BatchRow]]] = [[] for _ in range(max(1, shares))]
     weight = [0] * len(bins)
@@ -239,8 +254,8 @@ def plan_files(view: ClusterView, ranges: dict[tuple[str, int], tuple[int, int]]
         i = weight.index(min(weight))
         bins[i].extend(files[key])
         weight[i] += sum(r.byte_size for _, _, r in files[key])
-    bounds = tuple((t, p, s, e) for (t, p), (s, e) in sorted(ranges.items()))
-    return [FileShare(tuple(b), bounds) for b in bins if b]
+    bounds = tuple((t, p, s, e) for (t, p), (s, e) in sorted(ranges.items()) if (t, p) not in through_brokers)
+    return [FileShare(tuple(b), bounds) for b in bins if b], through_brokers
 
 
 def read_files(store: StoreOptions, share: FileShare, include_headers: bool) -> Iterator[pa.RecordBatch]:

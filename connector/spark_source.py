@@ -271,7 +271,11 @@ def _inputs(opts: SourceOptions, plan: _Plan, pieces: list[Piece]) -> list[Input
             s, e = ranges.get((p.topic, p.partition), (p.start, p.end))
             ranges[(p.topic, p.partition)] = (min(s, p.start), max(e, p.end))
     if ranges:  # diskless pieces are cut by WAL file, so that each file is fetched once
-        out.extend(_FilesInput(share) for share in plan_files(plan.view, ranges, count, opts.request_timeout))
+        shares, through_brokers = plan_files(plan.view, ranges, count, opts.request_timeout,
+                                             opts.isolation_level == READ_COMMITTED)
+        out.extend(_FilesInput(share) for share in shares)
+        # aborted transactions in their range: the brokers' Fetch drops them (as Kafka's consumer)
+        out.extend(_PieceInput(p, plan.view.brokers) for p in pieces if (p.topic, p.partition) in through_brokers)
     return out
 
 

@@ -121,3 +121,37 @@ def test_spans_read_through_small_gaps() -> None:
     assert [(s.key, s.lo, s.hi) for s in spans] == [("f1", 0, 150 + _GAP), ("f1", 200 + 2 * _GAP + 1, 211 + 2 * _GAP),
                                                    ("f2", 5, 25)]
     assert spans[0].batches == ((0, 100, 0, 0), (100 + _GAP, 50, 1, 7)) and spans[2].batches == ((0, 20, 1, 17),)
+
+
+def test_transactional_diskless_topic_read_committed(cluster: Cluster, s3: SeaweedS3, spark) -> None:  # noqa: F811
+    """A diskless topic with transactions: read_committed leaves out the aborted data and the
+    markers; a partition with no aborted data in its range is still read straight from S3, one with
+    some goes through the brokers' Fetch (which drops it as Kafka's consumer does)."""
+    topic = "dl-txn"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, 2, 1, config={"diskless.enable": "true"})])[topic].result(60)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "spark-dl-txn"})
+    p.init_transactions(60)
+    p.begin_transaction()
+    for i in range(20):
+        p.produce(topic, value=b"c%d" % i, partition=i % 2)
+    p.commit_transaction(60)
+    p.begin_transaction()
+    for i in range(10):
+        p.produce(topic, value=b"a%d" % i, partition=1)  # aborted, in partition 1 only
+    assert p.flush(30) == 0
+    p.abort_transaction(60)
+    p.begin_transaction()
+    for i in range(20, 30):
+        p.produce(topic, value=b"c%d" % i, partition=i % 2)
+    p.commit_transaction(60)
+    direct = {"diskless.storage.url": f"s3://{s3.bucket}/wal", "diskless.storage.s3.endpoint": s3.endpoint,
+              "diskless.storage.s3.region": "us-east-1", "diskless.storage.s3.access.key.id": ACCESS_KEY,
+              "diskless.storage.s3.secret.access.key": SECRET_KEY}
+    committed = sorted(b"c%d" % i for i in range(30))
+    before = bytes_out(cluster, topic)
+    rows = read(spark, cluster, subscribe=topic, **direct).collect()
+    assert sorted(r.value for r in rows) == committed
+    assert bytes_out(cluster, topic) > before  # partition 1 went through the brokers
+    everything = read(spark, cluster, subscribe=topic, **{"isolation.level": "read_uncommitted"}, **direct).collect()
+    assert sorted(r.value for r in everything) == sorted(committed + [b"a%d" % i for i in range(10)])
