@@ -27,8 +27,14 @@ EXIT_FATAL = 1
 
 async def _fencing_loop(apis: Apis) -> None:
     sessions = apis.controller.sessions
+    wake = asyncio.Event()
+    sessions.on_link_closed = wake.set  # a broker's connection closed: look now, not at the next tick
     while True:
-        await asyncio.sleep(sessions.check_interval())
+        try:
+            await asyncio.wait_for(wake.wait(), sessions.check_interval())
+        except TimeoutError:
+            pass
+        wake.clear()
         if not apis.controller.active:
             continue  # a standby keeps no sessions; the active controller fences
         try:

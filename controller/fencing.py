@@ -31,6 +31,8 @@ class Link(Protocol):
     @property
     def closed(self) -> bool: ...
 
+    def on_close(self, callback: Callable[[], None]) -> None: ...
+
 
 class BrokerSessions:
     def __init__(self, timeout_ms: int, clock: Callable[[], float] = time.monotonic,
@@ -41,6 +43,11 @@ class BrokerSessions:
         self._last: dict[int, float] = {}
         self._links: dict[int, list[Link]] = {}
         self._cut_at: dict[int, float] = {}  # broker id -> when we first saw all its links closed
+        # called when a bound link closes: the fencing loop checks at once, then every fifth of
+        # the grace while a broker has no link left; otherwise at the session's pace (an idle
+        # controller wakes about once a second, not ten times)
+        self.on_link_closed: Callable[[], None] | None = None
+        self._closing = False
 
     def touch(self, broker_id: int) -> None:
         self._last[broker_id] = self.clock()
@@ -50,6 +57,7 @@ class BrokerSessions:
         links = self._links.setdefault(broker_id, [])
         if not any(x is link for x in links):
             links[:] = [x for x in links if not x.closed] + [link]
+            link.on_close(self._link_closed)
         if not link.closed:
             self._cut_at.pop(broker_id, None)
 
@@ -93,7 +101,17 @@ class BrokerSessions:
         why.update(dict.fromkeys(self.expired(ids), "session_timeout"))
         return why
 
+    def _link_closed(self) -> None:
+        self._closing = True
+        if self.on_link_closed is not None:
+            self.on_link_closed()
+
     def check_interval(self) -> float:
-        """How often to look: a small fraction of the timeout, so fencing is not late by much,
-        and of the grace, so a closed connection is seen within a fifth of it."""
-        return min(max(self.timeout / 8, 0.05), 1.0, max(self.grace / 5, 0.05))
+        """How long the fencing loop may wait before its next look: a small fraction of the
+        timeout, so fencing is not late by much; while a closed link's grace runs, a fifth of it
+        (a closing link wakes the loop itself, see on_link_closed)."""
+        session = min(max(self.timeout / 8, 0.05), 1.0)
+        if self._closing or self._cut_at:
+            self._closing = False
+            return min(session, max(self.grace / 5, 0.05))
+        return session

@@ -200,6 +200,7 @@ class Connection(asyncio.Protocol):
         self.sender: FileSender | None = None
         self.sending = False
         self.sock_fd: int | None = None  # a plaintext socket's descriptor, for os.sendfile
+        self._close_callbacks: list[Callable[[], None]] | None = None
 
     # ---- public
     def mute_for(self, seconds: float) -> None:
@@ -226,6 +227,15 @@ class Connection(asyncio.Protocol):
         self.released.add(task)
         self._maybe_ready()
         self._update_reading()
+
+    def on_close(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once, when the connection is lost (at once if it already was)."""
+        if self.closed:
+            callback()
+        elif self._close_callbacks is None:
+            self._close_callbacks = [callback]
+        else:
+            self._close_callbacks.append(callback)
 
     @property
     def in_flight(self) -> int:
@@ -303,6 +313,9 @@ class Connection(asyncio.Protocol):
         if self.registered:
             self.registered = False
             self.server.forget(self)
+        callbacks, self._close_callbacks = self._close_callbacks, None
+        for callback in callbacks or ():
+            callback()
 
     # ---- admission
     def can_start(self) -> bool:

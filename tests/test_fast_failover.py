@@ -13,7 +13,7 @@ import re
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -28,6 +28,15 @@ pytestmark = pytest.mark.timeout(240)
 @dataclass
 class FakeLink:
     closed: bool = False
+    callbacks: list = field(default_factory=list)
+
+    def on_close(self, callback) -> None:
+        self.callbacks.append(callback)
+
+    def close(self) -> None:
+        self.closed = True
+        for cb in self.callbacks:
+            cb()
 
 
 def test_sessions_fence_a_broker_whose_connections_all_closed_after_the_grace():
@@ -38,10 +47,15 @@ def test_sessions_fence_a_broker_whose_connections_all_closed_after_the_grace():
     s.bind(1, first)
     s.bind(1, second)  # a heartbeat and a metadata fetch on two connections
     s.touch(2)  # never bound (no connection seen): only its session can run out
-    first.closed = True
+    woken = []
+    s.on_link_closed = lambda: woken.append(now[0])
+    assert s.check_interval() == 1.0  # nothing closing: the session's pace
+    first.close()
     now[0] = 5.0
     assert s.lapsed([1, 2]) == {}  # one connection still open
-    second.closed = True
+    second.close()
+    assert woken == [0.0, 5.0]  # each close wakes the fencing loop
+    assert s.check_interval() <= 0.2  # and it looks again soon
     assert s.lapsed([1, 2]) == {}  # closed just now: the grace starts
     now[0] = 5.5
     s.bind(1, FakeLink())  # reconnected within the grace (a broker's channel retries in 100 ms)
