@@ -153,15 +153,22 @@ def _session(ctx: RequestContext, group_id: str, member_id: str, epoch: int, ope
     return share.sessions.advance(group_id, member_id, epoch)
 
 
+def _refused(ctx: RequestContext, req: Any, R: Any) -> Any | None:
+    """The answer of a ShareFetch or ShareAcknowledge refused before its session is looked at."""
+    if not _served(ctx):
+        return R(error_code=Errors.UNSUPPORTED_VERSION)
+    if not req.group_id or not req.member_id:
+        return R(error_code=Errors.INVALID_REQUEST, error_message="GroupId and MemberId must be set.")
+    return None
+
+
 @api(78, 1, 2, enabled=_enabled)
 async def share_fetch(ctx: RequestContext, req) -> ShareFetchResponse:
     R = ShareFetchResponse
-    if not _served(ctx):
-        return R(error_code=Errors.UNSUPPORTED_VERSION)
+    if (refused := _refused(ctx, req, R)) is not None:
+        return refused
     share = ctx.services.share
     group_id, member_id, epoch = req.group_id, req.member_id, req.share_session_epoch
-    if not group_id or not member_id:
-        return R(error_code=Errors.INVALID_REQUEST, error_message="GroupId and MemberId must be set.")
     requested = [(t.topic_id, p.partition_index) for t in req.topics or () for p in t.partitions or ()]
     if epoch == FINAL_EPOCH and requested and any(
             not p.acknowledgement_batches for t in req.topics for p in t.partitions):
@@ -277,12 +284,10 @@ def _endpoints(ctx: RequestContext, R: Any, leaders: list[int]) -> list:
 @api(79, 1, 2, enabled=_enabled)
 async def share_acknowledge(ctx: RequestContext, req) -> ShareAcknowledgeResponse:
     R = ShareAcknowledgeResponse
-    if not _served(ctx):
-        return R(error_code=Errors.UNSUPPORTED_VERSION)
+    if (refused := _refused(ctx, req, R)) is not None:
+        return refused
     share = ctx.services.share
     group_id, member_id, epoch = req.group_id, req.member_id, req.share_session_epoch
-    if not group_id or not member_id:
-        return R(error_code=Errors.INVALID_REQUEST, error_message="GroupId and MemberId must be set.")
     err, session = _session(ctx, group_id, member_id, epoch, opens=False)
     if err:
         log.info("share_acknowledge_refused", group=group_id, member=member_id, epoch=epoch, error=err)
