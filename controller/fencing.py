@@ -47,7 +47,6 @@ class BrokerSessions:
         # the grace while a broker has no link left; otherwise at the session's pace (an idle
         # controller wakes about once a second, not ten times)
         self.on_link_closed: Callable[[], None] | None = None
-        self._closing = False
 
     def touch(self, broker_id: int) -> None:
         self._last[broker_id] = self.clock()
@@ -102,16 +101,12 @@ class BrokerSessions:
         return why
 
     def _link_closed(self) -> None:
-        self._closing = True
         if self.on_link_closed is not None:
             self.on_link_closed()
 
     def check_interval(self) -> float:
         """How long the fencing loop may wait before its next look: a small fraction of the
-        timeout, so fencing is not late by much; while a closed link's grace runs, a fifth of it
-        (a closing link wakes the loop itself, see on_link_closed)."""
+        timeout, so fencing is not late by much; while a broker's grace runs (every link closed,
+        seen by the look that a closing link woke: on_link_closed), a fifth of the grace."""
         session = min(max(self.timeout / 8, 0.05), 1.0)
-        if self._closing or self._cut_at:
-            self._closing = False
-            return min(session, max(self.grace / 5, 0.05))
-        return session
+        return min(session, max(self.grace / 5, 0.05)) if self._cut_at else session
