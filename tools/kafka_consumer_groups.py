@@ -471,19 +471,26 @@ async def commit(brokers: Brokers, group: str, plan: dict[TopicPartition, int]) 
 # ---------------------------------------------------------------- --delete, --delete-offsets
 async def delete_action(brokers: Brokers, a: argparse.Namespace) -> None:
     groups = [g for g, _ in await list_groups(brokers)] if a.all_groups else list(dict.fromkeys(a.group))
+    await delete_groups(brokers, groups, "consumer groups", "Group")
+
+
+async def delete_groups(brokers: Brokers, groups: list[str], kind: str, one: str) -> None:
+    """DeleteGroups of each group at its coordinator, reported as Kafka's group tools do:
+    `kind` names the groups in the summary lines ("consumer groups"), `one` a group in a failure
+    line ("Group")."""
     ok, failed = [], []
     for gid in groups:
         resp = await brokers.to_coordinator(gid, DeleteGroupsRequest(groups_names=[gid]))
         code = resp.results[0].error_code
         (failed.append((gid, code)) if code else ok.append(gid))
     if not failed:
-        print(f"Deletion of requested consumer groups ('{', '.join(ok)}') was successful.")
+        print(f"Deletion of requested {kind} ('{', '.join(ok)}') was successful.")
         return
     for gid, code in failed:
-        print(f"* Group '{gid}' could not be deleted due to: {error_name(code)}: {error_message(code)}")
+        print(f"* {one} '{gid}' could not be deleted due to: {error_name(code)}: {error_message(code)}")
     if ok:
-        print(f"\nThese consumer groups were deleted successfully: '{', '.join(ok)}'")
-    raise AdminError("Deletion of some consumer groups failed", failed[0][1])
+        print(f"\nThese {kind} were deleted successfully: '{', '.join(ok)}'")
+    raise AdminError(f"Deletion of some {kind} failed", failed[0][1])
 
 
 async def delete_offsets_action(brokers: Brokers, a: argparse.Namespace) -> None:

@@ -25,9 +25,8 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from protocol.errors import Errors, error_message, error_name
+from protocol.errors import Errors, error_message
 from protocol.generated.alter_share_group_offsets import AlterShareGroupOffsetsRequest
-from protocol.generated.delete_groups import DeleteGroupsRequest
 from protocol.generated.delete_share_group_offsets import DeleteShareGroupOffsetsRequest
 from protocol.generated.describe_share_group_offsets import DescribeShareGroupOffsetsRequest
 from protocol.generated.list_groups import ListGroupsRequest
@@ -38,6 +37,7 @@ from tools.kafka_consumer_groups import (
     Group,
     Member,
     assignment_text,
+    delete_groups,
     parse_datetime,
     parse_topic_partitions,
     print_state,
@@ -181,19 +181,7 @@ async def reset_action(brokers: Brokers, a: argparse.Namespace) -> None:
 
 async def delete_action(brokers: Brokers, a: argparse.Namespace) -> None:
     groups = [g for g, _ in await list_share_groups(brokers)] if a.all_groups else list(dict.fromkeys(a.group))
-    ok, failed = [], []
-    for gid in groups:
-        resp = await brokers.to_coordinator(gid, DeleteGroupsRequest(groups_names=[gid]))
-        code = resp.results[0].error_code
-        (failed.append((gid, code)) if code else ok.append(gid))
-    if not failed:
-        print(f"Deletion of requested share groups ('{', '.join(ok)}') was successful.")
-        return
-    for gid, code in failed:
-        print(f"* Share group '{gid}' could not be deleted due to: {error_name(code)}: {error_message(code)}")
-    if ok:
-        print(f"\nThese share groups were deleted successfully: '{', '.join(ok)}'")
-    raise AdminError("Deletion of some share groups failed", failed[0][1])
+    await delete_groups(brokers, groups, "share groups", "Share group")
 
 
 async def delete_offsets_action(brokers: Brokers, a: argparse.Namespace) -> None:
