@@ -168,12 +168,8 @@ class ShareCoordinator(PartitionedCoordinator[StatePartition]):
             if state.state_epoch == current.state_epoch and state.leader_epoch < current.leader_epoch:
                 return Errors.FENCED_LEADER_EPOCH  # a former leader of the partition writing late
         state.snapshot_epoch = (current.snapshot_epoch + 1) if current is not None else 0
-        code, _, done = self._append(ps, [(encode_key(key), encode_value(state, wall_clock_ms()))])
-        if code:
-            return state_write_error(code)
-        code = await asyncio.shield(done)
-        if code:
-            return state_write_error(code)
+        if err := await self._append_one(ps, key, encode_value(state, wall_clock_ms())):
+            return err
         if self._owns(ps):
             ps.states[key] = state
         return 0
@@ -187,12 +183,17 @@ class ShareCoordinator(PartitionedCoordinator[StatePartition]):
         assert ps is not None
         if key not in ps.states:
             return 0
-        code, _, done = self._append(ps, [(encode_key(key), None)])
-        if code:
-            return state_write_error(code)
-        code = await asyncio.shield(done)
-        if code:
-            return state_write_error(code)
+        if err := await self._append_one(ps, key, None):
+            return err
         if self._owns(ps):
             ps.states.pop(key, None)
         return 0
+
+    async def _append_one(self, ps: StatePartition, key: StateKey, value: bytes | None) -> int:
+        """Append the record of `key` (None: a tombstone) and wait until it is replicated: 0, or
+        the error a share-partition leader is answered."""
+        code, _, done = self._append(ps, [(encode_key(key), value)])
+        if code:
+            return state_write_error(code)
+        code = await asyncio.shield(done)
+        return state_write_error(code) if code else 0
