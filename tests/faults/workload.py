@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections import Counter
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -40,7 +41,7 @@ class Workload:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self.delivery_errors: dict[str, int] = {}
+        self.delivery_errors: Counter[str] = Counter()  # error name -> how many
 
     def start(self) -> None:
         for i in range(self.producers):
@@ -68,7 +69,7 @@ class Workload:
                     h.acked[msg.value().decode()] = (msg.partition(), msg.offset())
             else:
                 with self._lock:
-                    self.delivery_errors[err.name()] = self.delivery_errors.get(err.name(), 0) + 1
+                    self.delivery_errors[err.name()] += 1
 
         seq = 0
         gap = 1.0 / self.rate
@@ -115,10 +116,9 @@ class Workload:
             seq += self.TXN_VALUES
             with self._lock:
                 h.attempted.update(values)
-            entry = (values, "unknown")
-            with self._lock:
-                h.txns.append(entry)
-            at = len(h.txns) - 1
+            with self._lock:  # its index taken under the lock: other transactional producers append too
+                h.txns.append((values, "unknown"))
+                at = len(h.txns) - 1
             try:
                 for v in values:
                     p.produce(self.topic, v.encode(), partition=rng.randrange(self.partitions))
@@ -133,8 +133,7 @@ class Workload:
             except KafkaException as e:
                 err = e.args[0] if e.args else None
                 with self._lock:
-                    self.delivery_errors[f"txn:{err.name() if err else e}"] = \
-                        self.delivery_errors.get(f"txn:{err.name() if err else e}", 0) + 1
+                    self.delivery_errors[f"txn:{err.name() if err else e}"] += 1
                 try:
                     if err is not None and err.txn_requires_abort():
                         p.abort_transaction(self.CALL_S)
