@@ -75,7 +75,7 @@ from protocol.generated.share_group_describe import ShareGroupDescribeResponse
 TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED = (Errors.TOPIC_AUTHORIZATION_FAILED, Errors.GROUP_AUTHORIZATION_FAILED,
                                               Errors.CLUSTER_AUTHORIZATION_FAILED)
 TXN_DENIED = Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-INTER_NODE = frozenset({27, 1076, 1077, 1093, 1094, 1095, 1096, 1097, 1098, 1100, 1110, 1112})
+INTER_NODE = frozenset({27, 1076, 1077, 1093, 1094, 1095, 1096, 1097, 1098, 1100, 1110, 1112, 1932})
 # KIP-932's share-group state APIs, between share-partition leaders and share coordinators
 SHARE_STATE = {83: "InitializeStateResult", 84: "ReadStateResult", 85: "WriteStateResult", 86: "DeleteStateResult",
                87: "ReadStateSummaryResult"}

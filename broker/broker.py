@@ -43,6 +43,7 @@ from broker.replication.replica_manager import ReplicaManager
 from broker.replication.throttle import Throttle
 from broker.server import RequestDispatcher, is_control_plane
 from broker.services import BrokerServices
+from broker.share.forward import ShareForwarder
 from broker.share.persister import SharePersister
 from broker.share.service import ShareService
 from broker.storage.errors import StorageError
@@ -129,7 +130,8 @@ class Broker:
             topic_stats=self.topic_stats,
             share_groups=self.share_groups,
             share=ShareService(config.share, self.partitions, self.metadata, SharePersister(
-                config.node_id, self.share_coordinator, self.metadata, self._peer_clients("share-state"))),
+                config.node_id, self.share_coordinator, self.metadata, self._peer_clients("share-state")),
+                ShareForwarder(self._peer_clients("share-forward"))),
             share_coordinator=self.share_coordinator)
         dispatcher = self.request_metrics.wrap(RequestDispatcher(self.services))
         self.servers: list[FramedServer] = []  # one per listener, opened last in start()

@@ -204,6 +204,7 @@ def _body(key: int):
         1100: lambda: R(files=[R.DisklessDescribeFileEntry(object_key="k")]),
         1110: lambda: R(object_key="k", file_size=1, owner_ids=[0, 1], from_coordinator=0, to_coordinator=1),
         1112: lambda: R(topics=[R.DisklessDescribeProducersTopic(topic_id=U, partition_indexes=[0])]),
+        1932: lambda: R(group_id="g", member_id="m", topic_id=U, partition=0, max_records=1),
     }[key]()
 
 
@@ -229,7 +230,7 @@ BROKER_INTER_NODE = {1: "follower Fetch", 23: "follower OffsetForLeaderEpoch", 2
                      1076: "CreateChunks", 1077: "AlterChunkAssignments", 1093: "DisklessCreatePartitions",
                      1094: "DisklessDeleteTopics", 1095: "DisklessCommitFile", 1096: "DisklessDeleteRecords",
                      1097: "DisklessListOffsets", 1098: "DisklessFindBatches", 1100: "DisklessDescribeFiles",
-                     1110: "DisklessHandOverFile", 1112: "DisklessDescribeProducers"}
+                     1110: "DisklessHandOverFile", 1112: "DisklessDescribeProducers", 1932: "SharePartitionForward"}
 CONTROLLER_INTER_NODE = {62: "BrokerRegistration", 63: "BrokerHeartbeat", 56: "AlterPartition",
                          67: "AllocateProducerIds", 73: "AssignReplicasToDirs", 1: "metadata Fetch",
                          59: "FetchSnapshot", 1076: "CreateChunks", 1077: "AlterChunkAssignments",

@@ -23,6 +23,7 @@ from broker.apis import (  # noqa: F401
     scram,
     share,
     share_admin,
+    share_forward,
     share_state,
     topic_partitions,
     transaction_admin,

@@ -26,6 +26,7 @@ from protocol.generated.share_group_heartbeat import ShareGroupHeartbeatResponse
 log = structlog.get_logger(__name__)
 
 DEFAULT_MAX_RECORDS = 500
+REMOTE_RECHECK_S = 0.25
 
 
 def _enabled(config: Any) -> bool:
@@ -107,6 +108,10 @@ def _acks(topics) -> OrderedDict:
 def _leader(ctx: RequestContext, tid, index: int) -> tuple[int, int]:
     info = ctx.services.metadata.image.topics.get(tid)
     pi = info.partitions.get(index) if info is not None else None
+    if pi is not None and pi.diskless_coordinator >= 0:
+        # a diskless partition's share session is served by whichever broker the member reached
+        # (Metadata named it leader), so it is named here too: the member stays
+        return ctx.services.config.node_id, pi.leader_epoch
     return (pi.leader, pi.leader_epoch) if pi is not None else (-1, -1)
 
 
@@ -122,20 +127,10 @@ async def _acknowledge(ctx: RequestContext, group_id: str, member_id: str, acks:
         if info is None:
             out[(tid, index)] = Errors.UNKNOWN_TOPIC_ID
             continue
-        p, err = share.serving(info.name, index)
-        sp = share.partitions.get((group_id, info.name, index)) if p is not None else None
+        out[(tid, index)] = err = await share.acknowledge(group_id, member_id, info.name, index, batches, renew)
         if err:
-            out[(tid, index)] = err
-        elif sp is None:
-            out[(tid, index)] = Errors.INVALID_RECORD_STATE  # nothing acquired here for this group
-        else:
-            out[(tid, index)] = sp.acknowledge(member_id, batches, renew) if batches else 0
-            if batches and not out[(tid, index)]:
-                # answered once written: an accepted record stays accepted on a new leader
-                out[(tid, index)] = await share.persist(sp)
-            if out[(tid, index)]:
-                log.info("share_acknowledge_refused", group=group_id, member=member_id, topic=info.name,
-                         partition=index, error=out[(tid, index)])
+            log.info("share_acknowledge_refused", group=group_id, member=member_id, topic=info.name,
+                     partition=index, error=err)
     return out
 
 
@@ -203,16 +198,22 @@ async def share_fetch(ctx: RequestContext, req) -> ShareFetchResponse:
         if got or not waits or loop.time() >= deadline or ack_errors:
             return _fetch_response(ctx, lock_ms, ack_errors, got)
         fut = loop.create_future()
+        remote = False
         for p, sp in waits:
             p.add_data_waiter(fut)
-            sp.add_waiter(fut)
-        await wait_within(fut, deadline - loop.time(), None)
+            if sp is not None:
+                sp.add_waiter(fut)
+            remote = remote or sp is None
+        # records released on another broker's share-partition wake nothing here: ask again soon
+        await wait_within(fut, min(deadline - loop.time(), REMOTE_RECHECK_S) if remote else deadline - loop.time(),
+                          None)
 
 
 async def _acquire_all(ctx: RequestContext, group_id: str, member_id: str, partitions: list, max_records: int,
                        max_bytes: int) -> tuple[dict, list]:
     """(topic id, partition) -> (error, acquired) for the partitions that answer now, and the
-    (partition, share-partition) pairs a long poll waits on."""
+    (partition, share-partition) pairs a long poll waits on (no share-partition: it is held by
+    another broker, which wakes no wait here)."""
     share = ctx.services.share
     image = ctx.services.metadata.image
     got: dict = {}
@@ -224,23 +225,15 @@ async def _acquire_all(ctx: RequestContext, group_id: str, member_id: str, parti
         if info is None:
             got[(tid, index)] = (Errors.UNKNOWN_TOPIC_ID, None)
             continue
-        p, err = share.serving(info.name, index)
-        if p is None:
-            got[(tid, index)] = (err, None)
-            continue
-        err, sp = await share.share_partition(group_id, info.name, index, p)
-        if err or sp is None:
-            got[(tid, index)] = (err, None)
-            continue
-        err, acquired, idle = await share.acquire(ctx, sp, p, member_id, max_records, max_bytes)
+        err, acquired, wait = await share.fetch(ctx, group_id, member_id, info.name, index, max_records, max_bytes)
         if err:
             got[(tid, index)] = (err, None)
         elif acquired is not None and acquired.ranges:
             got[(tid, index)] = (0, acquired)
             max_records -= acquired.count
             max_bytes -= sum(len(b) for b in acquired.batches)
-        elif idle:
-            waits.append((p, sp))
+        elif wait is not None:
+            waits.append(wait)
     return got, waits
 
 

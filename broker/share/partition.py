@@ -21,9 +21,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from protocol.errors import Errors
-from protocol.records.batch import BatchHeader
 
 AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 3
 STATE_NAMES = ("Available", "Acquired", "Acknowledged", "Archived")
@@ -31,6 +31,20 @@ STATE_NAMES = ("Available", "Acquired", "Acknowledged", "Archived")
 PERSISTED_AVAILABLE, PERSISTED_ACKNOWLEDGED, PERSISTED_ARCHIVED = 0, 2, 4
 # the acknowledge types of ShareFetch / ShareAcknowledge
 GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
+
+
+class BatchBounds(Protocol):
+    """What acquiring needs of a batch: a BatchHeader read here, or the bounds another broker
+    read (a diskless partition's share session served elsewhere, broker/share/forward.py)."""
+
+    @property
+    def base_offset(self) -> int: ...
+
+    @property
+    def last_offset(self) -> int: ...
+
+    @property
+    def is_control(self) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -89,11 +103,12 @@ class SharePartition:
     def has_available(self) -> bool:
         return any(r.state == AVAILABLE for r in self.records.values())
 
-    def acquire(self, member_id: str, batches: Iterable[tuple[BatchHeader, memoryview]], max_records: int,
+    def acquire(self, member_id: str, batches: Iterable[tuple[BatchBounds, memoryview | None]], max_records: int,
                 aborted: set[int] | None = None) -> Acquired:
         """Acquire for `member_id` the available and new records of `batches` (read from the log at
         next_fetch_offset()), whole batches at a time until `max_records` are taken. `aborted`:
-        base offsets of batches of aborted transactions (read_committed), archived unseen."""
+        base offsets of batches of aborted transactions (read_committed), archived unseen. A batch
+        without bytes (read by another broker) is acquired all the same; only its bounds count."""
         self._locks += 1
         lock = self._locks
         out = Acquired([], [])
@@ -131,7 +146,7 @@ class SharePartition:
                 self._add_range(out.ranges, off, rec.delivery_count)
                 taken += 1
                 got = True
-            if got:
+            if got and raw is not None:
                 out.batches.append(raw)
         if out.ranges:
             loop = asyncio.get_running_loop()

@@ -8,13 +8,19 @@ share.auto.offset.reset (latest by default: the partition's high watermark then;
 log start), written back at once. Acknowledgements are answered once the new state is written, so
 a new leader (a leader change, a restart, kill -9) carries on from there: accepted records stay
 accepted, acquired ones come back.
+
+A diskless partition is read on every broker, but its share-partition lives on one: the leader the
+metadata image names (the holder). Another broker serves its members' share sessions and reads
+their records itself, and forwards acquisitions and acknowledgements to the holder (forward.py);
+the holder applies them here (serve_forwarded).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import structlog
@@ -23,7 +29,8 @@ from broker.coordinator import wall_clock_ms
 from broker.coordinator.share.records import ShareState
 from broker.partitions.interface import FetchPosition
 from broker.share.config import ShareGroupConfig
-from broker.share.partition import Acquired, SharePartition
+from broker.share.forward import Holder, ReadBatches
+from broker.share.partition import Acquired, BatchBounds, SharePartition
 from broker.share.sessions import ShareSessionCache
 from metadata.config_defs import iso_duration_ms
 from metadata.image import GROUP_RESOURCE
@@ -37,6 +44,7 @@ if TYPE_CHECKING:
     from broker.partitions.interface import ServedPartition
     from broker.partitions.router import PartitionRouter
     from broker.ports import ImageSource
+    from broker.share.forward import ShareForwarder
     from broker.share.persister import SharePersister
 
 log = structlog.get_logger(__name__)
@@ -102,11 +110,12 @@ def _is_abort_marker(raw) -> bool:
 
 class ShareService:
     def __init__(self, config: ShareGroupConfig, router: PartitionRouter, images: ImageSource,
-                 persister: SharePersister) -> None:
+                 persister: SharePersister, forwarder: ShareForwarder) -> None:
         self.config = config
         self.router = router
         self.images = images
         self.persister = persister
+        self.forwarder = forwarder
         self._tasks: set[asyncio.Task] = set()
         self.sessions = ShareSessionCache(config.max_share_sessions, config.session_timeout_ms)
         self.partitions: dict[Key, SharePartition] = {}
@@ -137,6 +146,15 @@ class ShareService:
             for key in [k for k in self.partitions if k[1] == topic and k[2] == index]:
                 self.partitions.pop(key).close()
         return p, err
+
+    def holder(self, topic: str, index: int) -> Holder | None:
+        """The broker holding a diskless partition's share-partition when it is not this one (the
+        leader the image names; -1 while it has none), else None: the share-partition is here."""
+        info = self.images.image.topic(topic)
+        pi = info.partitions.get(index) if info is not None else None
+        if info is None or pi is None or pi.diskless_coordinator < 0 or pi.leader == self.router.node_id:
+            return None
+        return Holder(pi.leader, pi.leader_epoch, info.id)
 
     def _partition_ids(self, topic: str, index: int) -> tuple[UUID, int] | None:
         info = self.images.image.topic(topic)
@@ -229,50 +247,142 @@ class ShareService:
         busy = self.sessions.partitions_of(group_id)
         for tid, index in partitions:
             info = image.topics.get(tid)
+            if info is not None and self.holder(info.name, index) is not None:
+                self.forwarder.session_opened((group_id, info.name, index))  # the holder looks
+                continue
             sp = self.partitions.get((group_id, info.name, index)) if info is not None else None
             if sp is not None and (tid, index) not in busy and not sp.has_acquired():
                 self.forget(sp)
 
     def _persist_later(self, sp: SharePartition) -> None:
-        task = asyncio.get_running_loop().create_task(self.persist(sp))
+        self._spawn(self.persist(sp))
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def acquire(self, reader: Reader, sp: SharePartition, p: ServedPartition, member_id: str,
-                      max_records: int, max_bytes: int) -> tuple[int, Acquired | None, bool]:
-        """(error, what was acquired, whether the partition had nothing to read yet). Records in an
-        older chunk of a chunked partition are read through that chunk's view."""
-        offset = sp.next_fetch_offset()
-        committed = self.read_committed(sp.group_id)
+    async def fetch(self, reader: Reader, group_id: str, member_id: str, topic: str, index: int, max_records: int,
+                    max_bytes: int) -> tuple[int, Acquired | None, tuple[ServedPartition, SharePartition | None] | None]:
+        """(error, what was acquired for the member, what a long poll waits on when nothing was:
+        the partition and its share-partition here, None for one held by another broker)."""
+        key = (group_id, topic, index)
+        holder = self.holder(topic, index)
+        if holder is not None:
+            p, err = self.router.serving(topic, index)
+            if p is None:
+                return err, None, None
+            served = p
+            err, got = await self.forwarder.acquire(key, holder, member_id, max_records, lambda offset: self._read(
+                reader, topic, index, served, offset, self.read_committed(group_id), max_bytes))
+            return err, got, ((p, None) if not err and got is None else None)
+        p, err = self.serving(topic, index)
+        if p is None:
+            return err, None, None
+        err, sp = await self.share_partition(group_id, topic, index, p)
+        if err or sp is None:
+            return err, None, None
+        err, got, idle = await self._acquire(reader, sp, p, member_id, max_records, max_bytes)
+        return err, got, ((p, sp) if idle and not err else None)
+
+    async def _read(self, reader: Reader, topic: str, index: int, p: ServedPartition, offset: int, committed: bool,
+                    max_bytes: int) -> ReadBatches:
+        """The batches from `offset` on, through the partition router's view of the chunk holding
+        it for a chunked partition."""
         pos = FetchPosition(fetch_offset=offset, max_bytes=max_bytes, replica_id=-1, last_fetched_epoch=-1,
                             read_committed=committed, min_one_batch=True)
-        info = self.images.image.topic(sp.topic)
+        info = self.images.image.topic(topic)
         view: ServedPartition | None = p
-        if info is not None and info.chunks.get(sp.index):
-            view, err = self.router.for_share(reader, info, sp.index, offset, max_bytes, 1 if committed else 0)
+        if info is not None and info.chunks.get(index):
+            view, err = self.router.for_share(reader, info, index, offset, max_bytes, 1 if committed else 0)
             if view is None:
-                return err, None, False
+                return ReadBatches(err, [])
             view.prepare_read(pos)
         assert view is not None
         ans = await view.read(pos)
         if ans.error_code == Errors.OFFSET_OUT_OF_RANGE and offset < ans.log_start_offset:
             # the records were deleted (retention, DeleteRecords): the window moves past them
-            sp.skip_to(ans.log_start_offset)
-            return 0, None, False
+            return ReadBatches(0, [], log_start=ans.log_start_offset, below_start=True)
         if ans.error_code:
-            return ans.error_code, None, False
+            return ReadBatches(ans.error_code, [])
         if not ans.size:
-            return 0, None, True
+            return ReadBatches(0, [], log_start=ans.log_start_offset)
         buf = _as_bytes(ans.records)
         mv = memoryview(buf)
         try:
             batches = [(h, mv[pos:pos + h.size]) for pos, h in iter_batches(buf, check_crc=False,
                                                                              allow_partial_tail=True)]
         except ProtocolError:
-            return Errors.CORRUPT_MESSAGE, None, False
+            return ReadBatches(Errors.CORRUPT_MESSAGE, [])
         aborted = aborted_batches(batches, ans.aborted_transactions) if committed else None
-        got = sp.acquire(member_id, batches, max_records, aborted)
+        return ReadBatches(0, batches, aborted, ans.log_start_offset)
+
+    async def _acquire(self, reader: Reader, sp: SharePartition, p: ServedPartition, member_id: str,
+                       max_records: int, max_bytes: int) -> tuple[int, Acquired | None, bool]:
+        """(error, what was acquired, whether the partition had nothing to read yet)."""
+        r = await self._read(reader, sp.topic, sp.index, p, sp.next_fetch_offset(), self.read_committed(sp.group_id),
+                             max_bytes)
+        if r.below_start:
+            sp.skip_to(r.log_start)
+            return 0, None, False
+        if r.error:
+            return r.error, None, False
+        if not r.batches:
+            return 0, None, True
+        got = sp.acquire(member_id, r.batches, max_records, r.aborted)
         return 0, got, not got.ranges
+
+    async def acknowledge(self, group_id: str, member_id: str, topic: str, index: int,
+                          batches: list[tuple[int, int, list[int]]], renew: bool) -> int:
+        """Apply a member's acknowledgements (`renew`: v2's RENEW type allowed, KIP-1222): 0 once
+        the new state is written, so an accepted record stays accepted on a new leader."""
+        holder = self.holder(topic, index)
+        if holder is not None:
+            return await self.forwarder.acknowledge((group_id, topic, index), holder, member_id, batches, renew)
+        p, err = self.serving(topic, index)
+        if err:
+            return err
+        sp = self.partitions.get((group_id, topic, index)) if p is not None else None
+        if sp is None:
+            return Errors.INVALID_RECORD_STATE  # nothing acquired here for this group
+        err = sp.acknowledge(member_id, batches, renew) if batches else 0
+        if batches and not err:
+            err = await self.persist(sp)
+        return err
+
+    async def serve_forwarded(self, group_id: str, member_id: str, topic: str, index: int, leader_epoch: int,
+                              acks: list[tuple[int, int, list[int]]], renew: bool, release_all: bool, refresh: bool,
+                              max_records: int, log_start: int, batches: list[BatchBounds], aborted: set[int]
+                              ) -> tuple[int, int, int, list[tuple[int, int, int]]]:
+        """As the holder of a diskless partition's share-partition, what another broker serving
+        one of its members forwards (forward.py): (error, acknowledgement error, where that broker
+        reads next, the ranges acquired for the member among the batches it read)."""
+        p, err = self.serving(topic, index)
+        ids = self._partition_ids(topic, index)
+        if p is None or ids is None:
+            return err or Errors.UNKNOWN_TOPIC_OR_PARTITION, 0, -1, []
+        if leader_epoch > ids[1]:
+            return Errors.NOT_LEADER_OR_FOLLOWER, 0, -1, []  # our image is behind the sender's: we may not lead
+        key = (group_id, topic, index)
+        ack_err = await self.acknowledge(group_id, member_id, topic, index, acks, renew) if acks else 0
+        sp = self.partitions.get(key)
+        if release_all and sp is not None and sp.release_member(member_id):
+            self._persist_later(sp)
+        if max_records <= 0:
+            return 0, ack_err, sp.next_fetch_offset() if sp is not None else -1, []
+        if refresh and sp is not None and not sp.has_acquired() and (
+                (ids[0], index) not in self.sessions.partitions_of(group_id)):
+            self.forget(sp)  # as refresh_idle for a session opened here
+        err, sp = await self.share_partition(group_id, topic, index, p)
+        if err or sp is None:
+            return err, ack_err, -1, []
+        if log_start > sp.start_offset:
+            sp.skip_to(log_start)  # the records below were deleted
+        offset = sp.next_fetch_offset()
+        if not batches or not batches[0].base_offset <= offset <= batches[-1].last_offset:
+            return 0, ack_err, offset, []  # read elsewhere: the sender reads again at `offset`
+        got = sp.acquire(member_id, ((b, None) for b in batches), max_records, aborted)
+        return 0, ack_err, sp.next_fetch_offset(), got.ranges
 
     async def close(self) -> None:
         """Shutdown: lock timers stop, connections to share coordinators close."""
@@ -282,6 +392,7 @@ class ShareService:
         for t in list(self._tasks):
             t.cancel()
         await self.persister.close()
+        await self.forwarder.close()
 
     def evict_idle_sessions(self) -> None:
         for s in self.sessions.evict_idle():
@@ -294,6 +405,11 @@ class ShareService:
         for tid, index in partitions:
             info = image.topics.get(tid)
             if info is None:
+                continue
+            holder = self.holder(info.name, index)
+            if holder is not None:
+                self._spawn(self.forwarder.acknowledge((group_id, info.name, index), holder, member_id, [], False,
+                                                       release_all=True))
                 continue
             sp = self.partitions.get((group_id, info.name, index))
             if sp is not None:

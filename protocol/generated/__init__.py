@@ -113,6 +113,7 @@ import protocol.generated.share_acknowledge as share_acknowledge
 import protocol.generated.share_fetch as share_fetch
 import protocol.generated.share_group_describe as share_group_describe
 import protocol.generated.share_group_heartbeat as share_group_heartbeat
+import protocol.generated.share_partition_forward as share_partition_forward
 import protocol.generated.sync_group as sync_group
 import protocol.generated.txn_offset_commit as txn_offset_commit
 import protocol.generated.vote as vote
@@ -207,6 +208,7 @@ REQUESTS: dict[int, type[Message]] = {
     1110: diskless_hand_over_file.DisklessHandOverFileRequest,
     1112: diskless_describe_producers.DisklessDescribeProducersRequest,
     1253: partition_leader_epochs_for_partitions.PartitionLeaderEpochsForPartitionsRequest,
+    1932: share_partition_forward.SharePartitionForwardRequest,
 }
 RESPONSES: dict[int, type[Message]] = {
     0: produce.ProduceResponse,
@@ -294,6 +296,7 @@ RESPONSES: dict[int, type[Message]] = {
     1110: diskless_hand_over_file.DisklessHandOverFileResponse,
     1112: diskless_describe_producers.DisklessDescribeProducersResponse,
     1253: partition_leader_epochs_for_partitions.PartitionLeaderEpochsForPartitionsResponse,
+    1932: share_partition_forward.SharePartitionForwardResponse,
 }
 METADATA_RECORDS: dict[int, type[Message]] = {
     0: metadata_records_register_broker_record.RegisterBrokerRecord,
