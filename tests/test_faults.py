@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
 from tests.faults.checker import History, anomalies, check, summary
 from tests.faults.run import run_schedule
 from tests.faults.schedule import plan, wire_links
@@ -54,12 +52,6 @@ def test_a_schedule_is_the_same_for_the_same_seed() -> None:
     assert all(1.0 <= f.at <= 48.0 for f in plan(7, 60, [1, 2, 3], 20))  # healed for the last fifth
 
 
-# A defect this harness found and that is not fixed yet: in a clean-clone run, seed 1 read one
-# idempotent producer's value at two offsets of one partition (p1:1309 at 925 and 1048) after a
-# schedule of kills and a partition of a broker from the controller quorum; the same seed passed
-# twice before. Kept running and reporting (not strict: it passes most runs) until it is fixed.
-@pytest.mark.xfail(strict=False, reason="known defect: a rare duplicate of an idempotent write under "
-                   "kill -9 and a partition from the quorum (seed 1, once in three runs)")
 def test_random_faults_lose_duplicate_and_reorder_nothing(cluster_factory) -> None:
     seed = int(os.environ.get("STRATA_FAULT_SEED", "1"))
     c = cluster_factory(start=False, brokers=3, broker_overrides={"replica.lag.time.max.ms": 3000},

@@ -358,7 +358,7 @@ def test_retention_deletes_snapshots_below_the_log_start(tmp_path):
 
 def test_idle_producers_expire(tmp_path):
     log = open_log(tmp_path)
-    log.producer_id_expiration_ms = 60_000
+    log.producer_state.expiration_ms = 60_000
     append(log, batch(0, pid=1, ts=NOW))
     append(log, batch(0, pid=2, ts=NOW + 50_000))
     assert log.remove_expired_producers(NOW + 61_000) == 1

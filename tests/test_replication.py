@@ -14,7 +14,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from protocol.records import decode_batches
+from node.client import NodeClient
+from protocol.generated.init_producer_id import InitProducerIdRequest
+from protocol.generated.produce import ProduceRequest
+from protocol.records import Record, decode_batches, encode_batch
 from tests.conftest import wait_for_kafka as wait_for
 from tools.cluster import Cluster
 
@@ -182,11 +185,48 @@ def test_replica_with_unreplicated_writes_truncates_to_new_leader(cluster):
     assert "follower_truncated" in cluster.log_path(leader).read_text()
 
 
+def _idempotent_batch(pid: int, epoch: int, seq: int) -> bytes:
+    return encode_batch([Record(value=b"i%d" % seq, timestamp=int(time.time() * 1000))],
+                        producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+
+def _produce_one(topic: str, records: bytes) -> ProduceRequest:
+    R = ProduceRequest
+    return R(acks=-1, timeout_ms=30000,
+             topic_data=[R.TopicProduceData(name=topic, partition_data=[R.PartitionProduceData(index=0, records=records)])])
+
+
 def test_isr_shrinks_and_expands_and_min_isr_is_enforced(cluster):
     a = create(cluster, "isr", **{"min.insync.replicas": "2"})
     produce(cluster, "isr", [b"x"] * 10)
     leader, _, replicas = partition_state(a, "isr")
     followers = [b for b in replicas if b != leader]
+
+    async def first_write() -> tuple[int, int, int]:
+        async with NodeClient("127.0.0.1", cluster.broker_port(leader)) as cl:
+            init = await cl.request(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000))
+            r = await cl.request(_produce_one("isr", _idempotent_batch(init.producer_id, init.producer_epoch, 0)))
+            pr = r.responses[0].partition_responses[0]
+            assert pr.error_code == 0
+            return init.producer_id, init.producer_epoch, pr.base_offset
+
+    pid, epoch, first_offset = asyncio.run(first_write())
+
+    async def retried_while_short() -> None:
+        # The retry of a written batch (its answer lost) waits for the ISR and gets its first
+        # offset; a new batch is refused outright. Kafka refuses both, which lets librdkafka
+        # re-send the written one under a bumped epoch.
+        async with NodeClient("127.0.0.1", cluster.broker_port(leader)) as cl:
+            retry = asyncio.ensure_future(cl.request(_produce_one("isr", _idempotent_batch(pid, epoch, 0))))
+            new = await cl.request(_produce_one("isr", _idempotent_batch(pid, epoch, 1)))
+            assert new.responses[0].partition_responses[0].error_code == 19  # NOT_ENOUGH_REPLICAS
+            await asyncio.sleep(0.5)
+            assert not retry.done()
+            for b in followers:
+                os.kill(cluster.pid(b), signal.SIGCONT)
+            pr = (await asyncio.wait_for(retry, 30)).responses[0].partition_responses[0]
+            assert (pr.error_code, pr.base_offset) == (0, first_offset)
+
     for b in followers:
         os.kill(cluster.pid(b), signal.SIGSTOP)
     try:
@@ -198,11 +238,13 @@ def test_isr_shrinks_and_expands_and_min_isr_is_enforced(cluster):
         p.produce("isr", value=b"y", on_delivery=lambda e, m: errs.append(e))
         p.flush(10)
         assert errs and errs[0] is not None and errs[0].code() == KafkaError.NOT_ENOUGH_REPLICAS
+        asyncio.run(retried_while_short())
     finally:
         for b in followers:
             os.kill(cluster.pid(b), signal.SIGCONT)
     wait_for(lambda: partition_state(a, "isr")[1] == sorted(replicas), timeout=30, what="ISR to expand again")
     assert len(produce(cluster, "isr", [b"z"] * 10)) == 10
+    assert [v for _, v in consume_all(cluster, "isr")].count(b"i0") == 1
 
 
 def test_data_survives_any_one_broker_kill(cluster):

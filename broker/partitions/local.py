@@ -73,11 +73,11 @@ class LocalPartition:
             return answered(AppendAnswer(Errors.NOT_LEADER_OR_FOLLOWER, "a new chunk is being created for this partition"))
         if records is None or len(records) == 0:
             return answered(AppendAnswer(Errors.CORRUPT_MESSAGE, "produce request holds no records"))
+        min_isr = 1
         if acks == -1:
             min_isr = int(rm.topic_config(name)["min.insync.replicas"])
             if len(p.isr) < min_isr:
-                return answered(AppendAnswer(Errors.NOT_ENOUGH_REPLICAS,
-                                             f"ISR has {len(p.isr)} replicas, min.insync.replicas is {min_isr}"))
+                return self._short_of_replicas(records, min_isr, timeout_ms)
         if p.log.config.compact:  # the log's config follows the topic's (update_config)
             bad = first_record_without_key(records)
             if bad is not None:
@@ -96,10 +96,26 @@ class LocalPartition:
         # already replicated (a single in-sync replica): answer now, without a task per wait
         if acks != -1 or p.log.high_watermark >= info.last_offset + 1:
             return answered(answer)
-        return self._replicated(answer, info.last_offset + 1, max(timeout_ms, 0) / 1000)
+        return self._replicated(answer, info.last_offset + 1, max(timeout_ms, 0) / 1000, min_isr)
 
-    def _replicated(self, answer: AppendAnswer, end: int, timeout: float) -> Eventual:
-        """The answer once the high watermark passes `end`, set in the call that moves it."""
+    def _short_of_replicas(self, records: Any, min_isr: int, timeout_ms: int) -> Awaitable[AppendAnswer]:
+        """acks=all while the ISR is smaller than min.insync.replicas: nothing is written
+        (NOT_ENOUGH_REPLICAS, as Kafka), except that a retry of a batch the log holds already is
+        answered with its first offsets once the ISR has grown back. Kafka refuses that retry too,
+        telling the client the batch was not written; librdkafka then re-sends it under a bumped
+        epoch, a duplicate, as soon as a later batch of the producer fails its sequence check."""
+        p = self.p
+        dup = p.log.duplicate_of(records)
+        if dup is None:
+            return answered(AppendAnswer(Errors.NOT_ENOUGH_REPLICAS,
+                                         f"ISR has {len(p.isr)} replicas, min.insync.replicas is {min_isr}"))
+        answer = AppendAnswer(0, None, dup.first_offset, dup.log_append_time, dup.log_start_offset)
+        return self._replicated(answer, dup.last_offset + 1, max(timeout_ms, 0) / 1000, min_isr)
+
+    def _replicated(self, answer: AppendAnswer, end: int, timeout: float, min_isr: int) -> Eventual:
+        """The answer once the high watermark passes `end`, set in the call that moves it. Written
+        but the ISR shrank below min.insync.replicas meanwhile: NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        as Kafka's DelayedProduce (a client retries it; the retry waits above for the ISR)."""
         p = self.p
 
         def settled(replicated: bool) -> AppendAnswer:
@@ -108,8 +124,12 @@ class LocalPartition:
                 # NOT_LEADER_OR_FOLLOWER tells an idempotent producer the batch was not persisted
                 still = p.is_leader and self.deps.replicas.get(p.topic, p.index) is p
                 answer.error_code = Errors.REQUEST_TIMED_OUT if still else Errors.NOT_LEADER_OR_FOLLOWER
+            elif p.maximal_isr_size < min_isr:
+                answer.error_code = Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
             return answer
 
+        if p.maximal_isr_size < min_isr:  # a retried batch: answered once the ISR holds min.insync.replicas again
+            return p.in_sync_eventual(end, min_isr, timeout).map(settled)
         return p.high_watermark_eventual(end, timeout).map(settled)
 
     # ------------------------------------------------------------------ fetch

@@ -47,6 +47,7 @@ class Partition:
         self.caught_up_at = 0.0  # follower: when the last fetch from the leader succeeded
         self.on_follower_caught_up: Callable[[Partition, int], None] | None = None
         self._hw_waiters: list[tuple[int, asyncio.Future | Eventual]] = []
+        self._in_sync_waiters: list[tuple[int, int, Eventual]] = []  # (end offset, min.insync.replicas, waiter)
         # set while a CreateChunks for this partition is under way: the chunk's offsets are being
         # fixed, so Produce answers NOT_LEADER_OR_FOLLOWER (retriable) until the new chunk leads
         self._sealed_for_chunk = False
@@ -122,6 +123,11 @@ class Partition:
             self.info = replace(self.info, isr=isr, partition_epoch=partition_epoch)
             self.maybe_advance_high_watermark()
 
+    @property
+    def maximal_isr_size(self) -> int:
+        """Kafka's maximal ISR: the ISR with a proposed change's replicas added while it is in flight."""
+        return len(self.isr if self.pending_isr is None else self.pending_isr)
+
     # ---- high watermark
     @property
     def high_watermark(self) -> int:
@@ -141,6 +147,8 @@ class Partition:
             self.log.update_high_watermark(hw)
             self._release_hw_waiters(hw)
             self.notify_high_watermark()
+        if self._in_sync_waiters:
+            self._release_in_sync_waiters()
 
     def update_follower(self, replica_id: int, fetch_offset: int) -> None:
         """A follower fetched from `fetch_offset`: everything before it is on that replica."""
@@ -205,12 +213,37 @@ class Partition:
                 keep.append((off, fut))
         self._hw_waiters = keep + self._hw_waiters
 
+    def in_sync_eventual(self, offset: int, min_isr: int, timeout: float) -> Eventual:
+        """Set to True once the HW passes `offset` (exclusive end) while the ISR holds at least
+        `min_isr` replicas (the maximal ISR, as Kafka's DelayedProduce counts); to False when the
+        leadership moves first or after `timeout`."""
+        ev = Eventual()
+        timer = asyncio.get_running_loop().call_later(max(timeout, 0.0), ev.set_result, False)
+        ev.on_done(lambda _: timer.cancel())
+        self._in_sync_waiters.append((offset, min_isr, ev))
+        self._release_in_sync_waiters()
+        return ev
+
+    def _release_in_sync_waiters(self) -> None:
+        hw, size = self.log.high_watermark, self.maximal_isr_size
+        waiters, self._in_sync_waiters = self._in_sync_waiters, []  # listeners run inside set_result
+        keep = []
+        for off, min_isr, ev in waiters:
+            if hw >= off and size >= min_isr:
+                ev.set_result(True)
+            elif not ev.done():
+                keep.append((off, min_isr, ev))
+        self._in_sync_waiters = keep + self._in_sync_waiters
+
     def fail_waiters(self) -> None:
         """Leadership moved: acks=all requests waiting here will not complete."""
         waiters, self._hw_waiters = self._hw_waiters, []
         for _, fut in waiters:
             if not fut.done():
                 fut.set_result(False)
+        in_sync, self._in_sync_waiters = self._in_sync_waiters, []
+        for _, _, ev in in_sync:
+            ev.set_result(False)
         self.notify_data()
 
     # ---- long poll

@@ -143,7 +143,7 @@ class ReplicaManager:
         if r is None:
             lg.close()
             return
-        lg.producer_id_expiration_ms = r.log.producer_id_expiration_ms
+        lg.producer_state.expiration_ms = r.log.producer_state.expiration_ms
         r.log = lg
         self.placement.placed(key, d, r.topic_id)
         log.info("replica_dir_changed", topic=key[0], partition=key[1], chunk_start=key[2], dir=str(d.path),
@@ -468,7 +468,7 @@ class ReplicaManager:
                     self.placement.offline[key] = d
                 raise
         self.placement.on_disk[key] = d
-        lg.producer_id_expiration_ms = int(self.config.props.get("producer.id.expiration.ms", "86400000"))
+        lg.producer_state.expiration_ms = int(self.config.props.get("producer.id.expiration.ms", "86400000"))
         p = Partition(topic, info.partition, info.topic_id, lg, self.node_id)
         p.on_follower_caught_up = self.isr.follower_caught_up
         self.partitions[(topic, info.partition)] = p

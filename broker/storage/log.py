@@ -57,7 +57,13 @@ from broker.storage.retention import Predicate, below_log_start, compaction_roll
 from broker.storage.segment import BatchSpan, CorruptSegmentError
 from broker.storage.segment_swap import discard_cleaned
 from protocol.errors import ProtocolError
-from protocol.records.batch import BatchHeader, set_base_offset, set_log_append_time, set_partition_leader_epoch
+from protocol.records.batch import (
+    BatchHeader,
+    read_header,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+)
 from protocol.records.codec import decode_batches
 from protocol.records.control import encode_txn_marker
 
@@ -228,15 +234,6 @@ class Log:
     def active_segment_base_offset(self) -> int:
         return self._local.bases[-1]
 
-    @property
-    def producer_id_expiration_ms(self) -> int:
-        return self.producer_state.expiration_ms
-
-    @producer_id_expiration_ms.setter
-    def producer_id_expiration_ms(self, value: int) -> None:
-        """producer.id.expiration.ms (a broker setting, applied by whoever opens the log)."""
-        self.producer_state.expiration_ms = value
-
     def update_config(self, config: LogConfig) -> None:
         """New settings apply from the next append / roll check / retention pass."""
         self.config = config
@@ -399,6 +396,19 @@ class Log:
         if rolled_to is not None:
             self._flush_below(rolled_to)
         return info
+
+    def duplicate_of(self, records: bytes | bytearray | memoryview) -> AppendInfo | None:
+        """When `records` is one batch this log holds already (one of its producer's last 5), the
+        offsets it got the first time; else None. Writes nothing."""
+        try:
+            header = read_header(records)
+        except ProtocolError:
+            return None
+        with self._lock:
+            dup = self.producer_state.find_duplicate(header)
+            if dup is None or header.size != memoryview(records).nbytes:
+                return None
+            return _duplicate_info(dup, self.config.log_append_time, self._log_start, self.topic, self.partition)
 
     def append_txn_marker(
         self,

@@ -350,6 +350,15 @@ class ProducerStateManager:
     def begin_leader_append(self, *, client: bool) -> LeaderAppend:
         return LeaderAppend(self, client)
 
+    def find_duplicate(self, header: BatchHeader) -> BatchMetadata | None:
+        """The cached batch `header` repeats (same producer, epoch and sequences), if any."""
+        entry = self.producers.get(header.producer_id) if header.producer_id >= 0 else None
+        if entry is None or header.is_control:
+            return None
+        return entry.find_duplicate(
+            header.producer_epoch, header.base_sequence, last_sequence(header.base_sequence, header.last_offset_delta)
+        )
+
     def update_from_header(self, header: BatchHeader, marker: TxnMarker | None = None) -> CompletedTxn | None:
         """A batch the log already holds (follower append, recovery): no checks, as Kafka trusts the
         leader. The header carries final offsets and timestamps; `marker` is a control batch's
