@@ -44,6 +44,7 @@ from broker.replication.throttle import Throttle
 from broker.server import RequestDispatcher, is_control_plane
 from broker.services import BrokerServices
 from broker.share.forward import ShareForwarder
+from broker.share.lag import PartitionEnds
 from broker.share.persister import SharePersister
 from broker.share.service import ShareService
 from broker.storage.errors import StorageError
@@ -132,7 +133,8 @@ class Broker:
             share=ShareService(config.share, self.partitions, self.metadata, SharePersister(
                 config.node_id, self.share_coordinator, self.metadata, self._peer_clients("share-state")),
                 ShareForwarder(self._peer_clients("share-forward"))),
-            share_coordinator=self.share_coordinator)
+            share_coordinator=self.share_coordinator,
+            share_ends=PartitionEnds(self.partitions, self.metadata, self._peer_clients("share-lag")))
         dispatcher = self.request_metrics.wrap(RequestDispatcher(self.services))
         self.servers: list[FramedServer] = []  # one per listener, opened last in start()
         for lst in config.listeners or ():
@@ -241,6 +243,7 @@ class Broker:
             ("chunk_fetcher", self.chunk_fetcher.stop()),
             ("chunk_reads", self.chunk_reads.close()),
             ("share", self.services.share.close()),
+            ("share_ends", self.services.share_ends.close()),
             ("isr", self.isr.stop()),
             ("diskless", self.diskless.close()),
             ("dir_assigner", self.dir_assigner.stop()),

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from broker.producer_ids import ProducerIdManager
     from broker.quotas.manager import ClientQuotas
     from broker.replication.replica_manager import ReplicaManager
+    from broker.share.lag import PartitionEnds
     from broker.share.service import ShareService
 
 
@@ -45,5 +46,6 @@ class BrokerServices:
     share_groups: ShareGroupManager  # share group membership, in the group coordinator (KIP-932)
     share: ShareService  # the share-partitions this broker leads, and share sessions
     share_coordinator: ShareCoordinator  # share-partition state in __share_group_state
+    share_ends: PartitionEnds  # partitions' high watermarks, for share-partitions' lag (KIP-1226)
     # learned from the controller in start(), before any listener opens (DescribeCluster)
     cluster_id: str | None = None

@@ -358,7 +358,8 @@ def _read(sock: socket.socket, n: int) -> bytes:
 
 def _coordinator_answer(c: Cluster, body, version: int):
     """The answer of the broker that coordinates the group (None while none does)."""
-    group = body.group_ids[0] if hasattr(body, "group_ids") else body.group_id
+    group = (body.group_ids[0] if hasattr(body, "group_ids") else
+             body.groups[0].group_id if hasattr(body, "groups") else body.group_id)
     # FindCoordinator creates __consumer_offsets when it does not exist yet
     live = [b for b in c.broker_ids if c.is_running(b)]
     _request(c, live[0], FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), 4)
@@ -554,6 +555,48 @@ def test_initialize_and_summarize_share_group_state(cluster: Cluster) -> None:
     assert (p.error_code, p.start_offset) == (0, 20)
     bad = _request(cluster, 1, FindCoordinatorRequest(key_type=2, coordinator_keys=["no-colons"]), 4)
     assert bad.coordinators[0].error_code == Errors.INVALID_REQUEST
+
+
+def test_describe_offsets_lag_leaves_out_completed_records(cluster: Cluster) -> None:
+    """DescribeShareGroupOffsets v1's Lag (KIP-1226): from the start offset to the high watermark,
+    less the records past the start offset already acknowledged; the tool shows it. A
+    WriteShareGroupState v1 (DeliveryCompleteCount) is written as v0's."""
+    from confluent_kafka import AcknowledgeType
+
+    from protocol.generated.describe_share_group_offsets import DescribeShareGroupOffsetsRequest as D
+    from protocol.generated.read_share_group_state_summary import ReadShareGroupStateSummaryRequest as S
+    from protocol.generated.write_share_group_state import WriteShareGroupStateRequest as W
+    topic, group = "share-lag", "share-lag-g"
+    create_topic(cluster, topic)
+    read_from_earliest(cluster, group)
+    produce(cluster, topic, 10)
+    sc = share_consumer(cluster, group, topic, explicit=True)
+    try:
+        got = wait_for(lambda: records(sc.poll(1.0)), timeout=60, what="the first records")
+        held = sorted(m.offset() for m in got)[:2]  # the start offset stays at the first held one
+        for m in got:
+            sc.acknowledge(m, AcknowledgeType.ACCEPT if m.offset() not in held else AcknowledgeType.RELEASE)
+        sc.commit_sync(30)
+        accepted = len(got) - len(held)
+        describe = D(groups=[D.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=None)])
+        p = _coordinator_answer(cluster, describe, 1).groups[0].topics[0].partitions[0]
+        assert (p.error_code, p.start_offset, p.lag) == (0, held[0], 10 - held[0] - accepted), p
+        assert _coordinator_answer(cluster, describe, 0).groups[0].topics[0].partitions[0].lag == -1
+        rows = [r.split() for r in _tool(cluster, "tools.kafka_share_groups", "--describe", "--group",
+                                         group).strip().splitlines()[1:]]
+        assert [r[3:5] for r in rows] == [[str(held[0]), str(10 - held[0] - accepted)]], rows
+    finally:
+        sc.close()
+    tid, other = _topic_id(cluster, topic), "share-lag-written"
+    written = _share_coordinator_answer(cluster, W(group_id=other, topics=[W.WriteStateData(topic_id=tid, partitions=[
+        W.PartitionData(partition=0, state_epoch=0, leader_epoch=0, start_offset=5, delivery_complete_count=3,
+                        state_batches=[W.StateBatch(first_offset=5, last_offset=5, delivery_state=0, delivery_count=1),
+                                       W.StateBatch(first_offset=6, last_offset=8, delivery_state=2, delivery_count=1)])])]),
+        1)
+    assert written.results[0].partitions[0].error_code == 0
+    p = _share_coordinator_answer(cluster, S(group_id=other, topics=[S.ReadStateSummaryData(topic_id=tid, partitions=[
+        S.PartitionData(partition=0, leader_epoch=-1)])]), 1).results[0].partitions[0]
+    assert (p.error_code, p.start_offset, p.delivery_complete_count) == (0, 5, 3)
 
 
 def _coordinator_of(c: Cluster, group: str) -> int:

@@ -10,8 +10,9 @@ and output of Kafka's ShareGroupCommand.
 
 ListGroups goes to every broker (type filter `share`), ShareGroupDescribe and
 DescribeShareGroupOffsets to the group's coordinator, ListOffsets to partition leaders. --offsets
-shows each share-partition's start offset and its lag, the records from there to the log end
-(records acknowledged past the start offset count too; Kafka 4.2 subtracts them).
+shows each share-partition's start offset and its lag as the coordinator answers it (KIP-1226:
+from the start offset to the high watermark, less the records past the start offset already
+acknowledged or archived); from a broker answering no lag, the log end minus the start offset.
 --reset-offsets sets the start offsets of an empty group (AlterShareGroupOffsets; a group with
 members answers NON_EMPTY_GROUP); --delete (DeleteGroups) and --delete-offsets
 (DeleteShareGroupOffsets, whole topics) delete an empty group and its share-partitions' state.
@@ -121,13 +122,17 @@ async def print_offsets(brokers: Brokers, g: Group) -> None:
                            d.error_message)
     starts = {(t.topic_name, p.partition_index): p.start_offset for t in d.topics for p in t.partitions
               if not p.error_code}
-    answers = await brokers.list_offsets(dict.fromkeys(starts, LATEST)) if starts else {}
+    lags = {(t.topic_name, p.partition_index): p.lag for t in d.topics for p in t.partitions
+            if not p.error_code and p.lag >= 0}
+    # the coordinator's Lag (v1, KIP-1226) when it answered one; else the log end minus the start
+    unanswered = [tp for tp in starts if tp not in lags]
+    answers = await brokers.list_offsets(dict.fromkeys(unanswered, LATEST)) if unanswered else {}
     rows: list[list[object]] = []
     for tp, start in sorted(starts.items()):
         end = answers[tp].offset if tp in answers and not answers[tp].error_code else None
         known = start if start >= 0 else None
-        rows.append([g.group_id, tp[0], tp[1], show(known),
-                     show(end - known if end is not None and known is not None else None)])
+        lag = lags.get(tp, end - known if end is not None and known is not None else None)
+        rows.append([g.group_id, tp[0], tp[1], show(known), show(lag)])
     if g.state == "Empty":
         print(f"\nShare group '{g.group_id}' has no active members.", file=sys.stderr)
     if not rows:

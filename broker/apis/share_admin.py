@@ -9,7 +9,7 @@ from __future__ import annotations
 from uuid import UUID
 
 from broker.apis.registry import RequestContext, api
-from broker.coordinator.share.records import ShareState
+from broker.coordinator.share.records import ShareState, delivery_complete_count
 from protocol.errors import Errors
 from protocol.generated.alter_share_group_offsets import AlterShareGroupOffsetsResponse
 from protocol.generated.delete_share_group_offsets import DeleteShareGroupOffsetsResponse
@@ -37,6 +37,11 @@ async def describe_share_group_offsets(ctx: RequestContext, req) -> DescribeShar
                       if (info := image.topic(name)) is not None]
         else:
             wanted = [(t.topic_name, list(t.partitions)) for t in g.topics]
+        # v1's Lag (KIP-1226): from the start offset to the high watermark, less the records past
+        # the start offset whose delivery is complete
+        ends = await s.share_ends.high_watermarks(
+            [(name, i) for name, indexes in wanted if image.topic(name) is not None for i in indexes]
+        ) if ctx.api_version >= 1 else {}
         for name, indexes in wanted:
             info = image.topic(name)
             rt = R.DescribeShareGroupOffsetsResponseTopic(topic_name=name, topic_id=info.id if info else UUID(int=0))
@@ -51,6 +56,9 @@ async def describe_share_group_offsets(ctx: RequestContext, req) -> DescribeShar
                 rp.error_code, state = await s.share.persister.read(g.group_id, info.id, index, -1)
                 if state is not None:
                     rp.start_offset, rp.leader_epoch = state.start_offset, state.leader_epoch
+                    end = ends.get((name, index))
+                    if end is not None and state.start_offset >= 0:
+                        rp.lag = max(0, end - state.start_offset - delivery_complete_count(state))
     return R(groups=out)
 
 

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from broker.apis.registry import RequestContext, api
-from broker.coordinator.share.records import ACKNOWLEDGED, ARCHIVED, ShareState, StateKey
+from broker.coordinator.share.records import ShareState, StateKey, delivery_complete_count
 from protocol.generated.delete_share_group_state import DeleteShareGroupStateResponse
 from protocol.generated.initialize_share_group_state import InitializeShareGroupStateResponse
 from protocol.generated.read_share_group_state import ReadShareGroupStateResponse
@@ -48,11 +48,13 @@ async def read_share_group_state(ctx: RequestContext, req) -> ReadShareGroupStat
     return R(results=await _each_partition(req, R.ReadStateResult, answer))
 
 
-@api(85, 0, 0, enabled=_enabled)
+@api(85, 0, 1, enabled=_enabled)
 async def write_share_group_state(ctx: RequestContext, req) -> WriteShareGroupStateResponse:
     R = WriteShareGroupStateResponse
     coordinator = ctx.services.share_coordinator
 
+    # v1's DeliveryCompleteCount (KIP-1226) is not kept apart: every write is a whole snapshot here,
+    # whose acknowledged and archived ranges give the same count to the summary and the lag
     async def answer(key: StateKey, p: Any) -> Any:
         state = ShareState(p.state_epoch, p.leader_epoch, p.start_offset,
                            [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
@@ -101,9 +103,7 @@ async def read_share_group_state_summary(ctx: RequestContext, req) -> ReadShareG
         if state is not None:
             pr.state_epoch, pr.leader_epoch, pr.start_offset = (state.state_epoch, state.leader_epoch,
                                                                 state.start_offset)
-            pr.delivery_complete_count = sum(
-                last - max(first, state.start_offset) + 1 for first, last, st, _ in state.batches
-                if st in (ACKNOWLEDGED, ARCHIVED) and last >= state.start_offset)
+            pr.delivery_complete_count = delivery_complete_count(state)
         return pr
 
     return R(results=await _each_partition(req, R.ReadStateSummaryResult, answer))

@@ -13,7 +13,7 @@ from uuid import UUID
 
 import structlog
 
-from broker.coordinator.share.records import SHARE_STATE_TOPIC, ShareState, StateKey
+from broker.coordinator.share.records import SHARE_STATE_TOPIC, ShareState, StateKey, delivery_complete_count
 from node.client import ClientError
 from protocol.errors import Errors
 from protocol.generated.delete_share_group_state import DeleteShareGroupStateRequest
@@ -113,9 +113,10 @@ class SharePersister:
             resp = await client.request(W(group_id=key.group_id, topics=[W.WriteStateData(
                 topic_id=key.topic_id, partitions=[W.PartitionData(
                     partition=key.partition, state_epoch=state.state_epoch, leader_epoch=state.leader_epoch,
-                    start_offset=state.start_offset, state_batches=[
+                    start_offset=state.start_offset, delivery_complete_count=delivery_complete_count(state),
+                    state_batches=[
                         W.StateBatch(first_offset=f, last_offset=last, delivery_state=s, delivery_count=c)
-                        for f, last, s, c in state.batches])])]), 0)
+                        for f, last, s, c in state.batches])])]))
         except (TimeoutError, ClientError, OSError) as e:
             log.info("share_state_write_failed", coordinator=leader, error=str(e))
             await self.peers.drop(leader)

@@ -46,6 +46,7 @@ _st_16s = _Struct(">16s")
 _st_i = _Struct(">i")
 _st_ih = _Struct(">ih")
 _st_iiiq = _Struct(">iiiq")
+_st_iiiqi = _Struct(">iiiqi")
 _st_qqbh = _Struct(">qqbh")
 
 
@@ -65,7 +66,7 @@ class WriteShareGroupStateRequest(Message):
     NAME = "WriteShareGroupStateRequest"
     KIND = "request"
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_FROM = 0
 
     group_id: str
@@ -103,6 +104,7 @@ class WriteShareGroupStateRequest(Message):
             "state_epoch",
             "leader_epoch",
             "start_offset",
+            "delivery_complete_count",
             "state_batches",
             "unknown_tags",
         )
@@ -111,6 +113,7 @@ class WriteShareGroupStateRequest(Message):
             "state_epoch",
             "leader_epoch",
             "start_offset",
+            "delivery_complete_count",
             "state_batches",
         )
 
@@ -118,6 +121,7 @@ class WriteShareGroupStateRequest(Message):
         state_epoch: int
         leader_epoch: int
         start_offset: int
+        delivery_complete_count: int
         state_batches: list[WriteShareGroupStateRequest.StateBatch]
         unknown_tags: dict[int, bytes] | None
 
@@ -127,6 +131,7 @@ class WriteShareGroupStateRequest(Message):
             state_epoch: int = 0,
             leader_epoch: int = 0,
             start_offset: int = 0,
+            delivery_complete_count: int = -1,
             state_batches: list[WriteShareGroupStateRequest.StateBatch] = _UNSET,
             unknown_tags: dict[int, bytes] | None = None,
         ) -> None:
@@ -134,6 +139,7 @@ class WriteShareGroupStateRequest(Message):
             self.state_epoch = state_epoch
             self.leader_epoch = leader_epoch
             self.start_offset = start_offset
+            self.delivery_complete_count = delivery_complete_count
             self.state_batches = [] if state_batches is _UNSET else state_batches
             self.unknown_tags = unknown_tags
 
@@ -201,7 +207,7 @@ class WriteShareGroupStateResponse(Message):
     NAME = "WriteShareGroupStateResponse"
     KIND = "response"
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_FROM = 0
 
     results: list[WriteShareGroupStateResponse.WriteStateResult]
@@ -351,7 +357,7 @@ def _d_WriteShareGroupStateRequest_PartitionData_v0(buf, pos):
     except _DECODE_ERRORS as e:
         raise _malformed(e, "PartitionData." + str(f), pos) from None
     return _c_WriteShareGroupStateRequest_PartitionData(
-        v_partition, v_state_epoch, v_leader_epoch, v_start_offset, v_state_batches, unknown
+        v_partition, v_state_epoch, v_leader_epoch, v_start_offset, -1, v_state_batches, unknown
     ), pos
 
 
@@ -458,6 +464,11 @@ def _e_WriteShareGroupStateRequest_StateBatch_v0(o, parts):
 
 def _e_WriteShareGroupStateRequest_PartitionData_v0(o, parts):
     w = parts.append
+    if o.delivery_complete_count != -1:
+        raise ProtocolError(
+            "DeliveryCompleteCount is not in this version and is not ignorable",
+            field="PartitionData.DeliveryCompleteCount",
+        )
     w(_st_iiiq.pack(o.partition, o.state_epoch, o.leader_epoch, o.start_offset))
     lst = o.state_batches
     if lst is None:
@@ -498,6 +509,196 @@ def _e_WriteShareGroupStateRequest_WriteShareGroupStateRequest_v0(o, parts):
         w(uvarint(len(lst) + 1))
         for x in lst:
             _e_WriteShareGroupStateRequest_WriteStateData_v0(x, parts)
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _d_WriteShareGroupStateRequest_PartitionData_v1(buf, pos):
+    f = None
+    try:
+        f = "Partition"
+        v_partition, v_state_epoch, v_leader_epoch, v_start_offset, v_delivery_complete_count = _st_iiiqi.unpack_from(
+            buf, pos
+        )
+        pos += 24
+        f = "StateBatches"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 20 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_state_batches = lst = []
+            ap = lst.append
+            for _ in range(n):
+                x, pos = _d_WriteShareGroupStateRequest_StateBatch_v0(buf, pos)
+                ap(x)
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "PartitionData." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "PartitionData." + str(f), pos) from None
+    return _c_WriteShareGroupStateRequest_PartitionData(
+        v_partition, v_state_epoch, v_leader_epoch, v_start_offset, v_delivery_complete_count, v_state_batches, unknown
+    ), pos
+
+
+def _d_WriteShareGroupStateRequest_WriteStateData_v1(buf, pos):
+    f = None
+    try:
+        f = "TopicId"
+        v_topic_id = _st_16s.unpack_from(buf, pos)[0]
+        pos += 16
+        v_topic_id = UUID(bytes=v_topic_id)
+        f = "Partitions"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 26 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_partitions = lst = []
+            ap = lst.append
+            for _ in range(n):
+                x, pos = _d_WriteShareGroupStateRequest_PartitionData_v1(buf, pos)
+                ap(x)
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "WriteStateData." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "WriteStateData." + str(f), pos) from None
+    return _c_WriteShareGroupStateRequest_WriteStateData(v_topic_id, v_partitions, unknown), pos
+
+
+def _d_WriteShareGroupStateRequest_WriteShareGroupStateRequest_v1(buf, pos):
+    f = None
+    try:
+        f = "GroupId"
+        v_group_id, pos = read_cstr(buf, pos)
+        f = "Topics"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 18 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_topics = lst = []
+            ap = lst.append
+            for _ in range(n):
+                x, pos = _d_WriteShareGroupStateRequest_WriteStateData_v1(buf, pos)
+                ap(x)
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "WriteShareGroupStateRequest." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "WriteShareGroupStateRequest." + str(f), pos) from None
+    return _c_WriteShareGroupStateRequest(v_group_id, v_topics, unknown), pos
+
+
+def _e_WriteShareGroupStateRequest_PartitionData_v1(o, parts):
+    w = parts.append
+    w(_st_iiiqi.pack(o.partition, o.state_epoch, o.leader_epoch, o.start_offset, o.delivery_complete_count))
+    lst = o.state_batches
+    if lst is None:
+        raise ProtocolError("null in non-nullable array StateBatches")
+    else:
+        w(uvarint(len(lst) + 1))
+        for x in lst:
+            _e_WriteShareGroupStateRequest_StateBatch_v0(x, parts)
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_WriteShareGroupStateRequest_WriteStateData_v1(o, parts):
+    w = parts.append
+    w(_st_16s.pack(o.topic_id.bytes))
+    lst = o.partitions
+    if lst is None:
+        raise ProtocolError("null in non-nullable array Partitions")
+    else:
+        w(uvarint(len(lst) + 1))
+        for x in lst:
+            _e_WriteShareGroupStateRequest_PartitionData_v1(x, parts)
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_WriteShareGroupStateRequest_WriteShareGroupStateRequest_v1(o, parts):
+    w = parts.append
+    write_cstr(parts, o.group_id)
+    lst = o.topics
+    if lst is None:
+        raise ProtocolError("null in non-nullable array Topics")
+    else:
+        w(uvarint(len(lst) + 1))
+        for x in lst:
+            _e_WriteShareGroupStateRequest_WriteStateData_v1(x, parts)
     if o.unknown_tags:
         write_tags(parts, None, o.unknown_tags)
     else:
@@ -666,7 +867,19 @@ def _e_WriteShareGroupStateResponse_WriteShareGroupStateResponse_v0(o, parts):
         w(b"\x00")
 
 
-WriteShareGroupStateRequest._decoders = {0: _d_WriteShareGroupStateRequest_WriteShareGroupStateRequest_v0}
-WriteShareGroupStateRequest._encoders = {0: _e_WriteShareGroupStateRequest_WriteShareGroupStateRequest_v0}
-WriteShareGroupStateResponse._decoders = {0: _d_WriteShareGroupStateResponse_WriteShareGroupStateResponse_v0}
-WriteShareGroupStateResponse._encoders = {0: _e_WriteShareGroupStateResponse_WriteShareGroupStateResponse_v0}
+WriteShareGroupStateRequest._decoders = {
+    0: _d_WriteShareGroupStateRequest_WriteShareGroupStateRequest_v0,
+    1: _d_WriteShareGroupStateRequest_WriteShareGroupStateRequest_v1,
+}
+WriteShareGroupStateRequest._encoders = {
+    0: _e_WriteShareGroupStateRequest_WriteShareGroupStateRequest_v0,
+    1: _e_WriteShareGroupStateRequest_WriteShareGroupStateRequest_v1,
+}
+WriteShareGroupStateResponse._decoders = {
+    0: _d_WriteShareGroupStateResponse_WriteShareGroupStateResponse_v0,
+    1: _d_WriteShareGroupStateResponse_WriteShareGroupStateResponse_v0,
+}
+WriteShareGroupStateResponse._encoders = {
+    0: _e_WriteShareGroupStateResponse_WriteShareGroupStateResponse_v0,
+    1: _e_WriteShareGroupStateResponse_WriteShareGroupStateResponse_v0,
+}

@@ -46,6 +46,13 @@ class ShareState:
     snapshot_epoch: int = 0
 
 
+def delivery_complete_count(s: ShareState) -> int:
+    """Offsets at or past the start offset whose delivery is complete, acknowledged or archived
+    (KIP-1226's DeliveryCompleteCount): what a share-partition's lag leaves out."""
+    return sum(last - max(first, s.start_offset) + 1 for first, last, st, _ in s.batches
+               if st in (ACKNOWLEDGED, ARCHIVED) and last >= s.start_offset)
+
+
 def partition_for(key: StateKey, num_partitions: int) -> int:
     return coordinator_partition(key.coordinator_key, num_partitions)
 
