@@ -195,11 +195,22 @@ def elect_leaderless(
     image: MetadataImage, usable: Collection[int], unclean_for: Callable[[str], bool], only_broker: int | None = None
 ) -> list[PartitionChangeRecord]:
     """Leaders for partitions that have none, now that `usable` changed (a broker unfenced).
-    With only_broker, only partitions that broker could lead are looked at."""
+    With only_broker, only partitions that broker could lead are looked at, and it rejoins the ISR
+    of the diskless partitions it is a replica of."""
     out = []
     for t in image.topics.values():
         election: Election | None = None
         for p in t.partitions.values():
+            if (only_broker is not None and p.diskless_coordinator >= 0 and only_broker in p.replicas
+                    and only_broker not in p.isr):
+                # A diskless replica holds no data to catch up (KIP-1164: every broker serves the
+                # partition from object storage), so it is in sync once unfenced. Without this the
+                # ISR only shrinks, and the partition's leader (where its share-partitions live,
+                # KIP-932) could no longer move after a few failures.
+                rec = build_change(image, p, usable, isr=[*p.isr, only_broker])
+                if rec is not None:
+                    out.append(rec)
+                continue
             if p.leader != NO_LEADER:
                 continue
             if only_broker is not None and only_broker not in p.replicas:

@@ -7,7 +7,8 @@ forward acquisitions and acknowledgements to broker 3 (SharePartitionForward).
 - two members of one group, through brokers 1 and 2, read a 1-partition diskless topic: each gets
   records, every record is delivered once and accepted once, nothing comes back later;
 - kill -9 of the holder: the controller moves the partition's leader, the new holder reads the
-  state from __share_group_state, accepted records never come back and held ones do.
+  state from __share_group_state, accepted records never come back and held ones do; the killed
+  broker, restarted, is back in the partition's ISR (a diskless replica has nothing to catch up).
 """
 
 from __future__ import annotations
@@ -71,6 +72,23 @@ def member(c: Cluster, group: str, topic: str, via: int, explicit: bool = False)
     sc = ShareConsumer(conf)
     sc.subscribe([topic])
     return sc
+
+
+def image_partition(c: Cluster, broker: int, topic: str) -> tuple[int, list[int]]:
+    """(leader, ISR) of partition 0 in `broker`'s metadata image (DescribeTopicPartitions names
+    them as they are; Metadata names each client its gateway)."""
+    import asyncio
+
+    from node.client import NodeClient
+    from protocol.generated.describe_topic_partitions import DescribeTopicPartitionsRequest as D
+
+    async def ask() -> tuple[int, list[int]]:
+        async with NodeClient(c.host, c.broker_port(broker)) as nc:
+            resp = await nc.request(D(topics=[D.TopicRequest(name=topic)], response_partition_limit=10))
+        p = resp.topics[0].partitions[0]
+        return p.leader_id, sorted(p.isr_nodes)
+
+    return asyncio.run(ask())
 
 
 def requests(c: Cluster, broker: int, api: str) -> float:
@@ -171,3 +189,8 @@ def test_kill_holder_keeps_accepted_records_accepted(cluster: Cluster) -> None:
             b.close()
     finally:
         a.close()
+    assert image_partition(cluster, 2, topic) == (1, [1, 2])
+    # the holder's broker back: in the diskless partition's ISR again, so the leader (and the
+    # share-partition with it) can move to it after the next failure
+    cluster.start_node(HOLDER)
+    wait_for(lambda: image_partition(cluster, 2, topic) == (1, [1, 2, 3]), timeout=30, what="broker 3 in the ISR")
