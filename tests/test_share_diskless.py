@@ -153,6 +153,34 @@ def test_two_members_through_two_brokers_share_one_diskless_partition(cluster: C
         sc.close()
 
 
+def test_read_committed_through_a_forwarding_broker(cluster: Cluster) -> None:
+    """share.isolation.level=read_committed on a diskless topic, read through broker 1: it reads
+    the aborted transaction's batches itself and tells the holder to archive them unseen."""
+    from confluent_kafka import Producer
+    topic, group = "dl-share-txn", "dl-share-txn-g"
+    create_diskless_topic(cluster, topic)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "dl-share-txn-p"})
+    p.init_transactions(30)
+    for outcome in ("abort", "commit", "abort", "commit"):
+        p.begin_transaction()
+        for i in range(5):
+            p.produce(topic, value=f"{outcome}-{i}".encode())
+        p.flush(30)
+        (p.abort_transaction if outcome == "abort" else p.commit_transaction)(30)
+    read_from_earliest(cluster, group, share_isolation_level="read_committed")
+    sc = member(cluster, group, topic, 1)
+    try:
+        got: list = []
+        deadline = time.time() + 20
+        while time.time() < deadline and len(got) < 10:
+            got += records(sc.poll(0.5))
+        got += records(sc.poll(0.5))
+        assert sorted(m.value() for m in got) == sorted([f"commit-{i}".encode() for i in range(5)] * 2), got
+        sc.commit_sync(30)
+    finally:
+        sc.close()
+
+
 def test_kill_holder_keeps_accepted_records_accepted(cluster: Cluster) -> None:
     from confluent_kafka import AcknowledgeType
     topic, group = "dl-share-kill", "dl-share-kill-g"

@@ -107,6 +107,11 @@ class ShareForwarder:
             key, holder, member_id, is_renew_ack=renew, release_all=release_all, max_records=0,
             acknowledgement_batches=[F.AcknowledgementBatch(first_offset=f, last_offset=last, acknowledge_types=t)
                                      for f, last, t in batches]))
+        if release_all:
+            # a session ended: the offset kept for its partitions goes (another member's next
+            # acquisition asks the holder afresh), so the map holds only partitions still read
+            self.forget(key)
+            return resp.error_code if resp is not None else Errors.NOT_LEADER_OR_FOLLOWER
         if resp is None:
             return Errors.NOT_LEADER_OR_FOLLOWER
         if resp.error_code:
