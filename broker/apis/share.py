@@ -115,7 +115,7 @@ def _leader(ctx: RequestContext, tid, index: int) -> tuple[int, int]:
     return (pi.leader, pi.leader_epoch) if pi is not None else (-1, -1)
 
 
-async def _acknowledge(ctx: RequestContext, group_id: str, member_id: str, acks: OrderedDict,
+async def _acknowledge(ctx: RequestContext, group_id: str, member_id: str, acks: dict,
                        renew: bool = False) -> dict:
     """(topic id, partition) -> error of applying its acknowledgements (`renew`: v2's RENEW type
     allowed, KIP-1222)."""
@@ -175,7 +175,11 @@ async def share_fetch(ctx: RequestContext, req) -> ShareFetchResponse:
     assert session is not None
     lock_ms = share.lock_duration_ms(group_id)
     renew = ctx.api_version >= 2 and bool(req.is_renew_ack)
-    ack_errors = await _acknowledge(ctx, group_id, member_id, _acks(req.topics), renew)
+    acks = _acks(req.topics)
+    # a diskless partition's acknowledgements for another broker's share-partition ride on the
+    # acquisition forwarded there (one round trip, not two) when this request acquires
+    riding = share.riding_acks(acks) if epoch != FINAL_EPOCH and not renew else {}
+    ack_errors = await _acknowledge(ctx, group_id, member_id, acks, renew)
     if epoch == FINAL_EPOCH:
         share.sessions.close(session)
         share.release_member(group_id, member_id, list(session.partitions))
@@ -194,7 +198,10 @@ async def share_fetch(ctx: RequestContext, req) -> ShareFetchResponse:
     max_records = req.max_records if req.max_records > 0 else DEFAULT_MAX_RECORDS
     while True:
         got, waits = await _acquire_all(ctx, group_id, member_id, list(session.partitions), max_records,
-                                        req.max_bytes if req.max_bytes > 0 else 2**31 - 1)
+                                        req.max_bytes if req.max_bytes > 0 else 2**31 - 1, riding, ack_errors)
+        if riding:  # no acquisition of theirs ran (not in the session, or the records limit came first)
+            ack_errors.update(await _acknowledge(ctx, group_id, member_id, riding, renew))
+            riding = {}
         if got or not waits or loop.time() >= deadline or ack_errors:
             return _fetch_response(ctx, lock_ms, ack_errors, got)
         fut = loop.create_future()
@@ -210,10 +217,11 @@ async def share_fetch(ctx: RequestContext, req) -> ShareFetchResponse:
 
 
 async def _acquire_all(ctx: RequestContext, group_id: str, member_id: str, partitions: list, max_records: int,
-                       max_bytes: int) -> tuple[dict, list]:
+                       max_bytes: int, riding: dict, ack_errors: dict) -> tuple[dict, list]:
     """(topic id, partition) -> (error, acquired) for the partitions that answer now, and the
     (partition, share-partition) pairs a long poll waits on (no share-partition: it is held by
-    another broker, which wakes no wait here)."""
+    another broker, which wakes no wait here). The acknowledgements in `riding` go with their
+    partition's acquisition (taken out, their errors put in `ack_errors`)."""
     share = ctx.services.share
     image = ctx.services.metadata.image
     got: dict = {}
@@ -225,7 +233,14 @@ async def _acquire_all(ctx: RequestContext, group_id: str, member_id: str, parti
         if info is None:
             got[(tid, index)] = (Errors.UNKNOWN_TOPIC_ID, None)
             continue
-        err, acquired, wait = await share.fetch(ctx, group_id, member_id, info.name, index, max_records, max_bytes)
+        acks = riding.pop((tid, index), None)
+        err, acquired, wait, ack_err = await share.fetch(ctx, group_id, member_id, info.name, index, max_records,
+                                                         max_bytes, acks)
+        if acks is not None:
+            ack_errors[(tid, index)] = ack_err
+            if ack_err:
+                log.info("share_acknowledge_refused", group=group_id, member=member_id, topic=info.name,
+                         partition=index, error=ack_err)
         if err:
             got[(tid, index)] = (err, None)
         elif acquired is not None and acquired.ranges:

@@ -122,37 +122,49 @@ class ShareForwarder:
         return resp.acknowledge_error_code
 
     async def acquire(self, key: Key, holder: Holder, member_id: str, max_records: int,
-                      read: Callable[[int], Awaitable[ReadBatches]]) -> tuple[int, Acquired | None]:
+                      read: Callable[[int], Awaitable[ReadBatches]], acks: list[tuple[int, int, list[int]]] | None = None
+                      ) -> tuple[int, Acquired | None, int]:
         """(error, what the holder acquired for the member among the batches `read` here, None
-        when nothing was)."""
+        when nothing was; the error of applying `acks`, the member's acknowledgements of this
+        ShareFetch, which ride on the first call: one round trip, not two)."""
         offset = self._next_offsets.get(key, -1)
         refresh = key in self._refresh
         self._refresh.discard(key)
+        ack_err = 0
         for _ in range(READ_ROUNDS):
             r = ReadBatches(0, []) if offset < 0 else await read(offset)
-            if r.error:
-                return r.error, None
+            if r.error and not acks:
+                return r.error, None, ack_err
             aborted = r.aborted or set()
             resp = await self._call(holder, self._request(
-                key, holder, member_id, refresh_idle=refresh, max_records=max_records, log_start_offset=r.log_start,
+                key, holder, member_id, refresh_idle=refresh, max_records=0 if r.error else max_records,
+                log_start_offset=r.log_start, acknowledgement_batches=[
+                    F.AcknowledgementBatch(first_offset=f, last_offset=last, acknowledge_types=t)
+                    for f, last, t in acks or ()],
                 batches=[F.ReadBatch(base_offset=h.base_offset, last_offset=h.last_offset, is_control=h.is_control,
                                      is_aborted=h.base_offset in aborted)
                          for h, _ in r.batches]))
+            if acks:  # applied (or refused) once, whatever the acquisition gives
+                ack_err = (Errors.NOT_LEADER_OR_FOLLOWER if resp is None else
+                           resp.error_code or resp.acknowledge_error_code)
+                acks = None
             refresh = False
+            if r.error:
+                return r.error, None, ack_err
             if resp is None or resp.error_code in PASSING:
                 self._next_offsets.pop(key, None)
-                return 0, None
+                return 0, None, ack_err
             if resp.error_code:
-                return resp.error_code, None
+                return resp.error_code, None, ack_err
             self._next_offsets[key] = resp.next_fetch_offset
             if resp.acquired_records:
                 ranges = [(a.first_offset, a.last_offset, a.delivery_count) for a in resp.acquired_records]
                 return 0, Acquired([raw for h, raw in r.batches if _overlaps(h.base_offset, h.last_offset, ranges)],
-                                   ranges)
+                                   ranges), ack_err
             if resp.next_fetch_offset < 0 or resp.next_fetch_offset == offset:
-                return 0, None  # nothing to acquire now
+                return 0, None, ack_err  # nothing to acquire now
             offset = resp.next_fetch_offset  # released records below, or acquired by another member
-        return 0, None
+        return 0, None, ack_err
 
     def forget(self, key: Key) -> None:
         self._next_offsets.pop(key, None)

@@ -262,28 +262,44 @@ class ShareService:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def riding_acks(self, acks: dict) -> dict:
+        """Take out of `acks` ((topic id, partition) -> batches) those of diskless partitions held
+        by another broker: they ride on the acquisition forwarded there (fetch's `acks`)."""
+        image = self.images.image
+        out = {}
+        for tid, index in list(acks):
+            info = image.topics.get(tid)
+            if info is not None and self.holder(info.name, index) is not None:
+                out[(tid, index)] = acks.pop((tid, index))
+        return out
+
     async def fetch(self, reader: Reader, group_id: str, member_id: str, topic: str, index: int, max_records: int,
-                    max_bytes: int) -> tuple[int, Acquired | None, tuple[ServedPartition, SharePartition | None] | None]:
+                    max_bytes: int, acks: list[tuple[int, int, list[int]]] | None = None
+                    ) -> tuple[int, Acquired | None, tuple[ServedPartition, SharePartition | None] | None, int]:
         """(error, what was acquired for the member, what a long poll waits on when nothing was:
-        the partition and its share-partition here, None for one held by another broker)."""
+        the partition and its share-partition here, None for one held by another broker; the
+        error of applying `acks` first, the member's acknowledgements of the partition)."""
         key = (group_id, topic, index)
         holder = self.holder(topic, index)
         if holder is not None:
             p, err = self.router.serving(topic, index)
             if p is None:
-                return err, None, None
+                ack_err = await self.acknowledge(group_id, member_id, topic, index, acks, False) if acks else 0
+                return err, None, None, ack_err
             served = p
-            err, got = await self.forwarder.acquire(key, holder, member_id, max_records, lambda offset: self._read(
-                reader, topic, index, served, offset, self.read_committed(group_id), max_bytes))
-            return err, got, ((p, None) if not err and got is None else None)
+            err, got, ack_err = await self.forwarder.acquire(
+                key, holder, member_id, max_records, lambda offset: self._read(
+                    reader, topic, index, served, offset, self.read_committed(group_id), max_bytes), acks)
+            return err, got, ((p, None) if not err and got is None else None), ack_err
+        ack_err = await self.acknowledge(group_id, member_id, topic, index, acks, False) if acks else 0
         p, err = self.serving(topic, index)
         if p is None:
-            return err, None, None
+            return err, None, None, ack_err
         err, sp = await self.share_partition(group_id, topic, index, p)
         if err or sp is None:
-            return err, None, None
+            return err, None, None, ack_err
         err, got, idle = await self._acquire(reader, sp, p, member_id, max_records, max_bytes)
-        return err, got, ((p, sp) if idle and not err else None)
+        return err, got, ((p, sp) if idle and not err else None), ack_err
 
     async def _read(self, reader: Reader, topic: str, index: int, p: ServedPartition, offset: int, committed: bool,
                     max_bytes: int) -> ReadBatches:
