@@ -12,7 +12,7 @@ gateways' point: KIP-1164, "Reducing multi-DC commit operations"), and forwards 
 what changes the share-partition's state (Strata's SharePartitionForward, 1932): the member's
 acknowledgements, the release of its records when its session ends, and the acquisition, which
 names the bounds of the batches read (offsets, markers, aborted transactions) and gets back the
-offset ranges acquired.
+offset ranges acquired. A ShareFetch's acknowledgements ride on its first acquisition call.
 
 Where to read is the holder's to say (the first available record, else the window's end): each
 answer carries it, kept here per (group, partition) as the offset of the next read. A read at a
