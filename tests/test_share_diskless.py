@@ -22,7 +22,7 @@ import pytest
 
 from tests.conftest import FAST_FENCING, wait_for
 from tests.test_metrics import scrape, value
-from tests.test_share_groups import _members, produce, read_from_earliest, records
+from tests.test_share_groups import _coordinator_answer, _members, produce, read_from_earliest, records
 from tools.cluster import Cluster
 
 pytestmark = pytest.mark.slow
@@ -141,6 +141,11 @@ def test_two_members_through_two_brokers_share_one_diskless_partition(cluster: C
     assert requests(cluster, 1, "ShareFetch") and requests(cluster, 2, "ShareFetch")
     assert not requests(cluster, HOLDER, "ShareFetch")
     assert requests(cluster, HOLDER, "SharePartitionForward")
+    # no lag left (KIP-1226): the high watermark read by the group's coordinator, whichever it is
+    from protocol.generated.describe_share_group_offsets import DescribeShareGroupOffsetsRequest as D
+    p = _coordinator_answer(cluster, D(groups=[D.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=None)]),
+                            1).groups[0].topics[0].partitions[0]
+    assert (p.error_code, p.start_offset, p.lag) == (0, n, 0), p
     # every record was accepted: a new member gets nothing, past the lock duration too
     sc = member(cluster, group, topic, 2)
     try:
