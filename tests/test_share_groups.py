@@ -85,13 +85,19 @@ def read_from_earliest(c: Cluster, group: str, **more: str) -> None:
         f.result(30)
 
 
-def produce(c: Cluster, topic: str, n: int, tag: str = "v", chunk: int = 0, pause: float = 0.0) -> list[bytes]:
-    """`n` records; with `chunk`, flushed that many at a time with `pause` between."""
+def produce(c: Cluster, topic: str, n: int, tag: str = "v", chunk: int = 0, pause: float = 0.0,
+            partitions: int = 0) -> list[bytes]:
+    """`n` records; with `chunk`, flushed that many at a time with `pause` between; with
+    `partitions`, dealt round-robin over that many (else the sticky partitioner may put them all
+    in one)."""
     from confluent_kafka import Producer
     p = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "linger.ms": 5})
     values = [f"{tag}-{i}".encode() for i in range(n)]
     for i, v in enumerate(values):
-        p.produce(topic, value=v)
+        if partitions:
+            p.produce(topic, value=v, partition=i % partitions)
+        else:
+            p.produce(topic, value=v)
         if chunk and (i + 1) % chunk == 0:
             assert p.flush(30) == 0
             time.sleep(pause)
@@ -276,7 +282,7 @@ def test_share_groups_tool_lists_and_describes(cluster: Cluster) -> None:
     bad = _run_tool(cluster, "tools.kafka_configs", "--alter", "--entity-type", "groups", "--entity-name", group,
                     "--add-config", "share.auto.offset.reset=sometimes")
     assert bad.returncode != 0 and "share.auto.offset.reset" in bad.stdout + bad.stderr
-    produce(cluster, topic, 30)  # partitioned by the producer: both partitions get some
+    produce(cluster, topic, 30, partitions=2)  # both partitions get some, so both share-partitions start
     a = share_consumer(cluster, group, topic)
     try:
         got = 0
