@@ -50,6 +50,13 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 LATEST, EARLIEST = -1, -2
+# A share read hands out at most the request's MaxRecords, within an in-flight window of
+# group.share.partition.max.record.locks records (KIP-932, "In-flight records"); reading up to a
+# consumer's whole fetch max bytes (librdkafka's 50 MiB) only to drop most of it cost a diskless
+# partition a lookup and block-cache copy of everything unread, on every ShareFetch. The bound is
+# a consumer's per-partition fetch default (max.partition.fetch.bytes, 1 MiB); a larger first batch
+# still comes whole (min_one_batch).
+SHARE_READ_MAX_BYTES = 1 << 20
 Key = tuple[str, str, int]  # (group, topic, partition)
 
 
@@ -305,6 +312,7 @@ class ShareService:
                     max_bytes: int) -> ReadBatches:
         """The batches from `offset` on, through the partition router's view of the chunk holding
         it for a chunked partition."""
+        max_bytes = min(max_bytes, SHARE_READ_MAX_BYTES)
         pos = FetchPosition(fetch_offset=offset, max_bytes=max_bytes, replica_id=-1, last_fetched_epoch=-1,
                             read_committed=committed, min_one_batch=True)
         info = self.images.image.topic(topic)
