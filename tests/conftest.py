@@ -149,3 +149,20 @@ def cluster_factory(tmp_path: Path) -> Iterator[ClusterFactory]:
 @pytest.fixture
 def cluster(cluster_factory: ClusterFactory) -> Cluster:
     return cluster_factory()
+
+
+# Files whose tests took longest in a full run (seconds of setup, call and teardown together).
+# `make test` hands whole files to its two xdist workers in collection order
+# (--dist loadfile --no-loadscope-reorder): the longest go first (longest processing time first),
+# so the workers finish together instead of one idling while the other runs a long file it got last.
+LONGEST_FILES = {
+    "test_spark_sink.py": 346, "test_e2e_clients.py": 113, "test_ordered_clients.py": 108,
+    "test_broker_core.py": 95, "test_diskless_acceptance.py": 89, "test_consumer_protocol.py": 73,
+    "test_diskless_transactions.py": 72, "test_eos_diskless.py": 67, "test_spark_sink_secure.py": 66,
+    "test_reassign_tool.py": 66, "test_transactions.py": 49, "test_controller_quorum.py": 45,
+    "test_eos_loop.py": 45, "test_faults.py": 43, "test_share_groups.py": 43,
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: -LONGEST_FILES.get(item.path.name, 0))  # stable: the rest keep their order
