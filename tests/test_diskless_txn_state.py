@@ -140,6 +140,7 @@ def _as_previous_schema(path: Path) -> None:
     db = sqlite3.connect(path)
     db.execute("DROP TABLE txn_producers")
     db.execute("DROP TABLE txn_aborted")
+    db.execute("DROP TABLE leader_epochs")
     db.execute("UPDATE meta SET value = 2 WHERE name = 'schema_version'")
     db.commit()
     db.close()

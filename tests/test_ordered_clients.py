@@ -6,7 +6,8 @@ group with one member restarted mid-way: every key arrives in order without gaps
 and each marked partition is deleted once the test empties it (DeleteRecords up to the group's
 committed offsets), or, in the retention variant, once retention alone has emptied it. With `kill`, the controller is killed -9 during each alter and restarted;
 the alter is retried until it is in. The stock-client run (aiokafka) shows the reordering the
-ordered clients prevent.
+ordered clients prevent. The diskless variant runs the scenario on a diskless topic (KIP-1164),
+where every broker takes writes: the gates' epoch ends come from the diskless coordinator.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from client.cluster import EARLIEST, LATEST, ClusterClient, StrataClientError
 from node.client import NodeClient
 from protocol.errors import Errors
 from protocol.generated.offset_for_leader_epoch import OffsetForLeaderEpochRequest
-from protocol.records import Record
+from protocol.generated.produce import ProduceRequest
+from protocol.records import Record, encode_batch
 from tests.tcp_proxy import TcpProxy
 from tests.test_kafka_topics import SCRIPT
 from tests.test_partition_counts import delete_records, metadata, produce
@@ -176,10 +178,14 @@ class Scenario:
             self.committed.pop((TOPIC, idx), None)
 
 
-async def ordered_scenario(c: Cluster, kill: bool, by_retention: bool = False) -> None:
+async def ordered_scenario(c: Cluster, kill: bool, by_retention: bool = False, diskless: bool = False,
+                           counts: tuple[int, ...] = (6, 4, 8, 2), per_change: int = 1500) -> None:
+    """The topic goes 3 -> each of `counts`, with `per_change` more records acknowledged before each
+    change and after the last."""
     retention = ["--config", f"retention.ms={RETENTION_MS}", "--config", "segment.ms=2000"] if by_retention else []
+    kind = ["--replication-factor", "1", "--config", "diskless.enable=true"] if diskless else ["--replication-factor", "2"]
     subprocess.run([SCRIPT, "--bootstrap-server", c.bootstrap, "--create", "--topic", TOPIC, "--partitions", "3",
-                    "--replication-factor", "2", *retention], check=True, capture_output=True, timeout=60)
+                    *kind, *retention], check=True, capture_output=True, timeout=60)
     s = Scenario(c)
     cc = ClusterClient(c.bootstrap, "test")
     restart = asyncio.Event()
@@ -194,8 +200,8 @@ async def ordered_scenario(c: Cluster, kill: bool, by_retention: bool = False) -
             return sum(s.sent.values()) >= n
 
         total, before = 0, 3
-        for count in (6, 4, 8, 2):
-            total += 1500
+        for count in counts:
+            total += per_change
             await wait_for(lambda n=total: progressed(n), what="traffic")
             s.slow.set()
             s.marked = set(range(count, before))  # a shrink's marked partitions: slower still
@@ -220,7 +226,7 @@ async def ordered_scenario(c: Cluster, kill: bool, by_retention: bool = False) -
                 return (await layout(cc)) == (list(range(n)), [])
 
             await wait_for(settled, timeout=15, what=f"exactly partitions 0-{count - 1}")
-        total += 1500
+        total += per_change
         await wait_for(lambda: progressed(total), what="traffic after the last alter")
         s.stop_producing.set()
         await asyncio.gather(*producers)
@@ -256,6 +262,18 @@ def test_ordered_delivery_across_count_changes_by_retention_alone(cluster_factor
     (retention.ms=20000; Kafka's rule that deletes an idle log's expired active segment)."""
     c = cluster_factory(controller_overrides=FAST, broker_overrides={**BROKER, "log.retention.check.interval.ms": 500})
     asyncio.run(ordered_scenario(c, False, by_retention=True))
+
+
+def test_ordered_delivery_across_count_changes_diskless(cluster_factory, tmp_path) -> None:
+    """A diskless topic, 3 -> 6 -> 4 -> 8: growth, a shrink whose marked partitions are drained and
+    deleted, and a growth re-creating their indexes. Every broker takes writes by its own image,
+    so a batch hashed over the old count can reach the coordinator after one hashed over the new
+    one: the coordinator fences the epoch the change ended and answers where it ended."""
+    diskless = {"diskless.storage.url": f"file://{tmp_path / 'objects'}", "diskless.wal.max.ms": "20",
+                "diskless.metadata.topic.num.partitions": "2"}
+    c = cluster_factory(controller_overrides={**FAST, "diskless.metadata.topic.num.partitions": "2"},
+                        broker_overrides={**BROKER, **diskless})
+    asyncio.run(ordered_scenario(c, False, diskless=True, counts=(6, 4, 8), per_change=600))
 
 
 async def stock_scenario(c: Cluster) -> int:
@@ -526,6 +544,82 @@ def test_gates_wait_for_a_leader_that_has_not_applied_the_change(cluster_factory
     try:
         c.start()
         asyncio.run(lagging_leader(c, link))
+    finally:
+        c.stop()
+        link.close()
+
+
+# ---- a diskless topic: every broker takes writes by its own image
+async def produce_via(c: Cluster, broker: int, topic: str, partition: int, value: bytes, count: int):
+    """One record to `topic`-`partition` through `broker` (any broker takes a diskless write),
+    hashed over `count` (the tagged UndeletedPartitionCount)."""
+    P = ProduceRequest
+    req = P(acks=-1, timeout_ms=10000, topic_data=[P.TopicProduceData(name=topic, undeleted_partition_count=count,
+            partition_data=[P.PartitionProduceData(index=partition, records=encode_batch([Record(value=value)]))])])
+    async with NodeClient(c.host, c.broker_port(broker)) as nc:
+        return (await nc.request(req)).responses[0].partition_responses[0]
+
+
+async def epoch_end_via(c: Cluster, broker: int, topic: str, partition: int, epoch: int,
+                        current: int) -> tuple[int, int, int]:
+    """OffsetForLeaderEpoch through `broker`: (error, epoch, end offset)."""
+    OE = OffsetForLeaderEpochRequest
+    req = OE(replica_id=-2, topics=[OE.OffsetForLeaderTopic(topic=topic, partitions=[
+        OE.OffsetForLeaderPartition(partition=partition, current_leader_epoch=current, leader_epoch=epoch)])])
+    async with NodeClient(c.host, c.broker_port(broker)) as nc:
+        r = (await nc.request(req)).topics[0].partitions[0]
+    return r.error_code, r.leader_epoch, r.end_offset
+
+
+async def lagging_diskless_writer(c: Cluster, link: TcpProxy) -> None:
+    """Broker 2's metadata lags a growth of a diskless topic (its controller link is held): it
+    still takes g-0 writes hashed over the old count, in the epoch the growth ended, while broker 1
+    takes them in the new one. Wherever the partition's coordinator is, once a write of the new
+    epoch is in, the old epoch has ended there: broker 2's old-epoch writes are refused (retriable)
+    and OffsetForLeaderEpoch, through either broker, answers the end the gates wait for."""
+    kt_ok(c, "--create", "--topic", "g", "--partitions", "1", "--replication-factor", "1",
+          "--config", "diskless.enable=true")
+    await wait_for(lambda: _taken(_code(produce_via(c, 2, "g", 0, b"old", 1))), what="g-0 takes a write")
+    link.hold()
+    try:
+        await asyncio.to_thread(kt_ok, c, "--alter", "--topic", "g", "--partitions", "2")
+        await wait_for(lambda: _is(partitions_seen(c, "g", 1), ([0, 1], [])), what="broker 1 applies the growth")
+        assert await partitions_seen(c, "g", 2) == ([0], []), "broker 2 applied the growth: the link was not held"
+        # broker 2 may still write epoch 0 (a coordinator on broker 2 has not ended it), or is
+        # refused (one on broker 1 ended it from its image): either way nothing of epoch 0 comes
+        # after the end that is answered once a write of epoch 1 is in
+        before = await produce_via(c, 2, "g", 0, b"lagging", 1)
+        assert before.error_code in (0, Errors.NOT_LEADER_OR_FOLLOWER), before
+        new = await produce_via(c, 1, "g", 0, b"new", 2)
+        assert new.error_code == 0, new
+        after = await produce_via(c, 2, "g", 0, b"stale", 1)
+        assert after.error_code == Errors.NOT_LEADER_OR_FOLLOWER, "an epoch-0 write taken after epoch 1 began"
+        for broker in (1, 2):
+            assert await epoch_end_via(c, broker, "g", 0, 0, 1) == (0, 0, new.base_offset)
+            assert (await epoch_end_via(c, broker, "g", 0, 0, 0))[0] == Errors.FENCED_LEADER_EPOCH
+    finally:
+        link.release()
+    # broker 2 catches up: its writes hashed over the old count are refused for the count now
+    await wait_for(lambda: _is(partitions_seen(c, "g", 2), ([0, 1], [])), what="broker 2 applies the growth")
+    assert (await produce_via(c, 2, "g", 0, b"stale", 1)).error_code == Errors.INVALID_PARTITION_METADATA
+    assert (await produce_via(c, 2, "g", 0, b"next", 2)).error_code == 0
+
+
+async def _code(answer) -> int:
+    return (await answer).error_code
+
+
+def test_diskless_epoch_ends_with_a_lagging_writer(cluster_factory, tmp_path) -> None:
+    diskless = {"diskless.storage.url": f"file://{tmp_path / 'objects'}", "diskless.wal.max.ms": "20",
+                "diskless.metadata.topic.num.partitions": "1", "diskless.metadata.topic.replication.factor": "2"}
+    c = cluster_factory(start=False, brokers=2, broker_overrides={**BROKER, **diskless},
+                        controller_overrides={**FAST, "broker.session.timeout.ms": 30000,
+                                              "diskless.metadata.topic.num.partitions": "1"})
+    link = TcpProxy(c.host, c.controller_port)  # broker 2's link to the controller
+    c.per_broker_overrides[2] = {"controller.quorum.voters": f"{CONTROLLER_ID}@{c.host}:{link.port}"}
+    try:
+        c.start()
+        asyncio.run(lagging_diskless_writer(c, link))
     finally:
         c.stop()
         link.close()

@@ -12,6 +12,7 @@ is the exception: it changes nothing, and a reader of the object store plans fro
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any
 
 from broker.apis.registry import RequestContext, api
@@ -130,17 +131,26 @@ async def list_offsets(ctx: RequestContext, req: Any) -> DisklessListOffsetsResp
     R = DisklessListOffsetsResponse
     refused = calling_broker(ctx) is None
     c = _coordinator(ctx)
-    found = iter(await asyncio.gather(*(
-        _refused_offsets() if refused else c.list_offsets(t.topic_id, p.partition_index, p.timestamp, p.read_committed)
-        for t in req.topics for p in t.partitions)))
+
+    def ask(tid: Any, p: Any) -> Awaitable[tuple[int, int, int]]:
+        if refused:
+            return _refused_offsets()
+        if p.leader_epoch >= 0:  # OffsetForLeaderEpoch's lookup (KIP-253 gates): (error, epoch, end)
+            return c.epoch_end(tid, p.partition_index, p.leader_epoch, p.current_leader_epoch)
+        return c.list_offsets(tid, p.partition_index, p.timestamp, p.read_committed)
+
+    found = iter(await asyncio.gather(*(ask(t.topic_id, p) for t in req.topics for p in t.partitions)))
     out = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
             code, ts, offset = next(found)
+            epoch = -1
+            if p.leader_epoch >= 0:
+                ts, epoch = -1, ts
             parts.append(R.DisklessListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=code,
                                                                error_message=_message(code), timestamp=ts,
-                                                               offset=offset))
+                                                               offset=offset, leader_epoch=epoch))
         out.append(R.DisklessListOffsetsTopicResponse(topic_id=t.topic_id, partitions=parts))
     return R(topics=out)
 

@@ -27,5 +27,5 @@ async def offset_for_leader_epoch(ctx: RequestContext, req) -> OffsetForLeaderEp
             if p is None:
                 continue
             e.error_code, e.leader_epoch, e.end_offset = await p.epoch_end_offset(
-                op.leader_epoch, req.replica_id == CONSUMER)
+                op.leader_epoch, req.replica_id == CONSUMER, op.current_leader_epoch)
     return R(topics=topics)

@@ -116,10 +116,13 @@ class CoordinatorClient:
             self._find_at, lambda _: FoundBatches(Errors.NOT_LEADER_OR_FOLLOWER, -1, -1, []))
         self._offsets: RequestBatcher[tuple[UUID, int, int, bool], tuple[int, int, int]] = RequestBatcher(
             self._list_offsets_at, lambda _: (Errors.NOT_LEADER_OR_FOLLOWER, -1, -1))
+        self._epochs: RequestBatcher[tuple[UUID, int, int, int], tuple[int, int, int]] = RequestBatcher(
+            self._epoch_ends_at, lambda _: (Errors.NOT_LEADER_OR_FOLLOWER, -1, -1))
 
     def close(self) -> None:
         self._finds.close()
         self._offsets.close()
+        self._epochs.close()
 
     def coordinator_of(self, topic_id: UUID, partition: int) -> int:
         return self.local.coordinator_of(topic_id, partition)
@@ -334,6 +337,44 @@ class CoordinatorClient:
         out: list[tuple[int, int, int]] = [(Errors.UNKNOWN_SERVER_ERROR, -1, -1)] * len(asks)
         for i, p in zip(order, answers):
             out[i] = (p.error_code, p.timestamp, p.offset)
+        return out
+
+
+    def epoch_end(self, topic_id: UUID, partition: int, epoch: int,
+                  current_epoch: int = -1) -> Awaitable[tuple[int, int, int]]:
+        """OffsetForLeaderEpoch of a diskless partition: (error, epoch, end offset) from its
+        coordinator's leader, where its epochs start and end (strictly consistent, as ListOffsets);
+        `current_epoch` (the asker's) is checked there. Sent with the other lookups of this turn."""
+        index = self.coordinator_of(topic_id, partition)
+        leader = self.leader_of(index) if index >= 0 else -1
+        if leader < 0:
+            return _now((Errors.NOT_LEADER_OR_FOLLOWER, -1, -1))
+        return self._epochs.add(leader, (topic_id, partition, epoch, current_epoch))
+
+    async def _epoch_ends_at(self, broker_id: int,
+                             asks: list[tuple[UUID, int, int, int]]) -> list[tuple[int, int, int]]:
+        if broker_id == self.node_id:
+            found = await asyncio.gather(*(self.local.epoch_end(*ask) for ask in asks))
+            return [(RETRY_AS.get(code, code), epoch, end) for code, epoch, end in found]
+        by_topic: dict[UUID, list[int]] = {}
+        for i, (tid, *_) in enumerate(asks):
+            by_topic.setdefault(tid, []).append(i)
+        order = [i for positions in by_topic.values() for i in positions]
+        body = LO(topics=[LO.DisklessListOffsetsTopic(topic_id=tid, partitions=[
+            LO.DisklessListOffsetsPartition(partition_index=asks[i][1], timestamp=-1, leader_epoch=asks[i][2],
+                                            current_leader_epoch=asks[i][3])
+            for i in positions])
+            for tid, positions in by_topic.items()])
+        try:
+            resp = await self._send(broker_id, body)
+        except (ClientError, OSError):
+            return [(Errors.NOT_LEADER_OR_FOLLOWER, -1, -1) for _ in asks]
+        answers = [p for t in resp.topics for p in t.partitions]
+        if len(answers) != len(asks):
+            return [(Errors.UNKNOWN_SERVER_ERROR, -1, -1) for _ in asks]
+        out: list[tuple[int, int, int]] = [(Errors.UNKNOWN_SERVER_ERROR, -1, -1)] * len(asks)
+        for i, p in zip(order, answers):
+            out[i] = (RETRY_AS.get(p.error_code, p.error_code), p.leader_epoch, p.offset)
         return out
 
 

@@ -37,7 +37,7 @@ from broker.storage.errors import StorageError
 from metadata.diskless import DISKLESS_METADATA_TOPIC
 from metadata.image import BROKER_RESOURCE, PartitionInfo, TopicInfo
 from protocol.errors import Errors
-from protocol.records.batch import read_header, set_log_append_time
+from protocol.records.batch import read_header, set_log_append_time, set_partition_leader_epoch
 from protocol.records.control import encode_txn_marker
 
 if TYPE_CHECKING:
@@ -83,14 +83,19 @@ class DisklessPartition:
         except StorageError as e:
             log.warning("produce_rejected", topic=self.topic.name, partition=self.info.partition, error=str(e))
             return answered(AppendAnswer(e.error_code, str(e)))
-        data: Any = records
-        ts_type = 0
-        if cfg.get("message.timestamp.type") == "LogAppendTime":
-            data, ts_type = bytearray(records), 1
-            for pos, h in batches:
+        # KIP-253 (and KIP-101's field): each batch carries the partition's leader epoch in this
+        # broker's image, as a leader stamps its own; the one image that checked the producer's
+        # partition count, so a batch hashed over an old count carries the epoch the change ended
+        # and the coordinator refuses it once that epoch has ended (coordinator/view.py)
+        data = bytearray(records)
+        epoch = self.info.leader_epoch
+        log_append = cfg.get("message.timestamp.type") == "LogAppendTime"
+        for pos, h in batches:
+            set_partition_leader_epoch(data, pos, epoch)
+            if log_append:
                 set_log_append_time(data, pos, h, now_ms)
-        fut = self.s.wal.append(self.topic.id, self.info.partition, bytes(data), [h for _, h in batches],
-                                ts_type, now_ms)
+        fut = self.s.wal.append(self.topic.id, self.info.partition, data, [h for _, h in batches],
+                                1 if log_append else 0, now_ms, leader_epoch=epoch)
         return self._answer(fut, sum(h.record_count for _, h in batches), len(records))
 
     def write_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
@@ -98,10 +103,12 @@ class DisklessPartition:
         """WriteTxnMarkers on this partition: the control batch goes into the WAL file and is
         committed like any batch; the coordinator checks its epochs and ends the producer's
         transaction (KIP-98's marker, KIP-1164's commit path)."""
-        data = encode_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit, now_ms)
+        data = bytearray(encode_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit, now_ms))
+        set_partition_leader_epoch(data, 0, self.info.leader_epoch)
         header = read_header(data)
         fut = self.s.wal.append(self.topic.id, self.info.partition, data, [header], 0, now_ms,
-                                marker=(CONTROL_COMMIT if commit else CONTROL_ABORT, coordinator_epoch))
+                                marker=(CONTROL_COMMIT if commit else CONTROL_ABORT, coordinator_epoch),
+                                leader_epoch=self.info.leader_epoch)
         return self._answer(fut, 0, 0)
 
     async def _answer(self, fut: asyncio.Future, messages: int, size: int) -> AppendAnswer:
@@ -167,11 +174,12 @@ class DisklessPartition:
     def add_data_waiter(self, fut: asyncio.Future, follower: bool = False) -> None:
         self.s.add_waiter(self.key, fut)
 
-    async def epoch_end_offset(self, leader_epoch: int, consumer: bool) -> tuple[int, int, int]:
-        """A diskless partition has one leader epoch (no leader stores it): its end is the high
-        watermark."""
-        err, _, end = await self.s.client.list_offsets(self.topic.id, self.info.partition, LATEST)
-        return (err, -1, -1) if err else (0, self.info.leader_epoch, end)
+    async def epoch_end_offset(self, leader_epoch: int, consumer: bool,
+                               current_leader_epoch: int = -1) -> tuple[int, int, int]:
+        """Answered by the partition's coordinator, where its epochs start and end (KIP-253's
+        gates ask there what a leader's epoch cache answers); the asker's epoch is checked there
+        too, against the coordinator's epoch of the partition, not this broker's image."""
+        return await self.s.client.epoch_end(self.topic.id, self.info.partition, leader_epoch, current_leader_epoch)
 
     async def describe_producers(self) -> tuple[int, list[ProducerInfo]]:
         """The producers the partition's coordinator keeps (DescribeProducers, from any broker)."""

@@ -45,10 +45,12 @@ WRITE_AHEAD_MULTI_SEGMENT = 1  # KIP-1164's ObjectFormat
 MAX_UPLOADS_IN_FLIGHT = 4
 FAILPOINT = os.environ.get("STRATA_DISKLESS_FAILPOINT", "")
 SUMMARY_INTERVAL_S = 10.0
+# a batch of a leader epoch the partition has left (KIP-253) is retried through newer metadata
+_RETRY_AS = {**RETRY_AS, Errors.FENCED_LEADER_EPOCH: Errors.NOT_LEADER_OR_FOLLOWER}
 _REFUSED_BEFORE_APPEND = {Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.CORRUPT_MESSAGE, Errors.OUT_OF_ORDER_SEQUENCE_NUMBER,
                           Errors.INVALID_PRODUCER_EPOCH, Errors.COORDINATOR_LOAD_IN_PROGRESS,
                           Errors.CLUSTER_AUTHORIZATION_FAILED, Errors.INVALID_TXN_STATE,
-                          Errors.TRANSACTION_COORDINATOR_FENCED}
+                          Errors.TRANSACTION_COORDINATOR_FENCED, Errors.FENCED_LEADER_EPOCH}
 
 
 
@@ -90,6 +92,7 @@ class _Pending:
     log_append_time: int
     done: asyncio.Future = field(default=None)  # type: ignore[arg-type]  # set right after construction
     marker: tuple[int, int] | None = None  # a transaction marker's (control type, coordinator epoch)
+    leader_epoch: int = -1  # the partition's in this broker's image when it took the batches
 
 
 class WalWriter:
@@ -105,7 +108,7 @@ class WalWriter:
         self.node_id = node_id
         self.stats = CommitStats()
         self._loop = asyncio.get_running_loop()
-        self._parts: list[bytes] = []
+        self._parts: list[bytes | bytearray] = []
         self._size = 0
         self._pending: list[_Pending] = []
         self._timer: asyncio.TimerHandle | None = None
@@ -114,18 +117,20 @@ class WalWriter:
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
 
-    def append(self, topic_id: UUID, partition: int, data: bytes, headers: list[BatchHeader],
-               timestamp_type: int, log_append_time: int, marker: tuple[int, int] | None = None) -> asyncio.Future:
+    def append(self, topic_id: UUID, partition: int, data: bytes | bytearray, headers: list[BatchHeader],
+               timestamp_type: int, log_append_time: int, marker: tuple[int, int] | None = None,
+               leader_epoch: int = -1) -> asyncio.Future:
         """Buffer one partition's validated batches (`data`, whose headers are `headers`); the
         future resolves to a BatchResult for the first batch (its base offset is the answer).
-        `marker`: `data` is one transaction marker, (control type, coordinator epoch)."""
+        `marker`: `data` is one transaction marker, (control type, coordinator epoch).
+        `leader_epoch`: the partition's in this broker's image (the commit carries it: KIP-253)."""
         fut = self._loop.create_future()
         if self._closed:
             fut.set_result(BatchResult(Errors.NOT_LEADER_OR_FOLLOWER, "broker is shutting down"))
             return fut
         sizes = [h.size for h in headers]
         self._pending.append(_Pending(topic_id, partition, headers, self._size, sizes, timestamp_type,
-                                      log_append_time, fut, marker))
+                                      log_append_time, fut, marker, leader_epoch))
         self._parts.append(data)
         self._size += len(data)
         if self._size >= self.max_bytes:
@@ -198,7 +203,7 @@ class WalWriter:
                     base_sequence=h.base_sequence,
                     last_sequence=h.base_sequence + h.last_offset_delta if h.base_sequence >= 0 else -1,
                     is_transactional=h.is_transactional, control_type=p.marker[0] if p.marker else -1,
-                    coordinator_epoch=p.marker[1] if p.marker else -1))
+                    coordinator_epoch=p.marker[1] if p.marker else -1, leader_epoch=p.leader_epoch))
                 owners.append(p)
                 pos += size
         req = C(object_key=key, object_format=WRITE_AHEAD_MULTI_SEGMENT, file_size=len(data), batches=batches)
@@ -219,8 +224,8 @@ class WalWriter:
         for p in pending:
             found = failed.get(id(p)) or first.get(id(p))
             r = found if found is not None else BatchResult(Errors.UNKNOWN_SERVER_ERROR, "no commit result")
-            if r.error_code in RETRY_AS:
-                r = BatchResult(RETRY_AS[r.error_code], r.error_message)
+            if r.error_code in _RETRY_AS:
+                r = BatchResult(_RETRY_AS[r.error_code], r.error_message)
             elif r.error_code == 0 and p.timestamp_type == 1:
                 r.log_append_time = p.log_append_time
             if not p.done.done():

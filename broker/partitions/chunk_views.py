@@ -68,7 +68,8 @@ class InactiveChunkView:
     def add_data_waiter(self, fut: asyncio.Future, follower: bool = False) -> None:
         pass  # a closed chunk gets no new data: its reads never wait
 
-    async def epoch_end_offset(self, leader_epoch: int, consumer: bool) -> tuple[int, int, int]:
+    async def epoch_end_offset(self, leader_epoch: int, consumer: bool,
+                               current_leader_epoch: int = -1) -> tuple[int, int, int]:
         return Errors.NOT_LEADER_OR_FOLLOWER, -1, -1
 
     async def delete_records(self, offset: int) -> tuple[int, int]:

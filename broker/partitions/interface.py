@@ -90,9 +90,12 @@ class ServedPartition(Protocol):
         """Set `fut` when a read may bring more: for a follower, records past the log end; for a
         consumer, a high watermark (or last stable offset) move."""
 
-    async def epoch_end_offset(self, leader_epoch: int, consumer: bool) -> tuple[int, int, int]:
+    async def epoch_end_offset(self, leader_epoch: int, consumer: bool,
+                               current_leader_epoch: int = -1) -> tuple[int, int, int]:
         """(error, epoch, end offset) for OffsetForLeaderEpoch; a consumer never sees past the
-        high watermark."""
+        high watermark. `current_leader_epoch`, the asker's (-1: none), is checked by the router
+        for a leader's partition; a diskless one checks it where its epochs are kept (its
+        coordinator)."""
 
     async def delete_records(self, offset: int) -> tuple[int, int]:
         """DeleteRecords: (error, low watermark) after removing the records below `offset` (-1:

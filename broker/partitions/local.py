@@ -185,7 +185,8 @@ class LocalPartition:
     def add_data_waiter(self, fut: asyncio.Future, follower: bool = False) -> None:
         self.p.add_data_waiter(fut, follower)
 
-    async def epoch_end_offset(self, leader_epoch: int, consumer: bool) -> tuple[int, int, int]:
+    async def epoch_end_offset(self, leader_epoch: int, consumer: bool,
+                               current_leader_epoch: int = -1) -> tuple[int, int, int]:
         lg = self.p.log
         epoch, end = lg.leader_epoch_cache.end_offset_for(leader_epoch, lg.log_end_offset)
         if consumer and end > self.p.high_watermark:

@@ -103,17 +103,23 @@ class DisklessListOffsetsRequest(Message):
             "partition_index",
             "timestamp",
             "read_committed",
+            "current_leader_epoch",
+            "leader_epoch",
             "unknown_tags",
         )
         _fields = (
             "partition_index",
             "timestamp",
             "read_committed",
+            "current_leader_epoch",
+            "leader_epoch",
         )
 
         partition_index: int
         timestamp: int
         read_committed: bool
+        current_leader_epoch: int
+        leader_epoch: int
         unknown_tags: dict[int, bytes] | None
 
         def __init__(
@@ -121,11 +127,15 @@ class DisklessListOffsetsRequest(Message):
             partition_index: int = 0,
             timestamp: int = 0,
             read_committed: bool = False,
+            current_leader_epoch: int = -1,
+            leader_epoch: int = -1,
             unknown_tags: dict[int, bytes] | None = None,
         ) -> None:
             self.partition_index = partition_index
             self.timestamp = timestamp
             self.read_committed = read_committed
+            self.current_leader_epoch = current_leader_epoch
+            self.leader_epoch = leader_epoch
             self.unknown_tags = unknown_tags
 
     def __init__(
@@ -199,6 +209,7 @@ class DisklessListOffsetsResponse(Message):
             "error_message",
             "timestamp",
             "offset",
+            "leader_epoch",
             "unknown_tags",
         )
         _fields = (
@@ -207,6 +218,7 @@ class DisklessListOffsetsResponse(Message):
             "error_message",
             "timestamp",
             "offset",
+            "leader_epoch",
         )
 
         partition_index: int
@@ -214,6 +226,7 @@ class DisklessListOffsetsResponse(Message):
         error_message: str | None
         timestamp: int
         offset: int
+        leader_epoch: int
         unknown_tags: dict[int, bytes] | None
 
         def __init__(
@@ -223,6 +236,7 @@ class DisklessListOffsetsResponse(Message):
             error_message: str | None = None,
             timestamp: int = -1,
             offset: int = -1,
+            leader_epoch: int = -1,
             unknown_tags: dict[int, bytes] | None = None,
         ) -> None:
             self.partition_index = partition_index
@@ -230,6 +244,7 @@ class DisklessListOffsetsResponse(Message):
             self.error_message = error_message
             self.timestamp = timestamp
             self.offset = offset
+            self.leader_epoch = leader_epoch
             self.unknown_tags = unknown_tags
 
     def __init__(
@@ -261,6 +276,8 @@ def _d_DisklessListOffsetsRequest_DisklessListOffsetsPartition_v0(buf, pos):
         f = "<tagged fields>"
         unknown = None
         v_read_committed = False
+        v_current_leader_epoch = -1
+        v_leader_epoch = -1
         if buf[pos] == 0:
             pos += 1
         else:
@@ -275,6 +292,18 @@ def _d_DisklessListOffsetsRequest_DisklessListOffsetsPartition_v0(buf, pos):
                     pos += 1
                     if pos != end:
                         raise ProtocolError("tagged field size does not match its value")
+                elif tag == 1:
+                    f = "CurrentLeaderEpoch"
+                    v_current_leader_epoch = _st_i.unpack_from(buf, pos)[0]
+                    pos += 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 2:
+                    f = "LeaderEpoch"
+                    v_leader_epoch = _st_i.unpack_from(buf, pos)[0]
+                    pos += 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
                 else:
                     if unknown is None:
                         unknown = {}
@@ -287,7 +316,7 @@ def _d_DisklessListOffsetsRequest_DisklessListOffsetsPartition_v0(buf, pos):
     except _DECODE_ERRORS as e:
         raise _malformed(e, "DisklessListOffsetsPartition." + str(f), pos) from None
     return _c_DisklessListOffsetsRequest_DisklessListOffsetsPartition(
-        v_partition_index, v_timestamp, v_read_committed, unknown
+        v_partition_index, v_timestamp, v_read_committed, v_current_leader_epoch, v_leader_epoch, unknown
     ), pos
 
 
@@ -397,6 +426,24 @@ def _e_DisklessListOffsetsRequest_DisklessListOffsetsPartition_v0(o, parts):
         tg.append((0, b"".join(parts)))
         parts = outer
         w = parts.append
+    if o.current_leader_epoch != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_i.pack(o.current_leader_epoch))
+        if tg is None:
+            tg = []
+        tg.append((1, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.leader_epoch != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_i.pack(o.leader_epoch))
+        if tg is None:
+            tg = []
+        tg.append((2, b"".join(parts)))
+        parts = outer
+        w = parts.append
     if tg is None and not o.unknown_tags:
         w(b"\x00")
     else:
@@ -448,6 +495,7 @@ def _d_DisklessListOffsetsResponse_DisklessListOffsetsPartitionResponse_v0(buf, 
         pos += 16
         f = "<tagged fields>"
         unknown = None
+        v_leader_epoch = -1
         if buf[pos] == 0:
             pos += 1
         else:
@@ -456,9 +504,16 @@ def _d_DisklessListOffsetsResponse_DisklessListOffsetsPartitionResponse_v0(buf, 
                 tag, pos = read_uvarint(buf, pos)
                 size, pos = read_uvarint(buf, pos)
                 end = check_len(buf, pos, size)
-                if unknown is None:
-                    unknown = {}
-                unknown[tag] = bytes(buf[pos:end])
+                if tag == 0:
+                    f = "LeaderEpoch"
+                    v_leader_epoch = _st_i.unpack_from(buf, pos)[0]
+                    pos += 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
                 pos = end
     except ProtocolError as e:
         if e.field is None:
@@ -467,7 +522,7 @@ def _d_DisklessListOffsetsResponse_DisklessListOffsetsPartitionResponse_v0(buf, 
     except _DECODE_ERRORS as e:
         raise _malformed(e, "DisklessListOffsetsPartitionResponse." + str(f), pos) from None
     return _c_DisklessListOffsetsResponse_DisklessListOffsetsPartitionResponse(
-        v_partition_index, v_error_code, v_error_message, v_timestamp, v_offset, unknown
+        v_partition_index, v_error_code, v_error_message, v_timestamp, v_offset, v_leader_epoch, unknown
     ), pos
 
 
@@ -569,10 +624,20 @@ def _e_DisklessListOffsetsResponse_DisklessListOffsetsPartitionResponse_v0(o, pa
     w(_st_ih.pack(o.partition_index, o.error_code))
     write_cstr_n(parts, o.error_message)
     w(_st_qq.pack(o.timestamp, o.offset))
-    if o.unknown_tags:
-        write_tags(parts, None, o.unknown_tags)
-    else:
+    tg = None
+    if o.leader_epoch != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_i.pack(o.leader_epoch))
+        if tg is None:
+            tg = []
+        tg.append((0, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
         w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
 
 
 def _e_DisklessListOffsetsResponse_DisklessListOffsetsTopicResponse_v0(o, parts):

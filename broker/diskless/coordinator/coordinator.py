@@ -18,7 +18,11 @@ local log (every record a new leader holds is committed or the leadership goes),
 The coordinator also keeps its partitions in line with the cluster metadata: a diskless partition
 mapped to it (PartitionRecord's DisklessCoordinator) that it does not know is created
 (DisklessPartitionCreatedRecord), a topic it knows that the metadata no longer has is deleted
-(DisklessDeleteTopics' operation).
+(DisklessDeleteTopics' operation), a partition the metadata no longer has, or has as a new
+creation of its index (KIP-253 deletes partitions and a growth may re-create one before the next
+look: `incarnation`), is deleted (DisklessPartitionDeletedRecord), and a partition the metadata shows at a newer leader epoch
+than its own starts that epoch (DisklessLeaderEpochRecord; KIP-253: a count change bumps every
+partition's epoch, and the coordinator is where a diskless partition's epochs end).
 
 Beside it, each getting the coordinator's parts it uses: retention (retention.py), the WAL files'
 handover and deletion (file_lifecycle.py, `self.files`) and snapshots of the state
@@ -51,6 +55,7 @@ from broker.diskless.coordinator.state import DisklessState
 from broker.diskless.coordinator.view import CoordinatorView
 from broker.diskless.object_store import open_object_store
 from metadata.diskless import DISKLESS_METADATA_TOPIC
+from metadata.image import MetadataImage, PartitionInfo
 from metadata.records import encode_record
 from protocol.errors import Errors
 from protocol.generated.diskless_create_partitions import DisklessCreatePartitionsRequest as CP
@@ -60,7 +65,6 @@ if TYPE_CHECKING:
     from broker.diskless.coordinator.materializer import CoordinatorReplicas
     from broker.ports import Forwarder, MetadataView
     from broker.replication.partition import Partition as Replica
-    from metadata.image import MetadataImage
 
 log = structlog.get_logger(__name__)
 
@@ -69,6 +73,26 @@ MAX_FILE_DETAILS = 10_000  # per coordinator in a DisklessDescribeFiles answer (
 SNAPSHOT_CHECK_INTERVAL_MS = 200
 LOAD_RETRY_S = 1.0
 LIST_EARLIEST, LIST_LATEST, LIST_MAX_TIMESTAMP = -2, -1, -3
+
+
+def incarnation(info: PartitionInfo) -> int:
+    """Which creation of its index a partition is: partition 0's leader epoch before the
+    growth that created it (KIP-253's LeaderEpochAfterCreation). Every count change bumps
+    partition 0, which is never deleted, so a later creation of an index has a larger one; -1
+    for a partition created with its topic."""
+    return dict(info.epochs_after_creation).get(0, -1)
+
+
+def partition_gone(image: MetadataImage, key: tuple[UUID, int], known: int) -> bool:
+    """Whether the metadata no longer has this partition of a topic it has (KIP-253 deleted
+    it), or has a later creation of its index (later ones are larger; -2: ours was not
+    recorded, never taken as gone). The image is caught up before a coordinator loads
+    (DisklessCoordinator._load), so it is not older than any image our records were written from."""
+    t = image.topics.get(key[0])
+    if t is None:
+        return False  # a deleted topic: delete_topics
+    info = t.partitions.get(key[1])
+    return info is None or (known != -2 and incarnation(info) > known)
 
 
 async def _answered(code: int) -> int:
@@ -179,6 +203,11 @@ class DisklessCoordinator(PartitionedCoordinator[Partition]):
              "segment.bytes": str(self.config.metadata_topic_segment_bytes)},
             min_isr=self.config.metadata_topic_min_isr)
 
+    def _image_incarnation(self, topic_id: UUID, partition: int) -> int:
+        t = self.metadata.image.topics.get(topic_id)
+        info = t.partitions.get(partition) if t is not None else None
+        return -2 if info is None else incarnation(info)
+
     def coordinator_of(self, topic_id: UUID, partition: int) -> int:
         """The __diskless_metadata partition of a diskless partition, or -1."""
         image = self.metadata.image
@@ -283,7 +312,8 @@ class DisklessCoordinator(PartitionedCoordinator[Partition]):
         if err:
             return err
         assert ps is not None and ps.view is not None
-        records = ps.view.create_partitions(topics, lambda tid, i: self.coordinator_of(tid, i) == index)
+        records = ps.view.create_partitions(topics, lambda tid, i: self.coordinator_of(tid, i) == index,
+                                            self._image_incarnation)
         if records:
             log.info("diskless_partitions_created", coordinator=index, partitions=len(records))
         return await self._write(ps, records)
@@ -347,6 +377,29 @@ class DisklessCoordinator(PartitionedCoordinator[Partition]):
             return 0, -1, -1
         offset, ts = found
         return 0, ts, max(offset, pv.log_start_offset)
+
+    async def epoch_end(self, topic_id: UUID, partition: int, epoch: int,
+                        current_epoch: int = -1) -> tuple[int, int, int]:
+        """OffsetForLeaderEpoch of a diskless partition: (error, epoch, end offset), consistent
+        with every operation before it. `current_epoch` (the asker's) is checked against the
+        partition's epoch here as a leader checks it (KIP-320): newer is UNKNOWN_LEADER_EPOCH (this
+        coordinator has not started it yet, so batches of older epochs may still come: KIP-253's
+        gate waits), older FENCED_LEADER_EPOCH."""
+        err, ps = self.status(self.coordinator_of(topic_id, partition))
+        if err:
+            return err, -1, -1
+        assert ps is not None and ps.view is not None
+        code = await self._wait_previous(ps)
+        if code:
+            return code, -1, -1
+        pv = ps.view.partitions.get((topic_id, partition))
+        if pv is None:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
+        if current_epoch >= 0 and current_epoch != pv.leader_epoch:
+            return (Errors.FENCED_LEADER_EPOCH if current_epoch < pv.leader_epoch
+                    else Errors.UNKNOWN_LEADER_EPOCH), -1, -1
+        found, end = pv.epoch_end(epoch)
+        return 0, found, end
 
     async def describe_producers(self, topic_id: UUID, partition: int) -> tuple[int, list[ProducerInfo]]:
         """The partition's producers (KIP-664's DescribeProducers), from the leader's view:
@@ -497,11 +550,30 @@ class DisklessCoordinator(PartitionedCoordinator[Partition]):
         for index, ps in list(self._partitions.items()):
             if ps.loading or ps.view is None:
                 continue
+            gone_keys = [key for key, pv in ps.view.partitions.items() if partition_gone(image, key, pv.incarnation)]
+            deleted = [r for r in (ps.view.delete_partition(*key) for key in gone_keys) if r is not None]
+            if deleted:
+                # the rest next time: a re-created index is created once its predecessor is gone
+                log.info("diskless_partitions_deleted", coordinator=index, partitions=len(deleted))
+                self._spawn(self._write(ps, deleted))
+                continue
             missing: dict[UUID, tuple[str, int]] = {}
+            epochs: dict[tuple[UUID, int], int] = {}
             for t in image.topics.values():
                 for part, info in t.partitions.items():
-                    if info.diskless_coordinator == index and (t.id, part) not in ps.view.partitions:
+                    if info.diskless_coordinator != index:
+                        continue
+                    pv = ps.view.partitions.get((t.id, part))
+                    if pv is None:
                         missing[t.id] = (t.name, max(part + 1, missing.get(t.id, ("", 0))[1]))
+                    elif info.leader_epoch > pv.leader_epoch:
+                        epochs[(t.id, part)] = info.leader_epoch
+            if epochs:
+                # KIP-253: the epoch a count change bumped ends here even if no batch of the new
+                # one comes (a marked partition takes none); older batches are refused from now on
+                records = ps.view.start_epochs(epochs)
+                log.info("diskless_leader_epochs_started", coordinator=index, partitions=len(records))
+                self._spawn(self._write(ps, records))
             if missing:
                 self._spawn(self.create_partitions(index, [
                     CP.DisklessCreatablePartitions(topic_id=tid, name=name, num_partitions=n)

@@ -19,13 +19,15 @@ from broker.diskless.coordinator.partition import DisklessCoordinatorPartition a
 from broker.diskless.coordinator.state import DELETED, HANDED_OVER, DisklessState, FileTask
 from protocol.generated.metadata_records.diskless_file_handed_over_record import DisklessFileHandedOverRecord
 from protocol.generated.metadata_records.diskless_files_pruned_record import DisklessFilesPrunedRecord
+from protocol.generated.metadata_records.diskless_partition_deleted_record import DisklessPartitionDeletedRecord
 from protocol.generated.metadata_records.diskless_records_deleted_record import DisklessRecordsDeletedRecord
 from protocol.generated.metadata_records.diskless_topic_deleted_record import DisklessTopicDeletedRecord
 
 log = structlog.get_logger(__name__)
 
 # records after which a file may have no live batch left here, or a new owner
-_FREES_FILES = (DisklessRecordsDeletedRecord, DisklessTopicDeletedRecord, DisklessFileHandedOverRecord)
+_FREES_FILES = (DisklessRecordsDeletedRecord, DisklessTopicDeletedRecord, DisklessPartitionDeletedRecord,
+                DisklessFileHandedOverRecord)
 
 
 class FileLifecycle:

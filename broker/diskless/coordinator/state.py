@@ -19,7 +19,9 @@ from broker.diskless.batches import BatchRow
 from protocol.generated.metadata_records.diskless_file_committed_record import DisklessFileCommittedRecord
 from protocol.generated.metadata_records.diskless_file_handed_over_record import DisklessFileHandedOverRecord
 from protocol.generated.metadata_records.diskless_files_pruned_record import DisklessFilesPrunedRecord
+from protocol.generated.metadata_records.diskless_leader_epoch_record import DisklessLeaderEpochRecord
 from protocol.generated.metadata_records.diskless_partition_created_record import DisklessPartitionCreatedRecord
+from protocol.generated.metadata_records.diskless_partition_deleted_record import DisklessPartitionDeletedRecord
 from protocol.generated.metadata_records.diskless_producers_expired_record import DisklessProducersExpiredRecord
 from protocol.generated.metadata_records.diskless_records_deleted_record import DisklessRecordsDeletedRecord
 from protocol.generated.metadata_records.diskless_topic_deleted_record import DisklessTopicDeletedRecord
@@ -28,8 +30,11 @@ PRODUCER_BATCHES_KEPT = 5  # as a local log's producer state (Kafka's NUM_BATCHE
 # 2: handed_over, file_work (an older file is rebuilt from the log). 3: txn_producers,
 # txn_aborted; a version 2 database (or snapshot) is upgraded in place: the new tables start empty,
 # which is its exact state since no diskless partition took a transactional batch before them.
-SCHEMA_VERSION = 3
-UPGRADABLE_VERSIONS = (2,)
+# 4: leader_epochs, incarnations; a version 2 or 3 database starts them empty, its exact state:
+# no batch carried a leader epoch before them (an epoch starts with the first batch or record
+# that names it), and a partition without an incarnation row is one not recorded.
+SCHEMA_VERSION = 4
+UPGRADABLE_VERSIONS = (2, 3)
 CONTROL_ABORT, CONTROL_COMMIT = 0, 1  # a marker's control type (Kafka's ControlRecordType)
 
 # file_work statuses (local to the replica that leads: KIP-1164 keeps them out of the log)
@@ -74,6 +79,13 @@ CREATE TABLE IF NOT EXISTS txn_aborted (
     topic_id BLOB NOT NULL, partition INTEGER NOT NULL, producer_id INTEGER NOT NULL,
     first_offset INTEGER NOT NULL, last_offset INTEGER NOT NULL,
     PRIMARY KEY (topic_id, partition, last_offset));
+CREATE TABLE IF NOT EXISTS leader_epochs (
+    topic_id BLOB NOT NULL, partition INTEGER NOT NULL, leader_epoch INTEGER NOT NULL,
+    start_offset INTEGER NOT NULL,
+    PRIMARY KEY (topic_id, partition, leader_epoch));
+CREATE TABLE IF NOT EXISTS incarnations (
+    topic_id BLOB NOT NULL, partition INTEGER NOT NULL, incarnation INTEGER NOT NULL,
+    PRIMARY KEY (topic_id, partition));
 """
 REPLICA_LOCAL_TABLES = ("file_work",)  # not from the log: left out of dumps and snapshots
 # handed_over: files another coordinator handed to this one (DisklessFileHandedOverRecord), from
@@ -85,6 +97,13 @@ REPLICA_LOCAL_TABLES = ("file_work",)  # not from the log: left out of dumps and
 # stable offset is the smallest such first offset (Kafka's ProducerStateManager, KIP-98).
 # txn_aborted: the aborted transactions (first offset, marker offset), Kafka's aborted-transaction
 # index, for read_committed Fetch answers.
+# leader_epochs: per diskless partition, where each leader epoch starts (Kafka's leader-epoch
+# cache; KIP-253's gates ask where an epoch ends): from a batch of a newer epoch than the last
+# (DisklessFileCommittedRecord's LeaderEpoch) or a DisklessLeaderEpochRecord. An epoch that never
+# took a record is dropped when the next starts at the same offset, as LeaderEpochCache.assign.
+# incarnations: which creation of a partition's index the coordinator holds
+# (DisklessPartitionCreatedRecord's Incarnation; none: not recorded), so a re-created index whose
+# deletion the coordinator did not see is told from the old one.
 
 
 class FileTask(NamedTuple):
@@ -238,6 +257,9 @@ class DisklessState:
         if isinstance(record, DisklessPartitionCreatedRecord):
             db.execute("INSERT OR IGNORE INTO partitions VALUES (?, ?, ?, 0, 0)",
                        (record.topic_id.bytes, record.partition_index, record.name))
+            if record.incarnation != -2:
+                db.execute("INSERT OR IGNORE INTO incarnations VALUES (?, ?, ?)",
+                           (record.topic_id.bytes, record.partition_index, record.incarnation))
         elif isinstance(record, DisklessFileCommittedRecord):
             self._apply_file(offset, record)
         elif isinstance(record, DisklessRecordsDeletedRecord):
@@ -250,10 +272,19 @@ class DisklessState:
             db.execute("DELETE FROM txn_aborted WHERE topic_id = ? AND partition = ? AND last_offset < ?",
                        (tid, record.partition_index, record.new_log_start_offset))
             self._mark_empty_files_deleted()
+        elif isinstance(record, DisklessLeaderEpochRecord):
+            self._start_epoch(record.topic_id.bytes, record.partition_index, record.leader_epoch, record.start_offset)
         elif isinstance(record, DisklessTopicDeletedRecord):
             tid = record.topic_id.bytes
-            for table in ("partitions", "batches", "producers", "txn_producers", "txn_aborted"):
+            for table in ("partitions", "batches", "producers", "txn_producers", "txn_aborted", "leader_epochs",
+                          "incarnations"):
                 db.execute(f"DELETE FROM {table} WHERE topic_id = ?", (tid,))
+            self._mark_empty_files_deleted()
+        elif isinstance(record, DisklessPartitionDeletedRecord):
+            gone = (record.topic_id.bytes, record.partition_index)
+            for table in ("partitions", "batches", "producers", "txn_producers", "txn_aborted", "leader_epochs",
+                          "incarnations"):
+                db.execute(f"DELETE FROM {table} WHERE topic_id = ? AND partition = ?", gone)
             self._mark_empty_files_deleted()
         elif isinstance(record, DisklessProducersExpiredRecord):
             # a producer in an open transaction is never expired (the leader checked; a replay agrees)
@@ -301,6 +332,8 @@ class DisklessState:
                          b.assigned_base_offset, b.assigned_last_offset, b.log_append_timestamp,
                          b.batch_max_timestamp, b.timestamp_type, b.producer_id, b.producer_epoch,
                          b.base_sequence, b.last_sequence))
+                    if b.leader_epoch >= 0:
+                        self._start_epoch(tid, p.partition_index, b.leader_epoch, b.assigned_base_offset)
                     if b.producer_id >= 0 and b.control_type < 0:
                         self._remember_producer_batch(tid, p.partition_index, b)
                     if b.control_type >= 0:
@@ -310,6 +343,30 @@ class DisklessState:
                 last = p.batches[-1].assigned_last_offset if p.batches else -1
                 db.execute("UPDATE partitions SET high_watermark = MAX(high_watermark, ?) "
                            "WHERE topic_id = ? AND partition = ?", (last + 1, tid, p.partition_index))
+
+    def _start_epoch(self, tid: bytes, partition: int, epoch: int, start: int) -> None:
+        """`epoch` starts at `start` unless it is not newer than the last one (the same rule as
+        the view's PartitionView.start_epoch)."""
+        db = self._db
+        row = db.execute("SELECT MAX(leader_epoch) FROM leader_epochs WHERE topic_id = ? AND partition = ?",
+                         (tid, partition)).fetchone()
+        if row[0] is not None and epoch <= row[0]:
+            return
+        db.execute("DELETE FROM leader_epochs WHERE topic_id = ? AND partition = ? AND start_offset >= ?",
+                   (tid, partition, start))
+        db.execute("INSERT INTO leader_epochs VALUES (?,?,?,?)", (tid, partition, epoch, start))
+
+    def leader_epochs(self) -> dict[tuple[UUID, int], list[tuple[int, int]]]:
+        """(topic id, partition) -> its (leader epoch, start offset) entries, oldest first."""
+        out: dict[tuple[UUID, int], list[tuple[int, int]]] = {}
+        for t, p, epoch, start in self._db.execute("SELECT topic_id, partition, leader_epoch, start_offset"
+                                                   " FROM leader_epochs ORDER BY topic_id, partition, leader_epoch"):
+            out.setdefault((UUID(bytes=t), p), []).append((epoch, start))
+        return out
+
+    def incarnations(self) -> dict[tuple[UUID, int], int]:
+        """(topic id, partition) -> its incarnation, for the partitions that have one recorded."""
+        return {(UUID(bytes=t), p): i for t, p, i in self._db.execute("SELECT * FROM incarnations")}
 
     def _remember_producer_batch(self, tid: bytes, partition: int, b: Any) -> None:
         db = self._db
@@ -551,6 +608,8 @@ class DisklessState:
                              ("batches", "batch_id"), ("producers", "topic_id, partition, producer_id, seq"),
                              ("handed_over", "object_key"),
                              ("txn_producers", "topic_id, partition, producer_id"),
-                             ("txn_aborted", "topic_id, partition, last_offset")):
+                             ("txn_aborted", "topic_id, partition, last_offset"),
+                             ("leader_epochs", "topic_id, partition, leader_epoch"),
+                             ("incarnations", "topic_id, partition")):
             out[table] = list(self._db.execute(f"SELECT * FROM {table} ORDER BY {order}"))
         return out

@@ -16,10 +16,20 @@ TRANSACTION_COORDINATOR_FENCED; it closes the producer's open transaction. A dat
 epoch a marker raised is INVALID_PRODUCER_EPOCH (a zombie), and a non-transactional batch of a
 producer with an open transaction INVALID_TXN_STATE. The view keeps each transactional producer's
 state (txns) so the last stable offset ListOffsets answers includes the pending records.
+
+Leader epochs (KIP-253's gates on a diskless partition, which has no leader log): every batch
+carries the epoch of the partition in the image of the broker that took it; the view keeps where
+each epoch starts (Kafka's leader-epoch cache) and refuses a batch of an epoch older than the
+partition's (FENCED_LEADER_EPOCH, retried by the producer through a broker with newer metadata),
+as a leader at a newer epoch refuses to be written in an older one. The leader also starts the
+epoch its image shows (start_epochs) without waiting for a batch of it, so an epoch a count change
+ended ends even on a partition that takes no more writes (a marked one). An epoch's end, once
+the partition is past it, is therefore final: the OffsetForLeaderEpoch answers of the gates.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,7 +40,9 @@ from broker.diskless.batches import BatchResult, ProducerInfo
 from broker.diskless.coordinator.state import PRODUCER_BATCHES_KEPT, DisklessState, ProducerBatch, TxnProducer
 from protocol.errors import Errors
 from protocol.generated.metadata_records.diskless_file_committed_record import DisklessFileCommittedRecord
+from protocol.generated.metadata_records.diskless_leader_epoch_record import DisklessLeaderEpochRecord
 from protocol.generated.metadata_records.diskless_partition_created_record import DisklessPartitionCreatedRecord
+from protocol.generated.metadata_records.diskless_partition_deleted_record import DisklessPartitionDeletedRecord
 from protocol.generated.metadata_records.diskless_producers_expired_record import DisklessProducersExpiredRecord
 from protocol.generated.metadata_records.diskless_records_deleted_record import DisklessRecordsDeletedRecord
 from protocol.generated.metadata_records.diskless_topic_deleted_record import DisklessTopicDeletedRecord
@@ -46,6 +58,35 @@ class PartitionView:
     high_watermark: int
     producers: dict[int, deque[ProducerBatch]] = field(default_factory=dict)
     txns: dict[int, TxnProducer] = field(default_factory=dict)
+    epochs: list[tuple[int, int]] = field(default_factory=list)  # (leader epoch, start offset), oldest first
+    incarnation: int = -2  # which creation of the index (DisklessPartitionCreatedRecord); -2: not recorded
+
+    @property
+    def leader_epoch(self) -> int:
+        """The partition's epoch here: the newest started, -1 before any."""
+        return self.epochs[-1][0] if self.epochs else -1
+
+    def start_epoch(self, epoch: int, start: int) -> None:
+        """`epoch` starts at `start` unless it is not newer than the last (the state's
+        _start_epoch: an epoch without records is dropped when the next starts where it did)."""
+        if epoch <= self.leader_epoch:
+            return
+        self.epochs = [e for e in self.epochs if e[1] < start]
+        self.epochs.append((epoch, start))
+
+    def epoch_end(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch (LeaderEpochCache.end_offset_for's rules): (largest epoch <=
+        `epoch`, the start of the epoch after it, or the high watermark for the current epoch);
+        an epoch older than every entry answers (epoch, the first entry's start); a newer one, or
+        no entry, (-1, -1)."""
+        if epoch < 0 or not self.epochs:
+            return -1, -1
+        if epoch == self.epochs[-1][0]:
+            return epoch, self.high_watermark
+        higher = bisect_right(self.epochs, epoch, key=lambda e: e[0])
+        if higher == len(self.epochs):
+            return -1, -1
+        return (self.epochs[higher - 1][0] if higher else epoch), self.epochs[higher][1]
 
     def producer_infos(self) -> list[ProducerInfo]:
         """Every producer kept for the partition (its last batch, its transaction), by id."""
@@ -106,13 +147,21 @@ class CoordinatorView:
             pv = view.partitions.get((tid, part))
             if pv is not None:
                 pv.txns[pid] = txn
+        for key, epochs in state.leader_epochs().items():
+            pv = view.partitions.get(key)
+            if pv is not None:
+                pv.epochs = epochs
+        for key, incarnation in state.incarnations().items():
+            pv = view.partitions.get(key)
+            if pv is not None:
+                pv.incarnation = incarnation
         return view
 
     # ------------------------------------------------------------------ applying records
     def apply(self, record: Any) -> None:
         if isinstance(record, DisklessPartitionCreatedRecord):
             self.partitions.setdefault((record.topic_id, record.partition_index),
-                                       PartitionView(record.name, 0, 0))
+                                       PartitionView(record.name, 0, 0, incarnation=record.incarnation))
         elif isinstance(record, DisklessFileCommittedRecord):
             for t in record.topics:
                 for p in t.partitions:
@@ -122,10 +171,18 @@ class CoordinatorView:
                     for b in p.batches:
                         pv.high_watermark = max(pv.high_watermark, b.assigned_last_offset + 1)
                         pv.note_batch(b, b.assigned_base_offset, b.assigned_last_offset)
+                        if b.leader_epoch >= 0:
+                            pv.start_epoch(b.leader_epoch, b.assigned_base_offset)
+        elif isinstance(record, DisklessLeaderEpochRecord):
+            pv = self.partitions.get((record.topic_id, record.partition_index))
+            if pv is not None:
+                pv.start_epoch(record.leader_epoch, record.start_offset)
         elif isinstance(record, DisklessRecordsDeletedRecord):
             pv = self.partitions.get((record.topic_id, record.partition_index))
             if pv is not None:
                 pv.log_start_offset = max(pv.log_start_offset, record.new_log_start_offset)
+        elif isinstance(record, DisklessPartitionDeletedRecord):
+            self.partitions.pop((record.topic_id, record.partition_index), None)
         elif isinstance(record, DisklessTopicDeletedRecord):
             for key in [k for k in self.partitions if k[0] == record.topic_id]:
                 del self.partitions[key]
@@ -139,15 +196,17 @@ class CoordinatorView:
                         del pv.txns[pid]
 
     # ------------------------------------------------------------------ operations
-    def create_partitions(self, topics: list[Any],
-                          owns: Callable[[UUID, int], bool] = lambda tid, i: True) -> list[DisklessPartitionCreatedRecord]:
+    def create_partitions(self, topics: list[Any], owns: Callable[[UUID, int], bool] = lambda tid, i: True,
+                          incarnation: Callable[[UUID, int], int] = lambda tid, i: -2,
+                          ) -> list[DisklessPartitionCreatedRecord]:
         """Records for the partitions of `topics` (TopicId, Name, NumPartitions) that this
-        coordinator `owns` and does not know yet."""
+        coordinator `owns` and does not know yet, with their `incarnation`."""
         records = []
         for t in topics:
             for i in range(t.num_partitions):
                 if (t.topic_id, i) not in self.partitions and owns(t.topic_id, i):
-                    records.append(DisklessPartitionCreatedRecord(topic_id=t.topic_id, name=t.name, partition_index=i))
+                    records.append(DisklessPartitionCreatedRecord(topic_id=t.topic_id, name=t.name, partition_index=i,
+                                                                  incarnation=incarnation(t.topic_id, i)))
         for r in records:
             self.apply(r)
         return records
@@ -221,6 +280,13 @@ class CoordinatorView:
             if b.control_type >= 0 and (b.producer_id < 0 or count != 1):
                 results.append(BatchResult(Errors.CORRUPT_MESSAGE, "a transaction marker is one record of a producer"))
                 continue
+            if 0 <= b.leader_epoch < pv.leader_epoch:
+                # taken by a broker whose image had not reached the partition's epoch yet (KIP-253:
+                # e.g. hashed over a partition count that changed): a newer epoch ended that one
+                results.append(BatchResult(Errors.FENCED_LEADER_EPOCH,
+                                           f"batch of leader epoch {b.leader_epoch}; the partition is at "
+                                           f"{pv.leader_epoch}"))
+                continue
             if b.producer_id >= 0:
                 answer = self._check_producer(pv, b)
                 if answer is not None:
@@ -234,11 +300,13 @@ class CoordinatorView:
                 batch_max_timestamp=b.batch_max_timestamp, timestamp_type=b.timestamp_type,
                 producer_id=b.producer_id, producer_epoch=b.producer_epoch, base_sequence=b.base_sequence,
                 last_sequence=b.last_sequence, is_transactional=b.is_transactional, control_type=b.control_type,
-                coordinator_epoch=b.coordinator_epoch)
+                coordinator_epoch=b.coordinator_epoch, leader_epoch=b.leader_epoch)
             topics.setdefault(b.topic_id, {}).setdefault(b.partition_index, []).append(committed)
             # the view moves now (pending), so the next batch of the same partition follows this one
             pv.high_watermark = base + count
             pv.note_batch(b, base, base + count - 1)
+            if b.leader_epoch >= 0:
+                pv.start_epoch(b.leader_epoch, base)
             results.append(BatchResult(0, None, base, append_time, pv.log_start_offset))
         if not topics:
             return results, None
@@ -248,6 +316,19 @@ class CoordinatorView:
                        R.DisklessCommittedPartition(partition_index=pi, batches=bs) for pi, bs in parts.items()])
                        for tid, parts in topics.items()])
         return results, record
+
+    def start_epochs(self, epochs: dict[tuple[UUID, int], int]) -> list[DisklessLeaderEpochRecord]:
+        """Records starting, at its high watermark, the epoch `epochs` (the leader's image) names
+        for each partition this view has at an older one; applied to the view."""
+        records = []
+        for key, epoch in epochs.items():
+            pv = self.partitions.get(key)
+            if pv is not None and epoch > pv.leader_epoch:
+                records.append(DisklessLeaderEpochRecord(topic_id=key[0], partition_index=key[1], leader_epoch=epoch,
+                                                         start_offset=pv.high_watermark))
+        for r in records:
+            self.apply(r)
+        return records
 
     def delete_records(self, topic_id: UUID, partition: int, offset: int) -> tuple[int, int, Any]:
         """(error, new low watermark, record or None). offset -1 means the high watermark."""
@@ -285,6 +366,13 @@ class CoordinatorView:
         for r in records:
             self.apply(r)
         return records
+
+    def delete_partition(self, topic_id: UUID, partition: int) -> DisklessPartitionDeletedRecord | None:
+        if (topic_id, partition) not in self.partitions:
+            return None
+        record = DisklessPartitionDeletedRecord(topic_id=topic_id, partition_index=partition)
+        self.apply(record)
+        return record
 
     def delete_topic(self, topic_id: UUID) -> DisklessTopicDeletedRecord | None:
         if not any(k[0] == topic_id for k in self.partitions):

@@ -152,6 +152,7 @@ class DisklessFileCommittedRecord(Message):
             "is_transactional",
             "control_type",
             "coordinator_epoch",
+            "leader_epoch",
             "unknown_tags",
         )
         _fields = (
@@ -170,6 +171,7 @@ class DisklessFileCommittedRecord(Message):
             "is_transactional",
             "control_type",
             "coordinator_epoch",
+            "leader_epoch",
         )
 
         magic: int
@@ -187,6 +189,7 @@ class DisklessFileCommittedRecord(Message):
         is_transactional: bool
         control_type: int
         coordinator_epoch: int
+        leader_epoch: int
         unknown_tags: dict[int, bytes] | None
 
         def __init__(
@@ -206,6 +209,7 @@ class DisklessFileCommittedRecord(Message):
             is_transactional: bool = False,
             control_type: int = -1,
             coordinator_epoch: int = -1,
+            leader_epoch: int = -1,
             unknown_tags: dict[int, bytes] | None = None,
         ) -> None:
             self.magic = magic
@@ -223,6 +227,7 @@ class DisklessFileCommittedRecord(Message):
             self.is_transactional = is_transactional
             self.control_type = control_type
             self.coordinator_epoch = coordinator_epoch
+            self.leader_epoch = leader_epoch
             self.unknown_tags = unknown_tags
 
     def __init__(
@@ -274,6 +279,7 @@ def _d_DisklessFileCommittedRecord_DisklessCommittedBatch_v0(buf, pos):
         v_is_transactional = False
         v_control_type = -1
         v_coordinator_epoch = -1
+        v_leader_epoch = -1
         if buf[pos] == 0:
             pos += 1
         else:
@@ -297,6 +303,12 @@ def _d_DisklessFileCommittedRecord_DisklessCommittedBatch_v0(buf, pos):
                 elif tag == 2:
                     f = "CoordinatorEpoch"
                     v_coordinator_epoch = _st_i.unpack_from(buf, pos)[0]
+                    pos += 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                elif tag == 3:
+                    f = "LeaderEpoch"
+                    v_leader_epoch = _st_i.unpack_from(buf, pos)[0]
                     pos += 4
                     if pos != end:
                         raise ProtocolError("tagged field size does not match its value")
@@ -327,6 +339,7 @@ def _d_DisklessFileCommittedRecord_DisklessCommittedBatch_v0(buf, pos):
         v_is_transactional,
         v_control_type,
         v_coordinator_epoch,
+        v_leader_epoch,
         unknown,
     ), pos
 
@@ -532,6 +545,15 @@ def _e_DisklessFileCommittedRecord_DisklessCommittedBatch_v0(o, parts):
         if tg is None:
             tg = []
         tg.append((2, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if o.leader_epoch != -1:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_i.pack(o.leader_epoch))
+        if tg is None:
+            tg = []
+        tg.append((3, b"".join(parts)))
         parts = outer
         w = parts.append
     if tg is None and not o.unknown_tags:

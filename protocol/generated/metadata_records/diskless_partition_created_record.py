@@ -53,12 +53,14 @@ class DisklessPartitionCreatedRecord(Message):
         "topic_id",
         "name",
         "partition_index",
+        "incarnation",
         "unknown_tags",
     )
     _fields = (
         "topic_id",
         "name",
         "partition_index",
+        "incarnation",
     )
     API_KEY = 1100
     NAME = "DisklessPartitionCreatedRecord"
@@ -70,6 +72,7 @@ class DisklessPartitionCreatedRecord(Message):
     topic_id: UUID
     name: str
     partition_index: int
+    incarnation: int
     unknown_tags: dict[int, bytes] | None
 
     def __init__(
@@ -77,11 +80,13 @@ class DisklessPartitionCreatedRecord(Message):
         topic_id: UUID = ZERO_UUID,
         name: str = "",
         partition_index: int = 0,
+        incarnation: int = -2,
         unknown_tags: dict[int, bytes] | None = None,
     ) -> None:
         self.topic_id = topic_id
         self.name = name
         self.partition_index = partition_index
+        self.incarnation = incarnation
         self.unknown_tags = unknown_tags
 
 
@@ -102,6 +107,7 @@ def _d_DisklessPartitionCreatedRecord_DisklessPartitionCreatedRecord_v0(buf, pos
         pos += 4
         f = "<tagged fields>"
         unknown = None
+        v_incarnation = -2
         if buf[pos] == 0:
             pos += 1
         else:
@@ -110,9 +116,16 @@ def _d_DisklessPartitionCreatedRecord_DisklessPartitionCreatedRecord_v0(buf, pos
                 tag, pos = read_uvarint(buf, pos)
                 size, pos = read_uvarint(buf, pos)
                 end = check_len(buf, pos, size)
-                if unknown is None:
-                    unknown = {}
-                unknown[tag] = bytes(buf[pos:end])
+                if tag == 0:
+                    f = "Incarnation"
+                    v_incarnation = _st_i.unpack_from(buf, pos)[0]
+                    pos += 4
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
                 pos = end
     except ProtocolError as e:
         if e.field is None:
@@ -120,7 +133,7 @@ def _d_DisklessPartitionCreatedRecord_DisklessPartitionCreatedRecord_v0(buf, pos
         raise
     except _DECODE_ERRORS as e:
         raise _malformed(e, "DisklessPartitionCreatedRecord." + str(f), pos) from None
-    return _c_DisklessPartitionCreatedRecord(v_topic_id, v_name, v_partition_index, unknown), pos
+    return _c_DisklessPartitionCreatedRecord(v_topic_id, v_name, v_partition_index, v_incarnation, unknown), pos
 
 
 def _e_DisklessPartitionCreatedRecord_DisklessPartitionCreatedRecord_v0(o, parts):
@@ -128,10 +141,20 @@ def _e_DisklessPartitionCreatedRecord_DisklessPartitionCreatedRecord_v0(o, parts
     w(_st_16s.pack(o.topic_id.bytes))
     write_cstr(parts, o.name)
     w(_st_i.pack(o.partition_index))
-    if o.unknown_tags:
-        write_tags(parts, None, o.unknown_tags)
-    else:
+    tg = None
+    if o.incarnation != -2:
+        outer, parts = parts, []
+        w = parts.append
+        w(_st_i.pack(o.incarnation))
+        if tg is None:
+            tg = []
+        tg.append((0, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
         w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
 
 
 DisklessPartitionCreatedRecord._decoders = {0: _d_DisklessPartitionCreatedRecord_DisklessPartitionCreatedRecord_v0}
