@@ -143,7 +143,7 @@ def test_coordinator(cluster_factory: Any) -> None:
             # the producer retries its first batch in a new file: the original offset, nothing appended
             r = await c.request(_commit(tid, "wal/b", [(p, 3, 42, 0), (p, 1, 42, 9)]))
             assert [(b.error_code, b.assigned_base_offset, b.is_duplicate) for b in r.batches] == [
-                (0, 6, True), (Errors.OUT_OF_ORDER_SEQUENCE_NUMBER, -1, False)]
+                (0, 6, True), (Errors.NOT_LEADER_OR_FOLLOWER, -1, False)]
             lo = await c.request(LO(topics=[LO.DisklessListOffsetsTopic(
                 topic_id=tid, partitions=[LO.DisklessListOffsetsPartition(partition_index=p, timestamp=-1)])]))
             assert lo.topics[0].partitions[0].offset == 11
@@ -280,10 +280,10 @@ def test_coordinator_in_process(tmp_path: Path) -> None:
             assert await first.create_partitions(0, created) == 0
             results = await first.commit_file(_commit(DATA_ID, "wal/a", [(0, 5, -1, -1), (0, 3, 42, 0), (1, 2, 42, 0)]), 1)
             assert [(r.error_code, r.base_offset) for r in results] == [(0, 0), (0, 5), (0, 0)]
-            # producer 42 retries a batch in a new file: its original offset; a gap in its sequence: refused
+            # producer 42 retries a batch in a new file: its original offset; a gap in its sequence: refused, retriably
             again = await first.commit_file(_commit(DATA_ID, "wal/b", [(0, 3, 42, 0), (0, 1, 42, 9)]), 1)
             assert [(r.error_code, r.base_offset, r.duplicate) for r in again] == [
-                (0, 5, True), (Errors.OUT_OF_ORDER_SEQUENCE_NUMBER, -1, False)]
+                (0, 5, True), (Errors.NOT_LEADER_OR_FOLLOWER, -1, False)]
             assert await first.delete_records(DATA_ID, 0, 2) == (0, 2)
             expected = (
                 [(0, 2, 8), (0, 0, 2), (Errors.OFFSET_OUT_OF_RANGE, 2, 8), (Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1)],

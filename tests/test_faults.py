@@ -1,6 +1,6 @@
 """Jepsen-style: a seeded schedule of kill -9s, SIGSTOP pauses, restarts and network partitions
-from the controller of brokers under
-idempotent acks=all producers, a transactional producer and a live read_committed consumer, then the history checker over everything
+from the controller of brokers under idempotent acks=all producers, a transactional producer and
+a live read_committed consumer on a classic and a diskless topic, then the history checker over everything
 sent, acknowledged and read (tests/faults/). STRATA_FAULT_SEED=N replays another schedule; the
 long runs are bench/faults.py. The checker itself is tested first on histories made by hand."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from tests.faults.checker import History, anomalies, check, summary
-from tests.faults.run import run_schedule
+from tests.faults.run import DISKLESS_BROKER, DISKLESS_CONTROLLER, run_schedule
 from tests.faults.schedule import plan, wire_links
 
 
@@ -52,24 +52,28 @@ def test_a_schedule_is_the_same_for_the_same_seed() -> None:
     assert all(1.0 <= f.at <= 48.0 for f in plan(7, 60, [1, 2, 3], 20))  # healed for the last fifth
 
 
-def test_random_faults_lose_duplicate_and_reorder_nothing(cluster_factory) -> None:
+def test_random_faults_lose_duplicate_and_reorder_nothing(cluster_factory, tmp_path) -> None:
+    """A classic RF 3 topic and a diskless topic (local store) under one schedule."""
     seed = int(os.environ.get("STRATA_FAULT_SEED", "1"))
-    c = cluster_factory(start=False, brokers=3, broker_overrides={"replica.lag.time.max.ms": 3000},
-                        controller_overrides={"broker.session.timeout.ms": 6000})
+    store = {"diskless.storage.url": f"file://{tmp_path / 'objects'}"}  # shared by the brokers, as a bucket is
+    c = cluster_factory(start=False, brokers=3,
+                        broker_overrides={"replica.lag.time.max.ms": 3000, **DISKLESS_BROKER, **store},
+                        controller_overrides={"broker.session.timeout.ms": 6000, **DISKLESS_CONTROLLER})
     links = wire_links(c)  # network partitions between a node and the controller
     try:
         c.start()
-        out = run_schedule(c, seed, seconds=40, faults=6, links=links,
+        out = run_schedule(c, seed, seconds=40, faults=6, links=links, diskless=True,
                            replay=f"STRATA_FAULT_SEED={seed} .venv/bin/pytest tests/test_faults.py -k random")
     finally:
         c.stop()
         for link in {id(x): x for xs in links.values() for x in xs}.values():
             link.close()
-    h = out.history
-    outcomes = {o: sum(1 for _, x in h.txns if x == o) for o in ("committed", "aborted", "unknown")}
-    print(f"seed {seed}: transactions {outcomes}; {len(h.attempted)} sent, {len(h.acked)} acknowledged, {len(h.final)} read at the end, "
-          f"{sum(map(len, h.reads))} read live; delivery errors {out.delivery_errors}; {summary(out.result)}")
-    assert out.anomalies == 0, f"seed {seed}: {summary(out.result)}"
+    assert out.anomalies == 0, f"seed {seed}: {out.summary()}"
     assert len(out.applied) >= 4, out.applied  # the nemesis did its work (overlapping faults on one node are skipped)
-    assert len(h.acked) >= (len(h.attempted) - 3 * len(h.txns)) * 0.9, "most sends are acknowledged"
-    assert outcomes["committed"] >= 10 and outcomes["aborted"] >= 2, outcomes
+    for topic, (h, result) in out.by_topic.items():
+        outcomes = {o: sum(1 for _, x in h.txns if x == o) for o in ("committed", "aborted", "unknown")}
+        print(f"seed {seed} {topic}: transactions {outcomes}; {len(h.attempted)} sent, {len(h.acked)} acknowledged, "
+              f"{len(h.final)} read at the end, {sum(map(len, h.reads))} read live; {summary(result)}")
+        assert len(h.acked) >= (len(h.attempted) - 3 * len(h.txns)) * 0.9, f"{topic}: most sends are acknowledged"
+        assert outcomes["committed"] >= 10 and outcomes["aborted"] >= 2, (topic, outcomes)
+    print(f"delivery errors {out.delivery_errors}")

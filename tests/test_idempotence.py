@@ -227,7 +227,7 @@ def test_raw_duplicate_produce_is_appended_once_and_answered_with_the_first_offs
             assert _partition_response(r1).base_offset == _partition_response(r2).base_offset == 7
             assert _partition_response(r1).error_code == _partition_response(r2).error_code == 0
             gap = _partition_response(await cl.request(_produce_req(topic, batch(20))))
-            assert gap.error_code == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+            assert gap.error_code == 6  # NOT_LEADER_OR_FOLLOWER: a gap is retriable (SequenceGapError)
             # KIP-360 bump: same id, next epoch, sequences start over; the old epoch is fenced.
             bump = await cl.request(InitProducerIdRequest(transactional_id=None, producer_id=pid, producer_epoch=epoch), 4)
             assert (bump.producer_id, bump.producer_epoch) == (pid, epoch + 1)

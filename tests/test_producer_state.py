@@ -16,6 +16,7 @@ from broker.storage.producer_state import (
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
     ProducerEntry,
+    SequenceGapError,
     decode_snapshot,
     encode_snapshot,
     last_sequence,
@@ -96,12 +97,14 @@ def test_a_retry_with_another_sequence_range_is_not_a_duplicate(tmp_path):
     assert log.log_end_offset == 3
 
 
-def test_sequence_gap_is_out_of_order_and_appends_nothing(tmp_path):
+def test_sequence_gap_is_refused_retriably_and_appends_nothing(tmp_path):
+    """A gap is NOT_LEADER_OR_FOLLOWER, retriable (SequenceGapError says why not
+    OUT_OF_ORDER_SEQUENCE_NUMBER); a sequence behind the cached batches stays out of order."""
     log = open_log(tmp_path)
     append(log, batch(0))
-    with pytest.raises(OutOfOrderSequenceError) as e:
+    with pytest.raises(SequenceGapError) as e:
         append(log, batch(3))
-    assert e.value.error_code == 45
+    assert e.value.error_code == 6
     assert log.log_end_offset == 2
     assert append(log, batch(2)).first_offset == 2
 
@@ -155,7 +158,7 @@ def test_several_batches_of_one_append_are_checked_in_order(tmp_path):
     info = append(log, batch(0) + batch(2) + batch(0, pid=9))
     assert (info.first_offset, info.last_offset, info.batch_count) == (0, 5, 3)
     assert log.producer_state.producers[PID].last_seq == 3
-    with pytest.raises(OutOfOrderSequenceError):
+    with pytest.raises(SequenceGapError):
         append(log, batch(4) + batch(7))  # the second one has a gap: neither is appended
     assert log.log_end_offset == 6
     assert log.producer_state.producers[PID].last_seq == 3  # nothing of the refused append stayed
@@ -324,7 +327,7 @@ def test_truncate_to_drops_state_beyond_the_point(tmp_path):
     assert log.log_end_offset == 8
     assert state(log) == at_8
     assert all(off <= 8 for off in snapshot_files(log))
-    with pytest.raises(OutOfOrderSequenceError):
+    with pytest.raises(SequenceGapError):
         append(log, batch(20))  # the truncated batches are gone from the state too
     assert append(log, batch(8)).first_offset == 8
     before = state(log)

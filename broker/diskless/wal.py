@@ -47,7 +47,10 @@ FAILPOINT = os.environ.get("STRATA_DISKLESS_FAILPOINT", "")
 SUMMARY_INTERVAL_S = 10.0
 # a batch of a leader epoch the partition has left (KIP-253) is retried through newer metadata
 _RETRY_AS = {**RETRY_AS, Errors.FENCED_LEADER_EPOCH: Errors.NOT_LEADER_OR_FOLLOWER}
-_REFUSED_BEFORE_APPEND = {Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.CORRUPT_MESSAGE, Errors.OUT_OF_ORDER_SEQUENCE_NUMBER,
+# answers that say the coordinator wrote nothing of the batch (NOT_LEADER_OR_FOLLOWER: no
+# coordinator to ask, or a gap in the producer's sequences)
+_REFUSED_BEFORE_APPEND = {Errors.NOT_LEADER_OR_FOLLOWER, Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.CORRUPT_MESSAGE,
+                          Errors.OUT_OF_ORDER_SEQUENCE_NUMBER,
                           Errors.INVALID_PRODUCER_EPOCH, Errors.COORDINATOR_LOAD_IN_PROGRESS,
                           Errors.CLUSTER_AUTHORIZATION_FAILED, Errors.INVALID_TXN_STATE,
                           Errors.TRANSACTION_COORDINATOR_FENCED, Errors.FENCED_LEADER_EPOCH}
@@ -224,7 +227,12 @@ class WalWriter:
         for p in pending:
             found = failed.get(id(p)) or first.get(id(p))
             r = found if found is not None else BatchResult(Errors.UNKNOWN_SERVER_ERROR, "no commit result")
-            if r.error_code in _RETRY_AS:
+            if r.error_code == Errors.CLUSTER_AUTHORIZATION_FAILED:
+                # the coordinator does not count this broker as one in good standing (fenced, e.g. cut
+                # off from the controller): the client is not at fault, another broker takes the batch
+                r = BatchResult(Errors.NOT_LEADER_OR_FOLLOWER, "the diskless coordinator does not take commits from "
+                                "this broker now (fenced?): write through another broker")
+            elif r.error_code in _RETRY_AS:
                 r = BatchResult(_RETRY_AS[r.error_code], r.error_message)
             elif r.error_code == 0 and p.timestamp_type == 1:
                 r.log_append_time = p.log_append_time

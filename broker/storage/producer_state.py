@@ -70,6 +70,7 @@ NO_SEQUENCE = -1
 INT32_MAX = 2**31 - 1
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms (Kafka's default: one day)
 
+NOT_LEADER_OR_FOLLOWER = 6
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
@@ -87,6 +88,17 @@ class OutOfOrderSequenceError(StorageError):
     """A sequence gap, or a new epoch that does not start at sequence 0."""
 
     error_code = OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+class SequenceGapError(StorageError):
+    """A batch whose predecessors in its producer's sequence are missing: answered with a
+    retriable error, not OUT_OF_ORDER_SEQUENCE_NUMBER. librdkafka takes that error on a batch
+    after its first unacknowledged one as its cue to bump the producer epoch and renumber every
+    unacknowledged message, those a lost answer left written among them (a duplicate once they
+    are sent again). Retried, the producer sends the missing batches first (it retries in
+    order) or, having given them up, bumps the epoch itself."""
+
+    error_code = NOT_LEADER_OR_FOLLOWER
 
 
 class InvalidProducerEpochError(StorageError):
@@ -127,6 +139,12 @@ def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
 
 def in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+def sequence_gap(last_seq: int, next_seq: int) -> bool:
+    """`next_seq` lies ahead of the sequence after `last_seq` (within half the int32 range,
+    across the wrap): batches between them have not arrived (yet)."""
+    return 0 < (next_seq - last_seq - 1) % (INT32_MAX + 1) < (INT32_MAX + 1) // 2
 
 
 def snapshot_file_name(offset: int) -> str:
@@ -299,6 +317,11 @@ class LeaderAppend:
                         f"producer {pid} starts epoch {epoch} (was {entry.epoch}) at sequence {seq}, not 0"
                     )
             elif not (current is None or current.epoch == NO_PRODUCER_EPOCH or in_sequence(entry.last_seq, seq)):
+                if sequence_gap(entry.last_seq, seq):
+                    raise SequenceGapError(
+                        f"producer {pid} sent sequence {seq} before {entry.last_seq + 1}: the batches between have "
+                        "not arrived; retry"
+                    )
                 raise OutOfOrderSequenceError(
                     f"out of order sequence number for producer {pid} at offset {first_offset}: "
                     f"{seq} (incoming), {entry.last_seq} (current end)"
@@ -588,6 +611,8 @@ __all__ = [
     "InvalidProducerEpochError",
     "LeaderAppend",
     "OutOfOrderSequenceError",
+    "SequenceGapError",
+    "sequence_gap",
     "ProducerEntry",
     "ProducerStateManager",
     "decode_snapshot",

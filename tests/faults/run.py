@@ -1,21 +1,27 @@
-"""One fault run: a topic, the workload, a seeded nemesis, healing, the final read and the
-checker's verdict. Used by tests/test_faults.py (short) and bench/faults.py (long)."""
+"""One fault run: a topic (and, with `diskless`, a diskless topic beside it, KIP-1164), the
+workload on each, a seeded nemesis, healing, the final reads and the checker's verdict on each
+topic's history. Used by tests/test_faults.py (short) and bench/faults.py (long)."""
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.faults.checker import History, anomalies, check
+from tests.faults.checker import History, anomalies, check, summary
 from tests.faults.schedule import KINDS, WITH_LINKS, Fault, Nemesis, plan
 from tests.faults.workload import QUIET, Workload
 from tests.tcp_proxy import TcpProxy
 from tools.cluster import Cluster
 
 TOPIC = "faults"
+DISKLESS_TOPIC = "faults-diskless"
+# what a cluster needs to serve diskless topics in a fault run (beside the store's own settings)
+DISKLESS_BROKER = {"diskless.metadata.topic.num.partitions": "3", "diskless.wal.max.ms": "50"}
+DISKLESS_CONTROLLER = {"diskless.metadata.topic.num.partitions": "3"}
 
 
 @dataclass
@@ -27,34 +33,50 @@ class Outcome:
     result: dict[str, list]
     delivery_errors: dict[str, int]
     seconds: float
+    by_topic: dict[str, tuple[History, dict[str, list]]]  # every topic's history and verdict
 
     @property
     def anomalies(self) -> int:
-        return anomalies(self.result)
+        return sum(anomalies(result) for _, result in self.by_topic.values())
+
+    def summary(self) -> str:
+        return "; ".join(f"{t}: {summary(r)}" for t, (_, r) in self.by_topic.items())
 
 
 def run_schedule(cluster: Cluster, seed: int, seconds: float, faults: int, *, partitions: int = 3,
                  say: Callable[[str], None] = print, replay: str = "",
-                 links: dict[int, list[TcpProxy]] | None = None) -> Outcome:
-    """`links` (schedule.wire_links, before the cluster started) adds network partitions."""
+                 links: dict[int, list[TcpProxy]] | None = None, diskless: bool = False) -> Outcome:
+    """`links` (schedule.wire_links, before the cluster started) adds network partitions;
+    `diskless` a diskless topic under the same workload (the cluster configured for it:
+    DISKLESS_BROKER, DISKLESS_CONTROLLER and a store)."""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, **QUIET})
     rf = min(3, len(cluster.broker_ids))
-    new = NewTopic(TOPIC, partitions, rf, config={"min.insync.replicas": str(min(2, rf))})
-    admin.create_topics([new])[TOPIC].result(60)
+    topics = {TOPIC: NewTopic(TOPIC, partitions, rf, config={"min.insync.replicas": str(min(2, rf))})}
+    if diskless:
+        topics[DISKLESS_TOPIC] = NewTopic(DISKLESS_TOPIC, partitions, rf, config={"diskless.enable": "true"})
+    for future in admin.create_topics(list(topics.values())).values():
+        future.result(60)
     nodes = list(cluster.broker_ids) + (list(cluster.controller_ids) if len(cluster.controller_ids) >= 3 else [])
     schedule = plan(seed, seconds, nodes, faults, kinds=WITH_LINKS if links else KINDS)
-    say(f"fault schedule seed={seed} seconds={seconds:.0f} faults={faults}" + (f"; replay: {replay}" if replay else ""))
+    say(f"fault schedule seed={seed} seconds={seconds:.0f} faults={faults} topics={','.join(topics)}"
+        + (f"; replay: {replay}" if replay else ""))
     for f in schedule:
         say(f"  {f}")
-    work = Workload(cluster.bootstrap, TOPIC, partitions, seed=seed)
+    works = {name: Workload(cluster.bootstrap, name, partitions, seed=seed) for name in topics}
     nemesis = Nemesis(cluster, schedule, say, links)
     t0 = time.monotonic()
-    work.start()
+    for work in works.values():
+        work.start()
     nemesis.start()
     time.sleep(seconds)
     nemesis.heal()
-    work.stop()
-    work.final_read()
-    result = check(work.history)
-    return Outcome(seed, schedule, nemesis.applied, work.history, result, dict(work.delivery_errors),
-                   time.monotonic() - t0)
+    for work in works.values():
+        work.stop()
+    by_topic = {}
+    for name, work in works.items():
+        work.final_read()
+        by_topic[name] = (work.history, check(work.history))
+    main = works[TOPIC]
+    errors = sum((Counter(w.delivery_errors) for w in works.values()), Counter())
+    return Outcome(seed, schedule, nemesis.applied, main.history, by_topic[TOPIC][1], dict(errors),
+                   time.monotonic() - t0, by_topic)

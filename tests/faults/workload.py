@@ -90,7 +90,7 @@ class Workload:
         p.flush(120)
 
     def _transactional(self, name: str) -> Producer:
-        p = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": f"fault-{name}",
+        p = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": f"fault-{self.topic}-{name}",
                       "transaction.timeout.ms": 60000, "message.timeout.ms": 60000, **QUIET})
         p.init_transactions(self.CALL_S)
         return p
@@ -144,6 +144,15 @@ class Workload:
                 except KafkaException:
                     p = None
             self._stop.wait(1.0 / self.rate * self.TXN_VALUES)
+        if p is None:
+            # A producer dropped after a failed call may have left its transaction open, holding
+            # the last stable offset (and the final read) back until transaction.timeout.ms: a
+            # new one with the same transactional.id fences it, and its transaction ends (KIP-98).
+            try:
+                self._transactional(name)
+            except KafkaException as e:
+                with self._lock:
+                    self.delivery_errors[f"txn:final init: {e}"] += 1
 
     def _consume(self) -> None:
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "fault-reader", "enable.auto.commit": False,

@@ -38,6 +38,7 @@ from uuid import UUID
 
 from broker.diskless.batches import BatchResult, ProducerInfo
 from broker.diskless.coordinator.state import PRODUCER_BATCHES_KEPT, DisklessState, ProducerBatch, TxnProducer
+from broker.storage.producer_state import sequence_gap
 from protocol.errors import Errors
 from protocol.generated.metadata_records.diskless_file_committed_record import DisklessFileCommittedRecord
 from protocol.generated.metadata_records.diskless_leader_epoch_record import DisklessLeaderEpochRecord
@@ -245,6 +246,11 @@ class CoordinatorView:
                 if (cached.producer_epoch, cached.base_sequence, cached.last_sequence) == (
                         b.producer_epoch, b.base_sequence, b.last_sequence):
                     return BatchResult(0, None, cached.base_offset, -1, pv.log_start_offset, duplicate=True)
+            if sequence_gap(last.last_sequence, b.base_sequence):
+                # its predecessor may still come, through another broker (producer_state.SequenceGapError)
+                return BatchResult(Errors.NOT_LEADER_OR_FOLLOWER,
+                                   f"producer {b.producer_id}: sequence {b.base_sequence} before "
+                                   f"{_next_seq(last.last_sequence)}: the batches between have not arrived; retry")
             if b.base_sequence != _next_seq(last.last_sequence):
                 return BatchResult(Errors.OUT_OF_ORDER_SEQUENCE_NUMBER,
                                    f"producer {b.producer_id}: sequence {b.base_sequence}, expected "
