@@ -319,14 +319,21 @@ class CoordinatorClient:
                                asks: list[tuple[UUID, int, int, bool]]) -> list[tuple[int, int, int]]:
         if broker_id == self.node_id:
             return list(await asyncio.gather(*(self.local.list_offsets(*ask) for ask in asks)))
+        return await self._ask_list_offsets(
+            broker_id, asks,
+            lambda a: LO.DisklessListOffsetsPartition(partition_index=a[1], timestamp=a[2], read_committed=a[3]),
+            lambda p: (p.error_code, p.timestamp, p.offset))
+
+    async def _ask_list_offsets(self, broker_id: int, asks: list[Any], entry: Callable[[Any], Any],
+                                answer: Callable[[Any], tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+        """One DisklessListOffsets to `broker_id` for `asks` (topic id first), grouped by topic:
+        `entry` is an ask's partition entry, `answer` its result from the partition answered."""
         by_topic: dict[UUID, list[int]] = {}
         for i, (tid, *_) in enumerate(asks):
             by_topic.setdefault(tid, []).append(i)
         order = [i for positions in by_topic.values() for i in positions]
-        body = LO(topics=[LO.DisklessListOffsetsTopic(topic_id=tid, partitions=[
-            LO.DisklessListOffsetsPartition(partition_index=asks[i][1], timestamp=asks[i][2], read_committed=asks[i][3])
-            for i in positions])
-            for tid, positions in by_topic.items()])
+        body = LO(topics=[LO.DisklessListOffsetsTopic(topic_id=tid, partitions=[entry(asks[i]) for i in positions])
+                          for tid, positions in by_topic.items()])
         try:
             resp = await self._send(broker_id, body)
         except (ClientError, OSError):
@@ -336,7 +343,7 @@ class CoordinatorClient:
             return [(Errors.UNKNOWN_SERVER_ERROR, -1, -1) for _ in asks]
         out: list[tuple[int, int, int]] = [(Errors.UNKNOWN_SERVER_ERROR, -1, -1)] * len(asks)
         for i, p in zip(order, answers):
-            out[i] = (p.error_code, p.timestamp, p.offset)
+            out[i] = answer(p)
         return out
 
 
@@ -356,26 +363,11 @@ class CoordinatorClient:
         if broker_id == self.node_id:
             found = await asyncio.gather(*(self.local.epoch_end(*ask) for ask in asks))
             return [(RETRY_AS.get(code, code), epoch, end) for code, epoch, end in found]
-        by_topic: dict[UUID, list[int]] = {}
-        for i, (tid, *_) in enumerate(asks):
-            by_topic.setdefault(tid, []).append(i)
-        order = [i for positions in by_topic.values() for i in positions]
-        body = LO(topics=[LO.DisklessListOffsetsTopic(topic_id=tid, partitions=[
-            LO.DisklessListOffsetsPartition(partition_index=asks[i][1], timestamp=-1, leader_epoch=asks[i][2],
-                                            current_leader_epoch=asks[i][3])
-            for i in positions])
-            for tid, positions in by_topic.items()])
-        try:
-            resp = await self._send(broker_id, body)
-        except (ClientError, OSError):
-            return [(Errors.NOT_LEADER_OR_FOLLOWER, -1, -1) for _ in asks]
-        answers = [p for t in resp.topics for p in t.partitions]
-        if len(answers) != len(asks):
-            return [(Errors.UNKNOWN_SERVER_ERROR, -1, -1) for _ in asks]
-        out: list[tuple[int, int, int]] = [(Errors.UNKNOWN_SERVER_ERROR, -1, -1)] * len(asks)
-        for i, p in zip(order, answers):
-            out[i] = (RETRY_AS.get(p.error_code, p.error_code), p.leader_epoch, p.offset)
-        return out
+        return await self._ask_list_offsets(
+            broker_id, asks,
+            lambda a: LO.DisklessListOffsetsPartition(partition_index=a[1], timestamp=-1, leader_epoch=a[2],
+                                                      current_leader_epoch=a[3]),
+            lambda p: (RETRY_AS.get(p.error_code, p.error_code), p.leader_epoch, p.offset))
 
 
 def _now(value: Any) -> asyncio.Future:

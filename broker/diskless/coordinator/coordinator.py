@@ -349,20 +349,27 @@ class DisklessCoordinator(PartitionedCoordinator[Partition]):
         code = await self._write(ps, [record] if record is not None else [])
         return code, low if code == 0 else -1
 
+    async def _settled_view(self, topic_id: UUID, partition: int) -> tuple[int, Any, Any]:
+        """(error, coordinator partition, the partition's view) once every operation before is settled."""
+        err, ps = self.status(self.coordinator_of(topic_id, partition))
+        if err:
+            return err, None, None
+        assert ps is not None and ps.view is not None
+        code = await self._wait_previous(ps)
+        if code:
+            return code, None, None
+        pv = ps.view.partitions.get((topic_id, partition))
+        if pv is None:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION, None, None
+        return 0, ps, pv
+
     async def list_offsets(self, topic_id: UUID, partition: int, timestamp: int,
                            read_committed: bool = False) -> tuple[int, int, int]:
         """(error, timestamp, offset), consistent with every operation before it; "latest" for a
         read_committed reader is the last stable offset (KIP-98)."""
-        err, ps = self.status(self.coordinator_of(topic_id, partition))
-        if err:
-            return err, -1, -1
-        assert ps is not None and ps.view is not None
-        code = await self._wait_previous(ps)
+        code, ps, pv = await self._settled_view(topic_id, partition)
         if code:
             return code, -1, -1
-        pv = ps.view.partitions.get((topic_id, partition))
-        if pv is None:
-            return Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
         if timestamp == LIST_EARLIEST:
             return 0, -1, pv.log_start_offset
         if timestamp == LIST_LATEST:
@@ -385,16 +392,9 @@ class DisklessCoordinator(PartitionedCoordinator[Partition]):
         partition's epoch here as a leader checks it (KIP-320): newer is UNKNOWN_LEADER_EPOCH (this
         coordinator has not started it yet, so batches of older epochs may still come: KIP-253's
         gate waits), older FENCED_LEADER_EPOCH."""
-        err, ps = self.status(self.coordinator_of(topic_id, partition))
-        if err:
-            return err, -1, -1
-        assert ps is not None and ps.view is not None
-        code = await self._wait_previous(ps)
+        code, _, pv = await self._settled_view(topic_id, partition)
         if code:
             return code, -1, -1
-        pv = ps.view.partitions.get((topic_id, partition))
-        if pv is None:
-            return Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
         if current_epoch >= 0 and current_epoch != pv.leader_epoch:
             return (Errors.FENCED_LEADER_EPOCH if current_epoch < pv.leader_epoch
                     else Errors.UNKNOWN_LEADER_EPOCH), -1, -1
