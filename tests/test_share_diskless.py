@@ -22,7 +22,14 @@ import pytest
 
 from tests.conftest import FAST_FENCING, wait_for
 from tests.test_metrics import scrape, value
-from tests.test_share_groups import _coordinator_answer, _members, produce, read_from_earliest, records
+from tests.test_share_groups import (
+    _coordinator_answer,
+    _members,
+    held_records_come_back,
+    produce,
+    read_from_earliest,
+    records,
+)
 from tools.cluster import Cluster
 
 pytestmark = pytest.mark.slow
@@ -205,21 +212,7 @@ def test_kill_holder_keeps_accepted_records_accepted(cluster: Cluster) -> None:
         assert all(e is None for e in results.values()), results
         cluster.kill(HOLDER)
         # a member through broker 2 again, which now forwards to the new holder (broker 1)
-        b = member(cluster, group, topic, 2, explicit=True)
-        try:
-            seen: list = []
-            deadline = time.time() + 40
-            while time.time() < deadline and {m.offset() for m in seen} < set(held):
-                for m in records(b.poll(0.5)):
-                    seen.append(m)
-                    b.acknowledge(m)
-                b.commit_sync(30)
-            seen_offsets = [m.offset() for m in seen]
-            assert not set(seen_offsets) & set(accepted), f"accepted records came back: {seen_offsets}"
-            assert set(held) <= set(seen_offsets), f"held records did not come back: {seen_offsets}"
-            assert all(m.delivery_count() == 2 for m in seen if m.offset() in held)
-        finally:
-            b.close()
+        held_records_come_back(member(cluster, group, topic, 2, explicit=True), accepted, held)
     finally:
         a.close()
     assert image_partition(cluster, 2, topic) == (1, [1, 2])

@@ -123,6 +123,25 @@ def records(messages) -> list:
     return out
 
 
+def held_records_come_back(b, accepted: list[int], held: list[int]) -> None:
+    """After the share-partition's broker died: a new member `b` reads every held record again,
+    with delivery count 2, and none of the accepted ones."""
+    try:
+        seen: list = []
+        deadline = time.time() + 40
+        while time.time() < deadline and {m.offset() for m in seen} < set(held):
+            for m in records(b.poll(0.5)):
+                seen.append(m)
+                b.acknowledge(m)
+            b.commit_sync(30)
+        seen_offsets = [m.offset() for m in seen]
+        assert not set(seen_offsets) & set(accepted), f"accepted records came back: {seen_offsets}"
+        assert set(held) <= set(seen_offsets), f"held records did not come back: {seen_offsets}"
+        assert all(m.delivery_count() == 2 for m in seen if m.offset() in held)
+    finally:
+        b.close()
+
+
 # ---------------------------------------------------------------- acceptance
 def test_two_members_read_one_partition_together(cluster: Cluster) -> None:
     topic, group, n = "share-two", "share-two-g", 2000
@@ -685,21 +704,7 @@ def test_kill_leader_keeps_accepted_records_accepted(cluster: Cluster) -> None:
         killed = _leader_of(cluster, topic)
         cluster.kill(killed)
         wait_for(lambda: _leader_of(cluster, topic) not in (killed, -1), timeout=30, what="a new leader")
-        b = share_consumer(cluster, group, topic, explicit=True)
-        try:
-            seen: list = []
-            deadline = time.time() + 40
-            while time.time() < deadline and {m.offset() for m in seen} < set(held):
-                for m in records(b.poll(0.5)):
-                    seen.append(m)
-                    b.acknowledge(m)
-                b.commit_sync(30)
-            seen_offsets = [m.offset() for m in seen]
-            assert not set(seen_offsets) & set(accepted), f"accepted records came back: {seen_offsets}"
-            assert set(held) <= set(seen_offsets), f"held records did not come back: {seen_offsets}"
-            assert all(m.delivery_count() == 2 for m in seen if m.offset() in held)
-        finally:
-            b.close()
+        held_records_come_back(share_consumer(cluster, group, topic, explicit=True), accepted, held)
     finally:
         a.close()
         if killed is not None:
