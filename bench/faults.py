@@ -8,13 +8,14 @@ Prints a table, one row a schedule, and each schedule's replay command; exits 1 
 schedule found an anomaly.
 
     .venv/bin/python bench/faults.py [--schedules 20] [--minutes 5] [--faults-per-minute 2] [--first-seed 1]
-                                     [--diskless s3|local|none]
+                                     [--diskless s3|local|none] [--store-outages]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -25,6 +26,24 @@ from tests.faults.run import DISKLESS_BROKER, DISKLESS_CONTROLLER, run_schedule 
 from tests.faults.schedule import wire_links  # noqa: E402
 from tests.s3_server import SeaweedS3  # noqa: E402
 from tools.cluster import Cluster  # noqa: E402
+
+
+class PausedStore:
+    """A SeaweedFS outage: its processes paused (SIGSTOP), so requests hang and time out, then
+    resumed. (A stop and restart on the same ports came back refusing requests in one run.)"""
+
+    def __init__(self, s3: SeaweedS3) -> None:
+        self.s3 = s3
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self.s3.proc is not None and self.s3.proc.poll() is None:
+            os.killpg(self.s3.proc.pid, sig)
+
+    def stop(self) -> None:
+        self._signal(signal.SIGSTOP)
+
+    def start(self) -> None:
+        self._signal(signal.SIGCONT)
 
 
 def diskless_settings(store: str, tmp: Path, s3: SeaweedS3 | None) -> dict[str, str]:
@@ -44,9 +63,13 @@ def main() -> int:
     ap.add_argument("--first-seed", type=int, default=1)
     ap.add_argument("--diskless", choices=("s3", "local", "none"), default="s3",
                     help="the diskless topic's store, or none for the classic topic alone")
+    ap.add_argument("--store-outages", action="store_true",
+                    help="SeaweedFS paused for a while among the faults (with --diskless s3)")
     a = ap.parse_args()
     if a.schedules < 1 or a.minutes <= 0 or a.faults_per_minute <= 0:
         ap.error("--schedules, --minutes and --faults-per-minute must be positive")
+    if a.store_outages and a.diskless != "s3":
+        ap.error("--store-outages needs --diskless s3")
     rows = []
     bad = 0
     diskless = a.diskless != "none"
@@ -67,10 +90,11 @@ def main() -> int:
                         c.start(timeout=120)
                         replay = (f".venv/bin/python bench/faults.py --schedules 1 --first-seed {seed} "
                                   f"--minutes {a.minutes:g} --faults-per-minute {a.faults_per_minute:g} "
-                                  f"--diskless {a.diskless}")
+                                  f"--diskless {a.diskless}" + (" --store-outages" if a.store_outages else ""))
                         out = run_schedule(c, seed, a.minutes * 60, max(6, round(a.minutes * a.faults_per_minute)),
                                            say=lambda s: print(s, flush=True), replay=replay, links=links,
-                                           diskless=diskless)
+                                           diskless=diskless,
+                                           store=PausedStore(s3) if s3 is not None and a.store_outages else None)
                     finally:
                         c.stop()
                         for link in {id(x): x for xs in links.values() for x in xs}.values():

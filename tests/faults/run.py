@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.faults.checker import History, anomalies, check, summary
-from tests.faults.schedule import KINDS, WITH_LINKS, Fault, Nemesis, plan
+from tests.faults.schedule import KINDS, STORE, WITH_LINKS, Fault, Nemesis, StoreSwitch, plan
 from tests.faults.workload import QUIET, Workload
 from tests.tcp_proxy import TcpProxy
 from tools.cluster import Cluster
@@ -45,10 +45,11 @@ class Outcome:
 
 def run_schedule(cluster: Cluster, seed: int, seconds: float, faults: int, *, partitions: int = 3,
                  say: Callable[[str], None] = print, replay: str = "",
-                 links: dict[int, list[TcpProxy]] | None = None, diskless: bool = False) -> Outcome:
+                 links: dict[int, list[TcpProxy]] | None = None, diskless: bool = False,
+                 store: StoreSwitch | None = None) -> Outcome:
     """`links` (schedule.wire_links, before the cluster started) adds network partitions;
     `diskless` a diskless topic under the same workload (the cluster configured for it:
-    DISKLESS_BROKER, DISKLESS_CONTROLLER and a store)."""
+    DISKLESS_BROKER, DISKLESS_CONTROLLER and a store); `store` outages of that store."""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, **QUIET})
     rf = min(3, len(cluster.broker_ids))
     topics = {TOPIC: NewTopic(TOPIC, partitions, rf, config={"min.insync.replicas": str(min(2, rf))})}
@@ -57,13 +58,14 @@ def run_schedule(cluster: Cluster, seed: int, seconds: float, faults: int, *, pa
     for future in admin.create_topics(list(topics.values())).values():
         future.result(60)
     nodes = list(cluster.broker_ids) + (list(cluster.controller_ids) if len(cluster.controller_ids) >= 3 else [])
-    schedule = plan(seed, seconds, nodes, faults, kinds=WITH_LINKS if links else KINDS)
+    kinds = (WITH_LINKS if links else KINDS) + ((STORE,) if store is not None else ())
+    schedule = plan(seed, seconds, nodes, faults, kinds=kinds)
     say(f"fault schedule seed={seed} seconds={seconds:.0f} faults={faults} topics={','.join(topics)}"
         + (f"; replay: {replay}" if replay else ""))
     for f in schedule:
         say(f"  {f}")
     works = {name: Workload(cluster.bootstrap, name, partitions, seed=seed) for name in topics}
-    nemesis = Nemesis(cluster, schedule, say, links)
+    nemesis = Nemesis(cluster, schedule, say, links, store)
     t0 = time.monotonic()
     for work in works.values():
         work.start()

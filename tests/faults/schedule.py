@@ -10,6 +10,8 @@ Faults:
 - isolate: a network partition between the node and the controller quorum for `hold` seconds
   (every proxied link to or from a voter that touches it is cut: see wire_links): a broker keeps
   its clients and its replication links, and is fenced once its session runs out.
+- store: the diskless topics' object store stops answering for `hold` seconds (its server's
+  processes paused; the fault's node is 0).
 Faults may overlap (Jepsen mixes them); a node already under a fault is skipped.
 """
 
@@ -22,12 +24,22 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Protocol
 
 from tests.tcp_proxy import TcpProxy
 from tools.cluster import Cluster, ClusterError
 
 KINDS = ("kill", "pause", "term")
 WITH_LINKS = (*KINDS, "isolate")
+STORE = "store"
+
+
+class StoreSwitch(Protocol):
+    """An object store a fault can take down and bring back."""
+
+    def stop(self) -> None: ...
+
+    def start(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -48,8 +60,8 @@ def plan(seed: int, seconds: float, nodes: list[int], faults: int, max_hold: flo
     window = seconds * 0.8
     out = []
     for _ in range(faults):
-        out.append(Fault(at=round(rng.uniform(1.0, window), 1), kind=rng.choice(kinds), node=rng.choice(nodes),
-                         hold=round(rng.uniform(1.0, max_hold), 1)))
+        at, kind, node = round(rng.uniform(1.0, window), 1), rng.choice(kinds), rng.choice(nodes)
+        out.append(Fault(at=at, kind=kind, node=0 if kind == STORE else node, hold=round(rng.uniform(1.0, max_hold), 1)))
     return sorted(out, key=lambda f: f.at)
 
 
@@ -78,10 +90,12 @@ class Nemesis:
     """Applies a plan to a cluster on a thread; heal() undoes whatever is still in effect."""
 
     def __init__(self, cluster: Cluster, faults: list[Fault], say=print,
-                 links: dict[int, list[TcpProxy]] | None = None) -> None:
+                 links: dict[int, list[TcpProxy]] | None = None, store: StoreSwitch | None = None) -> None:
         self.cluster = cluster
         self.faults = faults
         self.links = links or {}
+        self.store = store
+        self._store_down = False
         self._cut: set[int] = set()
         self.say = say
         self.applied: list[str] = []
@@ -132,6 +146,14 @@ class Nemesis:
             self._stop.wait(f.hold)
             self._isolate(f.node, False)
             return
+        if f.kind == STORE:
+            if self.store is None:
+                return
+            self._store_down = True
+            self.store.stop()
+            self._stop.wait(f.hold)
+            self._store_up()
+            return
         if f.kind == "kill":
             c.kill(f.node)
         else:
@@ -158,9 +180,16 @@ class Nemesis:
             os.kill(pid, signal.SIGCONT)
         self._paused.discard(node)
 
+    def _store_up(self) -> None:
+        with self._lock:
+            down, self._store_down = self._store_down, False
+        if down and self.store is not None:
+            self.store.start()
+
     def heal(self) -> None:
         """Stop scheduling; resume paused nodes; start any node left down."""
         self._stop.set()
+        self._store_up()
         for node in list(self._paused):
             self._resume(node)
         for node in list(self._cut):

@@ -196,4 +196,5 @@ class Workload:
                     done.add(p)
         c.close()
         if len(done) < self.partitions:
-            raise TimeoutError(f"final read incomplete: partitions {sorted(set(ends) - done)} not read to their end")
+            raise TimeoutError(f"final read of {self.topic} incomplete: partitions {sorted(set(ends) - done)} not read "
+                               f"to their ends {ends} (read {len(self.history.final)} records)")
