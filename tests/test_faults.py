@@ -26,6 +26,11 @@ def _valid() -> History:
 
 def test_the_checker_passes_a_valid_history_and_names_each_anomaly() -> None:
     assert anomalies(check(_valid())) == 0, summary(check(_valid()))
+    h = _valid()
+    h.acked["p0:2"] = (0, None)  # delivered, offset unknown (a lost answer proved by a later success)
+    assert anomalies(check(h)) == 0, summary(check(h))
+    h.acked["p0:2"] = (1, None)  # ... but in another partition than the one it is in
+    assert check(h)["inconsistent"], summary(check(h))
     cases = {
         "lost": lambda h: h.final.remove((0, 1, "p0:1")),
         "duplicated": lambda h: h.final.append((0, 3, "p0:0")),
