@@ -27,6 +27,22 @@ UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
 
 
+def epoch_end_in(entries: list[tuple[int, int]], epoch: int, log_end_offset: int) -> tuple[int, int]:
+    """OffsetForLeaderEpoch over `entries` ((epoch, start offset), oldest first): see
+    LeaderEpochCache.end_offset_for. Also the diskless coordinator's answer for a partition."""
+    if epoch == UNDEFINED_EPOCH or not entries:
+        return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+    if epoch == entries[-1][0]:
+        return epoch, log_end_offset
+    higher = bisect_right(entries, epoch, key=lambda e: e[0])
+    if higher == len(entries):
+        return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+    next_start = entries[higher][1]
+    if higher == 0:
+        return epoch, next_start
+    return entries[higher - 1][0], next_start
+
+
 class LeaderEpochCache:
     """Entries (epoch, start offset), both strictly increasing."""
 
@@ -92,17 +108,7 @@ class LeaderEpochCache:
         (epoch, first entry's start); an epoch newer than all, an undefined epoch or an empty cache
         answer (-1, -1)."""
         with self._lock:
-            if epoch == UNDEFINED_EPOCH or not self._entries:
-                return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
-            if epoch == self._entries[-1][0]:
-                return epoch, log_end_offset
-            higher = bisect_right(self._entries, epoch, key=lambda e: e[0])
-            if higher == len(self._entries):
-                return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
-            next_start = self._entries[higher][1]
-            if higher == 0:
-                return epoch, next_start
-            return self._entries[higher - 1][0], next_start
+            return epoch_end_in(self._entries, epoch, log_end_offset)
 
     def truncate_from_end(self, end_offset: int) -> None:
         """Forget epochs that start at or after `end_offset` (the log was truncated there)."""

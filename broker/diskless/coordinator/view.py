@@ -29,7 +29,6 @@ the partition is past it, is therefore final: the OffsetForLeaderEpoch answers o
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from uuid import UUID
 
 from broker.diskless.batches import BatchResult, ProducerInfo
 from broker.diskless.coordinator.state import PRODUCER_BATCHES_KEPT, DisklessState, ProducerBatch, TxnProducer
+from broker.storage.leader_epoch import epoch_end_in
 from broker.storage.producer_state import sequence_gap
 from protocol.errors import Errors
 from protocol.generated.metadata_records.diskless_file_committed_record import DisklessFileCommittedRecord
@@ -80,14 +80,9 @@ class PartitionView:
         `epoch`, the start of the epoch after it, or the high watermark for the current epoch);
         an epoch older than every entry answers (epoch, the first entry's start); a newer one, or
         no entry, (-1, -1)."""
-        if epoch < 0 or not self.epochs:
+        if epoch < 0:
             return -1, -1
-        if epoch == self.epochs[-1][0]:
-            return epoch, self.high_watermark
-        higher = bisect_right(self.epochs, epoch, key=lambda e: e[0])
-        if higher == len(self.epochs):
-            return -1, -1
-        return (self.epochs[higher - 1][0] if higher else epoch), self.epochs[higher][1]
+        return epoch_end_in(self.epochs, epoch, self.high_watermark)
 
     def producer_infos(self) -> list[ProducerInfo]:
         """Every producer kept for the partition (its last batch, its transaction), by id."""
