@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run run-secure test codegen lint typecheck bench bench-deps clean system-deps spark-example
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py connector/_record_scan.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

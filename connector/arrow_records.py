@@ -1,8 +1,9 @@
 """Record batches (Kafka's v2 format, as a Fetch returns them) straight into Arrow.
 
-No Record objects are built: the records' fields are located with numpy over all records of a
-fetch at once, and key/value columns point into the decompressed bytes. This is what the
-Spark source yields: Arrow batches cross into Spark without per-row Python objects.
+No Record objects are built: one pass in C (connector/_record_scan.c) locates every record's
+fields, and the columns are built from them with numpy and pyarrow over all records of a fetch
+at once. This is what the Spark source yields: Arrow batches cross into Spark without per-row
+Python objects.
 
 Columns are those of Spark's Kafka source: key, value (binary), topic (string), partition (int),
 offset (long), timestamp (timestamp, microseconds UTC, from Kafka's milliseconds), timestampType (int: 0 CreateTime, 1 LogAppendTime) and,
@@ -22,6 +23,11 @@ from collections.abc import Iterable
 import numpy as np
 import pyarrow as pa
 
+try:
+    import connector._record_scan as _record_scan
+except ImportError as e:  # built by `pip install` where a C compiler is (setup.py)
+    raise ImportError(f"the strata Spark source needs its compiled record scanner: {e}; "
+                      "reinstall strata where a C compiler and Python's headers are") from e
 from protocol.errors import ProtocolError
 from protocol.primitives import read_varint, read_varlong
 from protocol.records.aborted import AbortedTransactions
@@ -29,6 +35,7 @@ from protocol.records.batch import BATCH_HEADER_SIZE, BatchHeader, iter_batches
 from protocol.records.compression import Compression, decompress
 
 CORRUPT_MESSAGE = 2
+_FIELDS = 8  # the rows of _record_scan.scan's output
 _CONTROL_KEY = struct.Struct(">hh")  # version, type (0 ABORT, 1 COMMIT)
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -55,165 +62,19 @@ SPARK_SCHEMA = (
 SPARK_SCHEMA_WITH_HEADERS = SPARK_SCHEMA + ", headers array<struct<key: string, value: binary>>"
 
 
-def _varints_at(B: np.ndarray, pos: np.ndarray, guesses: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Zigzag varints starting at each of `pos` in B (vectorized): (values int64, byte lengths).
-    Each further byte is read only where the one before says it continues (most fields of a
-    record are one byte), so nothing past a well-formed varint is touched. With `guesses` the
-    positions may be wrong (record starts guessed, then checked): there a varint longer than ten
-    bytes or running past B is no error but a value of -1 in 0 bytes, which no check accepts."""
-    byte = B[pos]
-    cont = byte >= 0x80
-    if not cont.any():  # every one a single byte (most fields of most records): no 64-bit accumulator
-        one = byte.astype(np.int64)
-        return (one >> 1) ^ -(one & 1), np.ones(len(pos), np.int64)
-    acc = (byte & 0x7F).astype(np.uint64)
-    length = np.ones(len(pos), np.int64)
-    more: np.ndarray | None = None if cont.all() else np.flatnonzero(cont)  # None: every one goes on
-    last = len(B) - 1
-    k = 1
-    while more is None or len(more):
-        if k == 10:
-            if not guesses:
-                raise ProtocolError("varint too long", error_code=CORRUPT_MESSAGE)
-            length[slice(None) if more is None else more] = -1
-            break
-        if more is None:  # whole columns while every varint goes on (a record's length, a long value's)
-            at = pos + k
-            byte = B[np.minimum(at, last) if guesses else at]
-            acc |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * k)
-            length += 1
-            cont = byte >= 0x80
-            if not cont.all():
-                more = np.flatnonzero(cont)
-        else:
-            at = pos[more] + k
-            byte = B[np.minimum(at, last) if guesses else at]
-            acc[more] |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * k)
-            length[more] += 1
-            more = more[byte >= 0x80]
-        k += 1
-    values = (acc >> np.uint64(1)).astype(np.int64) ^ -(acc & np.uint64(1)).astype(np.int64)
-    if guesses:
-        bad = (length < 0) | (pos + length > len(B))
-        values[bad], length[bad] = -1, 0
-    return values, length
-
-
-def _walk(buf: bytes | memoryview, p: int, end: int, count: int, out: np.ndarray, i: int) -> None:
-    """Walk one batch's record length prefixes (the sequential step) from p: where each of its
-    `count` records starts, written to out[i:i + count]."""
-    for k in range(i, i + count):
-        out[k] = p
-        b = buf[p]
-        if b < 0x80:
-            length, q = (b >> 1) ^ -(b & 1), p + 1
-        elif buf[p + 1] < 0x80:  # records of 64..8191 bytes: two bytes
-            v = (b & 0x7F) | (buf[p + 1] << 7)
-            length, q = (v >> 1) ^ -(v & 1), p + 2
-        else:
-            length, q = read_varint(buf, p)
-        if length < 0 or q + length > end:
-            raise ProtocolError("record length runs past the end of the batch", offset=p, error_code=CORRUPT_MESSAGE)
-        p = q + length
-    if p != end:
-        raise ProtocolError("bytes left over after a batch's records", offset=p, error_code=CORRUPT_MESSAGE)
-
-
-_WALK_BELOW = 32  # a batch whose size changes within fewer records than this is walked
-_MAX_GUESS = 8192  # records guessed per batch and round
-
-
-def _record_starts(buf: bytes | memoryview, B: np.ndarray, los: list[int], his: list[int], counts: list[int]) -> np.ndarray:
-    """Where each record starts, batch by batch (batch j's records fill buf[los[j]:his[j]]).
-
-    A record's start is known only from the one before it (its length prefix): a walk of one
-    Python step per record. But a batch's records mostly come in runs of one size (fixed-width
-    keys and values; the offset and timestamp deltas grow a varint byte at 64 and 8192): so in
-    rounds, for every batch at once with numpy, the next starts are guessed at the stride of the
-    record at hand and checked: the guesses up to the first record whose length prefix says
-    another size are right (the first is, and each right start's prefix leads to the next), and
-    the next round starts there with its size. A batch whose runs are short is walked instead."""
-    out = np.empty(sum(counts), np.int64)
-    live = [j for j, c in enumerate(counts) if c]
-    for j, c in enumerate(counts):
-        if not c and los[j] != his[j]:
-            raise ProtocolError("bytes left over after a batch's records", offset=los[j], error_code=CORRUPT_MESSAGE)
-    first = np.cumsum([0, *counts[:-1]], dtype=np.int64) if counts else np.zeros(0, np.int64)
-    pos = np.asarray(los, np.int64)[live]
-    end = np.asarray(his, np.int64)[live]
-    rem = np.asarray(counts, np.int64)[live]
-    idx = first[live]
-    ids = np.asarray(live, np.int64)
-    window = np.full(len(live), _MAX_GUESS, np.int64)
-    while len(ids):
-        value, ln = _varints_at(B, pos)
-        if (value < 0).any():
-            raise ProtocolError("a record's length is negative", error_code=CORRUPT_MESSAGE)
-        stride = value + ln
-        k = np.minimum(np.minimum(rem, window), -(-(end - pos) // stride))  # guesses stay before the batch end
-        seg_end = np.cumsum(k)
-        within = np.arange(int(seg_end[-1]), dtype=np.int64) - np.repeat(seg_end - k, k)
-        guess = np.repeat(pos, k) + within * np.repeat(stride, k)
-        v, n = _varints_at(B, guess, guesses=True)
-        fail = np.flatnonzero(v + n != np.repeat(stride, k))
-        took = k.copy()  # records whose start is now known: up to the first other size
-        if len(fail):
-            seg, at = np.unique(np.searchsorted(seg_end, fail, side="right"), return_index=True)
-            took[seg] = within[fail[at]]
-        keep = within < np.repeat(took, k)
-        out[np.repeat(idx, k)[keep] + within[keep]] = guess[keep]
-        pos += took * stride
-        rem -= took
-        idx += took
-        done = rem == 0
-        if (pos[done] != end[done]).any() or (pos[~done] >= end[~done]).any():
-            raise ProtocolError("a batch's records do not add up to its size", error_code=CORRUPT_MESSAGE)
-        short = ~done & (took < _WALK_BELOW)
-        for j, p, r, i in zip(ids[short].tolist(), pos[short].tolist(), rem[short].tolist(), idx[short].tolist()):
-            _walk(buf, p, his[j], r, out, i)
-        go = ~done & ~short
-        ids, pos, end, rem, idx = ids[go], pos[go], end[go], rem[go], idx[go]
-        window = np.minimum(_MAX_GUESS, 4 * took[go])
-    return out
-
-
-def _word_at(B: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """The 4 bytes at each of `at` in B as they lie (a long value's prefix in its view), in one
-    gather through a view of B whose items overlap (a stride of one byte); each of `at` is at
-    least 4 bytes before B's end."""
-    return np.ndarray((max(len(B) - 3, 0),), np.int32, B, 0, (1,))[at]
-
-
-def _binary_column(buf: bytes | memoryview, B: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
-    """A binary column of the spans (start, length) of buf, null where length < 0. Built as an
-    Arrow binary-view array over buf (16-byte views made with numpy: a value of up to 12 bytes
-    inline, a longer one as its 4-byte prefix and offset), then cast to plain binary in C++: no
-    Python object per value."""
+def _binary_column(buf: bytes | memoryview, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """A binary column of the spans (start, length) of buf, null where length < 0: its offsets
+    and bytes written by the scanner's gather, no Python object per value."""
     n = len(starts)
-    if n == 0:
-        return pa.array([], pa.binary())
     valid = lengths >= 0
-    ln = np.where(valid, lengths, 0).astype(np.int32)
-    views = np.zeros((n, 16), np.uint8)
-    v32 = views.view(np.int32)
-    v32[:, 0] = ln
-    long_ = np.flatnonzero(ln > 12)
-    if len(long_) == n:  # all long (values of most topics): whole columns, no gather of rows
-        v32[:, 1] = _word_at(B, starts)
-        v32[:, 3] = starts  # buffer 0 (buf), offset: buf stays under 2 GiB
-    elif len(long_):
-        at = starts[long_]
-        v32[long_, 1] = _word_at(B, at)
-        v32[long_, 3] = at
-    short = np.flatnonzero((ln > 0) & (ln <= 12))
-    if len(short):
-        k = np.arange(12)
-        inside = k < ln[short, None]
-        at = np.where(inside, starts[short, None] + k, 0)  # nothing read past a value
-        views[short, 4:16] = np.where(inside, B[at], 0)
+    offsets = np.empty(n + 1, np.int32)
+    data = np.empty(int(lengths[valid].sum()) if n else 0, np.uint8)
+    try:
+        _record_scan.gather(buf, starts, lengths, offsets, data)
+    except ValueError as e:
+        raise ProtocolError(str(e), error_code=CORRUPT_MESSAGE) from None
     validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little").tobytes())
-    arr = pa.Array.from_buffers(pa.binary_view(), n, [validity, pa.py_buffer(views), pa.py_buffer(buf)])
-    return arr.cast(pa.binary())
+    return pa.Array.from_buffers(pa.binary(), n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def _headers(buf: bytes | memoryview, positions: np.ndarray, rec_ends: np.ndarray) -> list:
@@ -280,29 +141,16 @@ class _Batches:
         else:
             buf = b"".join(self.bodies)
             his = np.cumsum([len(b) for b in self.bodies], dtype=np.int64).tolist()
-            los = [0, *his[:-1]]
+            los = [0, *his[:-1]] if his else []
         counts = self.counts
         total = sum(counts)
-        B = np.frombuffer(buf, np.uint8)
+        fields = np.empty((_FIELDS, total), np.int64)
         try:
-            starts = _record_starts(buf, B, los, his, counts)
-            rec_len, ln = _varints_at(B, starts)
-            rec_end = starts + ln + rec_len
-            p = starts + ln + 1  # attributes
-            ts_delta, ln = _varints_at(B, p)
-            p = p + ln
-            off_delta, ln = _varints_at(B, p)
-            p = p + ln
-            klen, ln = _varints_at(B, p)
-            kstart = p + ln
-            p = kstart + np.maximum(klen, 0)
-            vlen, ln = _varints_at(B, p)
-            vstart = p + ln
-            p = vstart + np.maximum(vlen, 0)
-            if total and (p >= rec_end).any():
-                raise ProtocolError("record fields run past their record", error_code=CORRUPT_MESSAGE)
-        except IndexError:
-            raise ProtocolError("record batch truncated", error_code=CORRUPT_MESSAGE) from None
+            _record_scan.scan(buf, np.asarray(los, np.int64), np.asarray(his, np.int64),
+                              np.asarray(counts, np.int64), fields)
+        except ValueError as e:
+            raise ProtocolError(str(e), error_code=CORRUPT_MESSAGE) from None
+        ts_delta, off_delta, kstart, klen, vstart, vlen, p, rec_end = fields
         offsets = np.repeat(np.asarray(self.base_offsets, np.int64), counts) + off_delta
         ats = np.repeat(np.asarray(self.append_ts, np.int64), counts)
         timestamps = np.where(ats >= 0, ats, np.repeat(np.asarray(self.base_ts, np.int64), counts) + ts_delta)
@@ -316,15 +164,15 @@ class _Batches:
         topic_of = np.asarray([topics.index(t) for t, _ in tps], np.int32)
         partition_of = np.asarray([q for _, q in tps], np.int32)
         arrays = [
-            _binary_column(buf, B, kstart, klen),
-            _binary_column(buf, B, vstart, vlen),
+            _binary_column(buf, kstart, klen),
+            _binary_column(buf, vstart, vlen),
             pa.DictionaryArray.from_arrays(pa.array(topic_of[tp]), pa.array(topics, pa.string())).cast(pa.string()),
             pa.array(partition_of[tp]),
             pa.array(offsets),
             pa.array(timestamps * 1000, pa.timestamp("us", tz="UTC")),
             pa.array((ats >= 0).astype(np.int32)),
         ]
-        has = B[p] != 0 if len(p) else np.zeros(0, bool)
+        has = np.frombuffer(buf, np.uint8)[p] != 0 if len(p) else np.zeros(0, bool)  # a header count
         if include_headers:
             arrays.append(pa.array(_headers(buf, p, rec_end), HEADER_TYPE))
         elif has.any():  # a record with headers must still parse to its end
@@ -345,10 +193,7 @@ def records_to_arrow(
     """Decode fetched record-batch bytes (one or more blobs, in offset order) into one Arrow
     batch holding the records with offsets in [start, end). Returns (batch, next offset): the
     offset after the last batch read, so a reader knows where to fetch on even when every row was
-    filtered (control batches, aborted data). A partial trailing batch is left for the next fetch.
-
-    The only per-record Python step is a walk over the length prefixes of batches whose record
-    sizes vary often; every field is decoded with numpy over all records."""
+    filtered (control batches, aborted data). A partial trailing batch is left for the next fetch."""
     batches = _Batches()
     sources: list[memoryview] = []
     next_offset = start

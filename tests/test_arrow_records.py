@@ -100,9 +100,9 @@ def test_empty() -> None:
 
 
 @pytest.mark.parametrize("codec", [Compression.NONE, Compression.LZ4])
-def test_record_starts_guessed_at_a_stride_then_checked(codec: Compression) -> None:
-    """Batches of one record size take the vectorized path (starts guessed at a stride, checked);
-    a batch whose sizes only add up to a stride's worth is caught by the check and walked."""
+def test_record_sizes_in_runs_and_mixed(codec: Compression) -> None:
+    """Batches of one record size, of runs of two sizes, of sizes that only add up to a multiple
+    of the first, of one record, of two-byte length prefixes."""
     def rec(v: int, n: int) -> Record:
         return Record(key=b"k%03d" % (n % 1000), value=b"x" * v, timestamp=1_700_000_000_000 + n)
     batches = [
@@ -127,10 +127,8 @@ def test_record_starts_guessed_at_a_stride_then_checked(codec: Compression) -> N
 
 
 def test_every_varint_long_and_every_value_long() -> None:
-    """Columns where every varint takes two or three bytes and every key and value is longer than
-    a view's inline 12 bytes (the whole-column paths), beside a batch where only some go on. The
-    values are random: a wrong guess of a record start lands in them and may read a "varint" of
-    more than ten bytes, or one running past the buffer: a failed guess, not a corrupt batch."""
+    """Columns where every varint takes two or three bytes and every key and value is long,
+    beside a batch where only some do; random bytes in the values."""
     rng = random.Random(7)
     batches = [
         [Record(key=rng.randbytes(70), value=rng.randbytes(20_000), timestamp=1_700_000_000_000 + 100 * i)
@@ -150,9 +148,9 @@ def test_every_varint_long_and_every_value_long() -> None:
     assert [int(t.timestamp() * 1000) for t in rb.column("timestamp").to_pylist()] == [r.timestamp for r in expected]
 
 
-def test_record_starts_a_corrupt_prefix_in_a_strided_batch() -> None:
-    """One record's length prefix changed (CRC made valid again): the stride check fails and the
-    walk finds the batch's records do not add up."""
+def test_a_corrupt_length_prefix_mid_batch() -> None:
+    """One record's length prefix changed (CRC made valid again): the batch's records no longer
+    add up to its size."""
     from crc32c import crc32c
     data = bytearray(_batch([Record(key=None, value=b"v" * 10, timestamp=1)] * 4, 0))
     first = 61  # the first record's length prefix
@@ -192,3 +190,48 @@ def test_wal_span_of_many_partitions() -> None:
         assert row["headers"] == [{"key": h.key, "value": h.value} for h in r.headers]
     with pytest.raises(ProtocolError):  # the index names a size the batch does not have
         wal_to_arrow(b"".join(blobs), [(0, layout[0][1] + 1, 0, 0)], parts, bounds)
+
+
+def test_fields_that_do_not_fit_are_protocol_errors() -> None:
+    """Each field of a record made to lie (CRC made valid again): a varint longer than Kafka
+    reads, a key or value running past its record, no room for the header count. Each is a
+    ProtocolError naming the problem, never a read outside the batch."""
+    from crc32c import crc32c
+    good = _batch([Record(key=b"kk", value=b"v" * 10, timestamp=1)], 0)
+    rec = 61  # length, attributes, timestamp delta, offset delta, key length, key, value length, value, headers
+    for at, byte, words in [
+        (rec, 0x80, "varint too long"),  # the length's first byte goes on, and the next ones do too
+        (rec + 4, 0x7E, "past their record"),  # key length 63
+        (rec + 7, 0x7E, "past their record"),  # value length 63
+        (rec + 7, 0x16, "past their record"),  # value length 11: the header count's byte is taken
+    ]:
+        data = bytearray(good)
+        data[at] = byte
+        if words == "varint too long":
+            data[at + 1:at + 5] = b"\x80\x80\x80\x80"
+        struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+        with pytest.raises(ProtocolError, match=words):
+            records_to_arrow([bytes(data)], "t", 0)
+
+
+def test_random_damage_is_a_protocol_error_or_the_same_rows() -> None:
+    """Random bytes of the records changed, CRC made valid again: the decode either refuses the
+    batch with a ProtocolError or gives the rows the record-by-record decoder gives."""
+    from crc32c import crc32c
+    rng = random.Random(11)
+    good = _batch(_random_records(rng, 20), 0)
+    for _ in range(400):
+        data = bytearray(good)
+        for _ in range(rng.choice([1, 2, 5])):
+            data[rng.randrange(61, len(data))] = rng.randrange(256)
+        struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+        try:
+            rb, _ = records_to_arrow([bytes(data)], "t", 0, include_headers=True)
+        except ProtocolError:
+            continue
+        try:
+            expected = [r for b in decode_batches(bytes(data)) for r in b.records]
+        except (ProtocolError, UnicodeDecodeError):
+            continue  # stricter than the decode: header keys are read as UTF-8 there
+        assert rb.column("value").to_pylist() == [r.value for r in expected]
+        assert rb.column("key").to_pylist() == [r.key for r in expected]
