@@ -1,8 +1,9 @@
 """docker-compose.yml, Dockerfile and docker/*/server.properties agree with the launcher.
 
-No docker engine runs here, so this parses the compose file and checks each service against
-tools.cluster.docker_configs(), the generator `make run` uses too: same configs, two log-dir
-volumes per broker at its log.dirs, host names and ports matching listeners and voters.
+A quick check without an engine (tests/test_compose.py builds the image and runs the cluster):
+this parses the compose file and checks each service against tools.cluster.docker_configs(), the
+generator `make run` uses too: same configs, two log-dir volumes per broker at its log.dirs, host
+names and ports matching listeners and voters.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 import yaml
 
 from node.config import load_properties, parse_listeners, parse_voters
-from tools.cluster import CONTROLLER, CONTROLLER_ID, DOCKER_CONFIG_PATH, docker_configs
+from tools.cluster import CONTROLLER, CONTROLLER_ID, DOCKER_CONFIG_PATH, DOCKER_INTERNAL_PORT, docker_configs
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPECTED = docker_configs()
@@ -70,7 +71,8 @@ def test_service_runs_its_generated_config(compose: dict, name: str) -> None:
     props = EXPECTED[name]
     role = props["process.roles"]
     assert svc["command"] == ["python", "-m", role, "--config", DOCKER_CONFIG_PATH]
-    assert svc.get("build") == "." and svc.get("image")
+    assert svc["build"] == {"context": ".", "args": {"BASE_IMAGE": "${STRATA_BASE_IMAGE:-python:3.11-slim}"}}
+    assert svc.get("image")
     assert svc.get("hostname", name) == name
 
     source = mounts(svc).get(DOCKER_CONFIG_PATH)
@@ -116,15 +118,22 @@ def test_ports_hosts_and_voters(compose: dict) -> None:
         props = EXPECTED[name]
         assert int(props["node.id"]) == i
         assert props["controller.quorum.voters"] == ctl["controller.quorum.voters"]
-        [listen] = parse_listeners(props["listeners"])
-        [adv] = parse_listeners(props["advertised.listeners"], "advertised.listeners")
-        assert adv.host == name and adv.port == listen.port and adv.listener == listen.listener
-        assert listen.host == "0.0.0.0"
-        # published 1:1, so a client that resolves the service name reaches the advertised port
-        assert services[name]["ports"] == [f"{adv.port}:{adv.port}"]
+        listen = {e.listener: e for e in parse_listeners(props["listeners"])}
+        adv = {e.listener: e for e in parse_listeners(props["advertised.listeners"], "advertised.listeners")}
+        assert set(listen) == set(adv) == {"PLAINTEXT", "EXTERNAL"}
+        assert all(e.host == "0.0.0.0" for e in listen.values())
+        # inside: the service name on the compose network, what the peers dial
+        assert props["inter.broker.listener.name"] == "PLAINTEXT"
+        assert (adv["PLAINTEXT"].host, adv["PLAINTEXT"].port) == (name, listen["PLAINTEXT"].port)
+        assert listen["PLAINTEXT"].port == DOCKER_INTERNAL_PORT
+        assert str(DOCKER_INTERNAL_PORT) in [str(p) for p in services[name].get("expose", [])]
+        # outside: published 1:1 on the host's loopback only, advertised as that address
+        ext = adv["EXTERNAL"]
+        assert (ext.host, ext.port) == ("127.0.0.1", listen["EXTERNAL"].port)
+        assert services[name]["ports"] == [f"127.0.0.1:{ext.port}:{ext.port}"]
         assert set(controllers.values()) <= set(services[name].get("depends_on") or [])
-        assert adv.port not in seen_ports
-        seen_ports.add(adv.port)
+        assert ext.port not in seen_ports
+        seen_ports.add(ext.port)
 
 
 def test_committed_configs_are_what_the_generator_writes(tmp_path: Path) -> None:
@@ -143,11 +152,15 @@ def test_committed_configs_are_what_the_generator_writes(tmp_path: Path) -> None
 
 def test_dockerfile_installs_every_package() -> None:
     text = (ROOT / "Dockerfile").read_text()
-    assert re.search(r"^FROM python:3\.11-slim\b", text, re.M)
+    assert re.search(r"^ARG BASE_IMAGE=python:3\.11-slim$", text, re.M)
+    assert re.search(r"^FROM \$\{BASE_IMAGE\}$", text, re.M)
     assert re.search(r"pip install \.", text)
     copied = set(re.findall(r"^COPY\s+(\S+)\s", text, re.M))
     includes = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
     packages = {pattern.rstrip("*") for pattern in includes}
     assert packages <= copied, f"Dockerfile does not COPY {sorted(packages - copied)}"
+    # .dockerignore lets in only what is copied (no .venv or data in the build context)
+    allowed = {line[1:] for line in (ROOT / ".dockerignore").read_text().splitlines() if line.startswith("!")}
+    assert copied <= allowed, f".dockerignore leaves out {sorted(copied - allowed)}"
     for volume_dir in ("/var/lib/strata/metadata", "/var/lib/strata/logs-0", "/var/lib/strata/logs-1"):
         assert volume_dir in text, f"the image should create {volume_dir} for the volume's ownership"

@@ -48,6 +48,7 @@ DEFAULT_PORT_BASE = 9092
 DOCKER_CONFIG_PATH = "/etc/strata/server.properties"
 DOCKER_DATA_DIR = PurePosixPath("/var/lib/strata")
 DOCKER_CLUSTER_ID = "c3RyYXRhLWRvY2tlci1xdQ"  # the compose cluster's voters format with one id
+DOCKER_INTERNAL_PORT = 29092  # every broker's listener on the compose network (one IP per container)
 
 Overrides = Mapping[str, Any]
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -238,13 +239,23 @@ def docker_configs(
     controller_overrides: Overrides | None = None,
     per_broker_overrides: Mapping[int, Overrides] | None = None,
 ) -> dict[str, dict[str, str]]:
-    """The configs docker-compose.yml mounts: service name = node name = host name; each node
-    listens on all interfaces of its container on a port distinct across the cluster (so the
-    ports can be published 1:1 and a host client that resolves the service names reaches them)."""
+    """The configs docker-compose.yml mounts: service name = node name = host name. A broker has
+    two listeners (as Kafka's own images): PLAINTEXT on the compose network, advertised under its
+    service name on DOCKER_INTERNAL_PORT (peers and other containers dial it), and EXTERNAL on a
+    port distinct across the cluster, published 1:1 on the host's 127.0.0.1 and advertised as
+    127.0.0.1, so a host client reaches every broker through the published ports alone."""
     _, broker_ports = fixed_ports(brokers, port_base)
     # every node serves /metrics on the same port of its own container (the `metrics` profile's
     # Prometheus scrapes them by service name)
     metrics = {"metrics.listener": f"http://0.0.0.0:{DOCKER_METRICS_PORT}"}
+    two_listeners = {"listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,EXTERNAL:PLAINTEXT",
+                     "inter.broker.listener.name": "PLAINTEXT"}
+    per_broker = {
+        i: {"listeners": f"PLAINTEXT://0.0.0.0:{DOCKER_INTERNAL_PORT},EXTERNAL://0.0.0.0:{port}",
+            "advertised.listeners": f"PLAINTEXT://{node_name(i)}:{DOCKER_INTERNAL_PORT},EXTERNAL://127.0.0.1:{port}",
+            **(per_broker_overrides or {}).get(i, {})}
+        for i, port in broker_ports.items()
+    }
     return node_configs(
         brokers=brokers,
         controller_ports=fixed_controller_ports(controllers, port_base),
@@ -253,9 +264,9 @@ def docker_configs(
         host_of=lambda name: name,
         bind_host_of=lambda name: "0.0.0.0",
         dir_of=lambda name: DOCKER_DATA_DIR,
-        broker_overrides={**metrics, **(broker_overrides or {})},
+        broker_overrides={**metrics, **two_listeners, **(broker_overrides or {})},
         controller_overrides={**metrics, **(controller_overrides or {})},
-        per_broker_overrides=per_broker_overrides,
+        per_broker_overrides=per_broker,
     )
 
 
@@ -795,6 +806,7 @@ __all__ = [
     "DEFAULT_PORT_BASE",
     "DOCKER_CONFIG_PATH",
     "DOCKER_DATA_DIR",
+    "DOCKER_INTERNAL_PORT",
     "Cluster",
     "ClusterError",
     "docker_configs",
