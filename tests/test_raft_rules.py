@@ -133,3 +133,17 @@ def test_quorum_state_file(tmp_path):
     (tmp_path / "quorum-state").write_text("{not json")
     with pytest.raises(QuorumStateError):
         f.read()
+
+
+def test_pre_vote_is_refused_by_a_leader_and_by_a_follower_of_a_live_leader():
+    # KIP-996: the leader and a follower answered by its leader within the fetch timeout refuse
+    assert not rules.grants_pre_vote(leads=True, hears_live_leader=False, log_up_to_date=True)
+    assert not rules.grants_pre_vote(leads=False, hears_live_leader=True, log_up_to_date=True)
+    # anyone else grants one to a log at least as long as its own
+    assert rules.grants_pre_vote(leads=False, hears_live_leader=False, log_up_to_date=True)
+    assert not rules.grants_pre_vote(leads=False, hears_live_leader=False, log_up_to_date=False)
+    # a pre-vote is sent in the current epoch, so its last record may be of that epoch; a vote's may not
+    assert rules.pre_vote_epoch_valid(True, replica_epoch=4, last_epoch=4)
+    assert not rules.pre_vote_epoch_valid(False, replica_epoch=4, last_epoch=4)
+    assert rules.pre_vote_epoch_valid(False, replica_epoch=5, last_epoch=4)
+    assert not rules.pre_vote_epoch_valid(True, replica_epoch=4, last_epoch=5)

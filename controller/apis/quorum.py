@@ -51,7 +51,8 @@ async def vote(apis: Apis, req: Request) -> VoteResponse:
     raft = apis.controller.raft
 
     async def answer(p: Any) -> dict:
-        err, granted = await raft.handle_vote(p.replica_id, p.replica_epoch, p.last_offset_epoch, p.last_offset)
+        err, granted = await raft.handle_vote(p.replica_id, p.replica_epoch, p.last_offset_epoch, p.last_offset,
+                                              p.pre_vote)
         return {"error_code": err, "vote_granted": granted}
 
     return await _each_partition(apis, req, VoteResponse, answer)

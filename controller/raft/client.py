@@ -2,7 +2,8 @@
 task that drives them, and the surface the controller and its request handlers use.
 
 - `state`: role, epoch, leader, vote and high watermark, persisted on every transition;
-- `elections`: timeouts, candidacy, Vote, BeginQuorumEpoch, EndQuorumEpoch, check-quorum;
+- `elections`: timeouts, pre-votes (KIP-996), candidacy, Vote, BeginQuorumEpoch,
+  EndQuorumEpoch, check-quorum;
 - `replication`: the leader's appends and commits, the follower's fetches, DivergingEpoch
   truncation and snapshot loading (KIP-630);
 - `fetch_server`: the leader's answers to Fetch and FetchSnapshot from voters and brokers.
@@ -97,6 +98,8 @@ class RaftClient:
                     await self.elections.poll_leader()
                 elif role == Role.CANDIDATE:
                     await self.elections.poll_candidate()
+                elif role == Role.PROSPECTIVE:
+                    await self.elections.poll_prospective()
                 elif role == Role.FOLLOWER:
                     if not await self.elections.check_fetch_timeout():
                         await self.replication.fetch_from_leader()
@@ -148,9 +151,9 @@ class RaftClient:
 
     # ---- the request handlers' calls
     async def handle_vote(self, candidate_id: int, candidate_epoch: int, last_epoch: int,
-                          last_offset: int) -> tuple[int, bool]:
+                          last_offset: int, pre_vote: bool = False) -> tuple[int, bool]:
         """Returns (error code, vote granted); the caller reports our epoch and leader."""
-        return await self.elections.handle_vote(candidate_id, candidate_epoch, last_epoch, last_offset)
+        return await self.elections.handle_vote(candidate_id, candidate_epoch, last_epoch, last_offset, pre_vote)
 
     async def handle_begin_epoch(self, leader_id: int, epoch: int) -> int:
         return await self.elections.handle_begin_epoch(leader_id, epoch)

@@ -1,5 +1,5 @@
 """Elections of the metadata quorum (KIP-595), as KafkaRaftClient runs them: randomized election
-timeouts, candidacy and Vote rounds, the new leader's BeginQuorumEpoch, a resigning leader's
+timeouts, pre-vote rounds before a candidacy (KIP-996), candidacy and Vote rounds, the new leader's BeginQuorumEpoch, a resigning leader's
 EndQuorumEpoch with its preferred successors, check-quorum on the leader and the fetch timeout on
 a follower; and the answers to the other voters' Vote, BeginQuorumEpoch and EndQuorumEpoch.
 
@@ -39,36 +39,87 @@ class Elections:
 
     # ---- the driving task's steps, one per role
     async def poll_unattached(self) -> None:
-        """Unattached or voted: stand once the election timeout passes (at once if alone)."""
+        """Unattached, voted or resigned: once the election timeout passes, ask for pre-votes
+        (KIP-996); a single voter stands at once."""
         s = self.state
         if len(s.voters) == 1:
             await s.become_candidate()
             return
         delay = s.election_at - time.monotonic()
         if delay <= 0:
-            await s.become_candidate()
+            await s.become_prospective()
             return
         await s.wait_state_change(delay)
 
+    async def poll_prospective(self) -> None:
+        """One pre-vote round in the current epoch (KIP-996): a majority of grants makes us a
+        candidate (only then does the epoch move); refused or unanswered, we go back to
+        following our leader (a fresh fetch timeout) or to waiting unattached."""
+        s = self.state
+        epoch, leader, voted = s.epoch, s.leader_id, s.voted_id
+        deadline = time.monotonic() + rules.election_timeout(s.election_timeout_ms)
+        won = await self._ask_votes(epoch, Role.PROSPECTIVE, deadline)
+        if won is None:
+            return  # the state moved meanwhile
+        if won:
+            log.info("raft_pre_vote_won", epoch=epoch)
+            await s.become_candidate()
+            return
+        log.info("raft_pre_vote_lost", epoch=epoch, leader=leader)
+        if leader >= 0 and leader != s.node_id:
+            await s.transition(Role.FOLLOWER, epoch, leader, voted)
+        else:
+            await s.transition(Role.VOTED if voted >= 0 else Role.UNATTACHED, epoch, -1, voted)
+
     async def poll_candidate(self) -> None:
-        """One election round in the current (candidate) epoch."""
+        """One election round in the current (candidate) epoch; lost or split, wait out the
+        randomized timeout and ask for pre-votes again (as Kafka's candidate does)."""
         s = self.state
         epoch = s.epoch
-        votes = {s.node_id}
-        need = rules.majority(len(s.voters))
-        if len(votes) >= need:
+        deadline = time.monotonic() + rules.election_timeout(s.election_timeout_ms)
+        won = await self._ask_votes(epoch, Role.CANDIDATE, deadline)
+        if won is None:
+            return
+        if won:
             await self._become_leader(epoch)
             return
-        deadline = time.monotonic() + rules.election_timeout(s.election_timeout_ms)
-        req = VoteRequest(cluster_id=s.cluster_id, topics=[VoteRequest.TopicData(
-            topic_name=METADATA_TOPIC, partitions=[VoteRequest.PartitionData(
-                partition_index=0, replica_epoch=epoch, replica_id=s.node_id,
-                last_offset_epoch=self.log.last_epoch, last_offset=self.log.end_offset)])])
+        rest = deadline - time.monotonic()
+        if rest > 0:
+            await s.wait_state_change(rest)
+        if s.role == Role.CANDIDATE and s.epoch == epoch:
+            log.info("raft_election_lost", epoch=epoch)
+            if len(s.voters) == 1:
+                await s.become_candidate()
+            else:
+                await s.become_prospective()
+
+    async def _ask_votes(self, epoch: int, role: Role, deadline: float) -> bool | None:
+        """Ask every other voter for its vote (a candidate) or pre-vote (a prospective voter) in
+        `epoch`. True once a majority granted, False once a majority refused or at `deadline`,
+        None if the state moved meanwhile (a higher epoch or a leader was seen)."""
+        s = self.state
+        pre_vote = role == Role.PROSPECTIVE
+        granted: set[int] = {s.node_id}
+        refused: set[int] = set()
+        need = rules.majority(len(s.voters))
+        if len(granted) >= need:
+            return True
+
+        def request(voter: int) -> VoteRequest:
+            return VoteRequest(cluster_id=s.cluster_id, voter_id=voter, topics=[VoteRequest.TopicData(
+                topic_name=METADATA_TOPIC, partitions=[VoteRequest.PartitionData(
+                    partition_index=0, replica_epoch=epoch, replica_id=s.node_id,
+                    last_offset_epoch=self.log.last_epoch, last_offset=self.log.end_offset,
+                    pre_vote=pre_vote)])])
+
+        def current() -> bool:
+            return s.role == role and s.epoch == epoch
+
         loop = asyncio.get_running_loop()
-        pending = {loop.create_task(self.channel.ask(v, req, s.election_timeout_ms / 1000)): v
+        pending = {loop.create_task(self.channel.ask(v, request(v), s.election_timeout_ms / 1000)): v
                    for v in s.voters if v != s.node_id}
         try:
-            while pending and s.role == Role.CANDIDATE and s.epoch == epoch:
+            while pending and current():
                 changed = loop.create_task(s.state_changed.wait())
                 done, _ = await asyncio.wait([*pending, changed], timeout=max(deadline - time.monotonic(), 0),
                                              return_when=asyncio.FIRST_COMPLETED)
@@ -80,30 +131,36 @@ class Elections:
                         continue
                     voter = pending.pop(t)
                     resp: Any = t.result()  # a VoteResponse, or None
-                    if resp is None:
+                    p = resp.topics[0].partitions[0] if resp is not None and resp.topics \
+                        and resp.topics[0].partitions else None
+                    if p is None or not current():
                         continue
-                    p = resp.topics[0].partitions[0] if resp.topics and resp.topics[0].partitions else None
-                    if p is None:
-                        continue
-                    if p.leader_epoch > s.epoch:
+                    if p.leader_epoch > epoch:
                         await s.step_down(p.leader_epoch, p.leader_id)
-                        return
-                    if p.vote_granted and p.leader_epoch == epoch:
-                        votes.add(voter)
-                if s.role == Role.CANDIDATE and s.epoch == epoch and len(votes) >= need:
-                    await self._become_leader(epoch)
-                    return
+                        return None
+                    if p.leader_epoch == epoch and p.leader_id >= 0 and s.leader_id < 0 \
+                            and p.leader_id != s.node_id:
+                        # a leader of our epoch we did not know of: follow it (one that still
+                        # names the leader we lost only counts as a refusal, as in Kafka)
+                        await s.transition(Role.FOLLOWER, epoch, p.leader_id, s.voted_id)
+                        return None
+                    if p.error_code or resp.error_code or p.leader_epoch != epoch:
+                        continue
+                    (granted if p.vote_granted else refused).add(voter)
+                if not current():
+                    return None
+                if len(granted) >= need:
+                    return True
+                if len(refused) > len(s.voters) - need:
+                    break
         finally:
             for t in pending:
                 t.cancel()
-        if s.role == Role.CANDIDATE and s.epoch == epoch:
-            # lost or split: wait out the rest of the randomized timeout, then try a new epoch
-            rest = deadline - time.monotonic()
-            if rest > 0:
-                await s.wait_state_change(rest)
-            if s.role == Role.CANDIDATE and s.epoch == epoch:
-                log.info("raft_election_lost", epoch=epoch, votes=sorted(votes))
-                await s.become_candidate()
+        if not current():
+            return None
+        if not pre_vote:
+            log.info("raft_votes", epoch=epoch, granted=sorted(granted), refused=sorted(refused))
+        return False
 
     async def poll_leader(self) -> None:
         """Check-quorum: a leader that has not heard from a majority within the fetch timeout
@@ -121,13 +178,14 @@ class Elections:
             s.election_at = time.monotonic() + rules.election_timeout(s.election_timeout_ms)
 
     async def check_fetch_timeout(self) -> bool:
-        """A follower that has not heard from its leader within the fetch timeout stands for the
-        next epoch (KIP-595). True if it did, so the caller does not fetch."""
+        """A follower that has not heard from its leader within the fetch timeout asks for
+        pre-votes (KIP-996), then stands for the next epoch if a majority would vote for it
+        (KIP-595). True if it stopped following, so the caller does not fetch."""
         s = self.state
         if time.monotonic() - s.last_leader_contact <= s.fetch_timeout_ms / 1000:
             return False
         log.warning("raft_leader_lost", epoch=s.epoch, leader=s.leader_id, reason="fetch timeout")
-        await s.become_candidate()
+        await s.become_prospective()
         return True
 
     # ---- leading
@@ -179,20 +237,32 @@ class Elections:
 
     # ---- the other voters' requests
     async def handle_vote(self, candidate_id: int, candidate_epoch: int, last_epoch: int,
-                          last_offset: int) -> tuple[int, bool]:
-        """Returns (error code, vote granted); the caller reports our epoch and leader."""
+                          last_offset: int, pre_vote: bool = False) -> tuple[int, bool]:
+        """Returns (error code, vote granted); the caller reports our epoch and leader. A
+        pre-vote (KIP-996) is answered without recording a vote; like a vote, a higher epoch in
+        it is adopted (it is the sender's real epoch: a prospective voter does not bump)."""
         s = self.state
         if candidate_id not in s.voters:
             return Errors.INCONSISTENT_VOTER_SET, False
+        if not rules.pre_vote_epoch_valid(pre_vote, candidate_epoch, last_epoch):
+            return Errors.INVALID_REQUEST, False
         if candidate_epoch < s.epoch:
             return 0, False
         if candidate_epoch > s.epoch:
             await s.step_down(candidate_epoch)
+        log_ok = rules.log_at_least_as_long(last_epoch, last_offset, self.log.last_epoch, self.log.end_offset)
+        if pre_vote:
+            granted = rules.grants_pre_vote(s.role in (Role.LEADER, Role.RESIGNED), s.hears_live_leader(), log_ok)
+            log.info("raft_pre_vote_answered", candidate=candidate_id, epoch=candidate_epoch, granted=granted,
+                     role=s.role.value, log_up_to_date=log_ok)
+            return 0, granted
         if s.role in (Role.LEADER, Role.CANDIDATE, Role.FOLLOWER, Role.RESIGNED):
             return 0, s.voted_id == candidate_id
         if s.voted_id >= 0:
             return 0, s.voted_id == candidate_id
-        if not rules.log_at_least_as_long(last_epoch, last_offset, self.log.last_epoch, self.log.end_offset):
+        if s.leader_id >= 0:
+            return 0, False  # a prospective voter that knows this epoch's leader
+        if not log_ok:
             log.info("raft_vote_refused", candidate=candidate_id, epoch=candidate_epoch, reason="log behind ours",
                      candidate_last_epoch=last_epoch, candidate_end=last_offset,
                      our_last_epoch=self.log.last_epoch, our_end=self.log.end_offset)

@@ -10,7 +10,6 @@ are what move the leader's high watermark.
 from __future__ import annotations
 
 import asyncio
-import time
 
 import structlog
 
@@ -94,12 +93,12 @@ class LogReplication:
         if part.error_code == Errors.OFFSET_OUT_OF_RANGE and part.snapshot_id is not None \
                 and part.snapshot_id.end_offset >= 0:
             await self._load_snapshot(leader, part.snapshot_id.end_offset, part.snapshot_id.epoch)
-            s.last_leader_contact = time.monotonic()
+            s.leader_heard()
             return
         if part.error_code:
             await asyncio.sleep(0.05)
             return
-        s.last_leader_contact = time.monotonic()
+        s.leader_heard()
         div = part.diverging_epoch
         if div is not None and div.end_offset >= 0:
             # never below the high watermark: committed records are never truncated

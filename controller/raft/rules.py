@@ -43,3 +43,17 @@ def successor_delay(rank: int, base_ms: int, rng: random.Random | None = None) -
     in spirit)."""
     r = (rng or random).random()
     return (rank * base_ms / 4 + r * base_ms / 4) / 1000
+
+
+def grants_pre_vote(leads: bool, hears_live_leader: bool, log_up_to_date: bool) -> bool:
+    """A pre-vote (KIP-996) is granted by any voter but the leader and a follower whose leader
+    answered it within the fetch timeout (so a voter that was cut off cannot unseat a live
+    leader when it comes back), and only to a replica whose log is at least as long as ours.
+    Granting changes nothing: no vote is recorded, no epoch moves."""
+    return not leads and not hears_live_leader and log_up_to_date
+
+
+def pre_vote_epoch_valid(pre_vote: bool, replica_epoch: int, last_epoch: int) -> bool:
+    """A candidate has bumped its epoch, so its log holds nothing of that epoch; a prospective
+    voter has not, so its last record may be of the epoch it sends (KafkaRaftClient's check)."""
+    return last_epoch <= replica_epoch if pre_vote else last_epoch < replica_epoch

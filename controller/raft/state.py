@@ -3,7 +3,8 @@ answers it serves (Kafka's QuorumState): role, epoch, leader, vote and high wate
 election and leader-contact timers, and the events that wake whoever waits on them.
 
 The roles: unattached (an epoch, no leader known), voted (unattached with a vote cast),
-candidate, leader, follower, resigned. Every change of epoch, vote or leader is written to the
+prospective (asking for pre-votes before it stands, KIP-996), candidate, leader, follower,
+resigned. Every change of epoch, vote or leader is written to the
 quorum-state file before it is acted on or answered (KIP-595), and the controller above is told
 of a new epoch or leader at once through `RaftListener`.
 """
@@ -27,6 +28,7 @@ log = structlog.get_logger(__name__)
 class Role(enum.Enum):
     UNATTACHED = "Unattached"
     VOTED = "Voted"
+    PROSPECTIVE = "Prospective"
     CANDIDATE = "Candidate"
     LEADER = "Leader"
     FOLLOWER = "Follower"
@@ -73,6 +75,9 @@ class RaftState:
         self.closed = False
         self.election_at = 0.0  # monotonic: when an unattached voter starts an election
         self.last_leader_contact = 0.0
+        # a follower answered by its leader since it began following (Kafka's
+        # FollowerState.hasFetchedFromLeader): such a follower refuses pre-votes (KIP-996)
+        self.has_fetched = False
         self._persist_lock = asyncio.Lock()
 
     def load(self, cluster_id: str) -> ElectionState:
@@ -124,6 +129,7 @@ class RaftState:
             self.leader_state = None
         if role == Role.FOLLOWER:
             self.last_leader_contact = time.monotonic()
+            self.has_fetched = False
         if role in (Role.UNATTACHED, Role.VOTED):
             self.election_at = time.monotonic() + rules.election_timeout(self.election_timeout_ms)
         log.info("raft_state", role=role.value, epoch=epoch, leader=leader_id, voted=voted_id,
@@ -144,6 +150,21 @@ class RaftState:
             await self.transition(Role.FOLLOWER, epoch, leader_id, self.voted_id if epoch == self.epoch else -1)
         else:
             await self.transition(Role.UNATTACHED, epoch)
+
+    def leader_heard(self) -> None:
+        """A follower's fetch was answered by its leader."""
+        self.last_leader_contact = time.monotonic()
+        self.has_fetched = True
+
+    def hears_live_leader(self) -> bool:
+        """A follower answered by its leader within the fetch timeout: it refuses pre-votes."""
+        return (self.role == Role.FOLLOWER and self.has_fetched
+                and time.monotonic() - self.last_leader_contact <= self.fetch_timeout_ms / 1000)
+
+    async def become_prospective(self) -> None:
+        """Ask the other voters for pre-votes in our current epoch before standing (KIP-996): the
+        epoch, leader and vote are kept, so a voter cut off from the quorum changes nothing."""
+        await self.transition(Role.PROSPECTIVE, self.epoch, self.leader_id, self.voted_id)
 
     async def become_candidate(self) -> None:
         """Stand in the next epoch, voting for ourselves."""

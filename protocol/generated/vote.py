@@ -42,32 +42,38 @@ from protocol.codec_runtime import (
 from protocol.errors import ProtocolError
 from protocol.message import Message, Records, Struct
 
+_st_H = _Struct(">H")
 _st_h = _Struct(">h")
 _st_i = _Struct(">i")
 _st_ihiiz = _Struct(">ihii?")
+_st_iii16s16siq = _Struct(">iii16s16siq")
+_st_iii16s16siqz = _Struct(">iii16s16siq?")
 _st_iiiiq = _Struct(">iiiiq")
 
 
 class VoteRequest(Message):
-    """A candidate asks a voter for its vote in a new epoch (KIP-595), with how far its log goes so the voter can refuse a candidate that lacks committed records."""
+    """A candidate asks a voter for its vote in a new epoch (KIP-595), or a prospective voter asks whether it would get one (a pre-vote, KIP-996), with how far its log goes so the voter can refuse a replica that lacks committed records."""
 
     __slots__ = (
         "cluster_id",
+        "voter_id",
         "topics",
         "unknown_tags",
     )
     _fields = (
         "cluster_id",
+        "voter_id",
         "topics",
     )
     API_KEY = 52
     NAME = "VoteRequest"
     KIND = "request"
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 2
     FLEXIBLE_FROM = 0
 
     cluster_id: str | None
+    voter_id: int
     topics: list[VoteRequest.TopicData]
     unknown_tags: dict[int, bytes] | None
 
@@ -101,23 +107,32 @@ class VoteRequest(Message):
             "partition_index",
             "replica_epoch",
             "replica_id",
+            "replica_directory_id",
+            "voter_directory_id",
             "last_offset_epoch",
             "last_offset",
+            "pre_vote",
             "unknown_tags",
         )
         _fields = (
             "partition_index",
             "replica_epoch",
             "replica_id",
+            "replica_directory_id",
+            "voter_directory_id",
             "last_offset_epoch",
             "last_offset",
+            "pre_vote",
         )
 
         partition_index: int
         replica_epoch: int
         replica_id: int
+        replica_directory_id: UUID
+        voter_directory_id: UUID
         last_offset_epoch: int
         last_offset: int
+        pre_vote: bool
         unknown_tags: dict[int, bytes] | None
 
         def __init__(
@@ -125,24 +140,32 @@ class VoteRequest(Message):
             partition_index: int = 0,
             replica_epoch: int = 0,
             replica_id: int = 0,
+            replica_directory_id: UUID = ZERO_UUID,
+            voter_directory_id: UUID = ZERO_UUID,
             last_offset_epoch: int = 0,
             last_offset: int = 0,
+            pre_vote: bool = False,
             unknown_tags: dict[int, bytes] | None = None,
         ) -> None:
             self.partition_index = partition_index
             self.replica_epoch = replica_epoch
             self.replica_id = replica_id
+            self.replica_directory_id = replica_directory_id
+            self.voter_directory_id = voter_directory_id
             self.last_offset_epoch = last_offset_epoch
             self.last_offset = last_offset
+            self.pre_vote = pre_vote
             self.unknown_tags = unknown_tags
 
     def __init__(
         self,
         cluster_id: str | None = None,
+        voter_id: int = -1,
         topics: list[VoteRequest.TopicData] = _UNSET,
         unknown_tags: dict[int, bytes] | None = None,
     ) -> None:
         self.cluster_id = cluster_id
+        self.voter_id = voter_id
         self.topics = [] if topics is _UNSET else topics
         self.unknown_tags = unknown_tags
 
@@ -158,21 +181,24 @@ class VoteResponse(Message):
     __slots__ = (
         "error_code",
         "topics",
+        "node_endpoints",
         "unknown_tags",
     )
     _fields = (
         "error_code",
         "topics",
+        "node_endpoints",
     )
     API_KEY = 52
     NAME = "VoteResponse"
     KIND = "response"
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 2
     FLEXIBLE_FROM = 0
 
     error_code: int
     topics: list[VoteResponse.TopicData]
+    node_endpoints: list[VoteResponse.NodeEndpoint]
     unknown_tags: dict[int, bytes] | None
 
     class TopicData(Struct):
@@ -240,20 +266,49 @@ class VoteResponse(Message):
             self.vote_granted = vote_granted
             self.unknown_tags = unknown_tags
 
+    class NodeEndpoint(Struct):
+        __slots__ = (
+            "node_id",
+            "host",
+            "port",
+            "unknown_tags",
+        )
+        _fields = (
+            "node_id",
+            "host",
+            "port",
+        )
+
+        node_id: int
+        host: str
+        port: int
+        unknown_tags: dict[int, bytes] | None
+
+        def __init__(
+            self, node_id: int = 0, host: str = "", port: int = 0, unknown_tags: dict[int, bytes] | None = None
+        ) -> None:
+            self.node_id = node_id
+            self.host = host
+            self.port = port
+            self.unknown_tags = unknown_tags
+
     def __init__(
         self,
         error_code: int = 0,
         topics: list[VoteResponse.TopicData] = _UNSET,
+        node_endpoints: list[VoteResponse.NodeEndpoint] = _UNSET,
         unknown_tags: dict[int, bytes] | None = None,
     ) -> None:
         self.error_code = error_code
         self.topics = [] if topics is _UNSET else topics
+        self.node_endpoints = [] if node_endpoints is _UNSET else node_endpoints
         self.unknown_tags = unknown_tags
 
 
 _c_VoteResponse = VoteResponse
 _c_VoteResponse_TopicData = VoteResponse.TopicData
 _c_VoteResponse_PartitionData = VoteResponse.PartitionData
+_c_VoteResponse_NodeEndpoint = VoteResponse.NodeEndpoint
 
 
 def _d_VoteRequest_PartitionData_v0(buf, pos):
@@ -285,7 +340,15 @@ def _d_VoteRequest_PartitionData_v0(buf, pos):
     except _DECODE_ERRORS as e:
         raise _malformed(e, "PartitionData." + str(f), pos) from None
     return _c_VoteRequest_PartitionData(
-        v_partition_index, v_replica_epoch, v_replica_id, v_last_offset_epoch, v_last_offset, unknown
+        v_partition_index,
+        v_replica_epoch,
+        v_replica_id,
+        ZERO_UUID,
+        ZERO_UUID,
+        v_last_offset_epoch,
+        v_last_offset,
+        False,
+        unknown,
     ), pos
 
 
@@ -376,11 +439,13 @@ def _d_VoteRequest_VoteRequest_v0(buf, pos):
         raise
     except _DECODE_ERRORS as e:
         raise _malformed(e, "VoteRequest." + str(f), pos) from None
-    return _c_VoteRequest(v_cluster_id, v_topics, unknown), pos
+    return _c_VoteRequest(v_cluster_id, -1, v_topics, unknown), pos
 
 
 def _e_VoteRequest_PartitionData_v0(o, parts):
     w = parts.append
+    if o.pre_vote != False:
+        raise ProtocolError("PreVote is not in this version and is not ignorable", field="PartitionData.PreVote")
     w(_st_iiiiq.pack(o.partition_index, o.replica_epoch, o.replica_id, o.last_offset_epoch, o.last_offset))
     if o.unknown_tags:
         write_tags(parts, None, o.unknown_tags)
@@ -414,6 +479,398 @@ def _e_VoteRequest_VoteRequest_v0(o, parts):
         w(uvarint(len(lst) + 1))
         for x in lst:
             _e_VoteRequest_TopicData_v0(x, parts)
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _d_VoteRequest_PartitionData_v1(buf, pos):
+    f = None
+    try:
+        f = "PartitionIndex"
+        (
+            v_partition_index,
+            v_replica_epoch,
+            v_replica_id,
+            v_replica_directory_id,
+            v_voter_directory_id,
+            v_last_offset_epoch,
+            v_last_offset,
+        ) = _st_iii16s16siq.unpack_from(buf, pos)
+        pos += 56
+        v_replica_directory_id = UUID(bytes=v_replica_directory_id)
+        v_voter_directory_id = UUID(bytes=v_voter_directory_id)
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "PartitionData." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "PartitionData." + str(f), pos) from None
+    return _c_VoteRequest_PartitionData(
+        v_partition_index,
+        v_replica_epoch,
+        v_replica_id,
+        v_replica_directory_id,
+        v_voter_directory_id,
+        v_last_offset_epoch,
+        v_last_offset,
+        False,
+        unknown,
+    ), pos
+
+
+def _d_VoteRequest_TopicData_v1(buf, pos):
+    f = None
+    try:
+        f = "TopicName"
+        v_topic_name, pos = read_cstr(buf, pos)
+        f = "Partitions"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 57 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_partitions = lst = []
+            ap = lst.append
+            for _ in range(n):
+                x, pos = _d_VoteRequest_PartitionData_v1(buf, pos)
+                ap(x)
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "TopicData." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "TopicData." + str(f), pos) from None
+    return _c_VoteRequest_TopicData(v_topic_name, v_partitions, unknown), pos
+
+
+def _d_VoteRequest_VoteRequest_v1(buf, pos):
+    f = None
+    try:
+        f = "ClusterId"
+        v_cluster_id, pos = read_cstr_n(buf, pos)
+        f = "VoterId"
+        v_voter_id = _st_i.unpack_from(buf, pos)[0]
+        pos += 4
+        f = "Topics"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 3 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_topics = lst = []
+            ap = lst.append
+            for _ in range(n):
+                x, pos = _d_VoteRequest_TopicData_v1(buf, pos)
+                ap(x)
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "VoteRequest." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "VoteRequest." + str(f), pos) from None
+    return _c_VoteRequest(v_cluster_id, v_voter_id, v_topics, unknown), pos
+
+
+def _e_VoteRequest_PartitionData_v1(o, parts):
+    w = parts.append
+    if o.pre_vote != False:
+        raise ProtocolError("PreVote is not in this version and is not ignorable", field="PartitionData.PreVote")
+    w(
+        _st_iii16s16siq.pack(
+            o.partition_index,
+            o.replica_epoch,
+            o.replica_id,
+            o.replica_directory_id.bytes,
+            o.voter_directory_id.bytes,
+            o.last_offset_epoch,
+            o.last_offset,
+        )
+    )
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_VoteRequest_TopicData_v1(o, parts):
+    w = parts.append
+    write_cstr(parts, o.topic_name)
+    lst = o.partitions
+    if lst is None:
+        raise ProtocolError("null in non-nullable array Partitions")
+    else:
+        w(uvarint(len(lst) + 1))
+        for x in lst:
+            _e_VoteRequest_PartitionData_v1(x, parts)
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_VoteRequest_VoteRequest_v1(o, parts):
+    w = parts.append
+    write_cstr_n(parts, o.cluster_id)
+    w(_st_i.pack(o.voter_id))
+    lst = o.topics
+    if lst is None:
+        raise ProtocolError("null in non-nullable array Topics")
+    else:
+        w(uvarint(len(lst) + 1))
+        for x in lst:
+            _e_VoteRequest_TopicData_v1(x, parts)
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _d_VoteRequest_PartitionData_v2(buf, pos):
+    f = None
+    try:
+        f = "PartitionIndex"
+        (
+            v_partition_index,
+            v_replica_epoch,
+            v_replica_id,
+            v_replica_directory_id,
+            v_voter_directory_id,
+            v_last_offset_epoch,
+            v_last_offset,
+            v_pre_vote,
+        ) = _st_iii16s16siqz.unpack_from(buf, pos)
+        pos += 57
+        v_replica_directory_id = UUID(bytes=v_replica_directory_id)
+        v_voter_directory_id = UUID(bytes=v_voter_directory_id)
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "PartitionData." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "PartitionData." + str(f), pos) from None
+    return _c_VoteRequest_PartitionData(
+        v_partition_index,
+        v_replica_epoch,
+        v_replica_id,
+        v_replica_directory_id,
+        v_voter_directory_id,
+        v_last_offset_epoch,
+        v_last_offset,
+        v_pre_vote,
+        unknown,
+    ), pos
+
+
+def _d_VoteRequest_TopicData_v2(buf, pos):
+    f = None
+    try:
+        f = "TopicName"
+        v_topic_name, pos = read_cstr(buf, pos)
+        f = "Partitions"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 58 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_partitions = lst = []
+            ap = lst.append
+            for _ in range(n):
+                x, pos = _d_VoteRequest_PartitionData_v2(buf, pos)
+                ap(x)
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "TopicData." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "TopicData." + str(f), pos) from None
+    return _c_VoteRequest_TopicData(v_topic_name, v_partitions, unknown), pos
+
+
+def _d_VoteRequest_VoteRequest_v2(buf, pos):
+    f = None
+    try:
+        f = "ClusterId"
+        v_cluster_id, pos = read_cstr_n(buf, pos)
+        f = "VoterId"
+        v_voter_id = _st_i.unpack_from(buf, pos)[0]
+        pos += 4
+        f = "Topics"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 3 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_topics = lst = []
+            ap = lst.append
+            for _ in range(n):
+                x, pos = _d_VoteRequest_TopicData_v2(buf, pos)
+                ap(x)
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "VoteRequest." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "VoteRequest." + str(f), pos) from None
+    return _c_VoteRequest(v_cluster_id, v_voter_id, v_topics, unknown), pos
+
+
+def _e_VoteRequest_PartitionData_v2(o, parts):
+    w = parts.append
+    w(
+        _st_iii16s16siqz.pack(
+            o.partition_index,
+            o.replica_epoch,
+            o.replica_id,
+            o.replica_directory_id.bytes,
+            o.voter_directory_id.bytes,
+            o.last_offset_epoch,
+            o.last_offset,
+            o.pre_vote,
+        )
+    )
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_VoteRequest_TopicData_v2(o, parts):
+    w = parts.append
+    write_cstr(parts, o.topic_name)
+    lst = o.partitions
+    if lst is None:
+        raise ProtocolError("null in non-nullable array Partitions")
+    else:
+        w(uvarint(len(lst) + 1))
+        for x in lst:
+            _e_VoteRequest_PartitionData_v2(x, parts)
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_VoteRequest_VoteRequest_v2(o, parts):
+    w = parts.append
+    write_cstr_n(parts, o.cluster_id)
+    w(_st_i.pack(o.voter_id))
+    lst = o.topics
+    if lst is None:
+        raise ProtocolError("null in non-nullable array Topics")
+    else:
+        w(uvarint(len(lst) + 1))
+        for x in lst:
+            _e_VoteRequest_TopicData_v2(x, parts)
     if o.unknown_tags:
         write_tags(parts, None, o.unknown_tags)
     else:
@@ -539,7 +996,7 @@ def _d_VoteResponse_VoteResponse_v0(buf, pos):
         raise
     except _DECODE_ERRORS as e:
         raise _malformed(e, "VoteResponse." + str(f), pos) from None
-    return _c_VoteResponse(v_error_code, v_topics, unknown), pos
+    return _c_VoteResponse(v_error_code, v_topics, [], unknown), pos
 
 
 def _e_VoteResponse_PartitionData_v0(o, parts):
@@ -583,7 +1040,168 @@ def _e_VoteResponse_VoteResponse_v0(o, parts):
         w(b"\x00")
 
 
-VoteRequest._decoders = {0: _d_VoteRequest_VoteRequest_v0}
-VoteRequest._encoders = {0: _e_VoteRequest_VoteRequest_v0}
-VoteResponse._decoders = {0: _d_VoteResponse_VoteResponse_v0}
-VoteResponse._encoders = {0: _e_VoteResponse_VoteResponse_v0}
+def _d_VoteResponse_NodeEndpoint_v0(buf, pos):
+    f = None
+    try:
+        f = "NodeId"
+        v_node_id = _st_i.unpack_from(buf, pos)[0]
+        pos += 4
+        f = "Host"
+        v_host, pos = read_cstr(buf, pos)
+        f = "Port"
+        v_port = _st_H.unpack_from(buf, pos)[0]
+        pos += 2
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "NodeEndpoint." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "NodeEndpoint." + str(f), pos) from None
+    return _c_VoteResponse_NodeEndpoint(v_node_id, v_host, v_port, unknown), pos
+
+
+def _d_VoteResponse_VoteResponse_v1(buf, pos):
+    f = None
+    try:
+        f = "ErrorCode"
+        v_error_code = _st_h.unpack_from(buf, pos)[0]
+        pos += 2
+        f = "Topics"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 3 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_topics = lst = []
+            ap = lst.append
+            for _ in range(n):
+                x, pos = _d_VoteResponse_TopicData_v0(buf, pos)
+                ap(x)
+        f = "<tagged fields>"
+        unknown = None
+        v_node_endpoints = []
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if tag == 0:
+                    f = "NodeEndpoints"
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
+                    n -= 1
+                    if n < 0:
+                        raise ProtocolError("null array in a non-nullable field")
+                    else:
+                        if n * 8 > len(buf) - pos:
+                            raise ProtocolError(f"array of {n} items runs past the end")
+                        v_node_endpoints = lst = []
+                        ap = lst.append
+                        for _ in range(n):
+                            x, pos = _d_VoteResponse_NodeEndpoint_v0(buf, pos)
+                            ap(x)
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "VoteResponse." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "VoteResponse." + str(f), pos) from None
+    return _c_VoteResponse(v_error_code, v_topics, v_node_endpoints, unknown), pos
+
+
+def _e_VoteResponse_NodeEndpoint_v0(o, parts):
+    w = parts.append
+    w(_st_i.pack(o.node_id))
+    write_cstr(parts, o.host)
+    w(_st_H.pack(o.port))
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_VoteResponse_VoteResponse_v1(o, parts):
+    w = parts.append
+    w(_st_h.pack(o.error_code))
+    lst = o.topics
+    if lst is None:
+        raise ProtocolError("null in non-nullable array Topics")
+    else:
+        w(uvarint(len(lst) + 1))
+        for x in lst:
+            _e_VoteResponse_TopicData_v0(x, parts)
+    tg = None
+    if o.node_endpoints:
+        outer, parts = parts, []
+        w = parts.append
+        lst = o.node_endpoints
+        if lst is None:
+            raise ProtocolError("null in non-nullable array NodeEndpoints")
+        else:
+            w(uvarint(len(lst) + 1))
+            for x in lst:
+                _e_VoteResponse_NodeEndpoint_v0(x, parts)
+        if tg is None:
+            tg = []
+        tg.append((0, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
+        w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
+
+
+VoteRequest._decoders = {
+    0: _d_VoteRequest_VoteRequest_v0,
+    1: _d_VoteRequest_VoteRequest_v1,
+    2: _d_VoteRequest_VoteRequest_v2,
+}
+VoteRequest._encoders = {
+    0: _e_VoteRequest_VoteRequest_v0,
+    1: _e_VoteRequest_VoteRequest_v1,
+    2: _e_VoteRequest_VoteRequest_v2,
+}
+VoteResponse._decoders = {
+    0: _d_VoteResponse_VoteResponse_v0,
+    1: _d_VoteResponse_VoteResponse_v1,
+    2: _d_VoteResponse_VoteResponse_v1,
+}
+VoteResponse._encoders = {
+    0: _e_VoteResponse_VoteResponse_v0,
+    1: _e_VoteResponse_VoteResponse_v1,
+    2: _e_VoteResponse_VoteResponse_v1,
+}
