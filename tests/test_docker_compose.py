@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from node.config import load_properties, parse_listeners, parse_voters
+from tests.test_compose import STEPS, readme_block
 from tools.cluster import CONTROLLER, CONTROLLER_ID, DOCKER_CONFIG_PATH, DOCKER_INTERNAL_PORT, docker_configs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -164,3 +165,8 @@ def test_dockerfile_installs_every_package() -> None:
     assert copied <= allowed, f".dockerignore leaves out {sorted(copied - allowed)}"
     for volume_dir in ("/var/lib/strata/metadata", "/var/lib/strata/logs-0", "/var/lib/strata/logs-1"):
         assert volume_dir in text, f"the image should create {volume_dir} for the volume's ownership"
+
+
+def test_readme_compose_block_is_what_test_compose_runs() -> None:
+    """tests/test_compose.py (make compose-test, not make test) runs the README's block word for word."""
+    assert readme_block() == STEPS
