@@ -46,7 +46,8 @@ static PyObject *corrupt(const char *what, Py_ssize_t at)
 /* scan(buf, los, his, counts, out): batch j's `counts[j]` records fill buf[los[j]:his[j]]
  * (int64 arrays); `out` is a writable int64 array of FIELDS rows of sum(counts) columns, row f
  * column i the field f of record i: timestamp delta, offset delta, key start and length (-1:
- * null), value start and length, where the header count lies, where the record ends. */
+ * null), value start and length, where the header count lies, where the record ends. Returns
+ * how many records have headers (a header count other than 0). */
 static PyObject *scan(PyObject *self, PyObject *args)
 {
     Py_buffer buf, los, his, counts, out;
@@ -73,7 +74,7 @@ static PyObject *scan(PyObject *self, PyObject *args)
     }
     const uint8_t *b = buf.buf;
     int64_t *o = out.buf;
-    int64_t i = 0, v;
+    int64_t i = 0, v, with_headers = 0;
     for (Py_ssize_t j = 0; j < nb; j++) {
         Py_ssize_t p = lo[j], end = hi[j];
         for (int64_t k = 0; k < cnt[j]; k++, i++) {
@@ -110,6 +111,7 @@ static PyObject *scan(PyObject *self, PyObject *args)
             o[F_KLEN * total + i] = klen < 0 ? -1 : klen;
             o[F_VLEN * total + i] = vlen < 0 ? -1 : vlen;
             o[F_HPOS * total + i] = p;
+            with_headers += b[p] != 0;
             o[F_REND * total + i] = rend;
             p = rend;
         }
@@ -118,7 +120,7 @@ static PyObject *scan(PyObject *self, PyObject *args)
             goto done;
         }
     }
-    result = Py_NewRef(Py_None);
+    result = PyLong_FromLongLong(with_headers);
 done:
     PyBuffer_Release(&buf);
     PyBuffer_Release(&los);

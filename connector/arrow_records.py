@@ -146,36 +146,46 @@ class _Batches:
         total = sum(counts)
         fields = np.empty((_FIELDS, total), np.int64)
         try:
-            _record_scan.scan(buf, np.asarray(los, np.int64), np.asarray(his, np.int64),
-                              np.asarray(counts, np.int64), fields)
+            with_headers = _record_scan.scan(buf, np.asarray(los, np.int64), np.asarray(his, np.int64),
+                                             np.asarray(counts, np.int64), fields)
         except ValueError as e:
             raise ProtocolError(str(e), error_code=CORRUPT_MESSAGE) from None
         ts_delta, off_delta, kstart, klen, vstart, vlen, p, rec_end = fields
+        # what is one value per batch is worked out per batch and repeated over its records
+        tp_b = np.asarray(self.tp, np.intp)
+        bounds_b = np.asarray(bounds, np.int64).reshape(-1, 2)[tp_b]
+        append_b = np.asarray(self.append_ts, np.int64)
         offsets = np.repeat(np.asarray(self.base_offsets, np.int64), counts) + off_delta
-        ats = np.repeat(np.asarray(self.append_ts, np.int64), counts)
-        timestamps = np.where(ats >= 0, ats, np.repeat(np.asarray(self.base_ts, np.int64), counts) + ts_delta)
-        tp = np.repeat(np.asarray(self.tp, np.int32), counts)
-        lo_hi = np.asarray(bounds, np.int64).reshape(-1, 2)[tp]
-        keep = (offsets >= lo_hi[:, 0]) & (offsets < lo_hi[:, 1])
-        if not keep.all():
-            offsets, timestamps, ats, tp = offsets[keep], timestamps[keep], ats[keep], tp[keep]
-            kstart, klen, vstart, vlen, p, rec_end = kstart[keep], klen[keep], vstart[keep], vlen[keep], p[keep], rec_end[keep]
+        timestamps = np.repeat(np.asarray(self.base_ts, np.int64), counts) + ts_delta
+        if (append_b >= 0).any():  # LogAppendTime batches: the batch's max timestamp for every record
+            ats = np.repeat(append_b, counts)
+            timestamps = np.where(ats >= 0, ats, timestamps)
+        ts_type = np.repeat((append_b >= 0).astype(np.int32), counts)
+        partition = np.repeat(np.asarray([q for _, q in tps], np.int32)[tp_b], counts)
         topics = sorted({t for t, _ in tps})
-        topic_of = np.asarray([topics.index(t) for t, _ in tps], np.int32)
-        partition_of = np.asarray([q for _, q in tps], np.int32)
+        codes = np.repeat(np.asarray([topics.index(t) for t, _ in tps], np.int32)[tp_b], counts) if len(topics) > 1 else None
+        keep = (offsets >= np.repeat(bounds_b[:, 0], counts)) & (offsets < np.repeat(bounds_b[:, 1], counts))
+        if not keep.all():
+            offsets, timestamps, ts_type, partition = offsets[keep], timestamps[keep], ts_type[keep], partition[keep]
+            kstart, klen, vstart, vlen, p, rec_end = kstart[keep], klen[keep], vstart[keep], vlen[keep], p[keep], rec_end[keep]
+            codes = None if codes is None else codes[keep]
+        if codes is None:  # one topic (every read but a WAL span of several): one value repeated in C++
+            topic = pa.repeat(pa.scalar(topics[0] if topics else "", pa.string()), len(offsets))
+        else:
+            topic = pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(topics, pa.string())).cast(pa.string())
         arrays = [
             _binary_column(buf, kstart, klen),
             _binary_column(buf, vstart, vlen),
-            pa.DictionaryArray.from_arrays(pa.array(topic_of[tp]), pa.array(topics, pa.string())).cast(pa.string()),
-            pa.array(partition_of[tp]),
+            topic,
+            pa.array(partition),
             pa.array(offsets),
             pa.array(timestamps * 1000, pa.timestamp("us", tz="UTC")),
-            pa.array((ats >= 0).astype(np.int32)),
+            pa.array(ts_type),
         ]
-        has = np.frombuffer(buf, np.uint8)[p] != 0 if len(p) else np.zeros(0, bool)  # a header count
         if include_headers:
             arrays.append(pa.array(_headers(buf, p, rec_end), HEADER_TYPE))
-        elif has.any():  # a record with headers must still parse to its end
+        elif with_headers:  # a record with headers must still parse to its end
+            has = np.frombuffer(buf, np.uint8)[p] != 0  # a header count
             _headers(buf, p[has], rec_end[has])
         return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
 
