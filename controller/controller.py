@@ -7,8 +7,8 @@ watermark passes it) it is replayed into the image; only then is the operation's
 returned (an operation that answers with the state it produced reads it in `batch.on_commit`).
 Reads (Fetch, DescribeCluster) never take the lock.
 
-Only the active controller writes. A voter elected leader first appends a NoOpRecord in its
-epoch, waits until it commits (so every record of earlier epochs is committed too), replays the
+Only the active controller writes. A voter elected leader first appends the LEADER_CHANGE
+control batch of its epoch (KIP-595, as KafkaRaftClient does), waits until it commits (so every record of earlier epochs is committed too), replays the
 log up to there and only then acts (`active`); a standby replays committed records as its high
 watermark moves, so a failover starts from a warm image. Losing the leadership fails the writes
 waiting to commit with NotControllerError (they may still commit under the next leader, as in
@@ -41,7 +41,6 @@ from controller.raft.replication import NotLeaderError
 from controller.snapshots import SnapshotError, SnapshotStore, encode_snapshot
 from metadata import config_defs
 from metadata.image import BROKER_RESOURCE, MetadataImage
-from protocol.generated.metadata_records.no_op_record import NoOpRecord
 from protocol.records import iter_batches
 
 log = structlog.get_logger(__name__)
@@ -194,7 +193,7 @@ class Controller:
         commits everything before it), replay up to there, then take requests."""
         try:
             async with self._lock:
-                base, _ = await self.raft.append([NoOpRecord()], epoch)
+                base, _ = await self.raft.append_leader_change(epoch)
                 await self.raft.wait_committed(base + 1, epoch)
                 await self._catch_up(base + 1)
                 if self.raft.epoch != epoch or not self.raft.is_leader:

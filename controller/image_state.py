@@ -32,9 +32,19 @@ class ImageState:
         """Replay one stored batch (start-up). Returns how many records it held."""
         n = 0
         for batch in decode_batches(data):
+            if batch.header.is_control:
+                # Raft's LEADER_CHANGE (KIP-595) holds no metadata: the image only moves past it
+                self.skip_to(batch.header.last_offset)
+                continue
             self.apply([decode_record(r.value)[0] for r in batch.records], batch.base_offset)
             n += len(batch.records)
         return n
+
+    def skip_to(self, last_offset: int) -> None:
+        """The image stands at `last_offset` without a record applied (a control batch)."""
+        delta = MetadataDelta(self.image)
+        delta.offset = last_offset
+        self.image = delta.apply()
 
     def load_snapshot(self, records: list[Any], end_offset: int) -> None:
         """Start from a snapshot: an image of exactly its records, ending before end_offset."""

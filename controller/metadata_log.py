@@ -301,6 +301,17 @@ class MetadataLog:
         return base, len(data)
 
     @_serialized
+    async def append_control(self, record: Record, epoch: int) -> tuple[int, int]:
+        """Write one control batch holding `record` (Raft's LEADER_CHANGE) in leader epoch
+        `epoch` and fsync it, as `append` does. Returns (base offset, bytes written)."""
+        base = self.end_offset
+        data = encode_batch([record], base_offset=base, partition_leader_epoch=epoch, control=True,
+                            base_timestamp=record.timestamp if record.timestamp >= 0 else None)
+        await asyncio.get_running_loop().run_in_executor(self._writer, self._write, data)
+        self._index([(0, base, base + 1, epoch)], data)
+        return base, len(data)
+
+    @_serialized
     async def append_batches(self, data: bytes) -> int:
         """A follower's append of the leader's batches as they came: every batch is checked
         (CRC, offsets following on from the log end) before anything is written. Returns the

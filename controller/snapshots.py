@@ -200,7 +200,8 @@ class SnapshotStore:
             covered = sum(h.size for _, h in iter_batches(data, check_crc=True))
             if covered != len(data):
                 raise SnapshotError(f"snapshot {path.name} has {len(data) - covered} trailing bytes")
-            return [decode_record(r.value)[0] for b in decode_batches(data) for r in b.records]
+            return [decode_record(r.value)[0] for b in decode_batches(data) if not b.header.is_control
+                    for r in b.records]
         except (ProtocolError, TypeError) as e:
             raise SnapshotError(f"snapshot {path.name} is corrupt: {e}") from None
 

@@ -36,6 +36,7 @@ from protocol.generated.incremental_alter_configs import IncrementalAlterConfigs
 from protocol.generated.metadata import MetadataRequest
 from protocol.headers import encode_request
 from protocol.records import decode_batches, iter_batches
+from protocol.records.control import read_leader_change
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
@@ -217,17 +218,19 @@ async def log_end(cl) -> int:
 
 
 def decode(records) -> list[tuple[int, int, object]]:
-    """(batch base offset, record offset, record) for every metadata record in a records blob."""
+    """(batch base offset, record offset, record) for every metadata record in a records blob; a
+    control record (Raft's LEADER_CHANGE) as its LeaderChangeMessage."""
     out = []
     for b in decode_batches(bytes(records)):
         for r in b.records:
-            out.append((b.base_offset, r.offset, decode_record(r.value)[0]))
+            rec = read_leader_change(r) if b.header.is_control else decode_record(r.value)[0]
+            out.append((b.base_offset, r.offset, rec))
     return out
 
 
 async def read_log(cl, offset=0, noops=False) -> list[tuple[int, int, object]]:
-    """The records written, without (unless `noops`) the NoOpRecord each new Raft leader appends
-    in its epoch."""
+    """The records written, without (unless `noops`) the LEADER_CHANGE control record each new
+    Raft leader appends in its epoch."""
     out = []
     while True:
         p = await fetch(cl, offset)
@@ -235,7 +238,7 @@ async def read_log(cl, offset=0, noops=False) -> list[tuple[int, int, object]]:
         got = decode(p.records)
         if not got:
             return out
-        out += [e for e in got if noops or type(e[2]).__name__ != "NoOpRecord"]
+        out += [e for e in got if noops or type(e[2]).__name__ != "LeaderChangeMessage"]
         offset = got[-1][1] + 1
 
 
@@ -827,7 +830,7 @@ def test_restart_keeps_topics_configs_and_registrations(controllers):
         assert (await create(cl, topic("after.abort", 1)))["after.abort"].error_code == 0
         entries = await read_log(cl, noops=True)
         assert [o for _, o, _ in entries] == list(range(len(entries)))
-        entries = [e for e in entries if type(e[2]).__name__ != "NoOpRecord"]
+        entries = [e for e in entries if type(e[2]).__name__ != "LeaderChangeMessage"]
         assert image_of(entries).topic("after.abort") is not None
         await cl.close()
         return cid, epochs, r.broker_epoch, entries
@@ -840,7 +843,7 @@ def test_restart_keeps_topics_configs_and_registrations(controllers):
         assert await cluster_id_of(cl) == cid
         got = await read_log(cl, noops=True)
         assert [o for _, o, _ in got] == list(range(len(got)))
-        got = [e for e in got if type(e[2]).__name__ != "NoOpRecord"]
+        got = [e for e in got if type(e[2]).__name__ != "LeaderChangeMessage"]
         assert [(o, type(r).__name__) for _, o, r in got[: len(expect_entries)]] == [
             (o, type(r).__name__) for _, o, r in expect_entries
         ]

@@ -35,6 +35,7 @@ from protocol.generated.create_topics import CreateTopicsRequest
 from protocol.generated.describe_quorum import DescribeQuorumRequest
 from protocol.generated.fetch import FetchRequest
 from protocol.records import decode_batches
+from protocol.records.control import read_leader_change
 from tests.conftest import installed_script, wait_for
 from tests.tcp_proxy import TcpProxy
 from tools.cluster import Cluster
@@ -63,7 +64,8 @@ def quorum(c: Cluster, cid: int):
 
 
 def metadata_log(c: Cluster, cid: int) -> list:
-    """Every committed record of controller `cid`'s log (read as an observer), with offsets."""
+    """Every committed record of controller `cid`'s log (read as an observer), with offsets; a
+    LEADER_CHANGE control record as its LeaderChangeMessage."""
 
     async def go():
         out = []
@@ -79,7 +81,8 @@ def metadata_log(c: Cluster, cid: int) -> list:
                 if not batches:
                     return out
                 for b in batches:
-                    out += [(r.offset, decode_record(r.value)[0]) for r in b.records]
+                    out += [(r.offset, read_leader_change(r) if b.header.is_control else decode_record(r.value)[0])
+                            for r in b.records]
                 offset = batches[-1].base_offset + len(batches[-1].records)
 
     return run(go())
@@ -395,6 +398,14 @@ def test_network_partition_minority_never_commits(tmp_path):
         names = {r.name for _, r in records if type(r).__name__ == "TopicRecord"}
         assert not {n for n in names if n.startswith("minority-")}, "a minority write was committed"
         assert {f"majority-{i}" for i in range(20)} <= names
+        # every leader's epoch starts with Raft's LEADER_CHANGE control record (KIP-595), naming
+        # it, the voters and a majority that voted for it
+        changes = [r for _, r in records if type(r).__name__ == "LeaderChangeMessage"]
+        assert len(changes) >= isolated_leader_rounds + 1
+        for ch in changes:
+            voters = [v.voter_id for v in ch.voters]
+            granting = {v.voter_id for v in ch.granting_voters}
+            assert voters == sorted(c.controller_ids) and ch.leader_id in granting and len(granting) >= 2, ch
         assert isolated_leader_rounds >= 1  # (2/3)^20: practically always several
         by_epoch = leaders_by_epoch(c)
         assert by_epoch, "no election was logged"

@@ -145,6 +145,10 @@ class RaftClient:
         """Append in `epoch` as its leader. Returns (base offset, bytes). OSError is fatal."""
         return await self.replication.append(records, epoch)
 
+    async def append_leader_change(self, epoch: int) -> tuple[int, int]:
+        """As the new leader of `epoch`: the LEADER_CHANGE control batch that starts it."""
+        return await self.replication.append_leader_change(epoch)
+
     async def wait_committed(self, end_offset: int, epoch: int) -> None:
         """Wait until the high watermark reaches `end_offset` while leading `epoch`."""
         await self.replication.wait_committed(end_offset, epoch)

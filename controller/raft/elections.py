@@ -103,6 +103,7 @@ class Elections:
         refused: set[int] = set()
         need = rules.majority(len(s.voters))
         if len(granted) >= need:
+            s.granting_voters = granted
             return True
 
         def request(voter: int) -> VoteRequest:
@@ -150,6 +151,7 @@ class Elections:
                 if not current():
                     return None
                 if len(granted) >= need:
+                    s.granting_voters = granted
                     return True
                 if len(refused) > len(s.voters) - need:
                     break

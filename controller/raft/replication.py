@@ -10,6 +10,7 @@ are what move the leader's high watermark.
 from __future__ import annotations
 
 import asyncio
+import time
 
 import structlog
 
@@ -21,6 +22,7 @@ from metadata.image import METADATA_TOPIC, METADATA_TOPIC_ID
 from protocol.errors import Errors, ProtocolError
 from protocol.generated.fetch import FetchRequest
 from protocol.generated.fetch_snapshot import FetchSnapshotRequest
+from protocol.records.control import leader_change_record
 
 log = structlog.get_logger(__name__)
 
@@ -48,6 +50,18 @@ class LogReplication:
         if s.role != Role.LEADER or s.epoch != epoch:
             raise NotLeaderError(f"not the leader of epoch {epoch}")
         base, size = await self.log.append(records, epoch)
+        s.advance_high_watermark(self.log.end_offset)
+        s.notify_data()
+        return base, size
+
+    async def append_leader_change(self, epoch: int) -> tuple[int, int]:
+        """As the new leader of `epoch`: write the LEADER_CHANGE control batch that starts it
+        (KIP-595; KafkaRaftClient's first append as leader), naming the voters that elected us."""
+        s = self.state
+        if s.role != Role.LEADER or s.epoch != epoch:
+            raise NotLeaderError(f"not the leader of epoch {epoch}")
+        record = leader_change_record(s.node_id, list(s.voters), sorted(s.granting_voters), int(time.time() * 1000))
+        base, size = await self.log.append_control(record, epoch)
         s.advance_high_watermark(self.log.end_offset)
         s.notify_data()
         return base, size

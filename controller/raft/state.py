@@ -70,6 +70,7 @@ class RaftState:
         self.voted_id = -1
         self.high_watermark = 0
         self.leader_state: LeaderState | None = None  # while leading
+        self.granting_voters: set[int] = set()  # who voted for us, for the LEADER_CHANGE record
         self.changed = asyncio.Event()  # log appended, high watermark or state moved
         self.state_changed = asyncio.Event()
         self.closed = False

@@ -30,6 +30,8 @@ def build() -> dict[Path, str]:
             groups[snake(s.name)].append(s)
         elif s.type == "metadata":
             groups["metadata_records/" + snake(s.name)].append(s)
+        elif s.type == "data":  # a control record's value (LeaderChangeMessage)
+            groups["control_records/" + snake(s.name)].append(s)
         else:
             raise SpecError(f"{s.path.name}: unknown type {s.type!r}")
     files: dict[Path, str] = {}
@@ -42,6 +44,7 @@ def build() -> dict[Path, str]:
         files[OUT / f"{mod}.py"] = em.render(HEADER.format(sources=sources).rstrip("\n"))
     files[OUT / "__init__.py"] = _index(groups)
     files[OUT / "metadata_records" / "__init__.py"] = '"""Generated metadata record codecs. Do not edit."""\n'
+    files[OUT / "control_records" / "__init__.py"] = '"""Generated codecs of control record values. Do not edit."""\n'
     return _format(files)
 
 

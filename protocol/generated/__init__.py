@@ -20,6 +20,7 @@ import protocol.generated.broker_heartbeat as broker_heartbeat
 import protocol.generated.broker_registration as broker_registration
 import protocol.generated.consumer_group_describe as consumer_group_describe
 import protocol.generated.consumer_group_heartbeat as consumer_group_heartbeat
+import protocol.generated.control_records.leader_change_message as control_records_leader_change_message
 import protocol.generated.create_acls as create_acls
 import protocol.generated.create_chunks as create_chunks
 import protocol.generated.create_partitions as create_partitions
@@ -333,5 +334,6 @@ METADATA_RECORDS: dict[int, type[Message]] = {
     1113: metadata_records_diskless_leader_epoch_record.DisklessLeaderEpochRecord,
     1114: metadata_records_diskless_partition_deleted_record.DisklessPartitionDeletedRecord,
 }
+LeaderChangeMessage = control_records_leader_change_message.LeaderChangeMessage
 RequestHeader = request_header.RequestHeader
 ResponseHeader = response_header.ResponseHeader

@@ -1,6 +1,9 @@
-"""Transaction markers: control batches (attributes transactional + control) holding one control
-record. Key = version int16 (0) | type int16 (0 ABORT, 1 COMMIT); value = version int16 (0) |
-coordinator epoch int32. The base sequence is -1: markers carry no sequence.
+"""Control batches: one control record, key = version int16 (0) | type int16.
+
+- Transaction markers (attributes transactional + control), type 0 ABORT or 1 COMMIT; value =
+  version int16 (0) | coordinator epoch int32. The base sequence is -1: markers carry no sequence.
+- Raft's leader change (attributes control only), type 2 LEADER_CHANGE: the first batch a new
+  leader of the metadata log writes in its epoch (KIP-595); value = a LeaderChangeMessage.
 """
 
 from __future__ import annotations
@@ -9,10 +12,13 @@ import struct
 from typing import NamedTuple
 
 from protocol.errors import ProtocolError
+from protocol.generated.control_records.leader_change_message import LeaderChangeMessage
 from protocol.records.codec import Record, decode_batches, encode_batch
 
 CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
+CONTROL_LEADER_CHANGE = 2
+LEADER_CHANGE_VERSION = 0  # Kafka's current one; v1 adds directory ids (KIP-853, not built)
 _KEY = struct.Struct(">hh")
 _VALUE = struct.Struct(">hi")
 CORRUPT_MESSAGE = 2
@@ -61,4 +67,31 @@ def read_txn_marker(batch) -> TxnMarker | None:
     return TxnMarker(kind == CONTROL_COMMIT, epoch)
 
 
-__all__ = ["CONTROL_ABORT", "CONTROL_COMMIT", "TxnMarker", "encode_txn_marker", "read_txn_marker"]
+def leader_change_record(leader_id: int, voters: list[int], granting: list[int], timestamp: int) -> Record:
+    """The LEADER_CHANGE control record a new Raft leader writes first in its epoch."""
+    M = LeaderChangeMessage
+    msg = M(version=LEADER_CHANGE_VERSION, leader_id=leader_id,
+            voters=[M.Voter(voter_id=v) for v in sorted(voters)],
+            granting_voters=[M.Voter(voter_id=v) for v in sorted(granting)])
+    return Record(key=_KEY.pack(0, CONTROL_LEADER_CHANGE), value=msg.encode(LEADER_CHANGE_VERSION),
+                  timestamp=timestamp)
+
+
+def control_type(record: Record) -> int:
+    """The control type in a control record's key (-1 when the key is too short)."""
+    if record.key is None or len(record.key) < _KEY.size:
+        return -1
+    return _KEY.unpack_from(record.key, 0)[1]
+
+
+def read_leader_change(record: Record) -> LeaderChangeMessage | None:
+    """The LeaderChangeMessage of a LEADER_CHANGE control record, None for other control types."""
+    if control_type(record) != CONTROL_LEADER_CHANGE or record.value is None:
+        return None
+    value = bytes(record.value)
+    version = int.from_bytes(value[:2], "big", signed=True) if len(value) >= 2 else 0
+    return LeaderChangeMessage.decode(value, min(max(version, 0), LeaderChangeMessage.MAX_VERSION))
+
+
+__all__ = ["CONTROL_ABORT", "CONTROL_COMMIT", "CONTROL_LEADER_CHANGE", "TxnMarker", "control_type",
+           "encode_txn_marker", "leader_change_record", "read_leader_change", "read_txn_marker"]

@@ -1,0 +1,1 @@
+"""Generated codecs of control record values. Do not edit."""
