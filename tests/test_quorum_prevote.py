@@ -17,6 +17,7 @@ import time
 from node.client import ClientError, NodeClient
 from protocol.generated.create_topics import CreateTopicsRequest
 from protocol.generated.describe_quorum import DescribeQuorumRequest
+from protocol.generated.vote import VoteRequest
 from tests.conftest import wait_for
 from tests.tcp_proxy import TcpProxy
 from tools.cluster import Cluster
@@ -99,12 +100,38 @@ def test_a_voter_cut_off_and_healed_moves_no_epoch(tmp_path):
             name="during-cut", num_partitions=1, replication_factor=1)], timeout_ms=5000), timeout=10))
         assert r.topics[0].error_code == 0, r
 
+        # a forged pre-vote in the leader's epoch with a longer log than anyone's: the leader and
+        # the follower that hears it refuse, and nothing moves
+        for cid in c.controller_ids:
+            if cid != lonely:
+                V = VoteRequest
+                r = asyncio.run(_ask(c.host, c.ports[cid], V(cluster_id=None, topics=[V.TopicData(
+                    topic_name="__cluster_metadata", partitions=[V.PartitionData(
+                        partition_index=0, replica_epoch=epoch, replica_id=lonely, last_offset_epoch=epoch,
+                        last_offset=1 << 40, pre_vote=True)])])))
+                p = r.topics[0].partitions[0]
+                assert (p.error_code, p.vote_granted, p.leader_id, p.leader_epoch) == (0, False, leader, epoch), p
+
         for link in links.values():
             link.heal()
         wait_for(lambda: _converged(c, leader), 20, "the healed voter caught up")
         # healed: same leader, same epoch on every voter, and nobody stood for an election
         assert _views(c) == {cid: (leader, epoch) for cid in c.controller_ids}
         assert _count(c, lonely, "role='Candidate'") == stood
+
+        # a leader that stops (SIGTERM) names its successors in EndQuorumEpoch (v1's
+        # PreferredCandidates): they pre-vote and elect one in the next epoch, before any fetch
+        # timeout passes
+        rest = [x for x in c.controller_ids if x != leader]
+        lost = {x: _count(c, x, "event='raft_leader_lost'") for x in rest}
+        t0 = time.monotonic()
+        c.terminate(leader)
+        new = wait_for(lambda: next((x for x in rest if _views(c).get(x, (-1, -1))[0] == x), None), 10,
+                       "a new leader")
+        assert _quorum(c, new).leader_epoch == epoch + 1
+        assert time.monotonic() - t0 < 5
+        # told by EndQuorumEpoch, not by a fetch timeout
+        assert {x: _count(c, x, "event='raft_leader_lost'") for x in rest} == lost
     finally:
         c.stop()
         for link in links.values():

@@ -18,9 +18,9 @@ TOPIC = "__cluster_metadata"
 STRANGER = 7777  # no voter has this id
 
 
-async def _ask(host: str, port: int, body):
+async def _ask(host: str, port: int, body, version: int | None = None):
     async with NodeClient(host, port, client_id="stray", timeout=10) as c:
-        return await c.request(body, None, timeout=10)
+        return await c.request(body, version, timeout=10)
 
 
 def _leader(host: str, port: int) -> tuple[int, int]:
@@ -46,8 +46,11 @@ def test_quorum_requests_from_a_non_voter_are_refused_and_move_nothing(cluster_f
     vote = VoteRequest(cluster_id=None, topics=[VoteRequest.TopicData(topic_name=TOPIC, partitions=[
         VoteRequest.PartitionData(partition_index=0, replica_epoch=far, replica_id=STRANGER,
                                   last_offset_epoch=far, last_offset=1 << 40)])])
+    # at every version Kafka 4.1 serves (Vote v0-2, BeginQuorumEpoch and EndQuorumEpoch v0-1)
     for body in (end, begin, vote):
-        resp = asyncio.run(_ask(host, port, body))
-        p = resp.topics[0].partitions[0]
-        assert p.error_code == Errors.INCONSISTENT_VOTER_SET, (type(body).__name__, p)
+        assert (type(body).MIN_VERSION, type(body).MAX_VERSION) == (0, 2 if body is vote else 1)
+        for version in range(type(body).MAX_VERSION + 1):
+            resp = asyncio.run(_ask(host, port, body, version))
+            p = resp.topics[0].partitions[0]
+            assert p.error_code == Errors.INCONSISTENT_VOTER_SET, (type(body).__name__, version, p)
     assert _leader(host, port) == (leader, epoch)  # same leader, same epoch: no election

@@ -71,7 +71,9 @@ async def end_quorum_epoch(apis: Apis, req: Request) -> EndQuorumEpochResponse:
     raft = apis.controller.raft
 
     async def answer(p: Any) -> dict:
-        return {"error_code": await raft.handle_end_epoch(p.leader_id, p.leader_epoch, list(p.preferred_successors))}
+        # v0 names the successors, v1 the candidates (KIP-853): one of the two is empty
+        successors = list(p.preferred_successors) or [c.candidate_id for c in p.preferred_candidates]
+        return {"error_code": await raft.handle_end_epoch(p.leader_id, p.leader_epoch, successors)}
 
     return await _each_partition(apis, req, EndQuorumEpochResponse, answer)
 

@@ -234,7 +234,8 @@ class Elections:
         others = leader.by_progress() if leader is not None else [v for v in s.voters if v != s.node_id]
         req = EndQuorumEpochRequest(cluster_id=s.cluster_id, topics=[EndQuorumEpochRequest.TopicData(
             topic_name=METADATA_TOPIC, partitions=[EndQuorumEpochRequest.PartitionData(
-                partition_index=0, leader_id=s.node_id, leader_epoch=s.epoch, preferred_successors=others)])])
+                partition_index=0, leader_id=s.node_id, leader_epoch=s.epoch, preferred_successors=others,
+                preferred_candidates=[EndQuorumEpochRequest.ReplicaInfo(candidate_id=v) for v in others])])])
         await asyncio.gather(*(self.channel.ask(v, req, 0.5) for v in others))
 
     # ---- the other voters' requests

@@ -42,8 +42,10 @@ from protocol.codec_runtime import (
 from protocol.errors import ProtocolError
 from protocol.message import Message, Records, Struct
 
+_st_H = _Struct(">H")
 _st_h = _Struct(">h")
 _st_i = _Struct(">i")
+_st_i16sii = _Struct(">i16sii")
 _st_ihii = _Struct(">ihii")
 _st_iii = _Struct(">iii")
 
@@ -53,22 +55,28 @@ class BeginQuorumEpochRequest(Message):
 
     __slots__ = (
         "cluster_id",
+        "voter_id",
         "topics",
+        "leader_endpoints",
         "unknown_tags",
     )
     _fields = (
         "cluster_id",
+        "voter_id",
         "topics",
+        "leader_endpoints",
     )
     API_KEY = 53
     NAME = "BeginQuorumEpochRequest"
     KIND = "request"
     MIN_VERSION = 0
-    MAX_VERSION = 0
-    FLEXIBLE_FROM = None
+    MAX_VERSION = 1
+    FLEXIBLE_FROM = 1
 
     cluster_id: str | None
+    voter_id: int
     topics: list[BeginQuorumEpochRequest.TopicData]
+    leader_endpoints: list[BeginQuorumEpochRequest.LeaderEndpoint]
     unknown_tags: dict[int, bytes] | None
 
     class TopicData(Struct):
@@ -99,17 +107,20 @@ class BeginQuorumEpochRequest(Message):
     class PartitionData(Struct):
         __slots__ = (
             "partition_index",
+            "voter_directory_id",
             "leader_id",
             "leader_epoch",
             "unknown_tags",
         )
         _fields = (
             "partition_index",
+            "voter_directory_id",
             "leader_id",
             "leader_epoch",
         )
 
         partition_index: int
+        voter_directory_id: UUID
         leader_id: int
         leader_epoch: int
         unknown_tags: dict[int, bytes] | None
@@ -117,29 +128,62 @@ class BeginQuorumEpochRequest(Message):
         def __init__(
             self,
             partition_index: int = 0,
+            voter_directory_id: UUID = ZERO_UUID,
             leader_id: int = 0,
             leader_epoch: int = 0,
             unknown_tags: dict[int, bytes] | None = None,
         ) -> None:
             self.partition_index = partition_index
+            self.voter_directory_id = voter_directory_id
             self.leader_id = leader_id
             self.leader_epoch = leader_epoch
+            self.unknown_tags = unknown_tags
+
+    class LeaderEndpoint(Struct):
+        __slots__ = (
+            "name",
+            "host",
+            "port",
+            "unknown_tags",
+        )
+        _fields = (
+            "name",
+            "host",
+            "port",
+        )
+
+        name: str
+        host: str
+        port: int
+        unknown_tags: dict[int, bytes] | None
+
+        def __init__(
+            self, name: str = "", host: str = "", port: int = 0, unknown_tags: dict[int, bytes] | None = None
+        ) -> None:
+            self.name = name
+            self.host = host
+            self.port = port
             self.unknown_tags = unknown_tags
 
     def __init__(
         self,
         cluster_id: str | None = None,
+        voter_id: int = -1,
         topics: list[BeginQuorumEpochRequest.TopicData] = _UNSET,
+        leader_endpoints: list[BeginQuorumEpochRequest.LeaderEndpoint] = _UNSET,
         unknown_tags: dict[int, bytes] | None = None,
     ) -> None:
         self.cluster_id = cluster_id
+        self.voter_id = voter_id
         self.topics = [] if topics is _UNSET else topics
+        self.leader_endpoints = [] if leader_endpoints is _UNSET else leader_endpoints
         self.unknown_tags = unknown_tags
 
 
 _c_BeginQuorumEpochRequest = BeginQuorumEpochRequest
 _c_BeginQuorumEpochRequest_TopicData = BeginQuorumEpochRequest.TopicData
 _c_BeginQuorumEpochRequest_PartitionData = BeginQuorumEpochRequest.PartitionData
+_c_BeginQuorumEpochRequest_LeaderEndpoint = BeginQuorumEpochRequest.LeaderEndpoint
 
 
 class BeginQuorumEpochResponse(Message):
@@ -148,21 +192,24 @@ class BeginQuorumEpochResponse(Message):
     __slots__ = (
         "error_code",
         "topics",
+        "node_endpoints",
         "unknown_tags",
     )
     _fields = (
         "error_code",
         "topics",
+        "node_endpoints",
     )
     API_KEY = 53
     NAME = "BeginQuorumEpochResponse"
     KIND = "response"
     MIN_VERSION = 0
-    MAX_VERSION = 0
-    FLEXIBLE_FROM = None
+    MAX_VERSION = 1
+    FLEXIBLE_FROM = 1
 
     error_code: int
     topics: list[BeginQuorumEpochResponse.TopicData]
+    node_endpoints: list[BeginQuorumEpochResponse.NodeEndpoint]
     unknown_tags: dict[int, bytes] | None
 
     class TopicData(Struct):
@@ -225,20 +272,49 @@ class BeginQuorumEpochResponse(Message):
             self.leader_epoch = leader_epoch
             self.unknown_tags = unknown_tags
 
+    class NodeEndpoint(Struct):
+        __slots__ = (
+            "node_id",
+            "host",
+            "port",
+            "unknown_tags",
+        )
+        _fields = (
+            "node_id",
+            "host",
+            "port",
+        )
+
+        node_id: int
+        host: str
+        port: int
+        unknown_tags: dict[int, bytes] | None
+
+        def __init__(
+            self, node_id: int = 0, host: str = "", port: int = 0, unknown_tags: dict[int, bytes] | None = None
+        ) -> None:
+            self.node_id = node_id
+            self.host = host
+            self.port = port
+            self.unknown_tags = unknown_tags
+
     def __init__(
         self,
         error_code: int = 0,
         topics: list[BeginQuorumEpochResponse.TopicData] = _UNSET,
+        node_endpoints: list[BeginQuorumEpochResponse.NodeEndpoint] = _UNSET,
         unknown_tags: dict[int, bytes] | None = None,
     ) -> None:
         self.error_code = error_code
         self.topics = [] if topics is _UNSET else topics
+        self.node_endpoints = [] if node_endpoints is _UNSET else node_endpoints
         self.unknown_tags = unknown_tags
 
 
 _c_BeginQuorumEpochResponse = BeginQuorumEpochResponse
 _c_BeginQuorumEpochResponse_TopicData = BeginQuorumEpochResponse.TopicData
 _c_BeginQuorumEpochResponse_PartitionData = BeginQuorumEpochResponse.PartitionData
+_c_BeginQuorumEpochResponse_NodeEndpoint = BeginQuorumEpochResponse.NodeEndpoint
 
 
 def _d_BeginQuorumEpochRequest_PartitionData_v0(buf, pos):
@@ -253,7 +329,9 @@ def _d_BeginQuorumEpochRequest_PartitionData_v0(buf, pos):
         raise
     except _DECODE_ERRORS as e:
         raise _malformed(e, "PartitionData." + str(f), pos) from None
-    return _c_BeginQuorumEpochRequest_PartitionData(v_partition_index, v_leader_id, v_leader_epoch, None), pos
+    return _c_BeginQuorumEpochRequest_PartitionData(
+        v_partition_index, ZERO_UUID, v_leader_id, v_leader_epoch, None
+    ), pos
 
 
 def _d_BeginQuorumEpochRequest_TopicData_v0(buf, pos):
@@ -307,7 +385,7 @@ def _d_BeginQuorumEpochRequest_BeginQuorumEpochRequest_v0(buf, pos):
         raise
     except _DECODE_ERRORS as e:
         raise _malformed(e, "BeginQuorumEpochRequest." + str(f), pos) from None
-    return _c_BeginQuorumEpochRequest(v_cluster_id, v_topics, None), pos
+    return _c_BeginQuorumEpochRequest(v_cluster_id, -1, v_topics, [], None), pos
 
 
 def _e_BeginQuorumEpochRequest_PartitionData_v0(o, parts):
@@ -337,6 +415,241 @@ def _e_BeginQuorumEpochRequest_BeginQuorumEpochRequest_v0(o, parts):
         w(_st_i.pack(len(lst)))
         for x in lst:
             _e_BeginQuorumEpochRequest_TopicData_v0(x, parts)
+
+
+def _d_BeginQuorumEpochRequest_PartitionData_v1(buf, pos):
+    f = None
+    try:
+        f = "PartitionIndex"
+        v_partition_index, v_voter_directory_id, v_leader_id, v_leader_epoch = _st_i16sii.unpack_from(buf, pos)
+        pos += 28
+        v_voter_directory_id = UUID(bytes=v_voter_directory_id)
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "PartitionData." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "PartitionData." + str(f), pos) from None
+    return _c_BeginQuorumEpochRequest_PartitionData(
+        v_partition_index, v_voter_directory_id, v_leader_id, v_leader_epoch, unknown
+    ), pos
+
+
+def _d_BeginQuorumEpochRequest_TopicData_v1(buf, pos):
+    f = None
+    try:
+        f = "TopicName"
+        v_topic_name, pos = read_cstr(buf, pos)
+        f = "Partitions"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 29 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_partitions = lst = []
+            ap = lst.append
+            for _ in range(n):
+                x, pos = _d_BeginQuorumEpochRequest_PartitionData_v1(buf, pos)
+                ap(x)
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "TopicData." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "TopicData." + str(f), pos) from None
+    return _c_BeginQuorumEpochRequest_TopicData(v_topic_name, v_partitions, unknown), pos
+
+
+def _d_BeginQuorumEpochRequest_LeaderEndpoint_v0(buf, pos):
+    f = None
+    try:
+        f = "Name"
+        v_name, pos = read_cstr(buf, pos)
+        f = "Host"
+        v_host, pos = read_cstr(buf, pos)
+        f = "Port"
+        v_port = _st_H.unpack_from(buf, pos)[0]
+        pos += 2
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "LeaderEndpoint." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "LeaderEndpoint." + str(f), pos) from None
+    return _c_BeginQuorumEpochRequest_LeaderEndpoint(v_name, v_host, v_port, unknown), pos
+
+
+def _d_BeginQuorumEpochRequest_BeginQuorumEpochRequest_v1(buf, pos):
+    f = None
+    try:
+        f = "ClusterId"
+        v_cluster_id, pos = read_cstr_n(buf, pos)
+        f = "VoterId"
+        v_voter_id = _st_i.unpack_from(buf, pos)[0]
+        pos += 4
+        f = "Topics"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 3 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_topics = lst = []
+            ap = lst.append
+            for _ in range(n):
+                x, pos = _d_BeginQuorumEpochRequest_TopicData_v1(buf, pos)
+                ap(x)
+        f = "LeaderEndpoints"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 5 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_leader_endpoints = lst = []
+            ap = lst.append
+            for _ in range(n):
+                x, pos = _d_BeginQuorumEpochRequest_LeaderEndpoint_v0(buf, pos)
+                ap(x)
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "BeginQuorumEpochRequest." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "BeginQuorumEpochRequest." + str(f), pos) from None
+    return _c_BeginQuorumEpochRequest(v_cluster_id, v_voter_id, v_topics, v_leader_endpoints, unknown), pos
+
+
+def _e_BeginQuorumEpochRequest_PartitionData_v1(o, parts):
+    w = parts.append
+    w(_st_i16sii.pack(o.partition_index, o.voter_directory_id.bytes, o.leader_id, o.leader_epoch))
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_BeginQuorumEpochRequest_TopicData_v1(o, parts):
+    w = parts.append
+    write_cstr(parts, o.topic_name)
+    lst = o.partitions
+    if lst is None:
+        raise ProtocolError("null in non-nullable array Partitions")
+    else:
+        w(uvarint(len(lst) + 1))
+        for x in lst:
+            _e_BeginQuorumEpochRequest_PartitionData_v1(x, parts)
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_BeginQuorumEpochRequest_LeaderEndpoint_v0(o, parts):
+    w = parts.append
+    write_cstr(parts, o.name)
+    write_cstr(parts, o.host)
+    w(_st_H.pack(o.port))
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_BeginQuorumEpochRequest_BeginQuorumEpochRequest_v1(o, parts):
+    w = parts.append
+    write_cstr_n(parts, o.cluster_id)
+    w(_st_i.pack(o.voter_id))
+    lst = o.topics
+    if lst is None:
+        raise ProtocolError("null in non-nullable array Topics")
+    else:
+        w(uvarint(len(lst) + 1))
+        for x in lst:
+            _e_BeginQuorumEpochRequest_TopicData_v1(x, parts)
+    lst = o.leader_endpoints
+    if lst is None:
+        raise ProtocolError("null in non-nullable array LeaderEndpoints")
+    else:
+        w(uvarint(len(lst) + 1))
+        for x in lst:
+            _e_BeginQuorumEpochRequest_LeaderEndpoint_v0(x, parts)
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
 
 
 def _d_BeginQuorumEpochResponse_PartitionData_v0(buf, pos):
@@ -408,7 +721,7 @@ def _d_BeginQuorumEpochResponse_BeginQuorumEpochResponse_v0(buf, pos):
         raise
     except _DECODE_ERRORS as e:
         raise _malformed(e, "BeginQuorumEpochResponse." + str(f), pos) from None
-    return _c_BeginQuorumEpochResponse(v_error_code, v_topics, None), pos
+    return _c_BeginQuorumEpochResponse(v_error_code, v_topics, [], None), pos
 
 
 def _e_BeginQuorumEpochResponse_PartitionData_v0(o, parts):
@@ -440,7 +753,265 @@ def _e_BeginQuorumEpochResponse_BeginQuorumEpochResponse_v0(o, parts):
             _e_BeginQuorumEpochResponse_TopicData_v0(x, parts)
 
 
-BeginQuorumEpochRequest._decoders = {0: _d_BeginQuorumEpochRequest_BeginQuorumEpochRequest_v0}
-BeginQuorumEpochRequest._encoders = {0: _e_BeginQuorumEpochRequest_BeginQuorumEpochRequest_v0}
-BeginQuorumEpochResponse._decoders = {0: _d_BeginQuorumEpochResponse_BeginQuorumEpochResponse_v0}
-BeginQuorumEpochResponse._encoders = {0: _e_BeginQuorumEpochResponse_BeginQuorumEpochResponse_v0}
+def _d_BeginQuorumEpochResponse_PartitionData_v1(buf, pos):
+    f = None
+    try:
+        f = "PartitionIndex"
+        v_partition_index, v_error_code, v_leader_id, v_leader_epoch = _st_ihii.unpack_from(buf, pos)
+        pos += 14
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "PartitionData." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "PartitionData." + str(f), pos) from None
+    return _c_BeginQuorumEpochResponse_PartitionData(
+        v_partition_index, v_error_code, v_leader_id, v_leader_epoch, unknown
+    ), pos
+
+
+def _d_BeginQuorumEpochResponse_TopicData_v1(buf, pos):
+    f = None
+    try:
+        f = "TopicName"
+        v_topic_name, pos = read_cstr(buf, pos)
+        f = "Partitions"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 15 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_partitions = lst = []
+            ap = lst.append
+            for _ in range(n):
+                x, pos = _d_BeginQuorumEpochResponse_PartitionData_v1(buf, pos)
+                ap(x)
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "TopicData." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "TopicData." + str(f), pos) from None
+    return _c_BeginQuorumEpochResponse_TopicData(v_topic_name, v_partitions, unknown), pos
+
+
+def _d_BeginQuorumEpochResponse_NodeEndpoint_v0(buf, pos):
+    f = None
+    try:
+        f = "NodeId"
+        v_node_id = _st_i.unpack_from(buf, pos)[0]
+        pos += 4
+        f = "Host"
+        v_host, pos = read_cstr(buf, pos)
+        f = "Port"
+        v_port = _st_H.unpack_from(buf, pos)[0]
+        pos += 2
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "NodeEndpoint." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "NodeEndpoint." + str(f), pos) from None
+    return _c_BeginQuorumEpochResponse_NodeEndpoint(v_node_id, v_host, v_port, unknown), pos
+
+
+def _d_BeginQuorumEpochResponse_BeginQuorumEpochResponse_v1(buf, pos):
+    f = None
+    try:
+        f = "ErrorCode"
+        v_error_code = _st_h.unpack_from(buf, pos)[0]
+        pos += 2
+        f = "Topics"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 3 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_topics = lst = []
+            ap = lst.append
+            for _ in range(n):
+                x, pos = _d_BeginQuorumEpochResponse_TopicData_v1(buf, pos)
+                ap(x)
+        f = "<tagged fields>"
+        unknown = None
+        v_node_endpoints = []
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if tag == 0:
+                    f = "NodeEndpoints"
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
+                    n -= 1
+                    if n < 0:
+                        raise ProtocolError("null array in a non-nullable field")
+                    else:
+                        if n * 8 > len(buf) - pos:
+                            raise ProtocolError(f"array of {n} items runs past the end")
+                        v_node_endpoints = lst = []
+                        ap = lst.append
+                        for _ in range(n):
+                            x, pos = _d_BeginQuorumEpochResponse_NodeEndpoint_v0(buf, pos)
+                            ap(x)
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "BeginQuorumEpochResponse." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "BeginQuorumEpochResponse." + str(f), pos) from None
+    return _c_BeginQuorumEpochResponse(v_error_code, v_topics, v_node_endpoints, unknown), pos
+
+
+def _e_BeginQuorumEpochResponse_PartitionData_v1(o, parts):
+    w = parts.append
+    w(_st_ihii.pack(o.partition_index, o.error_code, o.leader_id, o.leader_epoch))
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_BeginQuorumEpochResponse_TopicData_v1(o, parts):
+    w = parts.append
+    write_cstr(parts, o.topic_name)
+    lst = o.partitions
+    if lst is None:
+        raise ProtocolError("null in non-nullable array Partitions")
+    else:
+        w(uvarint(len(lst) + 1))
+        for x in lst:
+            _e_BeginQuorumEpochResponse_PartitionData_v1(x, parts)
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_BeginQuorumEpochResponse_NodeEndpoint_v0(o, parts):
+    w = parts.append
+    w(_st_i.pack(o.node_id))
+    write_cstr(parts, o.host)
+    w(_st_H.pack(o.port))
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_BeginQuorumEpochResponse_BeginQuorumEpochResponse_v1(o, parts):
+    w = parts.append
+    w(_st_h.pack(o.error_code))
+    lst = o.topics
+    if lst is None:
+        raise ProtocolError("null in non-nullable array Topics")
+    else:
+        w(uvarint(len(lst) + 1))
+        for x in lst:
+            _e_BeginQuorumEpochResponse_TopicData_v1(x, parts)
+    tg = None
+    if o.node_endpoints:
+        outer, parts = parts, []
+        w = parts.append
+        lst = o.node_endpoints
+        if lst is None:
+            raise ProtocolError("null in non-nullable array NodeEndpoints")
+        else:
+            w(uvarint(len(lst) + 1))
+            for x in lst:
+                _e_BeginQuorumEpochResponse_NodeEndpoint_v0(x, parts)
+        if tg is None:
+            tg = []
+        tg.append((0, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
+        w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
+
+
+BeginQuorumEpochRequest._decoders = {
+    0: _d_BeginQuorumEpochRequest_BeginQuorumEpochRequest_v0,
+    1: _d_BeginQuorumEpochRequest_BeginQuorumEpochRequest_v1,
+}
+BeginQuorumEpochRequest._encoders = {
+    0: _e_BeginQuorumEpochRequest_BeginQuorumEpochRequest_v0,
+    1: _e_BeginQuorumEpochRequest_BeginQuorumEpochRequest_v1,
+}
+BeginQuorumEpochResponse._decoders = {
+    0: _d_BeginQuorumEpochResponse_BeginQuorumEpochResponse_v0,
+    1: _d_BeginQuorumEpochResponse_BeginQuorumEpochResponse_v1,
+}
+BeginQuorumEpochResponse._encoders = {
+    0: _e_BeginQuorumEpochResponse_BeginQuorumEpochResponse_v0,
+    1: _e_BeginQuorumEpochResponse_BeginQuorumEpochResponse_v1,
+}

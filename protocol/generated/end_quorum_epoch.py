@@ -42,8 +42,10 @@ from protocol.codec_runtime import (
 from protocol.errors import ProtocolError
 from protocol.message import Message, Records, Struct
 
+_st_H = _Struct(">H")
 _st_h = _Struct(">h")
 _st_i = _Struct(">i")
+_st_i16s = _Struct(">i16s")
 _st_ihii = _Struct(">ihii")
 _st_iii = _Struct(">iii")
 
@@ -54,21 +56,24 @@ class EndQuorumEpochRequest(Message):
     __slots__ = (
         "cluster_id",
         "topics",
+        "leader_endpoints",
         "unknown_tags",
     )
     _fields = (
         "cluster_id",
         "topics",
+        "leader_endpoints",
     )
     API_KEY = 54
     NAME = "EndQuorumEpochRequest"
     KIND = "request"
     MIN_VERSION = 0
-    MAX_VERSION = 0
-    FLEXIBLE_FROM = None
+    MAX_VERSION = 1
+    FLEXIBLE_FROM = 1
 
     cluster_id: str | None
     topics: list[EndQuorumEpochRequest.TopicData]
+    leader_endpoints: list[EndQuorumEpochRequest.LeaderEndpoint]
     unknown_tags: dict[int, bytes] | None
 
     class TopicData(Struct):
@@ -102,6 +107,7 @@ class EndQuorumEpochRequest(Message):
             "leader_id",
             "leader_epoch",
             "preferred_successors",
+            "preferred_candidates",
             "unknown_tags",
         )
         _fields = (
@@ -109,12 +115,14 @@ class EndQuorumEpochRequest(Message):
             "leader_id",
             "leader_epoch",
             "preferred_successors",
+            "preferred_candidates",
         )
 
         partition_index: int
         leader_id: int
         leader_epoch: int
         preferred_successors: list[int]
+        preferred_candidates: list[EndQuorumEpochRequest.ReplicaInfo]
         unknown_tags: dict[int, bytes] | None
 
         def __init__(
@@ -123,28 +131,85 @@ class EndQuorumEpochRequest(Message):
             leader_id: int = 0,
             leader_epoch: int = 0,
             preferred_successors: list[int] = _UNSET,
+            preferred_candidates: list[EndQuorumEpochRequest.ReplicaInfo] = _UNSET,
             unknown_tags: dict[int, bytes] | None = None,
         ) -> None:
             self.partition_index = partition_index
             self.leader_id = leader_id
             self.leader_epoch = leader_epoch
             self.preferred_successors = [] if preferred_successors is _UNSET else preferred_successors
+            self.preferred_candidates = [] if preferred_candidates is _UNSET else preferred_candidates
+            self.unknown_tags = unknown_tags
+
+    class ReplicaInfo(Struct):
+        __slots__ = (
+            "candidate_id",
+            "candidate_directory_id",
+            "unknown_tags",
+        )
+        _fields = (
+            "candidate_id",
+            "candidate_directory_id",
+        )
+
+        candidate_id: int
+        candidate_directory_id: UUID
+        unknown_tags: dict[int, bytes] | None
+
+        def __init__(
+            self,
+            candidate_id: int = 0,
+            candidate_directory_id: UUID = ZERO_UUID,
+            unknown_tags: dict[int, bytes] | None = None,
+        ) -> None:
+            self.candidate_id = candidate_id
+            self.candidate_directory_id = candidate_directory_id
+            self.unknown_tags = unknown_tags
+
+    class LeaderEndpoint(Struct):
+        __slots__ = (
+            "name",
+            "host",
+            "port",
+            "unknown_tags",
+        )
+        _fields = (
+            "name",
+            "host",
+            "port",
+        )
+
+        name: str
+        host: str
+        port: int
+        unknown_tags: dict[int, bytes] | None
+
+        def __init__(
+            self, name: str = "", host: str = "", port: int = 0, unknown_tags: dict[int, bytes] | None = None
+        ) -> None:
+            self.name = name
+            self.host = host
+            self.port = port
             self.unknown_tags = unknown_tags
 
     def __init__(
         self,
         cluster_id: str | None = None,
         topics: list[EndQuorumEpochRequest.TopicData] = _UNSET,
+        leader_endpoints: list[EndQuorumEpochRequest.LeaderEndpoint] = _UNSET,
         unknown_tags: dict[int, bytes] | None = None,
     ) -> None:
         self.cluster_id = cluster_id
         self.topics = [] if topics is _UNSET else topics
+        self.leader_endpoints = [] if leader_endpoints is _UNSET else leader_endpoints
         self.unknown_tags = unknown_tags
 
 
 _c_EndQuorumEpochRequest = EndQuorumEpochRequest
 _c_EndQuorumEpochRequest_TopicData = EndQuorumEpochRequest.TopicData
 _c_EndQuorumEpochRequest_PartitionData = EndQuorumEpochRequest.PartitionData
+_c_EndQuorumEpochRequest_ReplicaInfo = EndQuorumEpochRequest.ReplicaInfo
+_c_EndQuorumEpochRequest_LeaderEndpoint = EndQuorumEpochRequest.LeaderEndpoint
 
 
 class EndQuorumEpochResponse(Message):
@@ -153,21 +218,24 @@ class EndQuorumEpochResponse(Message):
     __slots__ = (
         "error_code",
         "topics",
+        "node_endpoints",
         "unknown_tags",
     )
     _fields = (
         "error_code",
         "topics",
+        "node_endpoints",
     )
     API_KEY = 54
     NAME = "EndQuorumEpochResponse"
     KIND = "response"
     MIN_VERSION = 0
-    MAX_VERSION = 0
-    FLEXIBLE_FROM = None
+    MAX_VERSION = 1
+    FLEXIBLE_FROM = 1
 
     error_code: int
     topics: list[EndQuorumEpochResponse.TopicData]
+    node_endpoints: list[EndQuorumEpochResponse.NodeEndpoint]
     unknown_tags: dict[int, bytes] | None
 
     class TopicData(Struct):
@@ -230,20 +298,49 @@ class EndQuorumEpochResponse(Message):
             self.leader_epoch = leader_epoch
             self.unknown_tags = unknown_tags
 
+    class NodeEndpoint(Struct):
+        __slots__ = (
+            "node_id",
+            "host",
+            "port",
+            "unknown_tags",
+        )
+        _fields = (
+            "node_id",
+            "host",
+            "port",
+        )
+
+        node_id: int
+        host: str
+        port: int
+        unknown_tags: dict[int, bytes] | None
+
+        def __init__(
+            self, node_id: int = 0, host: str = "", port: int = 0, unknown_tags: dict[int, bytes] | None = None
+        ) -> None:
+            self.node_id = node_id
+            self.host = host
+            self.port = port
+            self.unknown_tags = unknown_tags
+
     def __init__(
         self,
         error_code: int = 0,
         topics: list[EndQuorumEpochResponse.TopicData] = _UNSET,
+        node_endpoints: list[EndQuorumEpochResponse.NodeEndpoint] = _UNSET,
         unknown_tags: dict[int, bytes] | None = None,
     ) -> None:
         self.error_code = error_code
         self.topics = [] if topics is _UNSET else topics
+        self.node_endpoints = [] if node_endpoints is _UNSET else node_endpoints
         self.unknown_tags = unknown_tags
 
 
 _c_EndQuorumEpochResponse = EndQuorumEpochResponse
 _c_EndQuorumEpochResponse_TopicData = EndQuorumEpochResponse.TopicData
 _c_EndQuorumEpochResponse_PartitionData = EndQuorumEpochResponse.PartitionData
+_c_EndQuorumEpochResponse_NodeEndpoint = EndQuorumEpochResponse.NodeEndpoint
 
 
 def _d_EndQuorumEpochRequest_PartitionData_v0(buf, pos):
@@ -269,7 +366,7 @@ def _d_EndQuorumEpochRequest_PartitionData_v0(buf, pos):
     except _DECODE_ERRORS as e:
         raise _malformed(e, "PartitionData." + str(f), pos) from None
     return _c_EndQuorumEpochRequest_PartitionData(
-        v_partition_index, v_leader_id, v_leader_epoch, v_preferred_successors, None
+        v_partition_index, v_leader_id, v_leader_epoch, v_preferred_successors, [], None
     ), pos
 
 
@@ -324,7 +421,7 @@ def _d_EndQuorumEpochRequest_EndQuorumEpochRequest_v0(buf, pos):
         raise
     except _DECODE_ERRORS as e:
         raise _malformed(e, "EndQuorumEpochRequest." + str(f), pos) from None
-    return _c_EndQuorumEpochRequest(v_cluster_id, v_topics, None), pos
+    return _c_EndQuorumEpochRequest(v_cluster_id, v_topics, [], None), pos
 
 
 def _e_EndQuorumEpochRequest_PartitionData_v0(o, parts):
@@ -360,6 +457,299 @@ def _e_EndQuorumEpochRequest_EndQuorumEpochRequest_v0(o, parts):
         w(_st_i.pack(len(lst)))
         for x in lst:
             _e_EndQuorumEpochRequest_TopicData_v0(x, parts)
+
+
+def _d_EndQuorumEpochRequest_ReplicaInfo_v0(buf, pos):
+    f = None
+    try:
+        f = "CandidateId"
+        v_candidate_id, v_candidate_directory_id = _st_i16s.unpack_from(buf, pos)
+        pos += 20
+        v_candidate_directory_id = UUID(bytes=v_candidate_directory_id)
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "ReplicaInfo." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "ReplicaInfo." + str(f), pos) from None
+    return _c_EndQuorumEpochRequest_ReplicaInfo(v_candidate_id, v_candidate_directory_id, unknown), pos
+
+
+def _d_EndQuorumEpochRequest_PartitionData_v1(buf, pos):
+    f = None
+    try:
+        f = "PartitionIndex"
+        v_partition_index, v_leader_id, v_leader_epoch = _st_iii.unpack_from(buf, pos)
+        pos += 12
+        f = "PreferredCandidates"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 21 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_preferred_candidates = lst = []
+            ap = lst.append
+            for _ in range(n):
+                x, pos = _d_EndQuorumEpochRequest_ReplicaInfo_v0(buf, pos)
+                ap(x)
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "PartitionData." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "PartitionData." + str(f), pos) from None
+    return _c_EndQuorumEpochRequest_PartitionData(
+        v_partition_index, v_leader_id, v_leader_epoch, [], v_preferred_candidates, unknown
+    ), pos
+
+
+def _d_EndQuorumEpochRequest_TopicData_v1(buf, pos):
+    f = None
+    try:
+        f = "TopicName"
+        v_topic_name, pos = read_cstr(buf, pos)
+        f = "Partitions"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 14 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_partitions = lst = []
+            ap = lst.append
+            for _ in range(n):
+                x, pos = _d_EndQuorumEpochRequest_PartitionData_v1(buf, pos)
+                ap(x)
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "TopicData." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "TopicData." + str(f), pos) from None
+    return _c_EndQuorumEpochRequest_TopicData(v_topic_name, v_partitions, unknown), pos
+
+
+def _d_EndQuorumEpochRequest_LeaderEndpoint_v0(buf, pos):
+    f = None
+    try:
+        f = "Name"
+        v_name, pos = read_cstr(buf, pos)
+        f = "Host"
+        v_host, pos = read_cstr(buf, pos)
+        f = "Port"
+        v_port = _st_H.unpack_from(buf, pos)[0]
+        pos += 2
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "LeaderEndpoint." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "LeaderEndpoint." + str(f), pos) from None
+    return _c_EndQuorumEpochRequest_LeaderEndpoint(v_name, v_host, v_port, unknown), pos
+
+
+def _d_EndQuorumEpochRequest_EndQuorumEpochRequest_v1(buf, pos):
+    f = None
+    try:
+        f = "ClusterId"
+        v_cluster_id, pos = read_cstr_n(buf, pos)
+        f = "Topics"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 3 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_topics = lst = []
+            ap = lst.append
+            for _ in range(n):
+                x, pos = _d_EndQuorumEpochRequest_TopicData_v1(buf, pos)
+                ap(x)
+        f = "LeaderEndpoints"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 5 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_leader_endpoints = lst = []
+            ap = lst.append
+            for _ in range(n):
+                x, pos = _d_EndQuorumEpochRequest_LeaderEndpoint_v0(buf, pos)
+                ap(x)
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "EndQuorumEpochRequest." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "EndQuorumEpochRequest." + str(f), pos) from None
+    return _c_EndQuorumEpochRequest(v_cluster_id, v_topics, v_leader_endpoints, unknown), pos
+
+
+def _e_EndQuorumEpochRequest_ReplicaInfo_v0(o, parts):
+    w = parts.append
+    w(_st_i16s.pack(o.candidate_id, o.candidate_directory_id.bytes))
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_EndQuorumEpochRequest_PartitionData_v1(o, parts):
+    w = parts.append
+    w(_st_iii.pack(o.partition_index, o.leader_id, o.leader_epoch))
+    lst = o.preferred_candidates
+    if lst is None:
+        raise ProtocolError("null in non-nullable array PreferredCandidates")
+    else:
+        w(uvarint(len(lst) + 1))
+        for x in lst:
+            _e_EndQuorumEpochRequest_ReplicaInfo_v0(x, parts)
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_EndQuorumEpochRequest_TopicData_v1(o, parts):
+    w = parts.append
+    write_cstr(parts, o.topic_name)
+    lst = o.partitions
+    if lst is None:
+        raise ProtocolError("null in non-nullable array Partitions")
+    else:
+        w(uvarint(len(lst) + 1))
+        for x in lst:
+            _e_EndQuorumEpochRequest_PartitionData_v1(x, parts)
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_EndQuorumEpochRequest_LeaderEndpoint_v0(o, parts):
+    w = parts.append
+    write_cstr(parts, o.name)
+    write_cstr(parts, o.host)
+    w(_st_H.pack(o.port))
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_EndQuorumEpochRequest_EndQuorumEpochRequest_v1(o, parts):
+    w = parts.append
+    write_cstr_n(parts, o.cluster_id)
+    lst = o.topics
+    if lst is None:
+        raise ProtocolError("null in non-nullable array Topics")
+    else:
+        w(uvarint(len(lst) + 1))
+        for x in lst:
+            _e_EndQuorumEpochRequest_TopicData_v1(x, parts)
+    lst = o.leader_endpoints
+    if lst is None:
+        raise ProtocolError("null in non-nullable array LeaderEndpoints")
+    else:
+        w(uvarint(len(lst) + 1))
+        for x in lst:
+            _e_EndQuorumEpochRequest_LeaderEndpoint_v0(x, parts)
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
 
 
 def _d_EndQuorumEpochResponse_PartitionData_v0(buf, pos):
@@ -431,7 +821,7 @@ def _d_EndQuorumEpochResponse_EndQuorumEpochResponse_v0(buf, pos):
         raise
     except _DECODE_ERRORS as e:
         raise _malformed(e, "EndQuorumEpochResponse." + str(f), pos) from None
-    return _c_EndQuorumEpochResponse(v_error_code, v_topics, None), pos
+    return _c_EndQuorumEpochResponse(v_error_code, v_topics, [], None), pos
 
 
 def _e_EndQuorumEpochResponse_PartitionData_v0(o, parts):
@@ -463,7 +853,265 @@ def _e_EndQuorumEpochResponse_EndQuorumEpochResponse_v0(o, parts):
             _e_EndQuorumEpochResponse_TopicData_v0(x, parts)
 
 
-EndQuorumEpochRequest._decoders = {0: _d_EndQuorumEpochRequest_EndQuorumEpochRequest_v0}
-EndQuorumEpochRequest._encoders = {0: _e_EndQuorumEpochRequest_EndQuorumEpochRequest_v0}
-EndQuorumEpochResponse._decoders = {0: _d_EndQuorumEpochResponse_EndQuorumEpochResponse_v0}
-EndQuorumEpochResponse._encoders = {0: _e_EndQuorumEpochResponse_EndQuorumEpochResponse_v0}
+def _d_EndQuorumEpochResponse_PartitionData_v1(buf, pos):
+    f = None
+    try:
+        f = "PartitionIndex"
+        v_partition_index, v_error_code, v_leader_id, v_leader_epoch = _st_ihii.unpack_from(buf, pos)
+        pos += 14
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "PartitionData." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "PartitionData." + str(f), pos) from None
+    return _c_EndQuorumEpochResponse_PartitionData(
+        v_partition_index, v_error_code, v_leader_id, v_leader_epoch, unknown
+    ), pos
+
+
+def _d_EndQuorumEpochResponse_TopicData_v1(buf, pos):
+    f = None
+    try:
+        f = "TopicName"
+        v_topic_name, pos = read_cstr(buf, pos)
+        f = "Partitions"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 15 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_partitions = lst = []
+            ap = lst.append
+            for _ in range(n):
+                x, pos = _d_EndQuorumEpochResponse_PartitionData_v1(buf, pos)
+                ap(x)
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "TopicData." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "TopicData." + str(f), pos) from None
+    return _c_EndQuorumEpochResponse_TopicData(v_topic_name, v_partitions, unknown), pos
+
+
+def _d_EndQuorumEpochResponse_NodeEndpoint_v0(buf, pos):
+    f = None
+    try:
+        f = "NodeId"
+        v_node_id = _st_i.unpack_from(buf, pos)[0]
+        pos += 4
+        f = "Host"
+        v_host, pos = read_cstr(buf, pos)
+        f = "Port"
+        v_port = _st_H.unpack_from(buf, pos)[0]
+        pos += 2
+        f = "<tagged fields>"
+        unknown = None
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if unknown is None:
+                    unknown = {}
+                unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "NodeEndpoint." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "NodeEndpoint." + str(f), pos) from None
+    return _c_EndQuorumEpochResponse_NodeEndpoint(v_node_id, v_host, v_port, unknown), pos
+
+
+def _d_EndQuorumEpochResponse_EndQuorumEpochResponse_v1(buf, pos):
+    f = None
+    try:
+        f = "ErrorCode"
+        v_error_code = _st_h.unpack_from(buf, pos)[0]
+        pos += 2
+        f = "Topics"
+        n = buf[pos]
+        if n < 128:
+            pos += 1
+        else:
+            n, pos = read_uvarint(buf, pos)
+        n -= 1
+        if n < 0:
+            raise ProtocolError("null array in a non-nullable field")
+        else:
+            if n * 3 > len(buf) - pos:
+                raise ProtocolError(f"array of {n} items runs past the end")
+            v_topics = lst = []
+            ap = lst.append
+            for _ in range(n):
+                x, pos = _d_EndQuorumEpochResponse_TopicData_v1(buf, pos)
+                ap(x)
+        f = "<tagged fields>"
+        unknown = None
+        v_node_endpoints = []
+        if buf[pos] == 0:
+            pos += 1
+        else:
+            ntags, pos = read_uvarint(buf, pos)
+            for _ in range(ntags):
+                tag, pos = read_uvarint(buf, pos)
+                size, pos = read_uvarint(buf, pos)
+                end = check_len(buf, pos, size)
+                if tag == 0:
+                    f = "NodeEndpoints"
+                    n = buf[pos]
+                    if n < 128:
+                        pos += 1
+                    else:
+                        n, pos = read_uvarint(buf, pos)
+                    n -= 1
+                    if n < 0:
+                        raise ProtocolError("null array in a non-nullable field")
+                    else:
+                        if n * 8 > len(buf) - pos:
+                            raise ProtocolError(f"array of {n} items runs past the end")
+                        v_node_endpoints = lst = []
+                        ap = lst.append
+                        for _ in range(n):
+                            x, pos = _d_EndQuorumEpochResponse_NodeEndpoint_v0(buf, pos)
+                            ap(x)
+                    if pos != end:
+                        raise ProtocolError("tagged field size does not match its value")
+                else:
+                    if unknown is None:
+                        unknown = {}
+                    unknown[tag] = bytes(buf[pos:end])
+                pos = end
+    except ProtocolError as e:
+        if e.field is None:
+            e.field, e.offset = "EndQuorumEpochResponse." + str(f), pos
+        raise
+    except _DECODE_ERRORS as e:
+        raise _malformed(e, "EndQuorumEpochResponse." + str(f), pos) from None
+    return _c_EndQuorumEpochResponse(v_error_code, v_topics, v_node_endpoints, unknown), pos
+
+
+def _e_EndQuorumEpochResponse_PartitionData_v1(o, parts):
+    w = parts.append
+    w(_st_ihii.pack(o.partition_index, o.error_code, o.leader_id, o.leader_epoch))
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_EndQuorumEpochResponse_TopicData_v1(o, parts):
+    w = parts.append
+    write_cstr(parts, o.topic_name)
+    lst = o.partitions
+    if lst is None:
+        raise ProtocolError("null in non-nullable array Partitions")
+    else:
+        w(uvarint(len(lst) + 1))
+        for x in lst:
+            _e_EndQuorumEpochResponse_PartitionData_v1(x, parts)
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_EndQuorumEpochResponse_NodeEndpoint_v0(o, parts):
+    w = parts.append
+    w(_st_i.pack(o.node_id))
+    write_cstr(parts, o.host)
+    w(_st_H.pack(o.port))
+    if o.unknown_tags:
+        write_tags(parts, None, o.unknown_tags)
+    else:
+        w(b"\x00")
+
+
+def _e_EndQuorumEpochResponse_EndQuorumEpochResponse_v1(o, parts):
+    w = parts.append
+    w(_st_h.pack(o.error_code))
+    lst = o.topics
+    if lst is None:
+        raise ProtocolError("null in non-nullable array Topics")
+    else:
+        w(uvarint(len(lst) + 1))
+        for x in lst:
+            _e_EndQuorumEpochResponse_TopicData_v1(x, parts)
+    tg = None
+    if o.node_endpoints:
+        outer, parts = parts, []
+        w = parts.append
+        lst = o.node_endpoints
+        if lst is None:
+            raise ProtocolError("null in non-nullable array NodeEndpoints")
+        else:
+            w(uvarint(len(lst) + 1))
+            for x in lst:
+                _e_EndQuorumEpochResponse_NodeEndpoint_v0(x, parts)
+        if tg is None:
+            tg = []
+        tg.append((0, b"".join(parts)))
+        parts = outer
+        w = parts.append
+    if tg is None and not o.unknown_tags:
+        w(b"\x00")
+    else:
+        write_tags(parts, tg, o.unknown_tags)
+
+
+EndQuorumEpochRequest._decoders = {
+    0: _d_EndQuorumEpochRequest_EndQuorumEpochRequest_v0,
+    1: _d_EndQuorumEpochRequest_EndQuorumEpochRequest_v1,
+}
+EndQuorumEpochRequest._encoders = {
+    0: _e_EndQuorumEpochRequest_EndQuorumEpochRequest_v0,
+    1: _e_EndQuorumEpochRequest_EndQuorumEpochRequest_v1,
+}
+EndQuorumEpochResponse._decoders = {
+    0: _d_EndQuorumEpochResponse_EndQuorumEpochResponse_v0,
+    1: _d_EndQuorumEpochResponse_EndQuorumEpochResponse_v1,
+}
+EndQuorumEpochResponse._encoders = {
+    0: _e_EndQuorumEpochResponse_EndQuorumEpochResponse_v0,
+    1: _e_EndQuorumEpochResponse_EndQuorumEpochResponse_v1,
+}
