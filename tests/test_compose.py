@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +26,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from tests.conftest import wait_for_kafka
+from tests.conftest import wait_for, wait_for_kafka
 from tools.cluster import port_in_use
 from tools.docker_base import Dockerd, DockerUnavailable, compose_command, ensure_packages
 
@@ -36,6 +37,7 @@ PROJECT = "strata-compose-test"  # its own containers, network and volumes, besi
 BOOTSTRAP = "127.0.0.1:9092"
 BROKERS = {1: 9092, 2: 9093, 3: 9094}
 TOPIC = "orders"
+NODES = ("controller", "controller-101", "controller-102", "broker-1", "broker-2", "broker-3")
 MARKER = "<!-- tests/test_compose.py runs this block, line by line -->"
 # The README's block, in order; run() below pairs each with its check.
 STEPS = [
@@ -49,7 +51,8 @@ STEPS = [
     "docker compose start broker-2",
     "docker compose down",
     "docker compose up -d",
-    "docker compose down --volumes",
+    "docker compose --profile metrics up -d --build",
+    "docker compose --profile metrics down --volumes",
 ]
 
 
@@ -99,13 +102,13 @@ def shell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shell]:
         pytest.skip(f"no docker engine here: {e}")
     sh = Shell(compose, tmp / "env")
     try:
-        sh("docker compose down --volumes")  # what an interrupted run may have left
+        sh(STEPS[-1])  # down --volumes: what an interrupted run may have left
         taken = [p for p in BROKERS.values() if port_in_use("127.0.0.1", p)]
         assert not taken, f"host ports {taken} are taken (a `make run` cluster?): the compose brokers publish them"
         yield sh
     finally:
         try:
-            sh("docker compose down --volumes")
+            sh(STEPS[-1])
         finally:
             dockerd.stop()
 
@@ -187,6 +190,16 @@ def assert_all_read(acked: set[tuple[int, int, bytes]]) -> None:
     assert not missing, f"{len(missing)} acknowledged records lost, e.g. {sorted(missing)[:3]}"
 
 
+def prometheus_targets_up() -> set[str] | None:
+    """The targets Prometheus scrapes (its API through the published 127.0.0.1:9090), once all
+    of them answered their last scrape."""
+    with urllib.request.urlopen("http://127.0.0.1:9090/api/v1/targets", timeout=5) as r:
+        active = json.load(r)["data"]["activeTargets"]
+    assert len(active) == len(NODES) and all(t["health"] == "up" for t in active), \
+        [(t["labels"]["instance"], t["health"], t.get("lastError")) for t in active]
+    return {t["labels"]["instance"] for t in active}
+
+
 def test_readme_block_is_what_this_test_runs() -> None:
     assert readme_block() == STEPS
 
@@ -254,6 +267,10 @@ def test_compose_cluster(shell: Shell) -> None:
     acked |= produce("after-down-up")
     assert_all_read(acked)
 
-    shell(next(steps))  # down --volumes
+    shell(next(steps))  # the metrics profile: Prometheus (Debian's package) scraping all six nodes
+    targets = wait_for(prometheus_targets_up, 120, "Prometheus scraping every node")
+    assert targets == {f"{name}:9404" for name in NODES}, targets
+
+    shell(next(steps))  # down --volumes, the profile's container with the others
     assert next(steps, None) is None
     print(f"compose run: {time.monotonic() - started:.0f} s", flush=True)
