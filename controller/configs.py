@@ -20,7 +20,7 @@ from controller.controller import Batch, Controller
 from controller.errors import ApiError, Errors
 from metadata import config_defs, config_effects
 from metadata.diskless import DISKLESS_ENABLE, is_diskless
-from metadata.image import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE, MetadataImage
+from metadata.image import BROKER_RESOURCE, CLIENT_METRICS_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from protocol.generated.metadata_records.config_record import ConfigRecord
 
 log = structlog.get_logger(__name__)
@@ -48,10 +48,14 @@ def _check_resource(image: MetadataImage, rtype: int, name: str) -> None:
     elif rtype == GROUP_RESOURCE:
         if not name:
             raise ApiError(Errors.INVALID_REQUEST, "A group config needs a group id.")
+    elif rtype == CLIENT_METRICS_RESOURCE:
+        if not name:
+            raise ApiError(Errors.INVALID_REQUEST, "A client metrics subscription needs a name.")
     else:
         raise ApiError(
             Errors.INVALID_REQUEST,
-            f"Resource type {rtype} is not handled by the controller (only topics (2), brokers (4) and groups (32)).",
+            f"Resource type {rtype} is not handled by the controller (only topics (2), brokers (4), "
+            "client metrics (16) and groups (32)).",
         )
 
 
@@ -61,11 +65,13 @@ def _validate(rtype: int, name: str, value: str, props: Mapping[str, str]) -> No
             config_defs.validate_topic_config(name, value)
         elif rtype == GROUP_RESOURCE:
             config_defs.validate_group_config(name, value, props)  # within the group.consumer.* bounds
+        elif rtype == CLIENT_METRICS_RESOURCE:
+            config_defs.validate_client_metrics_config(name, value)
         else:
             config_defs.validate_broker_config(name, value)
     except config_defs.ConfigValueError as e:
         raise ApiError(Errors.INVALID_CONFIG, str(e)) from None
-    why = config_effects.refusal(name, value) if rtype != GROUP_RESOURCE else None
+    why = config_effects.refusal(name, value) if rtype in (TOPIC_RESOURCE, BROKER_RESOURCE) else None
     if why is not None:  # a key Strata cannot obey at this value: refused, never stored without effect
         raise ApiError(Errors.INVALID_CONFIG, why)
 

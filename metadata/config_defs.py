@@ -192,6 +192,28 @@ GROUP_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("share.record.lock.duration.ms", "INT", "30000", _at_least(1000),
               (("group.share.record.lock.duration.ms", 1),)),
 ]}
+# KIP-714's client metrics subscriptions (kafka-configs.sh --entity-type client-metrics)
+CLIENT_METRICS_MATCH_KEYS = ("client_instance_id", "client_id", "client_software_name", "client_software_version",
+                             "client_source_address", "client_source_port")
+
+
+def _match_patterns(v: object) -> str | None:
+    for entry in cast("list[str]", v):
+        key, eq, pattern = entry.partition("=")
+        if not eq or key.strip() not in CLIENT_METRICS_MATCH_KEYS:
+            return (f"{entry!r} is not key=regex with a key among {', '.join(CLIENT_METRICS_MATCH_KEYS)}")
+        try:
+            re.compile(pattern.strip())
+        except re.error as e:
+            return f"{pattern!r} is not a regular expression ({e})"
+    return None
+
+
+CLIENT_METRICS_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
+    ConfigDef("metrics", "LIST", ""),  # metric name prefixes; "*" means all
+    ConfigDef("interval.ms", "INT", "300000", _between(100, 3600000)),
+    ConfigDef("match", "LIST", "", _match_patterns),  # key=regex on the client's identity, all must match
+]}
 # Strata's own broker settings (diskless storage and what follows) are free-form until they get
 # definitions; they are accepted as strings so tools can set them.
 BROKER_CONFIG_PREFIXES = ("diskless.",)
@@ -296,8 +318,15 @@ def validate_group_config(name: str, value: str, props: Mapping[str, str] | None
                                f"{hi_name} ({hi}).")
 
 
+def validate_client_metrics_config(name: str, value: str) -> None:
+    d = CLIENT_METRICS_CONFIGS.get(name)
+    if d is None:
+        raise ConfigValueError(f"Unknown client metrics config name: {name} (known: {', '.join(CLIENT_METRICS_CONFIGS)}).")
+    parse_value(d, value)
+
+
 def _defs(resource_type: int) -> dict[str, ConfigDef]:
-    return TOPIC_CONFIGS if resource_type == 2 else GROUP_CONFIGS if resource_type == 32 else BROKER_CONFIGS
+    return {2: TOPIC_CONFIGS, 32: GROUP_CONFIGS, 16: CLIENT_METRICS_CONFIGS}.get(resource_type, BROKER_CONFIGS)
 
 
 def config_type(resource_type: int, name: str) -> str | None:

@@ -21,6 +21,7 @@ NO_LEADER = -1
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
 GROUP_RESOURCE = 32  # KIP-848 group configs (kafka-configs.sh --entity-type groups)
+CLIENT_METRICS_RESOURCE = 16  # KIP-714 client metrics subscriptions (--entity-type client-metrics)
 
 
 @dataclass(frozen=True)

@@ -392,17 +392,42 @@ def test_broker_loggers(bs: str) -> None:
         assert len(r.stderr.splitlines()) == 1 and r.stderr.startswith("Error: ") and text in r.stderr, (args, r.stderr)
 
 
-@pytest.mark.parametrize("args", [
-    ["--describe", "--entity-type", "client-metrics"],
-    ["--alter", "--client-metrics", "m", "--add-config", "interval.ms=1000"],
-])
-def test_unsupported_entity_types_are_one_line(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    """client-metrics: Kafka's entity type with nothing behind it in Strata; said in one line, exit
-    1, before any connection."""
-    assert kafka_configs.main(["--bootstrap-server", "127.0.0.1:1", *args]) == 1
-    out, err = capsys.readouterr()
-    assert out == "" and len(err.splitlines()) == 1, err
-    assert err.startswith("Error: entity type client-metrics is not supported: "), err
+def test_client_metrics_subscriptions(bs: str) -> None:
+    """client-metrics (KIP-714 subscriptions) through IncrementalAlterConfigs of CLIENT_METRICS
+    resources, stored as ConfigRecords; listed by kafka-configs.sh and kafka-python's
+    list_config_resources (ListConfigResources v1) with the topics, brokers and groups."""
+    from kafka import KafkaAdminClient
+
+    create_topic(bs, "cm-topic")
+    assert ok(bs, "--alter", "--entity-type", "client-metrics", "--entity-name", "cm-sub", "--add-config",
+              "metrics=[org.apache.kafka.producer.,org.apache.kafka.consumer.],interval.ms=1000,"
+              "match=[client_id=cm-.*,client_software_name=librdkafka]") == [
+        "Completed updating config for client-metric cm-sub."]
+    expect = ["Dynamic configs for client-metric cm-sub are:",
+              "  interval.ms=1000 sensitive=false synonyms={}",
+              "  match=client_id=cm-.*,client_software_name=librdkafka sensitive=false synonyms={}",
+              "  metrics=org.apache.kafka.producer.,org.apache.kafka.consumer. sensitive=false synonyms={}"]
+    assert ok(bs, "--describe", "--client-metrics", "cm-sub") == expect
+    assert ok(bs, "--describe", "--entity-type", "client-metrics") == expect
+    admin = KafkaAdminClient(bootstrap_servers=bs)
+    try:
+        listed = admin.list_config_resources()
+        assert listed["client_metrics"] == ["cm-sub"], listed
+        assert "cm-topic" in listed["topic"] and sorted(listed["broker"]) == ["1", "2"], listed
+        assert admin.list_config_resources(["CLIENT_METRICS"]) == {"client_metrics": ["cm-sub"]}
+    finally:
+        admin.close()
+    bad = [
+        ("interval.ms=5", "interval.ms"),
+        ("match=[colour=red]", "is not key=regex"),
+        ("match=[client_id=(]", "is not a regular expression"),
+        ("flavour=mint", "Unknown client metrics config name: flavour"),
+    ]
+    for config, text in bad:
+        r = kc(bs, "--alter", "--client-metrics", "cm-sub", "--add-config", config)
+        assert r.returncode == 1 and len(r.stderr.splitlines()) == 1 and text in r.stderr, (config, r.stderr)
+    ok(bs, "--alter", "--client-metrics", "cm-sub", "--delete-config", "interval.ms,match,metrics")
+    assert ok(bs, "--describe", "--entity-type", "client-metrics") == []
 
 
 def test_logger_levels_filter_by_the_nearest_ancestor(capsys: pytest.CaptureFixture[str]) -> None:

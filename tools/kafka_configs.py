@@ -18,8 +18,9 @@ salted password travels; ips' connection_creation_rate through the client quota 
 broker loggers (BROKER_LOGGER resources) through DescribeConfigs / IncrementalAlterConfigs sent to
 the broker named; groups (KIP-848 consumer groups' consumer.session.timeout.ms and
 consumer.heartbeat.interval.ms) through DescribeConfigs / IncrementalAlterConfigs of GROUP
-resources. client-metrics has nothing behind it in Strata (no KIP-714 telemetry): one line,
-exit 1. Output lines and messages
+resources; client-metrics (KIP-714 subscriptions: metrics, interval.ms, match) through
+DescribeConfigs / IncrementalAlterConfigs of CLIENT_METRICS resources, listed with
+ListConfigResources. Output lines and messages
 are Kafka's. Bad arguments (an unknown entity type, a malformed --add-config, a non-numeric quota)
 are one line and exit 2, before any connection;
 what the cluster refuses (an unknown config key, a missing topic) is one line and exit 1.
@@ -47,6 +48,7 @@ from protocol.generated.describe_client_quotas import DescribeClientQuotasReques
 from protocol.generated.describe_configs import DescribeConfigsRequest
 from protocol.generated.describe_user_scram_credentials import DescribeUserScramCredentialsRequest
 from protocol.generated.incremental_alter_configs import IncrementalAlterConfigsRequest
+from protocol.generated.list_config_resources import ListConfigResourcesRequest
 from tools.admin import AdminError, ToolArgumentParser, admin_for, broker_error, run_tool
 from tools.brokers import Brokers
 from tools.kafka_consumer_groups import list_groups
@@ -54,17 +56,13 @@ from tools.kafka_consumer_groups import list_groups
 TOPICS, BROKERS, USERS, CLIENTS, IPS = "topics", "brokers", "users", "clients", "ips"
 BROKER_LOGGERS, CLIENT_METRICS, GROUPS = "broker-loggers", "client-metrics", "groups"
 ENTITY_TYPES = (TOPICS, CLIENTS, USERS, BROKERS, IPS, BROKER_LOGGERS, CLIENT_METRICS, GROUPS)
-# Kafka's entity types Strata has nothing behind: what the tool says instead
-UNSUPPORTED = {
-    CLIENT_METRICS: "client metrics subscriptions need KIP-714 client telemetry (GetTelemetrySubscriptions, "
-                    "PushTelemetry), which Strata does not serve",
-}
 TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE, GROUP_RESOURCE = 2, 4, 8, 32
+CLIENT_METRICS_RESOURCE = 16
 RESOURCE_TYPES = {TOPICS: TOPIC_RESOURCE, BROKERS: BROKER_RESOURCE, BROKER_LOGGERS: BROKER_LOGGER_RESOURCE,
-                  GROUPS: GROUP_RESOURCE}
+                  GROUPS: GROUP_RESOURCE, CLIENT_METRICS: CLIENT_METRICS_RESOURCE}
 SOURCE_NAMES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
                 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG",
-                8: "DYNAMIC_GROUP_CONFIG"}
+                7: "CLIENT_METRICS_CONFIG", 8: "DYNAMIC_GROUP_CONFIG"}
 QUOTA_ENTITY = {USERS: "user", CLIENTS: "client-id", IPS: "ip"}
 SET, DELETE = 0, 1
 DEFAULT_ITERATIONS = 4096  # Kafka's
@@ -289,12 +287,19 @@ def _dynamic_source(etype: str, name: str) -> int | None:
     """The source --describe shows without --all (None: every entry, as for broker loggers)."""
     if etype == GROUPS:
         return 8
+    if etype == CLIENT_METRICS:
+        return 7
     return None if etype == BROKER_LOGGERS else 1 if etype == TOPICS else 2 if name else 3
 
 
 async def describe_resources(brokers: Brokers, etype: str, name: str | None, describe_all: bool) -> None:
     if name is None and etype == GROUPS:
         entities = [g for g, _ in await list_groups(brokers)]
+    elif name is None and etype == CLIENT_METRICS:
+        resp = await brokers.admin.request(ListConfigResourcesRequest(resource_types=[CLIENT_METRICS_RESOURCE]))
+        if resp.error_code:
+            raise broker_error("listing client metrics resources", resp.error_code, None)
+        entities = sorted(r.resource_name for r in resp.config_resources)
     elif name is None:
         if etype == TOPICS:
             entities = sorted(t for t in await brokers.topics())
@@ -302,7 +307,7 @@ async def describe_resources(brokers: Brokers, etype: str, name: str | None, des
             await brokers.topics([])
             entities = [str(b) for b in sorted(brokers.addresses)] + [""]
     else:
-        if not describe_all and etype not in (BROKER_LOGGERS, GROUPS):  # those answer for any name
+        if not describe_all and etype not in (BROKER_LOGGERS, GROUPS, CLIENT_METRICS):  # those answer for any name
             if etype == TOPICS:
                 known = name in await brokers.topics([name])
             else:
@@ -454,17 +459,15 @@ async def alter_loggers(brokers: Brokers, cmd: Command, broker: str) -> None:
 async def run(cmd: Command) -> None:
     a, head = cmd.a, cmd.types[0]
     name = cmd.names[0] if cmd.names else None
-    if head in UNSUPPORTED:
-        raise AdminError(f"entity type {head} is not supported: {UNSUPPORTED[head]}")
     async with admin_for(a, a.timeout) as admin, Brokers(admin) as brokers:
         if a.describe:
-            if head in (TOPICS, BROKERS, BROKER_LOGGERS, GROUPS):
+            if head in (TOPICS, BROKERS, BROKER_LOGGERS, GROUPS, CLIENT_METRICS):
                 await describe_resources(brokers, head, name, a.all)
             else:
                 await describe_quotas_and_scram(brokers, cmd)
             return
         assert name is not None  # --alter names every entity (checked with the arguments)
-        if head in (TOPICS, BROKERS, GROUPS):
+        if head in (TOPICS, BROKERS, GROUPS, CLIENT_METRICS):
             await alter_resource(brokers, cmd, head, name)
         elif head == BROKER_LOGGERS:
             await alter_loggers(brokers, cmd, name)

@@ -1,6 +1,7 @@
-"""DescribeConfigs from the image (topic overrides, this broker's properties, Kafka's defaults);
-AlterConfigs and IncrementalAlterConfigs are forwarded to the controller, except for broker loggers
-(broker_loggers.py), answered here."""
+"""DescribeConfigs from the image (topic overrides, this broker's properties, Kafka's defaults,
+client metrics subscriptions); ListConfigResources (KIP-1142; v0 was KIP-714's
+ListClientMetricsResources) from the image; AlterConfigs and IncrementalAlterConfigs are forwarded
+to the controller, except for broker loggers (broker_loggers.py), answered here."""
 
 from __future__ import annotations
 
@@ -10,20 +11,18 @@ from broker.apis import broker_loggers
 from broker.apis.registry import RequestContext, api
 from metadata import config_defs as defs
 from metadata.broker_defaults import BROKER_CATALOG, BROKER_DEFAULTS, broker_synonyms, is_sensitive
-from metadata.image import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
+from metadata.image import BROKER_RESOURCE, CLIENT_METRICS_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
 from protocol.errors import Errors
 from protocol.generated.alter_configs import AlterConfigsResponse
 from protocol.generated.describe_configs import DescribeConfigsResponse
 from protocol.generated.incremental_alter_configs import IncrementalAlterConfigsResponse
+from protocol.generated.list_config_resources import ListConfigResourcesResponse
 
 R = DescribeConfigsResponse
 # Kafka's ConfigSource and ConfigType numbers.
 DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 2, 3
 STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 4, 5
-DYNAMIC_GROUP_CONFIG = 8
-UNSUPPORTED = {  # Kafka's resource types with nothing behind them here
-    16: "client metrics resources are not supported: Strata does not serve KIP-714 client telemetry",
-}
+CLIENT_METRICS_CONFIG, DYNAMIC_GROUP_CONFIG = 7, 8
 CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7, "PASSWORD": 9}
 
 
@@ -41,9 +40,11 @@ async def describe_configs(ctx: RequestContext, req) -> DescribeConfigsResponse:
             broker_loggers.describe(res, ctx.services.config.node_id, r)
         elif res.resource_type == GROUP_RESOURCE:
             _group(ctx, req, res, r)
+        elif res.resource_type == CLIENT_METRICS_RESOURCE:
+            _client_metrics(ctx, res, r)
         else:
             r.error_code = Errors.INVALID_REQUEST
-            r.error_message = UNSUPPORTED.get(res.resource_type, f"resource type {res.resource_type} is not supported")
+            r.error_message = f"resource type {res.resource_type} is not supported"
     return R(results=results)
 
 
@@ -63,6 +64,44 @@ def _group(ctx: RequestContext, req, res, r) -> None:
             name=name, value=value, read_only=False, is_default=source == DEFAULT_CONFIG, config_source=source,
             is_sensitive=False, synonyms=synonyms if req.include_synonyms else [],
             config_type=CONFIG_TYPES.get(d.type, 0), documentation=None))
+
+
+def _client_metrics(ctx: RequestContext, res, r) -> None:
+    """A client metrics subscription (KIP-714): its values, else Kafka's defaults. Any name may
+    be described (one that was never set shows the defaults, as in Kafka)."""
+    explicit = ctx.services.metadata.image.configs.get((CLIENT_METRICS_RESOURCE, res.resource_name), {})
+    for name, d in sorted(defs.CLIENT_METRICS_CONFIGS.items()):
+        if not _wanted(res, name):
+            continue
+        value, source = (explicit[name], CLIENT_METRICS_CONFIG) if name in explicit else (d.default, DEFAULT_CONFIG)
+        r.configs.append(R.DescribeConfigsResourceResult(
+            name=name, value=value, read_only=False, is_default=source == DEFAULT_CONFIG, config_source=source,
+            is_sensitive=False, synonyms=[], config_type=CONFIG_TYPES.get(d.type, 0), documentation=None))
+
+
+# ListConfigResources: what an empty ResourceTypes lists (Kafka 4.1's supported types)
+LISTED_TYPES = (TOPIC_RESOURCE, BROKER_RESOURCE, broker_loggers.BROKER_LOGGER, CLIENT_METRICS_RESOURCE, GROUP_RESOURCE)
+
+
+@api(74, 0, 1)
+async def list_config_resources(ctx: RequestContext, req) -> ListConfigResourcesResponse:
+    """Topics and brokers that exist (a broker's loggers are a resource of each broker), and the
+    client metrics subscriptions and groups that have configs in the metadata."""
+    L = ListConfigResourcesResponse
+    types = [CLIENT_METRICS_RESOURCE] if ctx.api_version == 0 else list(req.resource_types) or list(LISTED_TYPES)
+    if any(t not in LISTED_TYPES for t in types):
+        return L(throttle_time_ms=0, error_code=Errors.UNSUPPORTED_VERSION, config_resources=[])
+    image = ctx.services.metadata.image
+    out = []
+    for t in dict.fromkeys(types):
+        if t == TOPIC_RESOURCE:
+            names = sorted(tp.name for tp in image.topics.values())
+        elif t in (BROKER_RESOURCE, broker_loggers.BROKER_LOGGER):
+            names = [str(b) for b in sorted(image.brokers)]
+        else:
+            names = sorted(name for (rtype, name) in image.configs if rtype == t)
+        out += [L.ConfigResource(resource_name=n, resource_type=t) for n in names]
+    return L(throttle_time_ms=0, error_code=0, config_resources=out)
 
 
 def _wanted(res, name: str) -> bool:

@@ -58,12 +58,14 @@ import protocol.generated.end_txn as end_txn
 import protocol.generated.fetch as fetch
 import protocol.generated.fetch_snapshot as fetch_snapshot
 import protocol.generated.find_coordinator as find_coordinator
+import protocol.generated.get_telemetry_subscriptions as get_telemetry_subscriptions
 import protocol.generated.heartbeat as heartbeat
 import protocol.generated.incremental_alter_configs as incremental_alter_configs
 import protocol.generated.init_producer_id as init_producer_id
 import protocol.generated.initialize_share_group_state as initialize_share_group_state
 import protocol.generated.join_group as join_group
 import protocol.generated.leave_group as leave_group
+import protocol.generated.list_config_resources as list_config_resources
 import protocol.generated.list_groups as list_groups
 import protocol.generated.list_offsets as list_offsets
 import protocol.generated.list_partition_reassignments as list_partition_reassignments
@@ -106,6 +108,7 @@ import protocol.generated.offset_fetch as offset_fetch
 import protocol.generated.offset_for_leader_epoch as offset_for_leader_epoch
 import protocol.generated.partition_leader_epochs_for_partitions as partition_leader_epochs_for_partitions
 import protocol.generated.produce as produce
+import protocol.generated.push_telemetry as push_telemetry
 import protocol.generated.read_share_group_state as read_share_group_state
 import protocol.generated.read_share_group_state_summary as read_share_group_state_summary
 import protocol.generated.request_header as request_header
@@ -185,7 +188,10 @@ REQUESTS: dict[int, type[Message]] = {
     67: allocate_producer_ids.AllocateProducerIdsRequest,
     68: consumer_group_heartbeat.ConsumerGroupHeartbeatRequest,
     69: consumer_group_describe.ConsumerGroupDescribeRequest,
+    71: get_telemetry_subscriptions.GetTelemetrySubscriptionsRequest,
+    72: push_telemetry.PushTelemetryRequest,
     73: assign_replicas_to_dirs.AssignReplicasToDirsRequest,
+    74: list_config_resources.ListConfigResourcesRequest,
     75: describe_topic_partitions.DescribeTopicPartitionsRequest,
     76: share_group_heartbeat.ShareGroupHeartbeatRequest,
     77: share_group_describe.ShareGroupDescribeRequest,
@@ -273,7 +279,10 @@ RESPONSES: dict[int, type[Message]] = {
     67: allocate_producer_ids.AllocateProducerIdsResponse,
     68: consumer_group_heartbeat.ConsumerGroupHeartbeatResponse,
     69: consumer_group_describe.ConsumerGroupDescribeResponse,
+    71: get_telemetry_subscriptions.GetTelemetrySubscriptionsResponse,
+    72: push_telemetry.PushTelemetryResponse,
     73: assign_replicas_to_dirs.AssignReplicasToDirsResponse,
+    74: list_config_resources.ListConfigResourcesResponse,
     75: describe_topic_partitions.DescribeTopicPartitionsResponse,
     76: share_group_heartbeat.ShareGroupHeartbeatResponse,
     77: share_group_describe.ShareGroupDescribeResponse,
