@@ -49,6 +49,7 @@ from broker.share.persister import SharePersister
 from broker.share.service import ShareService
 from broker.storage.errors import StorageError
 from broker.storage.log_dir import LogDir
+from broker.telemetry.clients import ClientTelemetry
 from metadata.client_quotas import ip_connection_rate
 from node.loop_lag import LagAdmission, LoopLagGauge
 from node.metrics import MetricsServer, RequestMetrics
@@ -123,6 +124,7 @@ class Broker:
         self.metadata.publishers.append(self.group_coordinator.on_metadata)
         self.share_groups = ShareGroupManager(config.share, self.group_coordinator, self.metadata)
         self.group_coordinator.loaded_listeners.append(self.share_groups.load)
+        self.telemetry = ClientTelemetry(lambda: self.metadata.image)
         self.services = BrokerServices(
             config=config, metadata=self.metadata, forward=self.forward, spawn=self.spawn, replicas=self.replicas,
             partitions=self.partitions, diskless=self.diskless, diskless_coordinator=self.diskless_coordinator,
@@ -134,7 +136,8 @@ class Broker:
                 config.node_id, self.share_coordinator, self.metadata, self._peer_clients("share-state")),
                 ShareForwarder(self._peer_clients("share-forward"))),
             share_coordinator=self.share_coordinator,
-            share_ends=PartitionEnds(self.partitions, self.metadata, self._peer_clients("share-lag")))
+            share_ends=PartitionEnds(self.partitions, self.metadata, self._peer_clients("share-lag")),
+            telemetry=self.telemetry)
         dispatcher = self.request_metrics.wrap(RequestDispatcher(self.services))
         self.servers: list[FramedServer] = []  # one per listener, opened last in start()
         for lst in config.listeners or ():
@@ -145,7 +148,7 @@ class Broker:
                                              limits=config.connection_limits, classify=is_control_plane, security=sec,
                                              connection_rate=self._ip_connection_rate, admission=self.admission))
         self.metrics_server = None if config.metrics_listener is None else MetricsServer([
-            process_metrics, self.request_metrics.families,
+            process_metrics, self.request_metrics.families, self.telemetry.families,
             lambda: collect(self.replicas, self.isr, self.topic_stats, self.chunk_reads.counts)])
         self.metrics_port = 0
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from broker.replication.replica_manager import ReplicaManager
     from broker.share.lag import PartitionEnds
     from broker.share.service import ShareService
+    from broker.telemetry.clients import ClientTelemetry
 
 
 @dataclass
@@ -47,5 +48,6 @@ class BrokerServices:
     share: ShareService  # the share-partitions this broker leads, and share sessions
     share_coordinator: ShareCoordinator  # share-partition state in __share_group_state
     share_ends: PartitionEnds  # partitions' high watermarks, for share-partitions' lag (KIP-1226)
+    telemetry: ClientTelemetry  # KIP-714 client instances and their pushed metrics
     # learned from the controller in start(), before any listener opens (DescribeCluster)
     cluster_id: str | None = None

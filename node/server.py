@@ -165,6 +165,8 @@ class Connection(asyncio.Protocol):
         self.id = next(_conn_ids)
         self.peer = "?"
         self.ip = "?"
+        # (name, version) from ApiVersions v3+ (KIP-511): part of a KIP-714 client's identity
+        self.client_software = ("", "")
         self.transport: asyncio.Transport | None = None
         # (frame, control, size, the loop time its bytes were read)
         self.queue: collections.deque[tuple[bytes, bool, int, float]] = collections.deque()

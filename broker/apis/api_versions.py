@@ -8,4 +8,6 @@ from protocol.generated.api_versions import ApiVersionsResponse
 
 @api(18, 0, 4)
 async def api_versions(ctx: RequestContext, req) -> ApiVersionsResponse:
+    if ctx.connection is not None and ctx.api_version >= 3:
+        ctx.connection.client_software = (req.client_software_name or "", req.client_software_version or "")
     return ApiVersionsResponse(error_code=0, api_keys=advertised_versions(ctx.services.config))

@@ -25,6 +25,7 @@ from broker.apis import (  # noqa: F401
     share_admin,
     share_forward,
     share_state,
+    telemetry,
     topic_partitions,
     transaction_admin,
     transactions,
