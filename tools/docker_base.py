@@ -41,13 +41,11 @@ class DockerUnavailable(RuntimeError):
     """The engine, Compose or the base image cannot be had here (the message says why)."""
 
 
-def run(cmd: list[str], *, timeout: float = 600, check: bool = True, quiet: bool = True,
-        stdin: IO[bytes] | None = None) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run(cmd, capture_output=quiet, text=True, timeout=timeout, stdin=stdin)
-    if check and out.returncode != 0:
-        tail = (out.stderr or out.stdout or "").strip().splitlines()[-1:] if quiet else []
+def run(cmd: list[str], *, timeout: float = 600, stdin: IO[bytes] | None = None) -> None:
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=stdin)
+    if out.returncode != 0:
+        tail = (out.stderr or out.stdout or "").strip().splitlines()[-1:]
         raise DockerUnavailable(f"{' '.join(cmd[:3])} failed (exit {out.returncode}){': ' + tail[0] if tail else ''}")
-    return out
 
 
 def is_root() -> bool:
