@@ -85,6 +85,18 @@ async def _bootstrap_when_active(apis: Apis, credentials: list) -> None:
         await asyncio.sleep(0.05)
 
 
+async def _elr_when_active(apis: Apis) -> None:
+    """eligible.leader.replicas.enable: whichever voter is active turns KIP-966's feature on."""
+    while True:
+        if apis.controller.active:
+            try:
+                await apis.configs.enable_elr()
+                return
+            except NotControllerError:
+                pass
+        await asyncio.sleep(0.05)
+
+
 async def run(config: ControllerConfig) -> int:
     """Runs until a signal (exit 0) or a fatal error (exit 1). Start-up errors propagate."""
     loop = asyncio.get_running_loop()
@@ -161,6 +173,8 @@ async def run(config: ControllerConfig) -> int:
     ]
     if config.auto_leader_rebalance:
         background.append(loop.create_task(_rebalance_loop(apis)))
+    if config.eligible_leader_replicas:
+        background.append(loop.create_task(_elr_when_active(apis)))
     log.info("controller_started", listeners=",".join(bound), **report)
     await stop.wait()
     log.info("controller_stopping", exit_code=exit_code)

@@ -52,6 +52,8 @@ class ControllerConfig:
     election_timeout_ms: int = 1000  # controller.quorum.election.timeout.ms
     fetch_timeout_ms: int = 2000  # controller.quorum.fetch.timeout.ms
     voter_security: ClientSecurity | None = None  # how this voter dials the others' controller listener
+    # eligible.leader.replicas.enable: the active controller turns KIP-966's feature on (off by default)
+    eligible_leader_replicas: bool = False
 
     @property
     def metadata_dir(self) -> Path:
@@ -115,6 +117,7 @@ class ControllerConfig:
             metrics_listener=parse_metrics_listener(cfg.props.get("metrics.listener")),
             election_timeout_ms=cfg.int("controller.quorum.election.timeout.ms", 1000),
             fetch_timeout_ms=cfg.int("controller.quorum.fetch.timeout.ms", 2000),
+            eligible_leader_replicas=cfg.bool("eligible.leader.replicas.enable", False),
             # only a voter with others to dial needs credentials of its own for their listener
             voter_security=node_client_security(cfg, names[0], "sasl.mechanism.controller.protocol")
             if len(voters) > 1 else None,

@@ -22,6 +22,7 @@ from metadata import config_defs, config_effects
 from metadata.diskless import DISKLESS_ENABLE, is_diskless
 from metadata.image import BROKER_RESOURCE, CLIENT_METRICS_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from protocol.generated.metadata_records.config_record import ConfigRecord
+from protocol.generated.metadata_records.feature_level_record import FeatureLevelRecord
 
 log = structlog.get_logger(__name__)
 
@@ -89,9 +90,56 @@ def _records(rtype: int, rname: str, current: dict[str, str], wanted: dict[str, 
     return out
 
 
+ELR_FEATURE = "eligible.leader.replicas.version"  # KIP-966
+MIN_ISR = "min.insync.replicas"
+
+
+def elr_enabled(image: MetadataImage) -> bool:
+    return image.features.get(ELR_FEATURE, 0) >= 1
+
+
+def _elr_check(image: MetadataImage, rtype: int, rname: str, wanted: dict[str, str | None]) -> None:
+    """With ELR on, min.insync.replicas lives at the cluster level only, so every node reads one
+    value (Kafka's ConfigurationControlManager refuses the other two changes too)."""
+    if not elr_enabled(image) or rtype != BROKER_RESOURCE or MIN_ISR not in wanted:
+        return
+    if rname:
+        raise ApiError(Errors.INVALID_CONFIG,
+                       f"Broker-level {MIN_ISR} cannot be altered while ELR is enabled (set it for the cluster).")
+    if wanted[MIN_ISR] is None:
+        raise ApiError(Errors.INVALID_CONFIG, f"Cluster-level {MIN_ISR} cannot be removed while ELR is enabled.")
+
+
 class ConfigControl:
     def __init__(self, controller: Controller) -> None:
         self.ctl = controller
+
+    async def enable_elr(self) -> list[str]:
+        """Turn KIP-966's eligible leader replicas on, with the records that make it safe (Kafka's
+        maybeGenerateElrSafetyRecords) in the same batch, ahead of the feature record: the
+        cluster-level min.insync.replicas set from this controller's static value when absent,
+        every broker-level one removed. Nothing when already on. Returns what was written."""
+        def build(image: MetadataImage, batch: Batch) -> list[str]:
+            if elr_enabled(image):
+                return []
+            done = []
+            if MIN_ISR not in image.configs.get((BROKER_RESOURCE, ""), {}):
+                value = str(int(self.ctl.config.static.get(MIN_ISR) or 1))
+                batch.add(ConfigRecord(resource_type=BROKER_RESOURCE, resource_name="", name=MIN_ISR, value=value))
+                done.append(f"cluster {MIN_ISR}={value}")
+            for (rtype, rname), cfg in sorted(image.configs.items()):
+                if rtype == BROKER_RESOURCE and rname and MIN_ISR in cfg:
+                    batch.add(ConfigRecord(resource_type=BROKER_RESOURCE, resource_name=rname, name=MIN_ISR,
+                                           value=None))
+                    done.append(f"broker {rname} {MIN_ISR} removed")
+            batch.add(FeatureLevelRecord(name=ELR_FEATURE, feature_level=1))
+            done.append(f"{ELR_FEATURE}=1")
+            return done
+
+        done = await self.ctl.write(build)
+        if done:
+            log.info("elr_enabled", records=", ".join(done))
+        return done
 
     async def incremental_alter(self, resources: list[Any], validate_only: bool) -> list[ResourceResult]:
         """`resources` are IncrementalAlterConfigsRequest.AlterConfigsResource entries."""
@@ -119,6 +167,7 @@ class ConfigControl:
                             {DISKLESS_ENABLE: wanted[DISKLESS_ENABLE] or "false"}) != is_diskless(current):
                         raise ApiError(Errors.INVALID_CONFIG,
                                        f"{DISKLESS_ENABLE} is set when a topic is created and cannot change.")
+                    _elr_check(image, r.resource_type, r.resource_name, wanted)
                     records.extend(_records(r.resource_type, r.resource_name, current, wanted))
                 except ApiError as e:
                     res.error = e
