@@ -47,6 +47,8 @@ STEPS = [
     f"kafka-chunks.sh create --bootstrap-server {BOOTSTRAP} --create-chunk-json-file "
     f"""<(echo '{{"partitions": [{{"topic": "{TOPIC}", "partition": 0, "replicas": [2, 3, 1]}}]}}')""",
     f"kafka-log-dirs.sh --describe --bootstrap-server {BOOTSTRAP} --topic-list {TOPIC}",
+    f"docker compose exec -T broker-1 kafka-console-consumer.sh --bootstrap-server broker-2:29092 --topic {TOPIC} "
+    "--from-beginning --max-messages 600 --timeout-ms 30000",
     "docker compose stop broker-2",
     "docker compose start broker-2",
     "docker compose down",
@@ -246,6 +248,11 @@ def test_compose_cluster(shell: Shell) -> None:
     # partition 0's closed chunk and its new one (starting at the records before it)
     starts = {p["chunk_start_offset"] for d in dirs for p in d["partitions"] if p["partition"] == 0}
     assert len(starts) == 2 and 0 in starts, starts
+
+    # inside the compose network: a client in broker-1's container, bootstrapped from broker-2's
+    # PLAINTEXT listener, is sent the service names (broker-N:29092) and reads every record
+    out = shell(next(steps))
+    assert sorted(out.split()) == sorted(value.decode() for _, _, value in acked), out[-500:]
 
     shell(next(steps))  # stop broker-2 (SIGTERM: it deregisters, the ISRs shrink)
 
