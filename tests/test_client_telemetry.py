@@ -114,3 +114,15 @@ def test_push_checks_in_process() -> None:
     configs[(16, "all")] = {"metrics": "*", "match": "client_id=other"}
     _, none = t.get_subscriptions(iid, who)
     assert none.requested == () and none.interval_ms == 300000
+    # bounded: instance ids minted without end keep at most MAX_CLIENTS, the oldest going first
+    import broker.telemetry.clients as clients
+
+    saved, clients.MAX_CLIENTS = clients.MAX_CLIENTS, 3
+    try:
+        ids = []
+        for _ in range(5):
+            now[0] += 1
+            ids.append(t.get_subscriptions(uuid.UUID(int=0), who)[0])
+        assert set(t.clients) == set(ids[-3:])
+    finally:
+        clients.MAX_CLIENTS = saved

@@ -30,6 +30,10 @@ log = structlog.get_logger(__name__)
 ACCEPTED_COMPRESSION = (Compression.ZSTD, Compression.LZ4, Compression.GZIP)
 TELEMETRY_MAX_BYTES = 1 << 20  # Kafka's telemetry.max.bytes default
 MIN_EXPIRY_S = 60.0
+# bounds, so a client minting instance ids or series cannot grow the broker without end (Kafka
+# bounds its client instance cache too): the least recently heard instance goes first
+MAX_CLIENTS = 16384
+MAX_SERIES_PER_CLIENT = 2000
 _NAME = re.compile(r"[^a-zA-Z0-9_:]")
 _LABEL = re.compile(r"[^a-zA-Z0-9_]")
 
@@ -72,6 +76,7 @@ class ClientTelemetry:
         c = self.clients.get(instance_id)
         now = self.clock()
         if c is None:
+            self._make_room()
             self.clients[instance_id] = ClientInstance(instance_id, ident, p, now)
         else:
             c.labels.update(ident)
@@ -85,6 +90,7 @@ class ClientTelemetry:
         ident = {**identity, "client_instance_id": str(instance_id)}
         c = self.clients.get(instance_id)
         if c is None:  # pushed to a broker it never asked (or one that forgot it): Kafka takes it
+            self._make_room()
             c = self.clients[instance_id] = ClientInstance(instance_id, ident, self._plan(ident), now)
         c.heard = now
         current = self._plan(c.labels)
@@ -117,8 +123,15 @@ class ClientTelemetry:
                 if wanted != ("",) and not any(p.metric.startswith(w) for w in wanted):
                     continue
                 key = (p.metric, p.kind, tuple(sorted(p.attributes.items())))
-                c.series[key] = (p.value, p.monotonic)
+                if key in c.series or len(c.series) < MAX_SERIES_PER_CLIENT:
+                    c.series[key] = (p.value, p.monotonic)
         return 0, None
+
+    def _make_room(self) -> None:
+        self._expire()
+        while len(self.clients) >= MAX_CLIENTS:
+            oldest = min(self.clients.values(), key=lambda c: c.heard)
+            del self.clients[oldest.instance_id]
 
     def _expire(self) -> None:
         now = self.clock()
