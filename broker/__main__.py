@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 
@@ -95,4 +96,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Every log is closed (and its dir synced) by now: skip the interpreter's teardown, which
+    # frees 20,000 partitions' objects one by one for seconds after the broker stopped.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -70,7 +70,11 @@ class Broker:
         self.metadata = MetadataLoader(self.metadata_channel, config.node_id)
         self.peer_listing = PeerListing(self.metadata, config.listener.listener)
         self.log_dirs = [LogDir(p) for p in config.log_dirs]
-        self.lifecycle = BrokerLifecycle(config, self.channel, self.metadata, self.log_dirs)
+        # Registration and heartbeats have their own connection too (Kafka's lifecycle manager
+        # has its own channel): 20,000 partitions' AlterPartition or AssignReplicasToDirs after
+        # a restart must not hold a heartbeat past the session timeout.
+        self.heartbeat_channel = ControllerChannel(config.voters, config.node_id, config.controller_security)
+        self.lifecycle = BrokerLifecycle(config, self.heartbeat_channel, self.metadata, self.log_dirs)
         # set when every log dir is offline: the process stops (as Kafka's broker halts)
         self.halt = asyncio.Event()
         self.fetch_sessions = FetchSessionCache(config.fetch_session_cache_slots)
@@ -176,6 +180,7 @@ class Broker:
                             self.share_coordinator):
             coordinator.start()
         await self.lifecycle.register(cluster_id, [d.directory_id for d in dirs if d.online])
+        self.lifecycle.start_heartbeats()  # fenced on request until ready(): the session stays alive
         self.dir_assigner.start()
         self.metadata.start()
         await self.metadata.caught_up.wait()
@@ -183,7 +188,7 @@ class Broker:
         self.replicas.start_background()
         self.isr.start()
         self.loop_lag.start()
-        self.lifecycle.start_heartbeats()
+        self.lifecycle.ready()
         await self.lifecycle.unfenced.wait()
         # the metrics endpoint first: a node that cannot bind it stops before it serves a client
         if self.metrics_server is not None and self.config.metrics_listener is not None:
@@ -237,7 +242,8 @@ class Broker:
         log.info("broker_stopping", controlled=controlled)
         # Without a reachable controller nobody can move leadership: do not wait for it (with a
         # quorum, another voter may lead now: try, within the timeout).
-        if controlled and self.lifecycle.broker_epoch >= 0 and (self.channel.connected or self.channel.quorum):
+        hb = self.heartbeat_channel
+        if controlled and self.lifecycle.broker_epoch >= 0 and (hb.connected or hb.quorum):
             await self.lifecycle.controlled_shutdown(timeout=10)
         steps = [
             *(("server", s.stop()) for s in self.servers),
@@ -266,6 +272,7 @@ class Broker:
             t.cancel()
         self.replicas.shutdown()
         await self.channel.close()
+        await self.heartbeat_channel.close()
         await self.metadata_channel.close()
         log.info("broker_stopped")
 

@@ -46,6 +46,10 @@ class BrokerLifecycle:
         self.broker_epoch = -1
         self.fenced = True
         self.unfenced = asyncio.Event()
+        # Kafka's setReadyToUnfence: heartbeats start right after registration and ask to stay
+        # fenced while the broker loads its metadata and opens its logs (minutes' worth of
+        # thousands of partitions must not look like a dead session); ready() ends that.
+        self.ready_to_unfence = False
         self.want_shutdown = False
         self.shutdown_granted = asyncio.Event()
         self._wake = asyncio.Event()  # send the next heartbeat now (a controlled shutdown began)
@@ -97,6 +101,11 @@ class BrokerLifecycle:
             d.offline_listeners.append(failed)
         self._task = loop.create_task(self._heartbeat_loop())
 
+    def ready(self) -> None:
+        """The broker caught up with the metadata and opened its replicas: ask to be unfenced now."""
+        self.ready_to_unfence = True
+        self._wake.set()
+
     def offline_dir_ids(self) -> list[uuid.UUID]:
         """Ids of this broker's offline dirs (those whose meta.properties could be read)."""
         return [d.known_id for d in self.log_dirs if not d.online and d.known_id is not None]
@@ -108,7 +117,7 @@ class BrokerLifecycle:
                 broker_id=self.config.node_id,
                 broker_epoch=self.broker_epoch,
                 current_metadata_offset=self.loader.image.offset,
-                want_fence=False,
+                want_fence=not self.ready_to_unfence,
                 want_shut_down=self.want_shutdown,
                 offline_log_dirs=self.offline_dir_ids(),
             )

@@ -472,7 +472,8 @@ class ReplicaManager:
         p = Partition(topic, info.partition, info.topic_id, lg, self.node_id)
         p.on_follower_caught_up = self.isr.follower_caught_up
         self.partitions[(topic, info.partition)] = p
-        log.info(
+        # opened in a batch (replicas_preopened says how many): one line each only at debug
+        (log.info if pre is None else log.debug)(
             "replica_opened",
             topic=topic,
             partition=info.partition,

@@ -789,9 +789,9 @@ class Log:
             try:
                 if not local.failed:
                     local.segments[-1].on_become_inactive()
+                    self.leader_epoch_cache.write(sync=sync)  # deferred changes (leader_epoch.py)
                     if sync:
                         local.sync(local.segments, self.producer_state.take_unsynced() + local.take_unsynced_files())
-                        self.leader_epoch_cache.sync()
                     self.producer_state.take_snapshot(local.leo, sync=sync)
                     if sync:
                         fsync_dir(self.dir)
@@ -801,7 +801,7 @@ class Log:
             finally:
                 self._closed = True
                 self._close_files()
-        log.info("log_closed", dir=str(self.dir), log_end_offset=local.leo)
+        log.debug("log_closed", dir=str(self.dir), log_end_offset=local.leo)
 
     def delete(self) -> None:
         """Remove the whole replica dir."""
