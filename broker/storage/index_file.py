@@ -24,12 +24,16 @@ _SCAN_WINDOW = 512
 class IndexFile:
     ENTRY: ClassVar[struct.Struct]
 
-    def __init__(self, path: Path, base_offset: int, max_index_bytes: int) -> None:
+    def __init__(self, path: Path | str, base_offset: int, max_index_bytes: int) -> None:
         # Opened on use through the FileCache: a broker with many segments holds no fd for each.
         self.file = CachedFile(path, os.O_RDWR | os.O_CREAT)
         self.base_offset = base_offset
         self.max_index_bytes = max_index_bytes
-        size = path.stat().st_size if path.exists() else 0
+        try:
+            size = os.stat(path).st_size
+            self.exists = True  # when opened (LogSegment.load rebuilds a missing index)
+        except FileNotFoundError:
+            size, self.exists = 0, False
         self.entries = size // self.ENTRY.size
         self.torn = size % self.ENTRY.size != 0  # a crash cut an entry: the file needs rebuilding
         self._last: tuple | None = None

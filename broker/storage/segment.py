@@ -134,11 +134,13 @@ def iter_verified_batches(fd: int, start: int, end: int) -> Iterator[tuple[int, 
 class LogSegment:
     def __init__(self, dir: Path, base_offset: int, index_bytes: int, created_ms: int) -> None:
         self.base_offset = base_offset
-        # Opened on use through the FileCache (log.open.files.max), active segment included.
-        self.log_file = CachedFile(dir / segment_file_name(base_offset, LOG_SUFFIX))
-        self.offset_index = OffsetIndex(dir / segment_file_name(base_offset, INDEX_SUFFIX), base_offset, index_bytes)
-        self.time_index = TimeIndex(dir / segment_file_name(base_offset, TIME_INDEX_SUFFIX), base_offset, index_bytes)
-        self.txn_index = TransactionIndex(dir / segment_file_name(base_offset, TXN_INDEX_SUFFIX))
+        # Opened on use through the FileCache (log.open.files.max), active segment included. The
+        # names are joined as str: four Paths parsed a segment were a fifth of opening 20,000 logs.
+        d = os.fspath(dir) + os.sep
+        self.log_file = CachedFile(d + segment_file_name(base_offset, LOG_SUFFIX))
+        self.offset_index = OffsetIndex(d + segment_file_name(base_offset, INDEX_SUFFIX), base_offset, index_bytes)
+        self.time_index = TimeIndex(d + segment_file_name(base_offset, TIME_INDEX_SUFFIX), base_offset, index_bytes)
+        self.txn_index = TransactionIndex(d + segment_file_name(base_offset, TXN_INDEX_SUFFIX))
         self.size = 0
         self._tail: tuple[TailBatch, ...] = ()  # the newest small batches (TailBatch), in file order
         self.next_offset = base_offset  # one past the last offset held
@@ -171,9 +173,9 @@ class LogSegment:
         CorruptSegmentError if the batches do not parse to the end of the file."""
         seg = cls(dir, base_offset, index_bytes, now_ms)
         try:
-            seg.size = os.stat(seg.log_path).st_size
+            seg.size = os.stat(seg.log_file.pathname).st_size
             problem = seg.offset_index.sanity_problem(seg.size) or seg.time_index.sanity_problem(seg.size)
-            if problem is None and not (seg.offset_index.path.exists() and seg.time_index.path.exists()):
+            if problem is None and not (seg.offset_index.exists and seg.time_index.exists):
                 problem = "index file missing"
             if problem is not None:
                 log.warning("index_rebuilt", segment=str(seg.log_path), reason=problem)
