@@ -23,6 +23,7 @@ _SCAN_WINDOW = 512
 
 class IndexFile:
     ENTRY: ClassVar[struct.Struct]
+    __slots__ = ("file", "base_offset", "max_index_bytes", "exists", "entries", "torn", "_last")  # two a segment
 
     def __init__(self, path: Path | str, base_offset: int, max_index_bytes: int) -> None:
         # Opened on use through the FileCache: a broker with many segments holds no fd for each.
@@ -141,6 +142,8 @@ class OffsetIndex(IndexFile):
     """`.index`: sparse map from offset to file position. Entry: int32 offset relative to the
     segment's base offset (the last offset of a batch) + int32 position of that batch."""
 
+    __slots__ = ()
+
     ENTRY = struct.Struct(">ii")
 
     def append(self, offset: int, position: int) -> None:
@@ -172,6 +175,8 @@ class OffsetIndex(IndexFile):
 class TimeIndex(IndexFile):
     """`.timeindex`: sparse map from timestamp to offset. Entry: int64 largest timestamp so far +
     int32 relative offset of the batch (its last offset) that carried it. Timestamps strictly increase."""
+
+    __slots__ = ()
 
     ENTRY = struct.Struct(">qi")
 

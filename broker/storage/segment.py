@@ -132,6 +132,11 @@ def iter_verified_batches(fd: int, start: int, end: int) -> Iterator[tuple[int, 
 
 
 class LogSegment:
+    # slots: one segment (or more) for each of 20,000 partitions, no __dict__ each
+    __slots__ = ("base_offset", "log_file", "offset_index", "time_index", "txn_index", "size", "_tail", "next_offset",
+                 "max_timestamp", "offset_of_max_timestamp", "first_batch_timestamp", "created_ms",
+                 "_bytes_since_index_entry")
+
     def __init__(self, dir: Path, base_offset: int, index_bytes: int, created_ms: int) -> None:
         self.base_offset = base_offset
         # Opened on use through the FileCache (log.open.files.max), active segment included. The

@@ -54,6 +54,8 @@ def collect_aborted(entries: list[AbortedTxn], fetch_offset: int, upper_offset: 
 class TransactionIndex:
     """Not thread-safe on its own: Log changes it under its lock."""
 
+    __slots__ = ("file", "_entries")
+
     def __init__(self, path: Path | str) -> None:
         self.file = CachedFile(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)  # appends, through the FileCache
         self._entries: list[AbortedTxn] | None = None  # None: not read yet
