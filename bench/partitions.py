@@ -3,6 +3,7 @@ an older one (by default the commit before the descriptor budget), in the same r
 
     .venv/bin/python bench/partitions.py                          # 5,000 partitions, both trees
     .venv/bin/python bench/partitions.py --partitions 20000 --nofile 4096 --after-only
+    .venv/bin/python bench/partitions.py --partitions 20000 --before HEAD~3   # against a commit
 
 Each tree runs in its own child process (its own tools.cluster, broker and controller code): one
 broker, topics of --step partitions created one at a time, one record produced to every partition
