@@ -65,6 +65,9 @@ def main() -> int:
                     help="the diskless topic's store, or none for the classic topic alone")
     ap.add_argument("--store-outages", action="store_true",
                     help="SeaweedFS paused for a while among the faults (with --diskless s3)")
+    ap.add_argument("--read-process-write", action="store_true",
+                    help="two read-process-write transactional producers per topic (the checker's G0/G1c "
+                         "dependency cycles) instead of one writing")
     a = ap.parse_args()
     if a.schedules < 1 or a.minutes <= 0 or a.faults_per_minute <= 0:
         ap.error("--schedules, --minutes and --faults-per-minute must be positive")
@@ -90,10 +93,11 @@ def main() -> int:
                         c.start(timeout=120)
                         replay = (f".venv/bin/python bench/faults.py --schedules 1 --first-seed {seed} "
                                   f"--minutes {a.minutes:g} --faults-per-minute {a.faults_per_minute:g} "
-                                  f"--diskless {a.diskless}" + (" --store-outages" if a.store_outages else ""))
+                                  f"--diskless {a.diskless}" + (" --store-outages" if a.store_outages else "")
+                                  + (" --read-process-write" if a.read_process_write else ""))
                         out = run_schedule(c, seed, a.minutes * 60, max(6, round(a.minutes * a.faults_per_minute)),
                                            say=lambda s: print(s, flush=True), replay=replay, links=links,
-                                           diskless=diskless,
+                                           diskless=diskless, read_process_write=a.read_process_write,
                                            store=PausedStore(s3) if s3 is not None and a.store_outages else None)
                     finally:
                         c.stop()

@@ -51,6 +51,27 @@ def test_the_checker_passes_a_valid_history_and_names_each_anomaly() -> None:
     assert check(h)["lost"] and check(h)["non_atomic"]
 
 
+def test_the_checker_finds_write_cycles_and_circular_information_flow() -> None:
+    """Transactions 0 and 1 write partitions 0 and 1 in opposite orders: a write cycle (G0). Each
+    reads a value the other wrote: circular information flow (G1c)."""
+    def history(final: list, reads: dict[int, list[str]]) -> History:
+        h = History(attempted={"a:0", "a:1", "b:0", "b:1"})
+        h.txns = [(["a:0", "a:1"], "committed"), (["b:0", "b:1"], "committed")]
+        h.final, h.txn_reads = final, reads
+        return h
+
+    ordered = [(0, 0, "a:0"), (0, 1, "b:0"), (1, 0, "a:1"), (1, 1, "b:1")]
+    assert anomalies(check(history(ordered, {1: ["a:0"]}))) == 0  # 0 before 1 everywhere: no cycle
+    crossed = [(0, 0, "a:0"), (0, 1, "b:0"), (1, 0, "b:1"), (1, 1, "a:1")]
+    assert check(history(crossed, {}))["G0"] == [[0, 1]]
+    read_back = history([(0, 0, "a:0"), (1, 0, "b:0"), (1, 1, "b:1"), (2, 0, "a:1")], {0: ["b:0"], 1: ["a:1"]})
+    result = check(read_back)
+    assert result["G1c"] == [[0, 1]] and not result["G0"], summary(result)
+    aborted = history(crossed, {})
+    aborted.txns[1] = (["b:0", "b:1"], "aborted")  # an aborted transaction is in no cycle (its read is G1a)
+    assert not check(aborted)["G0"]
+
+
 def test_a_schedule_is_the_same_for_the_same_seed() -> None:
     assert plan(7, 60, [1, 2, 3], 6) == plan(7, 60, [1, 2, 3], 6)
     assert plan(7, 60, [1, 2, 3], 6) != plan(8, 60, [1, 2, 3], 6)

@@ -13,7 +13,14 @@ from its start once the faults are healed. Anomalies:
 - phantom: a value read that was never sent;
 - aborted_read (Adya's G1a): a value of an aborted transaction read by a read_committed consumer;
 - non_atomic: a transaction partly visible (some of its values read, others not), whatever its
-  outcome; a committed transaction's missing values also count as lost.
+  outcome; a committed transaction's missing values also count as lost;
+- G0 (write cycle) and G1c (circular information flow), Adya's, as Jepsen's Kafka checker infers
+  them: transaction T1 precedes T2 (ww) when T2's value follows T1's next in a partition's final
+  order, and (wr) when T2 read, inside its transaction, a value T1 wrote. A cycle of ww edges alone
+  is G0; one that needs a wr edge is G1c. Kafka puts no order between concurrent transactions
+  writing the same partitions (a write cycle between them is allowed by its design), so the
+  workload's transactional producers write disjoint partitions: any cycle then means a reader saw
+  uncommitted data or a producer's transactions landed out of their commit order.
 Values are `<producer>:<sequence>` strings, so order and origin are known from the value alone.
 """
 
@@ -33,6 +40,7 @@ class History:
     final: list[Read] = field(default_factory=list)  # every partition from its start, after healing
     # transactions: (values, outcome), outcome "committed", "aborted" or "unknown" (the call failed)
     txns: list[tuple[list[str], str]] = field(default_factory=list)
+    txn_reads: dict[int, list[str]] = field(default_factory=dict)  # index in txns -> values it read
 
 
 def _seq(value: str) -> tuple[str, int] | None:
@@ -43,7 +51,7 @@ def _seq(value: str) -> tuple[str, int] | None:
 def check(h: History) -> dict[str, list]:
     """Anomalies by kind (empty lists when the history is valid)."""
     out: dict[str, list] = {k: [] for k in ("lost", "duplicated", "inconsistent", "nonmonotonic", "reordered",
-                                            "phantom", "aborted_read", "non_atomic")}
+                                            "phantom", "aborted_read", "non_atomic", "G0", "G1c")}
     at: dict[tuple[int, int], str] = {}
     where: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for p, off, v in h.final:
@@ -87,6 +95,8 @@ def check(h: History) -> dict[str, list]:
             out["lost"].extend((v, -1, -1) for v in values if v not in where)
         if visible and len(visible) != len(values):
             out["non_atomic"].append((outcome, values, visible))
+    for kind, cycle in _cycles(h):
+        out[kind].append(cycle)
     newest: dict[tuple[int, str], tuple[int, int]] = {}  # (partition, producer) -> (sequence, offset)
     for p, off, v in sorted(h.final):
         seq = _seq(v)
@@ -97,6 +107,77 @@ def check(h: History) -> dict[str, list]:
         if prev is not None and n < prev[0]:
             out["reordered"].append((p, producer, prev, (n, off)))
         newest[(p, producer)] = (n, off)
+    return out
+
+
+def _cycles(h: History) -> list[tuple[str, list[int]]]:
+    """The dependency graph's cycles, one per strongly connected component of more than one
+    transaction: ("G0", its transactions) when its ww edges alone close a cycle, else ("G1c", ...)."""
+    writer = {v: i for i, (values, outcome) in enumerate(h.txns) if outcome != "aborted" for v in values}
+    ww: dict[int, set[int]] = defaultdict(set)
+    last: dict[int, int] = {}  # partition -> the transaction that wrote its newest value so far
+    for p, _, v in sorted(h.final):
+        t = writer.get(v)
+        if t is None:
+            continue
+        if p in last and last[p] != t:
+            ww[last[p]].add(t)
+        last[p] = t
+    edges: dict[int, set[int]] = defaultdict(set, {t: set(n) for t, n in ww.items()})
+    for j, read in h.txn_reads.items():
+        for v in read:
+            i = writer.get(v)
+            if i is not None and i != j:
+                edges[i].add(j)
+    out = []
+    for comp in _components(edges):
+        inside = set(comp)
+        only_ww = {t: ww.get(t, set()) & inside for t in comp}
+        kind = "G0" if any(len(c) > 1 for c in _components(only_ww)) else "G1c"
+        out.append((kind, sorted(comp)))
+    return out
+
+
+def _components(edges: dict[int, set[int]]) -> list[list[int]]:
+    """Strongly connected components of more than one node (Tarjan's, iterative)."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    stack: list[int] = []
+    on: set[int] = set()
+    out: list[list[int]] = []
+    nodes = set(edges) | {n for ns in edges.values() for n in ns}
+    for root in sorted(nodes):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            node, it = work[-1]
+            nxt = next(it, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on.add(nxt)
+                    work.append((nxt, iter(sorted(edges.get(nxt, ())))))
+                elif nxt in on:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    n = stack.pop()
+                    on.discard(n)
+                    comp.append(n)
+                    if n == node:
+                        break
+                if len(comp) > 1:
+                    out.append(comp)
     return out
 
 

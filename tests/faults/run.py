@@ -46,10 +46,11 @@ class Outcome:
 def run_schedule(cluster: Cluster, seed: int, seconds: float, faults: int, *, partitions: int = 3,
                  say: Callable[[str], None] = print, replay: str = "",
                  links: dict[int, list[TcpProxy]] | None = None, diskless: bool = False,
-                 store: StoreSwitch | None = None) -> Outcome:
+                 store: StoreSwitch | None = None, read_process_write: bool = False) -> Outcome:
     """`links` (schedule.wire_links, before the cluster started) adds network partitions;
     `diskless` a diskless topic under the same workload (the cluster configured for it:
-    DISKLESS_BROKER, DISKLESS_CONTROLLER and a store); `store` outages of that store."""
+    DISKLESS_BROKER, DISKLESS_CONTROLLER and a store); `store` outages of that store;
+    `read_process_write` the workload's read-process-write transactions (Workload)."""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, **QUIET})
     rf = min(3, len(cluster.broker_ids))
     topics = {TOPIC: NewTopic(TOPIC, partitions, rf, config={"min.insync.replicas": str(min(2, rf))})}
@@ -64,7 +65,8 @@ def run_schedule(cluster: Cluster, seed: int, seconds: float, faults: int, *, pa
         + (f"; replay: {replay}" if replay else ""))
     for f in schedule:
         say(f"  {f}")
-    works = {name: Workload(cluster.bootstrap, name, partitions, seed=seed) for name in topics}
+    works = {name: Workload(cluster.bootstrap, name, partitions, seed=seed, read_process_write=read_process_write)
+             for name in topics}
     nemesis = Nemesis(cluster, schedule, say, links, store)
     t0 = time.monotonic()
     for work in works.values():

@@ -1,8 +1,11 @@
 """The workload of a fault run: idempotent acks=all producers writing `<producer>:<sequence>`
-values round robin over a topic's partitions, transactional producers writing a few values to
-random partitions per transaction and committing most (aborting the rest), a read_committed
-consumer reading as they come, and a final read_committed read of every partition from its
-start; all of it recorded into a checker.History."""
+values round robin over a topic's partitions; a transactional producer writing a few values to
+random partitions per transaction and committing most (aborting the rest), or, with
+`read_process_write`, two that read, process and write (each transaction polls what its
+read_committed consumer has, writes a few values to partitions of its own, sends its consumer's
+offsets and commits most); a read_committed consumer reading as they come; and a final
+read_committed read of every partition from its start; all of it recorded into a
+checker.History (with what each transaction read, for the checker's dependency cycles)."""
 
 from __future__ import annotations
 
@@ -11,11 +14,19 @@ import threading
 import time
 from collections import Counter
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from tests.faults.checker import History, Read
 
 QUIET: dict = {"log_level": 0, "logger": lambda *a: None}
+
+
+def _newest(reads: list[Read]) -> dict[int, int]:
+    """The newest offset read in each partition."""
+    out: dict[int, int] = {}
+    for p, off, _ in reads:
+        out[p] = max(off, out.get(p, -1))
+    return out
 
 
 def _read(m) -> Read:
@@ -29,12 +40,13 @@ class Workload:
     CALL_S = 30.0  # a transaction call's timeout
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, producers: int = 2, rate: float = 100.0,
-                 txn_producers: int = 1, seed: int = 0) -> None:
+                 txn_producers: int = 1, seed: int = 0, read_process_write: bool = False) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self.partitions = partitions
         self.producers = producers
-        self.txn_producers = txn_producers
+        self.read_process_write = read_process_write
+        self.txn_producers = max(txn_producers, 2) if read_process_write else txn_producers
         self.rate = rate  # values per second, per producer
         self.seed = seed
         self.history = History()
@@ -47,7 +59,7 @@ class Workload:
         for i in range(self.producers):
             self._threads.append(threading.Thread(target=self._produce, args=(f"p{i}",), daemon=True))
         for i in range(self.txn_producers):
-            self._threads.append(threading.Thread(target=self._transact, args=(f"t{i}",), daemon=True))
+            self._threads.append(threading.Thread(target=self._transact, args=(f"t{i}", i), daemon=True))
         self._threads.append(threading.Thread(target=self._consume, daemon=True))
         for t in self._threads:
             t.start()
@@ -95,14 +107,34 @@ class Workload:
         p.init_transactions(self.CALL_S)
         return p
 
-    def _transact(self, name: str) -> None:
-        """Transactions of TXN_VALUES values each, one after the other. A failed call leaves its
-        transaction's outcome unknown (the checker then asks only that it be all or nothing);
-        an abortable error is aborted, anything else starts a new producer (fencing the old)."""
+    def _owned(self, i: int) -> list[int]:
+        """The partitions transactional producer i writes: with read_process_write disjoint
+        between producers, as Kafka orders no two concurrent transactions writing one partition
+        (see checker, G0); else any."""
+        mine = [p for p in range(self.partitions) if p % self.txn_producers == i]
+        return mine if self.read_process_write and mine else list(range(self.partitions))
+
+    def _transact(self, name: str, i: int) -> None:
+        """Transactions one after the other: (with read_process_write: poll what the
+        read_committed consumer has,) write TXN_VALUES values, (send the consumer's offsets,)
+        commit (or abort). A
+        failed call leaves the outcome unknown (the checker then asks only that it be all or
+        nothing); an abortable error is aborted, anything else starts a new producer (fencing the
+        old)."""
         rng = random.Random(f"{self.seed}-{name}")
         h = self.history
         seq = 0
         p: Producer | None = None
+        c: Consumer | None = None
+        reads: list[Read] = []
+        if self.read_process_write:
+            c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"fault-rw-{self.topic}-{name}",
+                          "enable.auto.commit": False, "isolation.level": "read_committed", **QUIET})
+            # from the end: what other transactions commit from now on (the live reader reads it all)
+            c.assign([TopicPartition(self.topic, q, OFFSET_END) for q in range(self.partitions)])
+            with self._lock:
+                h.reads.append(reads)
+        owned = self._owned(i)
         while not self._stop.is_set():
             try:
                 if p is None:
@@ -114,14 +146,21 @@ class Workload:
                 continue
             values = [f"{name}:{seq + k}" for k in range(self.TXN_VALUES)]
             seq += self.TXN_VALUES
+            read = [_read(m) for m in c.consume(50, 0.02) if m.error() is None] if c is not None else []
+            reads.extend(read)
             with self._lock:
                 h.attempted.update(values)
             with self._lock:  # its index taken under the lock: other transactional producers append too
                 h.txns.append((values, "unknown"))
                 at = len(h.txns) - 1
+                h.txn_reads[at] = [v for _, _, v in read]
             try:
                 for v in values:
-                    p.produce(self.topic, v.encode(), partition=rng.randrange(self.partitions))
+                    p.produce(self.topic, v.encode(), partition=rng.choice(owned))
+                if c is not None and read:
+                    p.send_offsets_to_transaction(
+                        [TopicPartition(self.topic, q, off + 1) for q, off in _newest(read).items()],
+                        c.consumer_group_metadata(), self.CALL_S)
                 if rng.random() < self.ABORT_SHARE:
                     p.abort_transaction(self.CALL_S)
                     outcome = "aborted"
@@ -143,7 +182,9 @@ class Workload:
                         p = None
                 except KafkaException:
                     p = None
-            self._stop.wait(1.0 / self.rate * self.TXN_VALUES)
+            self._stop.wait(self.txn_producers / self.rate * self.TXN_VALUES)  # `rate` values/s in all
+        if c is not None:
+            c.close()
         if p is None:
             # A producer dropped after a failed call may have left its transaction open, holding
             # the last stable offset (and the final read) back until transaction.timeout.ms: a
