@@ -13,6 +13,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.graphs import cycles
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("protocol", "metadata", "node", "broker", "controller", "client", "connector", "tools", "pyspark_strata")
 GENERATED = ROOT / "protocol" / "generated"
@@ -70,54 +72,6 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
 def import_graph() -> dict[str, set[str]]:
     modules = hand_written()
     return {name: imports_of(name, path, modules) for name, path in modules.items()}
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on_stack: set[str] = set()
-    stack: list[str] = []
-    out: list[list[str]] = []
-    counter = 0
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, children = work[-1]
-            advanced = False
-            for child in children:
-                if child not in index:
-                    index[child] = low[child] = counter
-                    counter += 1
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(graph.get(child, ())))))
-                    advanced = True
-                    break
-                if child in on_stack:
-                    low[node] = min(low[node], index[child])
-            if advanced:
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                comp = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    comp.append(member)
-                    if member == node:
-                        break
-                if len(comp) > 1:
-                    out.append(sorted(comp))
-    return out
 
 
 def test_no_import_circle() -> None:

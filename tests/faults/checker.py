@@ -29,6 +29,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from tests.graphs import cycles
+
 Read = tuple[int, int, str]  # (partition, offset, value)
 
 
@@ -124,60 +126,17 @@ def _cycles(h: History) -> list[tuple[str, list[int]]]:
             ww[last[p]].add(t)
         last[p] = t
     edges: dict[int, set[int]] = defaultdict(set, {t: set(n) for t, n in ww.items()})
+    edges.update({t: set() for t in writer.values() if t not in edges})  # every transaction a node
     for j, read in h.txn_reads.items():
         for v in read:
             i = writer.get(v)
             if i is not None and i != j:
                 edges[i].add(j)
     out = []
-    for comp in _components(edges):
+    for comp in cycles(edges):
         inside = set(comp)
         only_ww = {t: ww.get(t, set()) & inside for t in comp}
-        kind = "G0" if any(len(c) > 1 for c in _components(only_ww)) else "G1c"
-        out.append((kind, sorted(comp)))
-    return out
-
-
-def _components(edges: dict[int, set[int]]) -> list[list[int]]:
-    """Strongly connected components of more than one node (Tarjan's, iterative)."""
-    index: dict[int, int] = {}
-    low: dict[int, int] = {}
-    stack: list[int] = []
-    on: set[int] = set()
-    out: list[list[int]] = []
-    nodes = set(edges) | {n for ns in edges.values() for n in ns}
-    for root in sorted(nodes):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(edges.get(root, ()))))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on.add(root)
-        while work:
-            node, it = work[-1]
-            nxt = next(it, None)
-            if nxt is not None:
-                if nxt not in index:
-                    index[nxt] = low[nxt] = len(index)
-                    stack.append(nxt)
-                    on.add(nxt)
-                    work.append((nxt, iter(sorted(edges.get(nxt, ())))))
-                elif nxt in on:
-                    low[node] = min(low[node], index[nxt])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                comp = []
-                while True:
-                    n = stack.pop()
-                    on.discard(n)
-                    comp.append(n)
-                    if n == node:
-                        break
-                if len(comp) > 1:
-                    out.append(comp)
+        out.append(("G0" if cycles(only_ww) else "G1c", comp))
     return out
 
 
