@@ -403,6 +403,55 @@ def test_crash_with_torn_tail_truncates_to_last_whole_batch(tmp_path):
     assert record_offsets(again) == list(range(7))
 
 
+def test_a_new_leader_epoch_is_written_by_the_next_flush_or_close_not_by_assign(tmp_path):
+    """Becoming leader of 20,000 partitions writes no file on the event loop (leader_epoch.py)."""
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(2), 1, NOW)
+    log.flush()
+    path = log.dir / "leader-epoch-checkpoint"
+    assert path.read_text() == "0\n1\n1 0\n"
+    log.leader_epoch_cache.assign(2, log.log_end_offset)
+    assert path.read_text() == "0\n1\n1 0\n" and log.leader_epoch_cache.unsynced
+    log.append_as_leader(batch(2), 2, NOW)
+    log.flush()  # before the recovery point passes the epoch's batches
+    assert path.read_text() == "0\n2\n1 0\n2 2\n" and not log.leader_epoch_cache.unsynced
+    log.leader_epoch_cache.assign(3, 4)
+    log.close(sync=False)  # a broker's shutdown: written, synced by its syncfs
+    assert path.read_text() == "0\n3\n1 0\n2 2\n3 4\n"
+
+
+def test_an_epoch_lost_in_a_crash_is_derived_again_from_its_batches(tmp_path):
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(2), 1, NOW)
+    log.flush()
+    log.leader_epoch_cache.assign(2, 2)
+    log.append_as_leader(batch(3), 2, NOW)
+    simulate_crash(log)  # epoch 2 was never written: its batches lie past the recovery point
+    assert open_log(tmp_path).leader_epoch_cache.entries == [(1, 0), (2, 2)]
+
+
+def test_after_a_crash_the_state_file_is_rewritten_only_if_it_claims_more_than_survived(tmp_path):
+    from broker.storage.log_state import LogState, read_log_state
+
+    log = open_log(tmp_path, segment_bytes=10_000)
+    log.append_as_leader(batch(3), 0, NOW)
+    simulate_crash(log)  # never checkpointed: no state file, so everything is checked
+    again = open_log(tmp_path, segment_bytes=10_000)
+    state_file = again.dir / "log-state.checkpoint"
+    assert again.log_end_offset == 3 and not state_file.exists()  # nothing a second crash would miss
+    for _ in range(2):
+        again.append_as_leader(batch(3), 0, NOW)
+    again.update_high_watermark(9)
+    again.flush()
+    assert read_log_state(state_file) == LogState(0, 9, 9)
+    simulate_crash(again)
+    seg = segment_files(again)[0]
+    os.truncate(seg, seg.stat().st_size - 10)  # the synced tail is gone (a failing disk)
+    third = open_log(tmp_path, segment_bytes=10_000)
+    assert third.log_end_offset == 6
+    assert read_log_state(state_file) == LogState(0, 6, 6)  # fixed before any append
+
+
 def test_crash_with_garbage_tail_and_corrupt_batch(tmp_path):
     log = open_log(tmp_path)
     for _ in range(3):
