@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import socket
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tools.cluster import Cluster
 
 
 class TcpProxy:
@@ -98,3 +102,13 @@ def _drop(sock: socket.socket) -> None:
     except OSError:
         pass
     sock.close()
+
+
+def voter_links(c: Cluster) -> dict[tuple[int, int], TcpProxy]:
+    """Before the cluster starts: each controller reaches each other voter through a proxy of its
+    own (link a->b), so a test can cut one voter off; returns the links by (from, to)."""
+    links = {(a, b): TcpProxy(c.host, c.ports[b]) for a in c.controller_ids for b in c.controller_ids if a != b}
+    for a in c.controller_ids:
+        voters = ",".join(f"{b}@{c.host}:{c.ports[b] if a == b else links[(a, b)].port}" for b in c.controller_ids)
+        c.per_controller_overrides[a] = {"controller.quorum.voters": voters}
+    return links

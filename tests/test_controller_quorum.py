@@ -37,7 +37,7 @@ from protocol.generated.fetch import FetchRequest
 from protocol.records import decode_batches
 from protocol.records.control import read_leader_change
 from tests.conftest import installed_script, wait_for
-from tests.tcp_proxy import TcpProxy
+from tests.tcp_proxy import voter_links
 from tools.cluster import Cluster
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -347,14 +347,7 @@ def test_network_partition_minority_never_commits(tmp_path):
     writing to the isolated one directly (it must never acknowledge), healing, and checking the
     voters converge to one log."""
     c = Cluster(tmp_path / "c", brokers=1, controllers=3, controller_overrides=PARTITION_RAFT, verbose=False)
-    links: dict[tuple[int, int], TcpProxy] = {}
-    for a in c.controller_ids:
-        for b in c.controller_ids:
-            if a != b:
-                links[(a, b)] = TcpProxy(c.host, c.ports[b])
-    for a in c.controller_ids:
-        voters = ",".join(f"{b}@{c.host}:{c.ports[b] if a == b else links[(a, b)].port}" for b in c.controller_ids)
-        c.per_controller_overrides[a] = {"controller.quorum.voters": voters}
+    links = voter_links(c)
     rng = random.Random(19)
     isolated_leader_rounds = 0
     try:

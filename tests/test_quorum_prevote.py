@@ -19,7 +19,7 @@ from protocol.generated.create_topics import CreateTopicsRequest
 from protocol.generated.describe_quorum import DescribeQuorumRequest
 from protocol.generated.vote import VoteRequest
 from tests.conftest import wait_for
-from tests.tcp_proxy import TcpProxy
+from tests.tcp_proxy import voter_links
 from tools.cluster import Cluster
 
 RAFT = {"controller.quorum.election.timeout.ms": 300, "controller.quorum.fetch.timeout.ms": 1000}
@@ -67,14 +67,7 @@ def _count(c: Cluster, cid: int, needle: str) -> int:
 
 def test_a_voter_cut_off_and_healed_moves_no_epoch(tmp_path):
     c = Cluster(tmp_path / "c", brokers=1, controllers=3, controller_overrides=RAFT, verbose=False)
-    links: dict[tuple[int, int], TcpProxy] = {}
-    for a in c.controller_ids:
-        for b in c.controller_ids:
-            if a != b:
-                links[(a, b)] = TcpProxy(c.host, c.ports[b])
-    for a in c.controller_ids:
-        voters = ",".join(f"{b}@{c.host}:{c.ports[b] if a == b else links[(a, b)].port}" for b in c.controller_ids)
-        c.per_controller_overrides[a] = {"controller.quorum.voters": voters}
+    links = voter_links(c)
     try:
         c.start()
         leader = wait_for(lambda: c.active_controller(timeout=0.5), 20, "a leader")
