@@ -189,6 +189,14 @@ def test_coordinator(cluster_factory: Any) -> None:
             rs = await asyncio.gather(*(c.request(_commit(tid, f"wal/p{i}", [(p, 2, 43, 2 * i)])) for i in range(8)))
             assert [(r.batches[0].error_code, r.batches[0].assigned_base_offset) for r in rs] == [
                 (0, 11 + 2 * i) for i in range(8)]
+            # a producer's first batch here at a later sequence (one overtaking its first, through
+            # another broker) waits, retriably, for the ones before it; then all go in, in order
+            r = await c.request(_commit(tid, "wal/q0", [(p, 2, 44, 4)]))
+            assert [b.error_code for b in r.batches] == [Errors.NOT_LEADER_OR_FOLLOWER]
+            r = await c.request(_commit(tid, "wal/q1", [(p, 2, 44, 0), (p, 2, 44, 2)]))
+            assert [(b.error_code, b.assigned_base_offset) for b in r.batches] == [(0, 27), (0, 29)]
+            r = await c.request(_commit(tid, "wal/q2", [(p, 2, 44, 4)]))
+            assert [(b.error_code, b.assigned_base_offset) for b in r.batches] == [(0, 31)]
         # not a broker: refused
         async with NodeClient(HOST, cluster.broker_port(leader), client_id="mallory") as c:
             r = await c.request(_commit(tid, "wal/x", [(p, 1, -1, -1)]))

@@ -40,14 +40,15 @@ def test_offsets_producers_and_rebuild(tmp_path: Path) -> None:
     log.append(rec)
     # pipelined: the next file sees the pending one without any apply to SQLite
     results, rec = commit(view, "wal/b", [(1, 2, 7, 0, 3), (1, 3, 7, 0, 0), (1, 1, 7, 0, 9), (1, 1, 7, -1, 5),
-                                         (5, 1, -1, -1, -1), (0, 1, 8, 0, 4)])
+                                         (5, 1, -1, -1, -1), (0, 1, 9, 0, 4), (0, 1, 8, 0, 0)])
     assert [(r.error_code, r.base_offset, r.duplicate) for r in results] == [
         (0, 3, False),  # continues the sequence
         (0, 0, True),  # a retry of the first batch: its original offset
         (Errors.NOT_LEADER_OR_FOLLOWER, -1, False),  # a gap: its predecessors may still come
         (Errors.INVALID_PRODUCER_EPOCH, -1, False),
         (Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, False),
-        (0, 7, False),  # an unknown producer at any sequence
+        (Errors.NOT_LEADER_OR_FOLLOWER, -1, False),  # a first batch here past sequence 0: may be overtaken
+        (0, 7, False),  # a new producer at sequence 0
     ]
     log.append(rec)
     results, rec = commit(view, "wal/c", [(1, 1, 7, 1, 0), (1, 1, 7, 2, 3)])

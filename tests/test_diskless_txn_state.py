@@ -187,10 +187,13 @@ def test_idle_producers_expire_on_every_replica_alike(tmp_path: Path) -> None:
     assert view.expire_producers(now_ms=60_000, expiration_ms=30_000) == []  # already applied to the view
     pv0, pv1 = view.partitions[(TOPIC, 0)], view.partitions[(TOPIC, 1)]
     assert set(pv0.producers) == {8} and set(pv0.txns) == {8} and set(pv1.producers) == {9} and not pv1.txns
-    # an expired producer starts over at any sequence, as an unknown one
+    # an expired producer starts over at any sequence, as in a local log; one never seen here
+    # waits for its batches before that sequence (they may be overtaken: view.py's text)
     results, rec = commit(view, "wal/c", [batch(0, 1, 7, 0, 42)], now=60_000)
     assert results[0].error_code == 0
     log.append(rec)
+    results, rec = commit(view, "wal/d", [batch(0, 1, 11, 0, 42)], now=60_000)
+    assert results[0].error_code == Errors.NOT_LEADER_OR_FOLLOWER and rec is None
     state = DisklessState(tmp_path / "a.sqlite")
     state.apply(list(enumerate(log)))
     assert CoordinatorView.from_state(state).partitions == view.partitions

@@ -7,7 +7,13 @@ the last batches of each producer); batches and files stay in SQLite.
 Producer rules are a local log's (broker/storage/producer_state.py): a repeat of one of the last 5
 batches is a duplicate answered with the original offset; an older epoch is
 INVALID_PRODUCER_EPOCH; a newer epoch must start at sequence 0 and the same epoch must continue the
-sequence, else OUT_OF_ORDER_SEQUENCE_NUMBER; an unknown producer is accepted at any sequence.
+sequence, else OUT_OF_ORDER_SEQUENCE_NUMBER. An unknown producer is accepted at sequence 0, and at
+any sequence if its state here expired (as a local log accepts it); its first batch at a later
+sequence waits, retriably, for the ones before it. A local log gets a producer's batches in order
+over one connection; a diskless partition gets them through any broker, so a later batch can
+overtake the first (still in a WAL file being uploaded, or in one whose commit was lost with its
+coordinator). Accepted, it would make the first's retry look out of order, which librdkafka takes
+as proof the first was written: an acknowledged batch lost.
 
 Transactions (KIP-98, as a local log's producer state): a transaction marker (a control batch the
 transaction coordinator's WriteTxnMarkers had committed) below the producer's epoch is
@@ -60,6 +66,7 @@ class PartitionView:
     producers: dict[int, deque[ProducerBatch]] = field(default_factory=dict)
     txns: dict[int, TxnProducer] = field(default_factory=dict)
     epochs: list[tuple[int, int]] = field(default_factory=list)  # (leader epoch, start offset), oldest first
+    expired: set[int] = field(default_factory=set, compare=False)  # producers expired since this view loaded
     incarnation: int = -2  # which creation of the index (DisklessPartitionCreatedRecord); -2: not recorded
 
     @property
@@ -185,6 +192,7 @@ class CoordinatorView:
         elif isinstance(record, DisklessProducersExpiredRecord):
             pv = self.partitions.get((record.topic_id, record.partition_index))
             if pv is not None:
+                pv.expired.update(record.producer_ids)
                 for pid in record.producer_ids:
                     pv.producers.pop(pid, None)
                     txn = pv.txns.get(pid)
@@ -231,6 +239,10 @@ class CoordinatorView:
                                f"producer {b.producer_id} epoch {b.producer_epoch} is older than {txn.producer_epoch}")
         batches = pv.producers.get(b.producer_id)
         if not batches:
+            if b.base_sequence > 0 and b.producer_id not in pv.expired:  # overtaken: see the module's text
+                return BatchResult(Errors.NOT_LEADER_OR_FOLLOWER,
+                                   f"producer {b.producer_id}: sequence {b.base_sequence} is its first batch here: "
+                                   f"the batches before it have not arrived; retry")
             return None
         last = batches[-1]
         if b.producer_epoch < last.producer_epoch:
