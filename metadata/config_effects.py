@@ -108,6 +108,7 @@ REFUSED_BROKER: dict[str, tuple[str | None, str]] = {
 STRATA_KEYS: tuple[str, ...] = (
     "admission.lag.target.ms", "allow.everyone.if.no.acl.found", "bootstrap.scram.credentials", "cluster.id",
     "controller.quorum.election.timeout.ms", "controller.quorum.fetch.timeout.ms",
+    "eligible.leader.replicas.enable",  # Kafka 3.x's KIP-966 switch; 4.x turns the feature on with a tool
     "intra.broker.throttled.rate", "log.level", "log.open.files.max", "loop.lag.log.interval.ms",
     "max.request.partition.size.limit", "metadata.log.max.record.bytes.between.snapshots", "metrics.listener",
     "num.replica.move.threads", "partition.deletion.check.interval.ms",

@@ -24,6 +24,7 @@ from protocol.generated import (
     RequestHeader,
     ResponseHeader,
 )
+from protocol.generated.control_records.leader_change_message import LeaderChangeMessage
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,7 +46,8 @@ def message_class(spec: MessageSpec):
     if table is not None:
         cls = table.get(spec.api_key)
     else:
-        cls = {"RequestHeader": RequestHeader, "ResponseHeader": ResponseHeader}.get(spec.name)
+        cls = {"RequestHeader": RequestHeader, "ResponseHeader": ResponseHeader,
+               "LeaderChangeMessage": LeaderChangeMessage}.get(spec.name)
     return cls if cls is not None and cls.NAME == spec.name else None
 
 
