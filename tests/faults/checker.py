@@ -126,7 +126,6 @@ def _cycles(h: History) -> list[tuple[str, list[int]]]:
             ww[last[p]].add(t)
         last[p] = t
     edges: dict[int, set[int]] = defaultdict(set, {t: set(n) for t, n in ww.items()})
-    edges.update({t: set() for t in writer.values() if t not in edges})  # every transaction a node
     for j, read in h.txn_reads.items():
         for v in read:
             i = writer.get(v)
