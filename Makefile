@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run run-secure test codegen lint typecheck bench bench-deps clean system-deps spark-example compose-test
+.PHONY: run run-secure test codegen lint typecheck bench bench-deps clean system-deps spark-example compose-test docs docs-serve
 
 $(STAMP): pyproject.toml setup.py connector/_record_scan.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,7 +19,15 @@ run: $(STAMP)
 run-secure: $(STAMP)
 	$(PY) -m tools.devcluster --secure
 
-# The README's Spark walk-through: a local cluster, a chunk, a Spark aggregate (needs Java 17+).
+# The docs site (mkdocs.yml, docs/): reference pages are generated from the code at build time
+# (docs/hooks.py), so a broken link, a missing page or a stale reference fails the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
+
+# The quickstart's Spark walk-through: a local cluster, a chunk, a Spark aggregate (needs Java 17+).
 spark-example: $(STAMP) system-deps
 	$(PY) -m tools.spark_example
 
@@ -36,7 +44,8 @@ typecheck: $(STAMP)
 # kcat (Debian's package, on librdkafka) is one of the clients the tests drive; Spark (the
 # connector's tests and example) needs a Java 17+ runtime; the log dir fault tests make ext4 on a
 # loop device (e2fsprogs, util-linux's losetup) and a FUSE passthrough that fails with EIO (fuse3's
-# fusermount3 and libfuse3-3, driven by mfusepy from the dev extra).
+# fusermount3 and libfuse3-3, driven by mfusepy from the dev extra); the fault harness cuts links
+# between brokers with iptables' owner match.
 system-deps:
 	@command -v kcat >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -54,15 +63,20 @@ system-deps:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 libfuse3-3 >/dev/null; \
 	  else echo "fuse3/libfuse3 missing: the EIO log dir test (FUSE passthrough) will skip"; fi; }
+	@command -v iptables >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables >/dev/null; \
+	  else echo "iptables missing: the fault test's partitions between brokers will skip"; fi; }
 
 test: $(STAMP) system-deps
 	$(PY) -m protocol.codegen --check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not serial" --ignore=tests/test_compose.py
 	$(PY) -m pytest -q -m serial
 
-# The compose cluster built and run for real (README's compose section): minutes, so not in
+# The compose cluster built and run for real (docs/quickstart.md's compose section): minutes, so not in
 # `make test`; installs Debian's docker.io and docker-compose when missing, starts dockerd when
 # none runs. Skips, with the reason, where no engine can be had.
 compose-test: $(STAMP)
@@ -78,4 +92,4 @@ bench: bench-deps
 	$(PY) bench/codec.py
 
 clean:
-	rm -rf $(VENV) data .pytest_cache .hypothesis .mypy_cache
+	rm -rf $(VENV) data site .pytest_cache .hypothesis .mypy_cache

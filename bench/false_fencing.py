@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from tests.faults.workload import QUIET  # noqa: E402
 from tools.cluster import Cluster  # noqa: E402
 
 TOPIC = "fencing"
-QUIET: dict = {"log_level": 0, "logger": lambda *a: None}
 FENCED = re.compile(r"timestamp='([^']+)'.*event='broker_fenced' broker=(\d+)")
 GRACE_S = 3.0  # a fence this long after a pause ends still counts as the pause's (the record's way out)
 

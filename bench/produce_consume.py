@@ -99,16 +99,32 @@ class System:
         return [self.pid] if self.pid is not None else []
 
     def broker_cpu_seconds(self) -> float:
-        """User + system CPU time the broker processes have used so far (/proc/PID/stat)."""
-        ticks = os.sysconf("SC_CLK_TCK")
-        total = 0.0
-        for pid in self.broker_pids():
+        """User + system CPU time the broker processes have used so far (process_cpu_seconds)."""
+        return sum(process_cpu_seconds(pid) for pid in self.broker_pids())
+
+
+def _ticks(stat_path: str) -> int:
+    fields = Path(stat_path).read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime, in clock ticks
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used, to the nanosecond for its live threads:
+    /proc/PID/stat counts 10 ms ticks, which made a 100 MB read's 60 ms of broker CPU a
+    measurement to +-15%. Each live thread's schedstat run time (ns) is summed; threads that
+    have exited count by the process's ticks less its live threads' ticks. 0 if it is gone."""
+    try:
+        total_ticks = _ticks(f"/proc/{pid}/stat")
+        live_ns = live_ticks = 0
+        for tid in os.listdir(f"/proc/{pid}/task"):
             try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
-        return total
+                live_ns += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+                live_ticks += _ticks(f"/proc/{pid}/task/{tid}/stat")
+            except (OSError, ValueError, IndexError):
+                continue  # the thread exited meanwhile: the process's ticks count it
+    except OSError:
+        return 0.0
+    return live_ns / 1e9 + max(0, total_ticks - live_ticks) / os.sysconf("SC_CLK_TCK")
 
 
 def find_tansu() -> str | None:

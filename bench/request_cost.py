@@ -51,14 +51,14 @@ from produce_consume import (  # noqa: E402
     delete_topic,
     extract_tree,
     find_tansu,
+    process_cpu_seconds,
     say,
     start_system,
 )
 
 
 def cpu_of(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return process_cpu_seconds(pid)
 
 
 @dataclass

@@ -63,17 +63,20 @@ log = structlog.get_logger(__name__)
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.channel = ControllerChannel(config.voters, config.node_id, config.controller_security)
+        # the controllers' addresses, shared by the three channels below (a dynamic quorum's
+        # change learnt by one is known to all, KIP-853)
+        voters = dict(config.voters)
+        self.channel = ControllerChannel(voters, config.node_id, config.controller_security, config.bootstrap_servers)
         # The metadata fetch long-polls: its own connection keeps heartbeats and forwarded
         # admin requests from queueing behind it (responses on a connection come in order).
-        self.metadata_channel = ControllerChannel(config.voters, config.node_id, config.controller_security)
-        self.metadata = MetadataLoader(self.metadata_channel, config.node_id)
+        self.metadata_channel = ControllerChannel(voters, config.node_id, config.controller_security, config.bootstrap_servers)
+        self.metadata = MetadataLoader(self.metadata_channel, config.node_id, config.quorum_fetch_timeout_ms / 1000)
         self.peer_listing = PeerListing(self.metadata, config.listener.listener)
         self.log_dirs = [LogDir(p) for p in config.log_dirs]
         # Registration and heartbeats have their own connection too (Kafka's lifecycle manager
         # has its own channel): 20,000 partitions' AlterPartition or AssignReplicasToDirs after
         # a restart must not hold a heartbeat past the session timeout.
-        self.heartbeat_channel = ControllerChannel(config.voters, config.node_id, config.controller_security)
+        self.heartbeat_channel = ControllerChannel(voters, config.node_id, config.controller_security, config.bootstrap_servers)
         self.lifecycle = BrokerLifecycle(config, self.heartbeat_channel, self.metadata, self.log_dirs)
         # set when every log dir is offline: the process stops (as Kafka's broker halts)
         self.halt = asyncio.Event()

@@ -40,6 +40,8 @@ class BrokerConfig:
     auto_create_topics: bool
     socket_request_max_bytes: int
     heartbeat_interval_ms: int
+    # broker.session.timeout.ms: the controller fences a broker not heard from for this long
+    session_timeout_ms: int
     # Kafka's initial.broker.registration.timeout.ms: how long a refused registration keeps
     # retrying (a crashed broker's restart waits there until the controller's session for it expires)
     registration_timeout_ms: int
@@ -61,6 +63,12 @@ class BrokerConfig:
     authorizer: Authorizer | None = None  # authorizer.class.name set: ACLs enforced on every request
     metrics_listener: tuple[str, int] | None = None  # metrics.listener: where /metrics is served
     share: ShareGroupConfig = ShareGroupConfig()  # group.share.* (KIP-932)
+    # controller.quorum.fetch.timeout.ms: a metadata fetch unanswered this long (past its long
+    # poll) means the controller it asked is gone or cut off: find the quorum's leader again
+    quorum_fetch_timeout_ms: int = 2000
+    # controller.quorum.bootstrap.servers, when the voters are not configured (KIP-853): where
+    # the channel asks who the voters are and who leads
+    bootstrap_servers: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def from_node_config(cls, cfg: NodeConfig) -> BrokerConfig:
@@ -89,15 +97,20 @@ class BrokerConfig:
                               f"({', '.join(x.bind.listener for x in listeners)})")
         listener, advertised = chosen.bind, chosen.advertised
         voters = cfg.quorum_voters
-        if not voters:
-            raise ConfigError("controller.quorum.voters is required")
+        bootstrap_servers = tuple(cfg.quorum_bootstrap_servers)
+        if not voters and not bootstrap_servers:
+            raise ConfigError("controller.quorum.voters or controller.quorum.bootstrap.servers is required")
         _check_diskless(cfg)
+        quorum_fetch_timeout_ms = cfg.int("controller.quorum.fetch.timeout.ms", 2000)
+        if quorum_fetch_timeout_ms < 1:
+            raise ConfigError("controller.quorum.fetch.timeout.ms must be at least 1")
         GroupCoordinatorConfig.from_props(cfg.props)  # the group.consumer.* settings, checked as Kafka's
         return cls(
             node_id=cfg.node_id,
             listener=listener,
             advertised=advertised,
             voters=voters,
+            bootstrap_servers=() if voters else bootstrap_servers,
             log_dirs=tuple(cfg.log_dirs),
             rack=cfg.props.get("broker.rack"),
             num_partitions=cfg.int("num.partitions", 1),
@@ -105,6 +118,7 @@ class BrokerConfig:
             auto_create_topics=cfg.bool("auto.create.topics.enable", True),
             socket_request_max_bytes=cfg.int("socket.request.max.bytes", 104857600),
             heartbeat_interval_ms=cfg.int("broker.heartbeat.interval.ms", 2000),
+            session_timeout_ms=cfg.int("broker.session.timeout.ms", 9000),
             registration_timeout_ms=cfg.int("initial.broker.registration.timeout.ms", 60000),
             quota_windows=QuotaWindows.from_config(cfg),
             retention_check_interval_ms=cfg.int("log.retention.check.interval.ms", 300000),
@@ -123,6 +137,7 @@ class BrokerConfig:
             authorizer=authorizer(cfg),
             metrics_listener=parse_metrics_listener(cfg.props.get("metrics.listener")),
             share=ShareGroupConfig.from_props(cfg.props),
+            quorum_fetch_timeout_ms=quorum_fetch_timeout_ms,
         )
 
 

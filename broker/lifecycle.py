@@ -19,6 +19,7 @@ import structlog
 from broker.config import BrokerConfig
 from broker.ports import ControllerLink, ImageSource
 from broker.storage.log_dir import LogDir
+from metadata.features import SUPPORTED
 from node.client import ClientError
 from node.shutdown import stop_task
 from protocol.generated.broker_heartbeat import BrokerHeartbeatRequest
@@ -60,6 +61,13 @@ class BrokerLifecycle:
         self.lost: BrokerIdTaken | None = None  # set (with `lost_event`) when the id was taken over
         self.lost_event = asyncio.Event()
 
+    def _clean_shutdown_epoch(self) -> int:
+        """The epoch of the session this broker last shut down cleanly: every log dir's marker
+        names the same one (Kafka's rule), else -1 and the controller treats the restart as an
+        unclean shutdown (KIP-966: the broker leaves every ELR)."""
+        epochs = {d.clean_shutdown_epoch if d.online else -1 for d in self.log_dirs}
+        return epochs.pop() if len(epochs) == 1 else -1
+
     async def register(self, cluster_id: str, log_dir_ids: list[uuid.UUID]) -> None:
         """Register; raises BrokerIdTaken when another live process keeps this node.id."""
         self._cluster_id, self._log_dir_ids = cluster_id, list(log_dir_ids)
@@ -70,16 +78,19 @@ class BrokerLifecycle:
             incarnation_id=self.incarnation_id,
             listeners=[R.Listener(name=x.advertised.listener, host=x.advertised.host, port=x.advertised.port,
                                   security_protocol=x.security.protocol_id) for x in self.config.listeners],
-            features=[R.Feature(name="metadata.version", min_supported_version=1, max_supported_version=25)],
+            features=[R.Feature(name=n, min_supported_version=lo, max_supported_version=hi)
+                      for n, (lo, hi) in sorted(SUPPORTED.items())],
             rack=self.config.rack,
             log_dirs=list(log_dir_ids),
-            previous_broker_epoch=self.broker_epoch,
+            previous_broker_epoch=self.broker_epoch if self.broker_epoch >= 0 else self._clean_shutdown_epoch(),
         )
         give_up = time.monotonic() + self.config.registration_timeout_ms / 1000
         while True:
             resp = await self.channel.request(req)
             if resp.error_code == 0:
                 self.broker_epoch = resp.broker_epoch
+                for d in self.log_dirs:
+                    d.broker_epoch = self.broker_epoch  # named by the clean shutdown marker
                 log.info("broker_registered", broker_epoch=self.broker_epoch)
                 return
             if resp.error_code == DUPLICATE_BROKER_REGISTRATION and time.monotonic() >= give_up:
@@ -122,7 +133,10 @@ class BrokerLifecycle:
                 offline_log_dirs=self.offline_dir_ids(),
             )
             try:
-                resp = await self.channel.request(req, timeout=10)
+                # At most half the session (Kafka's, KAFKA-14392): a heartbeat stuck on a controller
+                # that went silent (paused) gives up while there is time to reach the new one,
+                # which gives every broker a fresh session when it takes over
+                resp = await self.channel.request(req, timeout=self.config.session_timeout_ms / 2000)
             except ClientError as e:
                 log.warning("heartbeat_failed", error=str(e))
                 await asyncio.sleep(min(interval, 0.5))

@@ -17,6 +17,7 @@ import structlog
 
 from broker.controller_channel import ControllerChannel
 from metadata import METADATA_TOPIC, METADATA_TOPIC_ID, MetadataDelta, MetadataImage, decode_record
+from metadata.voters import addresses, read_voters
 from node.client import ClientError
 from node.shutdown import stop_task
 from protocol.errors import ProtocolError
@@ -29,13 +30,17 @@ log = structlog.get_logger(__name__)
 Publisher = Callable[[MetadataDelta, MetadataImage], Awaitable[None] | None]
 Preparer = Callable[[MetadataDelta, MetadataImage], Awaitable[None]]
 OFFSET_OUT_OF_RANGE = 1
+FETCH_MAX_WAIT_MS = 500
 LEADER_MOVED = frozenset({6, 74, 75})  # NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH
 
 
 class MetadataLoader:
-    def __init__(self, channel: ControllerChannel, node_id: int) -> None:
+    def __init__(self, channel: ControllerChannel, node_id: int, fetch_timeout_s: float = 2.0) -> None:
         self.channel = channel
         self.node_id = node_id
+        # as a KRaft observer: a fetch unanswered for its long poll plus the quorum's fetch
+        # timeout means that controller is gone or cut off, and the channel looks for the leader
+        self.request_timeout_s = FETCH_MAX_WAIT_MS / 1000 + fetch_timeout_s
         self.image = MetadataImage.EMPTY
         self.high_watermark = -1  # the controller's log end, as last reported
         self.publishers: list[Publisher] = []
@@ -99,7 +104,7 @@ class MetadataLoader:
             topic.topic_id = METADATA_TOPIC_ID
         else:
             topic.topic = METADATA_TOPIC
-        req = FetchRequest(max_wait_ms=500, min_bytes=1, max_bytes=16 << 20, topics=[topic])
+        req = FetchRequest(max_wait_ms=FETCH_MAX_WAIT_MS, min_bytes=1, max_bytes=16 << 20, topics=[topic])
         if version >= 15:
             req.replica_state = FetchRequest.ReplicaState(replica_id=self.node_id, replica_epoch=-1)
         else:
@@ -113,7 +118,8 @@ class MetadataLoader:
                 version = await self.channel.version_for(FetchRequest.API_KEY)
                 self._rounds_started += 1
                 this_round = self._rounds_started
-                resp = await self.channel.request(self._request(version, next_offset), version, timeout=30)
+                resp = await self.channel.request(self._request(version, next_offset), version,
+                                                  timeout=self.request_timeout_s)
             except ClientError as e:
                 log.warning("metadata_fetch_failed", error=str(e))
                 await asyncio.sleep(0.2)
@@ -135,7 +141,8 @@ class MetadataLoader:
                 # a voter that does not lead: follow its hint, or find the leader again
                 hint = part.current_leader.leader_id if part.current_leader is not None else -1
                 log.info("metadata_leader_moved", error_code=part.error_code, hint=hint)
-                self.channel.leader_moved(hint if hint >= 0 else None)
+                where = next(((e.host, e.port) for e in resp.node_endpoints or () if e.node_id == hint), None)
+                self.channel.leader_moved(hint if hint >= 0 else None, where)
                 await asyncio.sleep(0.05 if hint >= 0 else 0.2)
                 continue
             if part.error_code:
@@ -156,6 +163,10 @@ class MetadataLoader:
         try:
             for batch in decode_batches(records):
                 if batch.header.is_control:
+                    if self.channel.bootstrap_servers:  # a dynamic quorum's voters (KIP-853): where to find it
+                        for rec in batch.records:
+                            if (found := read_voters(rec)) is not None:
+                                self.channel.learn(addresses(found))
                     next_offset = batch.header.last_offset + 1
                     continue
                 for rec in batch.records:

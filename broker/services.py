@@ -4,8 +4,10 @@ see the Broker itself."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from broker.metadata_answers import PartitionEntryCache
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
@@ -51,3 +53,5 @@ class BrokerServices:
     telemetry: ClientTelemetry  # KIP-714 client instances and their pushed metrics
     # learned from the controller in start(), before any listener opens (DescribeCluster)
     cluster_id: str | None = None
+    # Metadata's partition entries, shared between answers while the topic does not change
+    metadata_answers: PartitionEntryCache = field(default_factory=PartitionEntryCache)

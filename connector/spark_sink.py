@@ -3,7 +3,7 @@
 Tasks get Arrow batches (pyspark's Arrow writers: no Row object per record) and hand each row to
 a librdkafka producer. Batch writes are at least once (an idempotent producer, acks=all; a
 retried task writes its rows again), or exactly once with `exactlyOnce=true`. Streaming writes are
-exactly once: see README "Writing topics from Spark" for the protocol and its crash windows, and
+exactly once: see docs/spark.md, "Writing topics from Spark", for the protocol and its crash windows, and
 connector/sink_txn.py for its two halves (ending transactions from the driver, the commit log).
 """
 

@@ -112,7 +112,7 @@ async def run(config: ControllerConfig) -> int:
     controller.on_fatal = on_fatal
     # Blocking start-up work runs before anything is served, so it holds up no one.
     report = controller.open()
-    if len(config.voters) == 1:
+    if config.single_voter:
         # A quorum of one elects itself: be active before listening, so the first request finds
         # a serving controller, as before the quorum existed.
         controller.start()
@@ -121,7 +121,7 @@ async def run(config: ControllerConfig) -> int:
             await controller.close()
             return EXIT_FATAL
     apis = Apis.create(controller)
-    single = len(config.voters) == 1
+    single = config.single_voter
     if single:
         await apis.scram.bootstrap(list(config.bootstrap_scram))
     server = ControllerServer(apis, config.max_request_bytes)
@@ -160,7 +160,7 @@ async def run(config: ControllerConfig) -> int:
         controller.log.close()
         where = ",".join(str(x) for x in config.listeners)
         raise OSError(f"cannot listen on {where}: {e.strerror or e}") from None
-    if len(config.voters) > 1:
+    if not single:
         controller.start()  # the other voters must reach our listener to elect anyone
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)

@@ -183,6 +183,9 @@ class ChunkControl:
                 directories=_directories(image, p.replicas, p.directories, ids),
                 start_offset=e.start_offset,
                 start_timestamp=e.start_timestamp,
+                # the new chunk's replicas all start in sync: the old chunk's ELR means nothing to it
+                eligible_leader_replicas=[] if p.elr else None,
+                last_known_elr=[] if p.last_known_elr else None,
             )
         )
         return records

@@ -43,6 +43,7 @@ class Registration:
     features: list[tuple[str, int, int]]
     rack: str | None
     log_dirs: list[UUID]
+    previous_broker_epoch: int = -1  # the epoch of the session it shut down cleanly, else -1 (KIP-966)
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,10 @@ class ClusterControl:
                 # A new process under an old id: it may have lost unflushed data, so the old
                 # incarnation leaves every ISR and leadership before the new one is recorded.
                 usable = usable_ids(image) - {reg.broker_id}
-                batch.extend(remove_broker(image, reg.broker_id, usable, self.ctl.unclean_for(image)))
+                # KIP-966: a broker that does not name its last epoch did not shut down cleanly
+                # and may have lost acknowledged records: it leaves every ELR too.
+                unclean = reg.previous_broker_epoch != cur.epoch
+                batch.extend(remove_broker(image, reg.broker_id, usable, self.ctl.unclean_for(image), unclean))
             epoch = batch.next_offset
             batch.add(
                 RegisterBrokerRecord(
@@ -123,8 +127,9 @@ class ClusterControl:
 
     def has_live_session(self, b: BrokerInfo) -> bool:
         """Kafka's hasValidSession: unfenced and heard from within broker.session.timeout.ms
-        (and, here, not gone with every connection closed: controller/fencing.py)."""
-        return not b.fenced and not self.ctl.sessions.lapsed([b.id])
+        (and, here, not gone with every connection closed: controller/fencing.py). Asked while a
+        registration is answered: that broker reached us, so our network works."""
+        return not b.fenced and not self.ctl.sessions.lapsed([b.id], reachable=True)
 
     # ---- heartbeat
     async def heartbeat(self, hb: Heartbeat) -> HeartbeatReply:

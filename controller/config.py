@@ -26,7 +26,7 @@ _BOOTSTRAP_ENTRY = re.compile(r"\s*(SCRAM-SHA-256|SCRAM-SHA-512)\s*=\s*\[([^\]]*
 class ControllerConfig:
     node_id: int
     listeners: tuple[Endpoint, ...]  # the controller listeners this process binds
-    voters: dict[int, tuple[str, int]]
+    voters: dict[int, tuple[str, int]]  # controller.quorum.voters; empty with a dynamic quorum
     log_dirs: tuple[Path, ...]
     cluster_id: str | None  # from `cluster.id`, used only when formatting an empty log dir
     num_partitions: int = 1
@@ -54,6 +54,18 @@ class ControllerConfig:
     voter_security: ClientSecurity | None = None  # how this voter dials the others' controller listener
     # eligible.leader.replicas.enable: the active controller turns KIP-966's feature on (off by default)
     eligible_leader_replicas: bool = False
+    # controller.quorum.bootstrap.servers without controller.quorum.voters: the voter set lives in
+    # the metadata log (KIP-853, kraft.version 1)
+    bootstrap_servers: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def dynamic_quorum(self) -> bool:
+        return not self.voters
+
+    @property
+    def single_voter(self) -> bool:
+        """A static quorum of one: it elects itself before it listens."""
+        return len(self.voters) == 1
 
     @property
     def metadata_dir(self) -> Path:
@@ -85,7 +97,10 @@ class ControllerConfig:
                 f"listeners: none of {cfg.props.get('listeners')!r} is named in controller.listener.names ({','.join(names)})"
             )
         voters = cfg.quorum_voters
-        if node_id not in voters:
+        bootstrap_servers = tuple(cfg.quorum_bootstrap_servers)
+        if not voters and not bootstrap_servers:
+            raise ConfigError("controller.quorum.voters or controller.quorum.bootstrap.servers is required")
+        if voters and node_id not in voters:
             raise ConfigError(f"controller.quorum.voters: this node ({node_id}) is not one of the voters")
         broker_listener = (cfg.props.get("inter.broker.listener.name") or "").strip().upper() or None
         cluster_id = cfg.props.get("cluster.id") or None
@@ -120,7 +135,8 @@ class ControllerConfig:
             eligible_leader_replicas=cfg.bool("eligible.leader.replicas.enable", False),
             # only a voter with others to dial needs credentials of its own for their listener
             voter_security=node_client_security(cfg, names[0], "sasl.mechanism.controller.protocol")
-            if len(voters) > 1 else None,
+            if len(voters) != 1 else None,
+            bootstrap_servers=() if voters else bootstrap_servers,
         )
         for key, value, lo, hi in [
             ("num.partitions", out.num_partitions, 1, 2**31 - 1),

@@ -18,6 +18,7 @@ import structlog
 
 from controller.controller import Batch, Controller
 from controller.errors import ApiError, Errors
+from controller.replication import ELR_FEATURE, MIN_ISR, clear_elr, elr_enabled
 from metadata import config_defs, config_effects
 from metadata.diskless import DISKLESS_ENABLE, is_diskless
 from metadata.image import BROKER_RESOURCE, CLIENT_METRICS_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE, MetadataImage
@@ -90,14 +91,6 @@ def _records(rtype: int, rname: str, current: dict[str, str], wanted: dict[str, 
     return out
 
 
-ELR_FEATURE = "eligible.leader.replicas.version"  # KIP-966
-MIN_ISR = "min.insync.replicas"
-
-
-def elr_enabled(image: MetadataImage) -> bool:
-    return image.features.get(ELR_FEATURE, 0) >= 1
-
-
 def _elr_check(image: MetadataImage, rtype: int, rname: str, wanted: dict[str, str | None]) -> None:
     """With ELR on, min.insync.replicas lives at the cluster level only, so every node reads one
     value (Kafka's ConfigurationControlManager refuses the other two changes too)."""
@@ -141,6 +134,24 @@ class ConfigControl:
             log.info("elr_enabled", records=", ".join(done))
         return done
 
+    async def disable_elr(self) -> list[str]:
+        """Turn KIP-966's eligible leader replicas off (a downgrade of its feature to 0): every
+        partition's ELR and last known ELR cleared in the batch that writes the feature's level,
+        so no election trusts them again. Nothing when already off. Returns what was written."""
+        def build(image: MetadataImage, batch: Batch) -> list[str]:
+            if not elr_enabled(image):
+                return []
+            cleared = clear_elr(image, None)
+            for record in cleared:
+                batch.add(record)
+            batch.add(FeatureLevelRecord(name=ELR_FEATURE, feature_level=0))
+            return [f"ELR cleared on {len(cleared)} partitions", f"{ELR_FEATURE}=0"]
+
+        done = await self.ctl.write(build)
+        if done:
+            log.info("elr_disabled", records=", ".join(done))
+        return done
+
     async def incremental_alter(self, resources: list[Any], validate_only: bool) -> list[ResourceResult]:
         """`resources` are IncrementalAlterConfigsRequest.AlterConfigsResource entries."""
         return await self._alter(resources, validate_only, incremental=True)
@@ -173,6 +184,10 @@ class ConfigControl:
                     res.error = e
             if not validate_only:
                 batch.extend(records)
+                if elr_enabled(image):
+                    for rec in records:
+                        if rec.name == MIN_ISR and (rec.resource_type == TOPIC_RESOURCE or rec.resource_name == ""):
+                            batch.extend(clear_elr(image, rec.resource_name or None))
             return out
 
         results = await self.ctl.write(build)

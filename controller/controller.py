@@ -31,16 +31,18 @@ import structlog
 from controller.config import ControllerConfig
 from controller.fencing import BrokerSessions
 from controller.image_state import ImageState
-from controller.log_dirs import DirMeta, StartupError, ensure_formatted
+from controller.log_dirs import META_PROPERTIES, DirMeta, StartupError, ensure_formatted
 from controller.metadata_log import LogCorruption, MetadataLog
 from controller.placement import ReplicaPlacer
 from controller.raft.client import RaftClient
 from controller.raft.cluster_id_check import ClusterIdCheck
 from controller.raft.quorum_state import QuorumStateError
-from controller.raft.replication import NotLeaderError
+from controller.raft.state import NotLeaderError
 from controller.snapshots import SnapshotError, SnapshotStore, encode_snapshot
 from metadata import config_defs
 from metadata.image import BROKER_RESOURCE, MetadataImage
+from metadata.voters import voters_batch
+from protocol.errors import ProtocolError
 from protocol.records import iter_batches
 
 log = structlog.get_logger(__name__)
@@ -96,7 +98,8 @@ class Controller:
         self.raft = RaftClient(
             config.node_id, config.voters, self.log, self.snapshots, self,
             election_timeout_ms=config.election_timeout_ms, fetch_timeout_ms=config.fetch_timeout_ms,
-            security=config.voter_security,
+            security=config.voter_security, listener_name=config.listeners[0].listener,
+            bootstrap_servers=config.bootstrap_servers,
         )
         # True once this voter leads and has replayed everything committed before its epoch
         self.active = False
@@ -125,8 +128,14 @@ class Controller:
         """Format or check the log dirs, load the latest snapshot, recover the log and read the
         quorum state. Records after the snapshot are replayed once known committed: a single
         voter's log is (each append was its own majority), a quorum's is learnt from the leader."""
+        if self.config.dynamic_quorum and not (self.config.metadata_dir / META_PROPERTIES).exists():
+            raise StartupError(f"metadata log dir {self.config.metadata_dir} is not formatted: a controller of a quorum "
+                               "without controller.quorum.voters is formatted first, with `kafka-storage.sh format -t "
+                               "<cluster id> -c <this config>` and one of --standalone, --initial-controllers or "
+                               "--no-initial-controllers (KIP-853)")
         self.dirs = ensure_formatted(self.config.all_dirs, self.node_id, self.config.cluster_id,
                                      len(self.config.voters))
+        meta_dir = next(d for d in self.dirs if d.path == self.config.metadata_dir)
         self.cluster_id = self.dirs[0].cluster_id
         self.log.dir.mkdir(parents=True, exist_ok=True)
         self.snapshots.open()
@@ -135,12 +144,12 @@ class Controller:
             if latest is not None:
                 self.state.load_snapshot(self.snapshots.load(latest), latest)
             report = self.log.open(latest or 0, self.snapshots.epoch(latest) if latest else 0)
-            election = self.raft.open(self.cluster_id)
-        except (SnapshotError, LogCorruption, QuorumStateError) as e:
+            election = self.raft.open(self.cluster_id, meta_dir.directory_id, latest)
+        except (SnapshotError, LogCorruption, QuorumStateError, ProtocolError) as e:
             raise StartupError(str(e)) from None
         self.raft.high_watermark = latest or 0
         replayed = 0
-        if len(self.config.voters) == 1:
+        if self.config.single_voter:
             for data in self.log.read_batches(self.log.start_offset):
                 replayed += self.state.apply_batch_bytes(data)
             if self.image.offset != self.log.end_offset - 1:
@@ -150,7 +159,7 @@ class Controller:
             self.raft.high_watermark = self.log.end_offset
         self._bytes_since_snapshot = self.log.size_bytes
         report.update(snapshot=latest, replayed_records=replayed, cluster_id=self.cluster_id,
-                      epoch=election.epoch, voters=",".join(str(v) for v in sorted(self.config.voters)))
+                      epoch=election.epoch, voters=",".join(str(v) for v in sorted(self.raft.voters)))
         return report
 
     def start(self) -> None:
@@ -323,7 +332,11 @@ class Controller:
             self._snapshot_task = None
 
     def _write_snapshot(self, image: MetadataImage, end: int) -> int:
-        data = encode_snapshot(image, self.log.epochs.epoch_at(end - 1), int(time.time() * 1000))
+        epoch, now = self.log.epochs.epoch_at(end - 1), int(time.time() * 1000)
+        data = encode_snapshot(image, epoch, now)
+        if self.raft.membership.dynamic:  # the voter set it covers, for replicas that start from it (KIP-853)
+            records = sum(h.record_count for _, h in iter_batches(data, check_crc=False))
+            data += voters_batch(self.raft.membership.history.at(end), epoch, now, records)
         return self.snapshots.write(data, end)
 
     # ---- helpers the managers share

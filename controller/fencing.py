@@ -43,6 +43,7 @@ class BrokerSessions:
         self._last: dict[int, float] = {}
         self._links: dict[int, list[Link]] = {}
         self._cut_at: dict[int, float] = {}  # broker id -> when we first saw all its links closed
+        self._dark = False  # the last look found no broker's connection open
         # called when a bound link closes: the fencing loop checks at once, then every fifth of
         # the grace while a broker has no link left; otherwise at the session's pace (an idle
         # controller wakes about once a second, not ten times)
@@ -78,10 +79,16 @@ class BrokerSessions:
         deadline = self.clock() - self.timeout
         return [b for b in candidates if self._last.setdefault(b, self.clock()) < deadline]
 
-    def disconnected(self, candidates: Iterable[int]) -> list[int]:
+    def disconnected(self, candidates: Iterable[int], reachable: bool = False) -> list[int]:
         """Those of `candidates` whose every connection has been closed for the grace period,
         with no heartbeat since they closed."""
         now = self.clock()
+        dark = not any(not x.closed for links in self._links.values() for x in links)
+        if self._dark and not dark:
+            # the first look after every connection had closed: each broker still away gets its
+            # full grace from now, as the others come back over the healed network
+            self._cut_at = dict.fromkeys(self._cut_at, now)
+        self._dark = dark
         out = []
         for b in candidates:
             links = self._links.get(b)
@@ -91,12 +98,17 @@ class BrokerSessions:
             cut = self._cut_at.setdefault(b, now)
             if self._last.get(b, now) <= cut and now - cut >= self.grace:
                 out.append(b)
-        return out
+        # No broker talks to us on an open connection: more likely our own network dropped (a
+        # partition that resets connections) than every broker died at once, and fencing them
+        # all would leave every partition leaderless: the session timeout decides, as in Kafka.
+        # A registration arriving is news from the network itself (`reachable`).
+        return out if reachable or not dark else []
 
-    def lapsed(self, candidates: Iterable[int]) -> dict[int, str]:
-        """Those of `candidates` to fence, with why: a session run out or every connection gone."""
+    def lapsed(self, candidates: Iterable[int], reachable: bool = False) -> dict[int, str]:
+        """Those of `candidates` to fence, with why: a session run out or every connection gone.
+        `reachable`: the caller is answering a broker's request (our network works)."""
         ids = list(candidates)
-        why = dict.fromkeys(self.disconnected(ids), "connection_closed")
+        why = dict.fromkeys(self.disconnected(ids, reachable), "connection_closed")
         why.update(dict.fromkeys(self.expired(ids), "session_timeout"))
         return why
 

@@ -47,6 +47,11 @@ def id_to_uuid(s: str) -> uuid.UUID:
     return uuid.UUID(bytes=base64.urlsafe_b64decode(s + "=" * (-len(s) % 4)))
 
 
+def uuid_to_id(u: uuid.UUID) -> str:
+    """Kafka's string form of a UUID (the inverse of id_to_uuid)."""
+    return base64.urlsafe_b64encode(u.bytes).decode().rstrip("=")
+
+
 def write_atomically(path: Path, data: bytes) -> None:
     """tmp + fsync + rename + fsync(dir): a crash leaves the old file or the new one."""
     tmp = path.with_name(path.name + ".tmp")

@@ -9,7 +9,8 @@ leader or partition epoch newer than ours (NOT_CONTROLLER: the sender heard from
 controller); an older leader epoch (FENCED_LEADER_EPOCH); a sender that is not the leader
 (INVALID_REQUEST, Kafka's code for it); an older partition epoch (INVALID_UPDATE_VERSION); an
 ISR with strangers or duplicates, or without the leader (INVALID_REQUEST); members that are not
-registered, fenced, shutting down or (v3) of another broker epoch (INELIGIBLE_REPLICA;
+registered, fenced, shutting down, (v3) of another broker epoch or whose replica is in a log dir
+its broker reported offline (INELIGIBLE_REPLICA;
 OPERATION_NOT_ATTEMPTED before v2). The ISR change bumps only the partition epoch. If it
 completes a reassignment that moves leadership away from the sender, the change is written and
 the sender is told NEW_LEADER_ELECTED (FENCED_LEADER_EPOCH before v2), so it reloads metadata.
@@ -40,6 +41,8 @@ from controller.errors import ApiError, Errors
 from controller.replication import (
     Election,
     build_change,
+    dir_online,
+    directory_of,
     is_reassigning,
     usable_ids,
 )
@@ -183,7 +186,9 @@ class PartitionControl:
             return Errors.INVALID_REQUEST
         for r, epoch in u.new_isr:
             b = image.brokers.get(r)
-            if b is None or b.fenced or b.in_controlled_shutdown or (epoch != -1 and epoch != b.epoch):
+            # a leader may re-add a follower whose last fetch raced its dir going offline
+            if (b is None or b.fenced or b.in_controlled_shutdown or (epoch != -1 and epoch != b.epoch)
+                    or not dir_online(image, r, directory_of(p, r))):
                 return Errors.INELIGIBLE_REPLICA if version >= 2 else Errors.OPERATION_NOT_ATTEMPTED
         return 0
 

@@ -89,6 +89,8 @@ def image_records(image: MetadataImage) -> Iterator[Any]:
                 start_offset=p.start_offset if p.start_offset > 0 else -1,
                 start_timestamp=p.start_timestamp,
                 diskless_coordinator=p.diskless_coordinator,
+                eligible_leader_replicas=list(p.elr) if p.elr else None,
+                last_known_elr=list(p.last_known_elr) if p.last_known_elr else None,
                 leader_epoch_after_creation=[
                     PartitionRecord.PartitionEpochAfterCreation(i, e) for i, e in p.epochs_after_creation
                 ],

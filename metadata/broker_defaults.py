@@ -134,7 +134,7 @@ _CATALOG: dict[str, tuple[str, str | None]] = {
 }
 
 
-# Strata's defaults where they depart from Kafka's (README): the value DescribeConfigs reports as
+# Strata's defaults where they depart from Kafka's (docs/reference/broker-configs.md, generated): the value DescribeConfigs reports as
 # DEFAULT_CONFIG is the one the broker uses.
 STRATA_DEFAULTS: dict[str, str | None] = {
     "num.recovery.threads.per.data.dir": "1",  # Kafka 4.0: 2; opening logs is GIL-bound here

@@ -88,8 +88,6 @@ IGNORED_BROKER: dict[str, str] = {
 }
 
 REFUSED_BROKER: dict[str, tuple[str | None, str]] = {
-    "controller.quorum.bootstrap.servers": (None, "the quorum is static (KIP-595): list the voters in "
-                                                  "controller.quorum.voters (no KIP-853 dynamic voters)"),
     "delete.topic.enable": ("true", "topics can always be deleted"),
     "replica.selector.class": (None, "no follower fetching by a replica selector (KIP-392): the preferred read "
                                      "replica serves inactive chunks only"),
@@ -104,7 +102,7 @@ REFUSED_BROKER: dict[str, tuple[str | None, str]] = {
 }
 
 # Strata's own keys, and Kafka keys outside its broker catalog (metadata.broker_defaults) that
-# Strata reads: each has an effect (README: the section of each feature)
+# Strata reads: each has an effect (docs/: the page of each feature)
 STRATA_KEYS: tuple[str, ...] = (
     "admission.lag.target.ms", "allow.everyone.if.no.acl.found", "bootstrap.scram.credentials", "cluster.id",
     "controller.quorum.election.timeout.ms", "controller.quorum.fetch.timeout.ms",

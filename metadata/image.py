@@ -22,6 +22,7 @@ TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
 GROUP_RESOURCE = 32  # KIP-848 group configs (kafka-configs.sh --entity-type groups)
 CLIENT_METRICS_RESOURCE = 16  # KIP-714 client metrics subscriptions (--entity-type client-metrics)
+ELR_FEATURE = "eligible.leader.replicas.version"  # KIP-966: on at level 1
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class BrokerInfo:
         return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PartitionInfo:
     """The partition's active chunk: replicas, ISR, leader; start_offset is where it begins."""
 
@@ -80,13 +81,17 @@ class PartitionInfo:
     # KIP-253: (partition, leader epoch) pairs; before_deletion non-empty = marked for deletion
     epochs_after_creation: tuple[tuple[int, int], ...] = ()
     epochs_before_deletion: tuple[tuple[int, int], ...] = ()
+    # KIP-966: replicas out of the ISR that may still lead (they were in it when it shrank below
+    # min.insync.replicas), and the last known ELR (with Kafka 4.x: the last leader) once none is left
+    elr: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
 
     @property
     def marked_for_deletion(self) -> bool:
         return bool(self.epochs_before_deletion)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ChunkInfo:
     """An inactive chunk of a partition: immutable, readable from any of its replicas."""
 
@@ -110,7 +115,7 @@ class ChunkInfo:
         return max(self.start_offset, self.log_start_offset)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TopicInfo:
     id: UUID
     name: str
@@ -266,6 +271,8 @@ class MetadataDelta:
             diskless_coordinator=r.diskless_coordinator,
             epochs_after_creation=_epochs(r.leader_epoch_after_creation),
             epochs_before_deletion=_epochs(r.leader_epoch_before_deletion),
+            elr=tuple(r.eligible_leader_replicas or ()),
+            last_known_elr=tuple(r.last_known_elr or ()),
         )
         self._parts(r.topic_id)[r.partition_id] = p
         self.deleted_partitions.pop((r.topic_id, r.partition_id), None)
@@ -281,6 +288,8 @@ class MetadataDelta:
             removing_replicas=_opt(r.removing_replicas, cur.removing_replicas),
             adding_replicas=_opt(r.adding_replicas, cur.adding_replicas),
             directories=tuple(r.directories) if r.directories is not None else cur.directories,
+            elr=_opt(r.eligible_leader_replicas, cur.elr),
+            last_known_elr=_opt(r.last_known_elr, cur.last_known_elr),
             partition_epoch=cur.partition_epoch + 1,
         )
         if r.leader != -2:

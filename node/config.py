@@ -79,6 +79,17 @@ def parse_voters(value: str) -> dict[int, tuple[str, int]]:
     return out
 
 
+def parse_bootstrap_servers(value: str) -> list[tuple[str, int]]:
+    """controller.quorum.bootstrap.servers (KIP-853): ``host:port,host:port``."""
+    out = []
+    for item in filter(None, (x.strip() for x in value.split(","))):
+        m = re.fullmatch(r"(\[[^\]]*\]|[^:@]+):(\d+)", item)
+        if not m:
+            raise ConfigError(f"controller.quorum.bootstrap.servers: {item!r} is not HOST:PORT")
+        out.append((m.group(1).strip("[]"), int(m.group(2))))
+    return out
+
+
 class NodeConfig:
     """Typed access to a server.properties mapping."""
 
@@ -154,7 +165,13 @@ class NodeConfig:
 
     @property
     def quorum_voters(self) -> dict[builtins.int, tuple[builtins.str, builtins.int]]:
-        return parse_voters(self.str("controller.quorum.voters"))
+        """Empty when unset: the voters are then in the metadata log (KIP-853)."""
+        return parse_voters(self.str("controller.quorum.voters", ""))
+
+    @property
+    def quorum_bootstrap_servers(self) -> builtins.list[tuple[builtins.str, builtins.int]]:
+        """Where to find the quorum when its voters are not configured (KIP-853)."""
+        return parse_bootstrap_servers(self.str("controller.quorum.bootstrap.servers", ""))
 
     @property
     def log_dirs(self) -> builtins.list[Path]:
@@ -162,3 +179,16 @@ class NodeConfig:
         if not dirs:
             raise ConfigError("log.dirs is required")
         return [Path(d) for d in dirs]
+
+    @property
+    def metadata_dir(self) -> Path:
+        """A controller's metadata log dir: `metadata.log.dir`, else the first log dir."""
+        return Path(self.props["metadata.log.dir"]) if self.props.get("metadata.log.dir") else self.log_dirs[0]
+
+    @property
+    def controller_endpoints(self) -> builtins.list[Endpoint]:
+        """A controller's controller listeners as others dial them: each one's advertised
+        endpoint if `advertised.listeners` names it, else its bind endpoint."""
+        names = self.controller_listener_names
+        adv = {e.listener: e for e in self.advertised_listeners if e.listener in names}
+        return [adv.get(e.listener, e) for e in self.listeners if e.listener in names]

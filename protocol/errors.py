@@ -141,6 +141,8 @@ class Errors:
     SHARE_SESSION_NOT_FOUND: Final = 122
     INVALID_SHARE_SESSION_EPOCH: Final = 123
     FENCED_STATE_EPOCH: Final = 124
+    DUPLICATE_VOTER: Final = 126
+    VOTER_NOT_FOUND: Final = 127
     INVALID_REGULAR_EXPRESSION: Final = 128
     SHARE_SESSION_LIMIT_REACHED: Final = 133
     # Strata's own codes start at 1000, clear of Kafka's (see README "Error codes of Strata's own")
@@ -314,6 +316,8 @@ _TABLE: list[tuple[int, bool, str]] = [
     (Errors.SHARE_SESSION_NOT_FOUND, True, "The share session was not found."),
     (Errors.INVALID_SHARE_SESSION_EPOCH, True, "The share session epoch is not the expected one."),
     (Errors.FENCED_STATE_EPOCH, False, "The share-partition state epoch is older than the coordinator's."),
+    (Errors.DUPLICATE_VOTER, False, "The voter is already part of the set of voters."),
+    (Errors.VOTER_NOT_FOUND, False, "The voter is not part of the set of voters."),
     (Errors.INVALID_REGULAR_EXPRESSION, False, "The regular expression is not valid."),
     (Errors.SHARE_SESSION_LIMIT_REACHED, True, "The broker holds as many share sessions as it may."),
     # Strata's own codes start at 1000, clear of Kafka's (see README "Error codes of Strata's own")

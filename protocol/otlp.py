@@ -51,8 +51,11 @@ def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
             raise ProtocolError("protobuf varint too long")
 
 
-def _fields(buf: memoryview) -> Iterator[tuple[int, int, Any]]:
-    """(field number, wire type, value): an int for varints and fixed, a memoryview for LEN."""
+def _fields(buf: memoryview, known: dict[int, int]) -> Iterator[tuple[int, int, Any]]:
+    """(field number, wire type, value) of the fields in `known` (number -> the wire type its
+    proto declares): an int for varints and fixed, a memoryview for LEN. Other fields are skipped;
+    a known field of another wire type is malformed (a varint where bytes belong must never
+    become a length to allocate)."""
     pos = 0
     while pos < len(buf):
         key, pos = _varint(buf, pos)
@@ -75,7 +78,26 @@ def _fields(buf: memoryview) -> Iterator[tuple[int, int, Any]]:
             value, pos = int.from_bytes(buf[pos:pos + 4], "little"), pos + 4
         else:
             raise ProtocolError(f"protobuf wire type {wt} is not supported")
+        expected = known.get(num)
+        if expected is None:
+            continue
+        if wt != expected:
+            raise ProtocolError(f"protobuf field {num} has wire type {wt}, not {expected}")
         yield num, wt, value
+
+
+# The fields read, with their declared wire types (opentelemetry-proto v1)
+_METRICS_DATA = {1: LEN}  # resource_metrics
+_RESOURCE_METRICS = {1: LEN, 2: LEN}  # resource, scope_metrics
+_RESOURCE = {1: LEN}  # attributes
+_SCOPE_METRICS = {2: LEN}  # metrics
+_METRIC = {1: LEN, 5: LEN, 7: LEN, 9: LEN}  # name, gauge, sum, histogram
+_POINTS = {1: LEN}  # data_points (gauge, histogram)
+_SUM = {1: LEN, 3: VARINT}  # data_points, is_monotonic
+_NUMBER_POINT = {3: FIXED64, 4: FIXED64, 6: FIXED64, 7: LEN}  # time, as_double, as_int, attributes
+_HISTOGRAM_POINT = {3: FIXED64, 4: FIXED64, 5: FIXED64, 9: LEN}  # time, count, sum, attributes
+_KEY_VALUE = {1: LEN, 2: LEN}
+_ANY_VALUE = {1: LEN, 2: VARINT, 3: VARINT, 4: FIXED64}  # string, bool, int, double
 
 
 def _double(bits: int) -> float:
@@ -84,7 +106,7 @@ def _double(bits: int) -> float:
 
 def _any_value(buf: memoryview) -> str:
     """AnyValue as text: string 1, bool 2, int 3, double 4 (arrays and maps are left out)."""
-    for num, _, v in _fields(buf):
+    for num, _, v in _fields(buf, _ANY_VALUE):
         if num == 1:
             return bytes(v).decode("utf-8", "replace")
         if num == 2:
@@ -101,7 +123,7 @@ def _attributes(kvs: list[memoryview]) -> dict[str, str]:
     out = {}
     for kv in kvs:
         key, value = "", ""
-        for num, _, v in _fields(kv):
+        for num, _, v in _fields(kv, _KEY_VALUE):
             if num == 1:
                 key = bytes(v).decode("utf-8", "replace")
             elif num == 2:
@@ -115,7 +137,7 @@ def _number_point(buf: memoryview, name: str, kind: str, monotonic: bool) -> Poi
     attrs: list[memoryview] = []
     value: float | None = None
     t = 0
-    for num, _, v in _fields(buf):
+    for num, _, v in _fields(buf, _NUMBER_POINT):
         if num == 7:
             attrs.append(v)
         elif num == 3:
@@ -133,7 +155,7 @@ def _number_point(buf: memoryview, name: str, kind: str, monotonic: bool) -> Poi
 def _histogram_points(buf: memoryview, name: str) -> list[Point]:
     attrs: list[memoryview] = []
     count, total, t = 0, None, 0
-    for num, _, v in _fields(buf):
+    for num, _, v in _fields(buf, _HISTOGRAM_POINT):
         if num == 9:
             attrs.append(v)
         elif num == 3:
@@ -153,13 +175,13 @@ def _metric(buf: memoryview) -> list[Point]:
     name = ""
     out: list[Point] = []
     bodies: list[tuple[int, memoryview]] = []
-    for num, _, v in _fields(buf):
+    for num, _, v in _fields(buf, _METRIC):
         if num == 1:
             name = bytes(v).decode("utf-8", "replace")
         elif num in (5, 7, 9):  # gauge, sum, histogram
             bodies.append((num, v))
     for kind, body in bodies:
-        parts = list(_fields(body))
+        parts = list(_fields(body, _SUM if kind == 7 else _POINTS))
         monotonic = kind == 7 and any(n == 3 and v for n, _, v in parts)
         for num, _, v in parts:
             if num != 1:
@@ -177,18 +199,15 @@ def decode_metrics_data(data: bytes) -> list[Metrics]:
     """Every ResourceMetrics of a MetricsData message. Raises ProtocolError when it is not one."""
     out = []
     try:
-        for num, wt, rm in _fields(memoryview(data)):
-            if num != 1 or wt != LEN:
-                continue
+        for _, _, rm in _fields(memoryview(data), _METRICS_DATA):
             resource: dict[str, str] = {}
             points: list[Point] = []
-            for n2, _, v2 in _fields(rm):
+            for n2, _, v2 in _fields(rm, _RESOURCE_METRICS):
                 if n2 == 1:
-                    resource = _attributes([v for n3, _, v in _fields(v2) if n3 == 1])
+                    resource = _attributes([v for _, _, v in _fields(v2, _RESOURCE)])
                 elif n2 == 2:
-                    for n3, _, v3 in _fields(v2):
-                        if n3 == 2:
-                            points += _metric(v3)
+                    for _, _, v3 in _fields(v2, _SCOPE_METRICS):
+                        points += _metric(v3)
             out.append(Metrics(resource, points))
     except (ValueError, UnicodeError, struct.error) as e:
         raise ProtocolError(f"not an OpenTelemetry MetricsData message: {e}") from None

@@ -160,7 +160,7 @@ LONGEST_FILES = {
     "test_broker_core.py": 95, "test_diskless_acceptance.py": 89, "test_consumer_protocol.py": 73,
     "test_diskless_transactions.py": 72, "test_eos_diskless.py": 67, "test_spark_sink_secure.py": 66,
     "test_reassign_tool.py": 66, "test_transactions.py": 49, "test_controller_quorum.py": 45,
-    "test_eos_loop.py": 45, "test_faults.py": 43, "test_share_groups.py": 43,
+    "test_eos_loop.py": 45, "test_faults.py": 90, "test_share_groups.py": 43,
 }
 
 

@@ -142,18 +142,35 @@ def fuse_unavailable() -> str | None:
     return None
 
 
+def slow_switch_of(switch: Path) -> Path:
+    """The slow-disk switch beside a passthrough's EIO switch (the test and the FUSE process
+    derive it alike)."""
+    return switch.with_suffix(".slow")
+
+
 class _Passthrough:
     """mfusepy operations mirroring a backing dir. Once the switch file exists, every operation
     that reads, writes or changes the tree answers EIO for good (a dead disk does not heal);
     getattr/statfs keep answering (the kernel serves those from its caches on a real failing disk
-    too) and close still frees its descriptor."""
+    too) and close still frees its descriptor. While the slow file exists, each write and fsync
+    first waits the seconds it holds (a slow disk: a dying drive's retries, a saturated array);
+    the mount serves calls on several threads, so one slow call does not hold up the others."""
 
     use_ns = True  # mfusepy: timestamps as integer nanoseconds
 
     def __init__(self, backing: str, switch: str) -> None:
         self.backing = backing
         self.switch = switch
+        self.slow = str(slow_switch_of(Path(switch)))
         self.failed = False
+
+    def _wait_if_slow(self) -> None:
+        try:
+            with open(self.slow) as f:
+                delay = float(f.read() or 0)
+        except (OSError, ValueError):
+            return
+        time.sleep(min(max(delay, 0.0), 30.0))
 
     def _real(self, path: str) -> str:
         self._check()
@@ -202,6 +219,7 @@ class _Passthrough:
 
     def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
         self._check()
+        self._wait_if_slow()
         return os.pwrite(fh, data, offset)
 
     def truncate(self, path: str, length: int, fh: int | None = None) -> int:
@@ -214,6 +232,7 @@ class _Passthrough:
 
     def fsync(self, path: str, datasync: int, fh: int) -> int:
         self._check()
+        self._wait_if_slow()
         (os.fdatasync if datasync else os.fsync)(fh)
         return 0
 
@@ -265,7 +284,9 @@ def _serve_passthrough(backing: str, mountpoint: str, switch: str) -> None:
 
     # die with the test process even when it is killed -9: SIGTERM lets libfuse unmount
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    mfusepy.FUSE(_Passthrough(backing, switch), mountpoint, foreground=True, fsname="strata-eio")
+    # allow_other: a broker may run under another group id (tests/faults/split.py), and without it
+    # FUSE lets in only processes whose user and group ids all match the mounting process's
+    mfusepy.FUSE(_Passthrough(backing, switch), mountpoint, foreground=True, fsname="strata-eio", allow_other=True)
 
 
 @dataclass
@@ -277,6 +298,19 @@ class FusePassthrough:
     def fail(self) -> None:
         """Flip the fault switch: from now on the filesystem answers EIO (there is no way back)."""
         self.switch.touch()
+
+    @property
+    def slow_switch(self) -> Path:
+        return slow_switch_of(self.switch)
+
+    def slow_down(self, delay: float) -> None:
+        """From now on every write and fsync first waits `delay` seconds, until speed_up()."""
+        tmp = self.slow_switch.with_suffix(".tmp")
+        tmp.write_text(f"{delay}")
+        tmp.replace(self.slow_switch)
+
+    def speed_up(self) -> None:
+        self.slow_switch.unlink(missing_ok=True)
 
 
 def _fuse_mounted(path: Path) -> bool:
@@ -296,6 +330,7 @@ def fuse_passthrough(backing: Path, path: Path) -> Iterator[FusePassthrough]:
     path.mkdir(parents=True, exist_ok=True)
     switch = backing.with_name(backing.name + ".eio")
     switch.unlink(missing_ok=True)
+    slow_switch_of(switch).unlink(missing_ok=True)
     log = backing.with_name(backing.name + ".fuse.log")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),

@@ -45,6 +45,9 @@ SCENARIOS = (KILL_COORDINATOR, STUCK_SEND_OFFSETS)
 SEND_OFFSETS_STALL_S = 20.0  # send_offsets_to_transaction takes milliseconds when it works
 CALL_LIMIT_S = 90.0  # any other transaction call still blocked after this has hung
 RUN_LIMIT_S = 150.0
+# The steps of one transaction may each take up to their own limit past RUN_LIMIT_S; past this the
+# application reports the step it is in and exits, inside the tests' own limit (240 s).
+WATCHDOG_S = 200.0
 # what OffsetFetch answers while the group's coordinator moves (Kafka's retriable errors)
 COORDINATOR_MOVED = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
                      KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError._TIMED_OUT)
@@ -90,6 +93,15 @@ def say(**event: Any) -> None:
     sys.stdout.flush()
 
 
+STARTED = time.monotonic()
+
+
+def note(what: str) -> None:
+    """One line to stderr (the test's captured output) for each fault-handling step."""
+    sys.stderr.write(f"eos_app +{time.monotonic() - STARTED:.1f}s {what}\n")
+    sys.stderr.flush()
+
+
 class Loop:
     def __init__(self, bootstrap: str, total: int, scenario: str = KILL_COORDINATOR) -> None:
         self.bootstrap = bootstrap
@@ -106,6 +118,7 @@ class Loop:
         self.producer = self._new_producer()
         self.faulted = False  # the scenario's fault has happened
         self.deadline = time.monotonic() + RUN_LIMIT_S
+        self.step = "starting"  # what the loop is doing, for the watchdog's report
 
     def _new_producer(self) -> Producer:
         p = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": TXN_ID, "linger.ms": 5,
@@ -115,10 +128,13 @@ class Loop:
 
     def _replace_producer(self) -> None:
         self.counts["new_producers"] += 1
+        self.step = "init_transactions of a new producer"
+        note(self.step)
         self.producer = self._new_producer()
 
     def rewind(self) -> None:
         """Back to the committed input offsets (what the output already holds)."""
+        self.step = "rewind to the committed offsets"
         for tp in self._committed():
             self.consumer.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else 0))
 
@@ -135,15 +151,18 @@ class Loop:
                 err: KafkaError = e.args[0]
                 if not (err.retriable() or err.code() in COORDINATOR_MOVED) or time.monotonic() > self.deadline:
                     raise
+                note(f"committed(): {err}, asking again")
                 time.sleep(0.2)
 
     def one_transaction(self) -> int:
         """Consume a batch, produce its transform, commit both; returns how many were consumed."""
+        self.step = "consume"
         msgs = [m for m in self.consumer.consume(BATCH, 1.0) if m.error() is None]
         if not msgs:
             return 0
         p = self.producer
         try:
+            self.step = "begin_transaction and produce"
             p.begin_transaction()
             for m in msgs:
                 while True:
@@ -157,12 +176,14 @@ class Loop:
             if self._fault_due(STUCK_SEND_OFFSETS):
                 send_offsets = stalls_after(send_offsets)
                 self.faulted = True
+            self.step = "send_offsets_to_transaction"
             try:
                 bounded(SEND_OFFSETS_STALL_S, send_offsets, positions, self.consumer.consumer_group_metadata(), 60)
             except ClientCallHung:
                 if not self.faulted:
                     raise  # the known stall follows a fault; anything else is a failure
                 self.counts["stuck_send_offsets"] += 1
+                note(f"send_offsets_to_transaction stuck for {SEND_OFFSETS_STALL_S:.0f}s: replacing the producer")
                 self.stuck.append(p)
                 self._replace_producer()
                 self.rewind()
@@ -175,6 +196,7 @@ class Loop:
             self.counts["committed_messages"] += len(msgs)
         except KafkaException as e:
             err: KafkaError = e.args[0]
+            note(f"{self.step}: {err}")
             if err.fatal():
                 self._replace_producer()
             else:
@@ -188,6 +210,7 @@ class Loop:
                 and self.counts["committed_messages"] >= self.total // 3)
 
     def _commit(self, p: Producer) -> None:
+        self.step = "commit_transaction"
         while True:
             try:
                 bounded(CALL_LIMIT_S, p.commit_transaction, 60)
@@ -196,9 +219,11 @@ class Loop:
                 if not e.args[0].retriable() or time.monotonic() > self.deadline:
                     raise
                 self.counts["commit_retries"] += 1
+                note(f"commit_transaction: {e.args[0]}, again")
                 time.sleep(0.2)
 
     def _abort(self, p: Producer) -> None:
+        self.step = "abort_transaction"
         while True:
             try:
                 bounded(CALL_LIMIT_S, p.abort_transaction, 60)
@@ -219,6 +244,13 @@ class Loop:
                 return
 
 
+def watchdog(loop: Loop) -> None:
+    """Report the step a wedged loop is in (a call without a limit of its own) and leave."""
+    time.sleep(max(0.0, WATCHDOG_S - (time.monotonic() - STARTED)))
+    say(failed=f"still in {loop.step} after {WATCHDOG_S:.0f}s: {loop.counts}")
+    os._exit(0)
+
+
 def main() -> None:
     bootstrap, total = sys.argv[1], int(sys.argv[2])
     scenario = sys.argv[3] if len(sys.argv) > 3 else KILL_COORDINATOR
@@ -226,6 +258,7 @@ def main() -> None:
         if scenario not in SCENARIOS:
             raise SystemExit(f"unknown scenario {scenario!r} (one of {', '.join(SCENARIOS)})")
         loop = Loop(bootstrap, total, scenario)
+        threading.Thread(target=watchdog, args=(loop,), daemon=True).start()
         loop.run()
         say(done=loop.counts)
     except BaseException as e:

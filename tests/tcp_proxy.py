@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -22,6 +23,8 @@ class TcpProxy:
       serving clients from a metadata image that no longer moves.
     - `cut()` / `heal()`: a network partition: open connections are reset and new ones refused
       until healed (a quorum test cuts the links between controllers).
+    - `delay` (seconds): each answer's first bytes after a request wait this long, as from a
+      server slow to respond (an object store under load); 0 forwards at once.
     """
 
     def __init__(self, host: str, target_port: int) -> None:
@@ -36,6 +39,7 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._closed = False
         self._cut = False
+        self.delay = 0.0
         threading.Thread(target=self._accept, daemon=True).start()
 
     def cut(self) -> None:
@@ -71,16 +75,23 @@ class TcpProxy:
                 continue
             with self._lock:
                 self._socks += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
+            asked = threading.Event()  # a request went up since the last answer began
+            threading.Thread(target=self._pump, args=(client, upstream, False, asked), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, True, asked), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, answers: bool) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, answers: bool, asked: threading.Event) -> None:
         try:
             while data := src.recv(65536):
                 if answers:
                     self._flowing.wait()
                     if self.swallow.is_set():
                         continue
+                    if asked.is_set():
+                        asked.clear()
+                        if self.delay > 0:
+                            time.sleep(self.delay)
+                else:
+                    asked.set()
                 dst.sendall(data)
         except OSError:
             pass

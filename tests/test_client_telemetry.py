@@ -126,3 +126,34 @@ def test_push_checks_in_process() -> None:
         assert set(t.clients) == set(ids[-3:])
     finally:
         clients.MAX_CLIENTS = saved
+
+
+def test_an_instance_keeps_bounded_labels_and_the_bound_drops_the_least_recently_heard() -> None:
+    """Resource attributes pushed without end stop at MAX_LABELS_PER_CLIENT; at MAX_CLIENTS the
+    instance heard from longest ago goes, not one heard from lately."""
+    import uuid
+    from types import SimpleNamespace
+
+    import broker.telemetry.clients as clients
+    from tests.test_otlp import _kv, _len
+
+    configs = {(16, "all"): {"metrics": "*", "interval.ms": "1000"}}
+    now = [100.0]
+    t = clients.ClientTelemetry(lambda: SimpleNamespace(configs=configs), clock=lambda: now[0])
+    who = {"client_id": "c1"}
+    iid, plan = t.get_subscriptions(uuid.UUID(int=0), who)
+    for i in range(3):
+        now[0] += 1
+        resource = b"".join(_len(1, _kv(f"attr{i}_{j}", "v")) for j in range(50))  # Resource.attributes
+        assert t.push(iid, plan.subscription_id, False, 0, _len(1, _len(1, resource)), who) == (0, None)
+    assert len(t.clients[iid].labels) == clients.MAX_LABELS_PER_CLIENT
+
+    saved, clients.MAX_CLIENTS = clients.MAX_CLIENTS, 3
+    try:
+        a, b = (t.get_subscriptions(uuid.UUID(int=0), who)[0] for _ in range(2))
+        now[0] += 1
+        t.push(iid, plan.subscription_id, False, 0, b"", who)  # the first instance is heard again
+        c = t.get_subscriptions(uuid.UUID(int=0), who)[0]
+        assert set(t.clients) == {b, iid, c} and a not in t.clients
+    finally:
+        clients.MAX_CLIENTS = saved

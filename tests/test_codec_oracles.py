@@ -72,10 +72,10 @@ STRATA_ONLY = {
     ("MetadataResponse", "Chunks"),
     ("DescribeTopicPartitionsResponse", "StartOffset"),
     ("DescribeTopicPartitionsResponse", "Chunks"),
-    # KIP-253 (README "Partition count changes")
+    # KIP-253 (docs/concepts/partition-counts.md)
     ("MetadataResponse", "MarkedForDeletion"),
     ("MetadataResponse", "UndeletedPartitionCount"),
-    # KIP-1164's produce gateways (README "Diskless topics")
+    # KIP-1164's produce gateways (docs/concepts/diskless.md)
     ("MetadataResponse", "PreferredProduceBrokers"),
     ("ProduceRequest", "UndeletedPartitionCount"),
     ("HeartbeatRequest", "Positions"),

@@ -25,6 +25,7 @@ from protocol.generated import (
     ResponseHeader,
 )
 from protocol.generated.control_records.leader_change_message import LeaderChangeMessage
+from protocol.generated.control_records.voters_record import VotersRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,7 +48,7 @@ def message_class(spec: MessageSpec):
         cls = table.get(spec.api_key)
     else:
         cls = {"RequestHeader": RequestHeader, "ResponseHeader": ResponseHeader,
-               "LeaderChangeMessage": LeaderChangeMessage}.get(spec.name)
+               "LeaderChangeMessage": LeaderChangeMessage, "VotersRecord": VotersRecord}.get(spec.name)
     return cls if cls is not None and cls.NAME == spec.name else None
 
 

@@ -1,6 +1,6 @@
 """`docker compose up`, for real: the image built, the 6-node cluster run, checked from the host.
 
-Runs the README's compose block line by line (and checks the block is what this file runs),
+Runs the quickstart's compose block (docs/quickstart.md) line by line (and checks the block is what this file runs),
 with checks between the lines: every node up, a topic with RF 3, records produced with acks=all
 and all read back through the published ports after a new chunk, after one broker's stop and
 start, and after `down` and `up` (the named volumes keep the data). Not in `make test` (it takes
@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import subprocess
 import sys
 import time
 import urllib.request
@@ -27,6 +25,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.conftest import wait_for, wait_for_kafka
+from tests.doc_blocks import run_line, sh_block
 from tools.cluster import port_in_use
 from tools.docker_base import Dockerd, DockerUnavailable, compose_command, ensure_packages
 
@@ -39,7 +38,7 @@ BROKERS = {1: 9092, 2: 9093, 3: 9094}
 TOPIC = "orders"
 NODES = ("controller", "controller-101", "controller-102", "broker-1", "broker-2", "broker-3")
 MARKER = "<!-- tests/test_compose.py runs this block, line by line -->"
-# The README's block, in order; run() below pairs each with its check.
+# The quickstart's block, in order; run() below pairs each with its check.
 STEPS = [
     "export STRATA_BASE_IMAGE=$(python -m tools.docker_base)",
     "docker compose up -d --build",
@@ -58,15 +57,12 @@ STEPS = [
 ]
 
 
-def readme_block() -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    m = re.search(re.escape(MARKER) + r"\n```sh\n(.*?)\n```", text, re.S)
-    assert m, f"README.md: no ```sh block after {MARKER}"
-    return m.group(1).splitlines()
+def quickstart_block() -> list[str]:
+    return sh_block(ROOT / "docs" / "quickstart.md", MARKER)
 
 
 class Shell:
-    """Runs README lines in bash from the repo root with the venv's bin/ first on PATH, carrying
+    """Runs the block's lines in bash from the repo root with the venv's bin/ first on PATH, carrying
     the environment a line exports to the next ones; `docker compose` becomes the Compose here."""
 
     def __init__(self, compose: list[str], env_file: Path) -> None:
@@ -77,16 +73,8 @@ class Shell:
 
     def __call__(self, line: str, timeout: float = 900) -> str:
         cmd = line.replace("docker compose", self.compose, 1) if line.startswith("docker compose") else line
-        script = f'{cmd}\nrc=$?\nenv -0 > "{self.env_file}"\nexit $rc\n'
-        started = time.monotonic()
-        out = subprocess.run(["bash", "-c", script], cwd=ROOT, env=self.env, capture_output=True, text=True,
-                             timeout=timeout)
-        print(f"$ {line}  ({time.monotonic() - started:.1f} s)\n{out.stdout}{out.stderr}", flush=True)
-        assert out.returncode == 0, f"{line!r} exited {out.returncode}: {out.stderr.strip()[-2000:]}"
-        if line.startswith("export "):
-            pairs = (item.split("=", 1) for item in self.env_file.read_text().split("\0") if "=" in item)
-            self.env = dict(pairs)
-        return out.stdout
+        out, self.env = run_line(cmd, line, cwd=ROOT, env=self.env, env_file=self.env_file, timeout=timeout)
+        return out
 
 
 @pytest.fixture(scope="module")
@@ -202,12 +190,12 @@ def prometheus_targets_up() -> set[str] | None:
     return {t["labels"]["instance"] for t in active}
 
 
-def test_readme_block_is_what_this_test_runs() -> None:
-    assert readme_block() == STEPS
+def test_quickstart_block_is_what_this_test_runs() -> None:
+    assert quickstart_block() == STEPS
 
 
 def test_compose_cluster(shell: Shell) -> None:
-    assert readme_block() == STEPS
+    assert quickstart_block() == STEPS
     steps = iter(STEPS)
     started = time.monotonic()
 

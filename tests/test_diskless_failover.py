@@ -91,14 +91,26 @@ def test_producer_broker_killed(tmp_path: Path) -> None:
         c.stop()
 
 
+def _coordinator_leader(c: Cluster) -> int:
+    """The leader of the diskless coordinator's partition 0, once the metadata topic has one (it
+    is created with the first diskless topic, and a broker may not have its leader yet)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": c.bootstrap})
+    deadline = time.monotonic() + 30
+    while True:
+        md = admin.list_topics("__diskless_metadata", timeout=15)
+        info = md.topics["__diskless_metadata"].partitions.get(0)
+        if info is not None and info.leader >= 0:
+            return int(info.leader)
+        assert time.monotonic() < deadline, f"__diskless_metadata has no leader for partition 0: {md.topics}"
+        time.sleep(0.2)
+
+
 def test_coordinator_leader_killed(tmp_path: Path) -> None:
     c = _cluster(tmp_path)
     try:
-        from confluent_kafka.admin import AdminClient
-
-        md = AdminClient({"bootstrap.servers": c.bootstrap}).list_topics("__diskless_metadata", timeout=15)
-        leaders = {p: info.leader for p, info in md.topics["__diskless_metadata"].partitions.items()}
-        victim = leaders[0]
+        victim = _coordinator_leader(c)
         via = next(b for b in (1, 2, 3) if b != victim)
         n = 6000
         acked = _produce_while(c, via, lambda: c.kill(victim), n)

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from node.config import load_properties, parse_listeners, parse_voters
-from tests.test_compose import STEPS, readme_block
+from tests.test_compose import STEPS, quickstart_block
 from tools.cluster import CONTROLLER, CONTROLLER_ID, DOCKER_CONFIG_PATH, DOCKER_INTERNAL_PORT, docker_configs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -171,6 +171,6 @@ def test_dockerfile_installs_every_package() -> None:
         assert volume_dir in text, f"the image should create {volume_dir} for the volume's ownership"
 
 
-def test_readme_compose_block_is_what_test_compose_runs() -> None:
-    """tests/test_compose.py (make compose-test, not make test) runs the README's block word for word."""
-    assert readme_block() == STEPS
+def test_quickstart_compose_block_is_what_test_compose_runs() -> None:
+    """tests/test_compose.py (make compose-test, not make test) runs the quickstart's block (docs/quickstart.md) word for word."""
+    assert quickstart_block() == STEPS

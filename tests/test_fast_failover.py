@@ -1,6 +1,6 @@
 """Failover in about a second: a broker whose process dies closes its connections to the
 controller, which fences it (metadata records, as for a session timeout) unless it reconnects
-within half a second, instead of waiting broker.session.timeout.ms (README "Broker failure
+within half a second, instead of waiting broker.session.timeout.ms (docs/concepts/failure-detection.md, "Broker failure
 detection"). First the rule on a fake clock; then a kill -9 of a partition leader under an
 acks=all producer (default 9 s session): writes resume within 3 s and no acknowledged write is
 lost; then a broker paused with SIGSTOP for less than its session is not fenced: a pause closes
@@ -47,6 +47,7 @@ def test_sessions_fence_a_broker_whose_connections_all_closed_after_the_grace():
     s.bind(1, first)
     s.bind(1, second)  # a heartbeat and a metadata fetch on two connections
     s.touch(2)  # never bound (no connection seen): only its session can run out
+    s.bind(3, FakeLink())  # a broker still connected: our own network works
     woken = []
     s.on_link_closed = lambda: woken.append(now[0])
     assert s.check_interval() == 1.0  # nothing closing: the session's pace
@@ -64,6 +65,7 @@ def test_sessions_fence_a_broker_whose_connections_all_closed_after_the_grace():
     s.touch_all([1, 2])  # a new active controller: links start afresh
     gone = FakeLink()
     s.bind(1, gone)
+    s.bind(3, FakeLink())
     gone.closed = True
     assert s.lapsed([1]) == {}
     now[0] = 7.9
@@ -73,6 +75,39 @@ def test_sessions_fence_a_broker_whose_connections_all_closed_after_the_grace():
     now[0] = 17.0
     assert s.lapsed([1, 2]) == {1: "session_timeout", 2: "session_timeout"}
     assert s.check_interval() <= 0.2
+
+
+def test_sessions_do_not_fence_every_broker_when_all_connections_close_at_once():
+    """Every broker's connections closing together says more of our own network (a partition
+    that resets connections) than of the brokers: only the session timeout fences then, and once
+    one broker is back the others get a full grace to reconnect too."""
+    now = [0.0]
+    s = BrokerSessions(9000, clock=lambda: now[0], grace=0.5)
+    links = {b: FakeLink() for b in (1, 2, 3)}
+    for b, link in links.items():
+        s.touch(b)
+        s.bind(b, link)
+    for link in links.values():
+        link.close()
+    for t in (0.0, 0.6, 2.0):
+        now[0] = t
+        assert s.lapsed([1, 2, 3]) == {}
+    s.bind(3, FakeLink())  # the network is back: broker 3 reconnected first
+    now[0] = 2.05
+    assert s.lapsed([1, 2, 3]) == {}  # 1 and 2: their grace starts now
+    s.bind(2, FakeLink())
+    now[0] = 2.6
+    assert s.lapsed([1, 2, 3]) == {1: "connection_closed"}  # 1 stayed away for the grace
+    # a lone broker's new process registering: it reached us, so the old one is gone
+    alone = BrokerSessions(9000, clock=lambda: now[0], grace=0.5)
+    old = FakeLink()
+    alone.touch(1)
+    alone.bind(1, old)
+    old.close()
+    assert alone.lapsed([1]) == {}
+    now[0] = 3.2
+    assert alone.lapsed([1]) == {}  # the fencing loop waits for the session
+    assert alone.lapsed([1], reachable=True) == {1: "connection_closed"}  # a registration need not
 
 
 # ---------------------------------------------------------------- a real cluster
@@ -169,5 +204,61 @@ def test_a_paused_broker_is_not_fenced_before_its_session_runs_out(tmp_path):
         wait_for(lambda: sorted(admin.list_topics(timeout=5).brokers) == [1, 2], 20, "both brokers listed")
         time.sleep(1)  # a heartbeat or two after the pause
         assert not [ln for ln in fenced_lines(c) if re.search(r"broker=2\b", ln)], fenced_lines(c)
+    finally:
+        c.stop()
+
+
+def test_a_controller_cut_off_from_every_broker_for_a_moment_fences_none(tmp_path):
+    """The active controller's links to all brokers reset for 1.5 s (past the 0.5 s grace, within
+    the session): no broker is fenced, no leader moves."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.faults.schedule import wire_links
+
+    c = Cluster(tmp_path / "c", brokers=3, verbose=False)
+    links = wire_links(c)  # every broker reaches the controller through a proxy
+    try:
+        c.start()
+        admin = AdminClient({"bootstrap.servers": c.bootstrap})
+        admin.create_topics([NewTopic("steady", 1, 3)])["steady"].result(30)
+        before = wait_for(lambda: (s := leader_and_isr(admin, "steady"))[1] == [1, 2, 3] and s, 30, "full ISR")
+        controller = c.controller_ids[0]
+        for link in links[controller]:
+            link.cut()
+        time.sleep(1.5)
+        for link in links[controller]:
+            link.heal()
+        time.sleep(2)  # the brokers reconnect and heartbeat
+        assert not fenced_lines(c), fenced_lines(c)
+        assert leader_and_isr(admin, "steady") == before
+    finally:
+        c.stop()
+        for link in {id(x): x for xs in links.values() for x in xs}.values():
+            link.close()
+
+
+def test_brokers_reach_the_new_controller_before_their_sessions_run_out(tmp_path):
+    """The active controller paused (SIGSTOP) past the brokers' sessions: another voter takes over
+    within a few seconds with fresh sessions, and each broker's heartbeat gives up on the silent
+    one soon enough to reach it in time (Kafka: KAFKA-14392), so none is fenced."""
+    c = Cluster(tmp_path / "c", brokers=3, controllers=3, verbose=False,
+                controller_overrides={"broker.session.timeout.ms": 6000},
+                broker_overrides={"broker.session.timeout.ms": 6000})
+    c.start()
+    try:
+        active = c.active_controller()
+        assert active is not None
+        time.sleep(1)
+        pid = c.pid(active)
+        assert pid is not None
+        os.killpg(pid, signal.SIGSTOP)
+        try:
+            time.sleep(12)
+        finally:
+            os.killpg(pid, signal.SIGCONT)
+        time.sleep(1)
+        fenced = [ln for cid in c.controller_ids for ln in c.log_path(cid).read_text().splitlines()
+                  if "broker_fenced" in ln]
+        assert not fenced, fenced
     finally:
         c.stop()

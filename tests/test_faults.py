@@ -1,5 +1,5 @@
-"""Jepsen-style: a seeded schedule of kill -9s, SIGSTOP pauses, restarts and network partitions
-from the controller of brokers under idempotent acks=all producers, a transactional producer and
+"""Jepsen-style: a seeded schedule of kill -9s, SIGSTOP pauses, restarts, network partitions
+from the controller or from the other brokers, slow and full disks and wall-clock jumps, of brokers under idempotent acks=all producers, a transactional producer and
 a live read_committed consumer on a classic and a diskless topic, then the history checker over everything
 sent, acknowledged and read (tests/faults/). STRATA_FAULT_SEED=N replays another schedule; the
 long runs are bench/faults.py. The checker itself is tested first on histories made by hand."""
@@ -7,10 +7,16 @@ long runs are bench/faults.py. The checker itself is tested first on histories m
 from __future__ import annotations
 
 import os
+from contextlib import ExitStack
+
+import pytest
 
 from tests.faults.checker import History, anomalies, check, summary
-from tests.faults.run import DISKLESS_BROKER, DISKLESS_CONTROLLER, run_schedule
-from tests.faults.schedule import plan, wire_links
+from tests.faults.clock import clock_unavailable
+from tests.faults.disks import disks_unavailable
+from tests.faults.run import DISKLESS_BROKER, DISKLESS_CONTROLLER, run_schedule, wire_broker_faults
+from tests.faults.schedule import CLOCK, FULL, SLOW, SPLIT, plan, wire_links
+from tests.faults.split import split_unavailable
 
 
 def _valid() -> History:
@@ -103,3 +109,40 @@ def test_random_faults_lose_duplicate_and_reorder_nothing(cluster_factory, tmp_p
         assert len(h.acked) >= (len(h.attempted) - 3 * len(h.txns)) * 0.9, f"{topic}: most sends are acknowledged"
         assert outcomes["committed"] >= 10 and outcomes["aborted"] >= 2, (topic, outcomes)
     print(f"delivery errors {out.delivery_errors}")
+
+
+def test_disk_faults_partitions_between_brokers_and_clock_jumps_lose_nothing(cluster_factory, tmp_path) -> None:
+    """Each broker's second log dir is a tmpfs behind a FUSE passthrough (tests/faults/disks.py):
+    slow disks (every write and fsync there late by schedule.SLOW_DISK_S) and full disks (the
+    tmpfs filled: the broker takes the dir offline at its next write there, and is restarted once
+    the space is freed); brokers cut off from the other brokers by iptables (a cut leader shrinks
+    its ISR, and min.insync.replicas=2 then refuses acks=all writes until it heals); a broker's
+    wall clock jumping forward or back by minutes and back again; kill -9s. One schedule, a
+    classic RF 3 topic with idempotent and transactional producers."""
+    reasons = [r for r in (disks_unavailable(), split_unavailable(), clock_unavailable()) if r]
+    if reasons:
+        pytest.skip("; ".join(reasons))
+    seed = int(os.environ.get("STRATA_FAULT_SEED", "128"))
+    c = cluster_factory(start=False, brokers=3, broker_overrides={"replica.lag.time.max.ms": 3000},
+                        controller_overrides={"broker.session.timeout.ms": 6000})
+    with ExitStack() as stack:
+        faults = wire_broker_faults(c, stack, tmp_path)
+        c.start()
+        out = run_schedule(c, seed, seconds=40, faults=8, **faults, kinds=(SLOW, FULL, SPLIT, "kill", CLOCK),
+                           replay=f"STRATA_FAULT_SEED={seed} .venv/bin/pytest tests/test_faults.py -k disk_faults")
+        # the faulty dirs held the topic's replicas (read before they are unmounted)
+        assert any(d.name.startswith("faults-") for b in c.broker_ids
+                   for d in (c.node_dir(b) / "logs-1.backing").iterdir())
+    assert out.anomalies == 0, f"seed {seed}: {out.summary()}"
+    filled = {f.node for f in out.faults if f.kind == FULL}
+    for b in set(c.broker_ids) - filled:  # a slow disk is not a failed one
+        assert "log_dir_offline" not in c.log_path(b).read_text(errors="replace"), f"broker {b} lost a log dir"
+    applied = {a.split()[1] for a in out.applied}
+    offline = [b for b in filled if "No space left" in c.log_path(b).read_text(errors="replace")]
+    if "STRATA_FAULT_SEED" not in os.environ:  # the default schedule has each of these faults
+        assert {SLOW, FULL, SPLIT, "kill", CLOCK} <= applied, out.applied
+        assert offline, "no full disk was taken offline"  # its full disks last 4.6 and 6.9 s
+    h = out.history
+    print(f"seed {seed}: {len(h.attempted)} sent, {len(h.acked)} acknowledged, {len(h.final)} read at the end; "
+          f"{summary(out.result)}; delivery errors {out.delivery_errors}; full dirs taken offline on {offline}")
+    assert len(h.acked) >= (len(h.attempted) - 3 * len(h.txns)) * 0.9, "most sends are acknowledged"

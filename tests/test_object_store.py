@@ -213,7 +213,7 @@ def test_read_batches_with_concurrent_and_cancelled_readers(tmp_path: Path) -> N
 
 
 def test_snapshot_store(store: ObjectStore, tmp_path: Path) -> None:
-    """Coordinator snapshots (README "Diskless topics"): stored per topic id and partition, listed
+    """Coordinator snapshots (docs/concepts/diskless.md): stored per topic id and partition, listed
     by applied offset, the two newest kept, outside the WAL prefix."""
 
     async def get(snaps: SnapshotStore, tid: str, index: int, offset: int) -> bytes:

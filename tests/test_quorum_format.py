@@ -65,6 +65,9 @@ def test_formatted_quorum_refuses_a_foreign_voter_and_broker(tmp_path: Path) -> 
     alone = storage("format", "-t", ours, "-c", str(configs[a]), "--standalone")
     assert alone.returncode == 1 and alone.stderr.startswith(
         f"Error: --standalone makes node {a} the only voter, but controller.quorum.voters names "), alone.stderr
+    joining = storage("format", "-t", ours, "-c", str(configs[a]), "--no-initial-controllers")
+    assert joining.returncode == 1 and joining.stderr.startswith(
+        "Error: --no-initial-controllers is for a quorum without controller.quorum.voters"), joining.stderr
     out = storage("format", "-t", ours, "-c", str(configs[a]), "--initial-controllers", voters)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"Formatting metadata directory {c.node_dir(a) / 'metadata'} with cluster.id {ours}."

@@ -267,3 +267,27 @@ def test_disk_records_helper_sees_a_real_log(cluster):
     owners = [b for b in (1, 2, 3) if list(Path(cluster.node_dir(b)).glob("logs-*/h-0-0"))]
     assert len(owners) == 1
     assert [v for _, v in disk_records(cluster, owners[0], "h")] == [b"one", b"two"]
+
+
+def test_follower_of_an_epoch_without_records_rejoins_after_leadership_comes_back(cluster):
+    # An idle partition (as most of __transaction_state is) changes leader twice without a
+    # write: broker 2 leads epoch 1 and writes nothing, so broker 1 never learns that epoch;
+    # broker 1 leads again at epoch 2 and broker 2 follows with its last epoch 1. The leader
+    # answers a diverging epoch ending at broker 2's log end: nothing to truncate, but broker 2
+    # must drop its empty epoch entry (as Kafka's UnifiedLog.truncateTo does), or it asks the
+    # same question forever and never rejoins the ISR.
+    from confluent_kafka import ElectionType
+
+    a = AdminClient(cluster.rdkafka_conf())
+    a.create_topics([NewTopic("idle", num_partitions=1, replica_assignment=[[1, 2]])])["idle"].result(30)
+    assert len(produce(cluster, "idle", [b"a%d" % i for i in range(10)])) == 10
+    wait_for(lambda: len(disk_records(cluster, 2, "idle")) == 10, what="broker 2 to copy the first records")
+    cluster.kill(1)
+    wait_for(lambda: isr_at(cluster, 2, "idle") == [2], what="broker 2 to lead alone")
+    cluster.start_node(1)
+    wait_for(lambda: partition_state(a, "idle")[1] == [1, 2], what="broker 1 to rejoin the ISR")
+    a.elect_leaders(ElectionType.PREFERRED, [TopicPartition("idle", 0)]).result(30)
+    wait_for(lambda: partition_state(a, "idle")[0] == 1, what="broker 1 to lead again")
+    assert len(produce(cluster, "idle", [b"b%d" % i for i in range(10)], acks="1")) == 10
+    wait_for(lambda: len(disk_records(cluster, 2, "idle")) == 20, timeout=20, what="broker 2 to copy the new records")
+    wait_for(lambda: partition_state(a, "idle")[1] == [1, 2], what="broker 2 in the ISR")

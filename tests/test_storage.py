@@ -449,7 +449,8 @@ def test_after_a_crash_the_state_file_is_rewritten_only_if_it_claims_more_than_s
     os.truncate(seg, seg.stat().st_size - 10)  # the synced tail is gone (a failing disk)
     third = open_log(tmp_path, segment_bytes=10_000)
     assert third.log_end_offset == 6
-    assert read_log_state(state_file) == LogState(0, 6, 6)  # fixed before any append
+    fixed = read_log_state(state_file)  # fixed before any append, as a new incarnation (log_state.py)
+    assert fixed is not None and fixed.incarnation != 0 and fixed == LogState(0, 6, 6, fixed.incarnation)
 
 
 def test_crash_with_garbage_tail_and_corrupt_batch(tmp_path):
@@ -998,7 +999,7 @@ def test_a_checkpoint_racing_the_logs_deletion_keeps_the_dir_online(tmp_path, mo
     """The checkpoint writes outside the log's lock: a replica deleted meanwhile (its topic
     deleted) makes that write fail with ENOENT, which is no disk error, so the dir's handler must
     not hear of it (it took the whole log dir offline)."""
-    import broker.storage.log as log_module
+    import broker.storage.log_state as log_module
 
     errors = []
     lg = Log.open(tmp_path / "orders-0-0", LogConfig(), io_error_handler=lambda d, e: errors.append(e))
@@ -1013,3 +1014,111 @@ def test_a_checkpoint_racing_the_logs_deletion_keeps_the_dir_online(tmp_path, mo
     monkeypatch.setattr(log_module, "write_log_state", deleted_first)
     assert lg.checkpoint() is False
     assert errors == [] and not lg.dir.exists()
+
+
+# -- the dir's high watermarks (log_state.py) ---------------------------------------------------
+
+
+def _checkpoint(logs: list[Log], dirs: list[LogDir]) -> None:
+    from broker.replication.log_maintenance import _checkpoint_all
+
+    _checkpoint_all(logs, dirs)
+
+
+def _checkpointed_log(tmp_path: Path, records: int) -> tuple[Path, LogDir, Log]:
+    """A log dir holding t-0-0 with `records` records, all below the high watermark, checkpointed."""
+    root = tmp_path / "data"
+    d = LogDir(root)
+    d.format_or_check(1, "abc")
+    lg = d.open_log("t", 0, 0, LogConfig())
+    lg.append_as_leader(batch(records), 0, NOW)
+    lg.update_high_watermark(records)
+    _checkpoint([lg], [d])
+    return root, d, lg
+
+
+def _reopened(root: Path, name: tuple[str, int, int]) -> Log:
+    d = LogDir(root)
+    d.format_or_check(1, "abc")
+    return d.open_log(*name, LogConfig())
+
+
+def test_a_moved_high_watermark_goes_to_the_dirs_file_not_the_logs_own(tmp_path):
+    """The periodic checkpoint writes one file a log dir for the high watermarks; a log's own
+    state file is written once it has records, then only when its log start or recovery point
+    moves. After a crash the high watermark comes back from the dir's file."""
+    root = tmp_path / "data"
+    d = LogDir(root)
+    d.format_or_check(1, "abc")
+    logs = [d.open_log("t", i, 0, LogConfig()) for i in range(3)]
+    idle = d.open_log("idle", 0, 0, LogConfig())
+    for lg in logs:
+        lg.append_as_leader(batch(2), 0, NOW)
+        lg.update_high_watermark(2)
+    _checkpoint(logs + [idle], [d])
+    own = logs[0].dir / "log-state.checkpoint"
+    first = own.read_bytes()  # written once: a log with records needs one for its dir entry to count
+    assert not (idle.dir / "log-state.checkpoint").exists()  # created, no records: nothing yet
+    for lg in logs:
+        lg.append_as_leader(batch(3), 0, NOW)
+        lg.update_high_watermark(5)
+    _checkpoint(logs + [idle], [d])
+    assert own.read_bytes() == first  # the high watermark alone moved: not rewritten
+    text = (root / "high-watermark-checkpoint").read_text()
+    assert text.startswith("0\n4\n") and " 5\n" in text
+    for lg in logs:
+        simulate_crash(lg)
+    again = _reopened(root, ("t", 1, 0))
+    assert (again.log_end_offset, again.high_watermark) == (5, 5)
+
+
+def test_a_truncation_voids_the_dirs_older_high_watermark(tmp_path):
+    """A follower truncated after the dir's file was written, then appending other records up to
+    the old high watermark, must not get that high watermark back after a crash: the truncation
+    draws a new incarnation, and the dir's entry names the old one."""
+    root = tmp_path / "data"
+    d = LogDir(root)
+    d.format_or_check(1, "abc")
+    lg = d.open_log("t", 0, 0, LogConfig())
+    lg.append_as_follower(batch(4))  # offsets 0..3
+    lg.append_as_follower(_with_header_field(batch(6), ">q", 0, 4))  # 4..9
+    lg.update_high_watermark(10)
+    _checkpoint([lg], [d])
+    lg.truncate_to(4)  # a new leader's log diverged at 4
+    assert lg.high_watermark == 4
+    lg.append_as_follower(_with_header_field(batch(6, tag="new"), ">q", 0, 4))  # offsets 4..9 again
+    simulate_crash(lg)
+    again = _reopened(root, ("t", 0, 0))
+    assert again.log_end_offset == 10 and again.high_watermark == 4
+
+
+def test_a_recreated_log_ignores_an_entry_left_by_its_predecessor(tmp_path):
+    """A replica deleted and created again under the same name (its partition moved away and
+    back) starts from its own state, not from the dir entry its predecessor left."""
+    root, d, lg = _checkpointed_log(tmp_path, 8)
+    lg.delete()
+    d = LogDir(root)
+    d.format_or_check(1, "abc")  # reads the dir's file, which still names t-0-0
+    new = d.open_log("t", 0, 0, LogConfig())
+    new.append_as_leader(batch(8), 0, NOW)
+    new.flush()  # its own state file, before any checkpoint replaced the dir's
+    simulate_crash(new)
+    again = _reopened(root, ("t", 0, 0))
+    assert again.log_end_offset == 8 and again.high_watermark == 0
+
+
+def test_a_clean_shutdown_writes_the_dirs_high_watermarks_and_no_state_file(tmp_path):
+    """A broker's shutdown closes its logs with the high watermarks left to the dir's file: a
+    log whose state file already stands for its log start and recovery point is not rewritten."""
+    root, d, lg = _checkpointed_log(tmp_path, 4)
+    own = lg.dir / "log-state.checkpoint"
+    before = own.stat().st_mtime_ns, own.read_bytes()
+    lg.update_high_watermark(4)
+    lg.append_as_leader(batch(2), 0, NOW)
+    lg.update_high_watermark(6)
+    lg.close(sync=False, hw_in_dir=True)
+    assert d.write_high_watermarks({lg.dir.name: lg.high_watermark_entry()})
+    assert d.mark_clean_shutdown()
+    assert (own.stat().st_mtime_ns, own.read_bytes()) == before
+    again = _reopened(root, ("t", 0, 0))
+    assert (again.log_end_offset, again.high_watermark) == (6, 6)

@@ -113,7 +113,8 @@ class ToolArgumentParser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.add_argument("--command-config", metavar="FILE",
+        # SUPPRESS: a subcommand's parser (one of these too) leaves the top level's value alone
+        self.add_argument("--command-config", metavar="FILE", default=argparse.SUPPRESS,
                           help="client properties: security.protocol, sasl.mechanism, sasl.jaas.config, ssl.ca.location")
 
     def error(self, message: str) -> NoReturn:

@@ -331,14 +331,12 @@ def _run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
 
 
 async def _quorum_leader(host: str, port: int, security: Any) -> int | None:
-    from metadata.image import METADATA_TOPIC
+    from metadata.voters import describe_quorum_request
     from node.client import NodeClient
-    from protocol.generated.describe_quorum import DescribeQuorumRequest as DQ
 
     client = await NodeClient(host, port, client_id="strata-cluster", timeout=2, security=security).connect()
     try:
-        resp = await client.request(DQ(topics=[DQ.TopicData(topic_name=METADATA_TOPIC, partitions=[
-            DQ.PartitionData(partition_index=0)])]), timeout=2)
+        resp = await client.request(describe_quorum_request(), timeout=2)
         p = resp.topics[0].partitions[0]
         return p.leader_id if not p.error_code else None
     finally:
@@ -433,12 +431,19 @@ class Cluster:
         code_root: Path | None = None,
         controllers: int = 1,
         per_controller_overrides: Mapping[int, Overrides] | None = None,
+        dynamic_voters: int | None = None,
     ) -> None:
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
         if not 1 <= controllers <= MAX_CONTROLLERS:
             raise ValueError(f"a cluster needs 1 to {MAX_CONTROLLERS} controllers")
         self.controllers = controllers
+        # a dynamic quorum (KIP-853): the first `dynamic_voters` controllers are formatted as its
+        # voters (--initial-controllers, or --standalone for one), the others as observers (--no-initial-controllers) that
+        # start() leaves stopped; no node names controller.quorum.voters, all bootstrap from the voters
+        if dynamic_voters is not None and not 1 <= dynamic_voters <= controllers:
+            raise ValueError(f"dynamic_voters must be 1 to {controllers}")
+        self.dynamic_voters = dynamic_voters
         # the voters of one quorum format with one cluster id (chosen once: restarts keep it)
         self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         self.per_controller_overrides = {int(k): dict(v) for k, v in (per_controller_overrides or {}).items()}
@@ -459,6 +464,10 @@ class Cluster:
         self.per_broker_overrides = {int(k): dict(v) for k, v in (per_broker_overrides or {}).items()}
         self.verbose = verbose
         self.nofile: dict[int, int] = dict(nofile or {})
+        # node id -> group id its process runs under (a fault harness matches its packets by owner)
+        self.groups: dict[int, int] = {}
+        # node id -> environment variables of its process beyond ours (a preloaded fault library)
+        self.node_env: dict[int, dict[str, str]] = {}
         self.code_root = Path(code_root) if code_root is not None else REPO_ROOT  # another tree's nodes (a bench's A/B)
         # role -> module run with `python -m`; another module (a profiling wrapper, a stub) can stand in
         self.modules = {"controller": "controller", "broker": "broker", **(modules or {})}
@@ -579,8 +588,20 @@ class Cluster:
         return f"http://{self.host}:{found[-1]}/metrics"
 
     # ---- configs
+    @property
+    def initial_controller_ids(self) -> list[int]:
+        """The controllers start() starts: all, or a dynamic quorum's first voters."""
+        return self.controller_ids[:self.dynamic_voters] if self.dynamic_voters else self.controller_ids
+
+    def _dynamic_overrides(self) -> dict[str, str | None]:
+        if not self.dynamic_voters:
+            return {}
+        servers = ",".join(f"{self.host}:{self.ports[c]}" for c in self.initial_controller_ids)
+        return {"controller.quorum.voters": None, "controller.quorum.bootstrap.servers": servers}
+
     def generate_configs(self) -> dict[str, dict[str, str]]:
         """server.properties of every node, by node name. Pure: no I/O."""
+        dynamic = self._dynamic_overrides()
         return node_configs(
             brokers=self.brokers,
             controller_ports={i: self.ports[i] for i in self.controller_ids},
@@ -590,8 +611,8 @@ class Cluster:
             dir_of=lambda name: self.base_dir / name,
             # the brokers of one cluster share the diskless object store, as they would a bucket
             broker_overrides={"diskless.storage.url": f"file://{self.base_dir / 'diskless-objects'}",
-                              **self.broker_overrides},
-            controller_overrides=self.controller_overrides,
+                              **dynamic, **self.broker_overrides},
+            controller_overrides={**dynamic, **self.controller_overrides},
             per_broker_overrides=self.per_broker_overrides,
             lname=self.secure or "PLAINTEXT",
             per_controller_overrides=self.per_controller_overrides,
@@ -646,17 +667,37 @@ class Cluster:
             self.write_configs()
             if busy:
                 raise ClusterError(f"ports already in use on {self.host}: {', '.join(busy)} (another cluster running?)")
+            self._format_dynamic()
             deadline = time.monotonic() + timeout
             # All at once: a broker started before the controllers waits for them, so the brokers'
             # interpreter start overlaps the controllers' (about a second off every cluster start).
-            for nid in (*self.controller_ids, *self.broker_ids):
+            for nid in (*self.initial_controller_ids, *self.broker_ids):
                 self._spawn(nid)
-            self._wait_ready(self.controller_ids, deadline, timeout)
+            self._wait_ready(self.initial_controller_ids, deadline, timeout)
             self._wait_ready(self.broker_ids, deadline, timeout)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _format_dynamic(self) -> None:
+        """kafka-storage.sh format of a dynamic quorum's controllers not formatted yet."""
+        if not self.dynamic_voters:
+            return
+        from controller.log_dirs import random_id  # lazy: the launcher imports no node package at load
+        first = self.initial_controller_ids
+        dir_ids = {c: random_id() for c in first}
+        initial = ",".join(f"{c}@{self.host}:{self.ports[c]}:{dir_ids[c]}" for c in first)
+        for cid in self.controller_ids:
+            if (self.node_dir(cid) / "metadata" / "meta.properties").exists():
+                continue
+            how = (["--no-initial-controllers"] if cid not in first else ["--standalone"] if len(first) == 1
+                   else ["--initial-controllers", initial])
+            done = subprocess.run([sys.executable, "-P", "-m", "tools.kafka_storage", "format", "-t", self.cluster_id,
+                                   "-c", str(self.config_path(cid)), *how], capture_output=True, text=True,
+                                  cwd=self.code_root, timeout=60)
+            if done.returncode != 0:
+                raise ClusterError(f"formatting {node_name(cid)} failed: {done.stderr.strip()}")
 
     def start_node(self, node: int | str, *, wait: bool = True, timeout: float = 60.0) -> None:
         """Start one node (again) with the config written by start(); wait for it to be ready."""
@@ -726,6 +767,7 @@ class Cluster:
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"  # the log file shows what happened up to a crash
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.code_root), env.get("PYTHONPATH")]))
+        env.update(self.node_env.get(nid, {}))
         log = self.log_path(name)
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
@@ -740,6 +782,7 @@ class Cluster:
                 env=env,
                 start_new_session=True,  # Ctrl-C reaches the launcher only: it stops nodes in order
                 preexec_fn=_nofile_setter(self.nofile[nid]) if nid in self.nofile else None,
+                group=self.groups.get(nid),
             )
         self._procs[name] = proc
         return proc

@@ -71,7 +71,7 @@ def compose_plugin_works() -> bool:
 
 def compose_command() -> list[str]:
     """`docker compose` (the v2 plugin) where the CLI has it, else Debian's `docker-compose`
-    (v1.29): the README's commands run with either, the arguments are the same."""
+    (v1.29): the quickstart's compose commands run with either, the arguments are the same."""
     if compose_plugin_works():
         return ["docker", "compose"]
     if shutil.which("docker-compose"):

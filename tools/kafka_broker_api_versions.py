@@ -7,7 +7,7 @@ Kafka's BrokerApiVersionsCommand:
     )
 
 "usable" is the highest version this tool and the broker share. Strata's own APIs (keys of 1000
-and up, README "API keys of Strata's own APIs") are named too, where Kafka's tool would print
+and up, docs/development.md, "API keys of Strata's own APIs") are named too, where Kafka's tool would print
 UNKNOWN(key). A broker that does not answer gets ``... -> ERROR: reason`` as in Kafka, and the
 tool then exits 1 after one line on stderr. Bad arguments exit 2.
 """

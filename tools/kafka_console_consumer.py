@@ -8,7 +8,7 @@ with its DefaultMessageFormatter.
    print.headers=true print.value=false key.separator=, line.separator, headers.separator,
    null.literal] [--consumer-property K=V] [--consumer.config F] [--formatter-config F]
 
-Reads are chunk-aware (README "Chunks"), as connector/reader.py: an offset in an inactive chunk
+Reads are chunk-aware (docs/concepts/chunks.md), as connector/reader.py: an offset in an inactive chunk
 is fetched from an in-sync replica of that chunk (the first of a stable hash order of them, the
 others if it fails), the active chunk from its leader, and a `preferred_read_replica` answer is
 followed. So old data stays readable while the active chunk's leader is down. Without --group the

@@ -9,7 +9,7 @@ Prints Kafka's lines (``partition: foo-1<TAB>low_watermark: 1`` per partition). 
 whose deletion failed it prints ``partition: foo-1<TAB>error: ...`` as Kafka does, then one line on
 stderr and exits 1 (Kafka exits 0 there). The file is checked whole, unknown topics and partitions
 included, before anything is sent; a bad file exits 1, a bad argument 2. A chunked partition's
-whole inactive chunks below the offset are dropped (README "Chunks").
+whole inactive chunks below the offset are dropped (docs/concepts/chunks.md).
 """
 
 from __future__ import annotations

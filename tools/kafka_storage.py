@@ -3,7 +3,8 @@ StorageTool (KIP-631).
 
     kafka-storage.sh random-uuid
     kafka-storage.sh format -t <cluster id> -c server.properties [--ignore-formatted]
-                            [--standalone | --initial-controllers ID@HOST:PORT:DIRID,...]
+                            [--standalone | --initial-controllers ID@HOST:PORT:DIRID,...
+                             | --no-initial-controllers]
     kafka-storage.sh info -c server.properties
 
 `format` writes Kafka's v1 meta.properties (cluster.id, node.id, directory.id, version) into
@@ -11,12 +12,15 @@ every dir of `log.dirs` (and a controller's `metadata.log.dir`). A quorum of mor
 must be formatted this way (or given one `cluster.id`), with one id on every voter; a single
 voter and brokers format themselves on first start.
 
-Strata's quorum is static (KIP-595's controller.quorum.voters; no KIP-853 dynamic voters), so
-`--standalone` and `--initial-controllers` only confirm it: they are taken when they describe the
-configured voter set (this node alone; the same ids, hosts and ports) and refused otherwise,
-where Kafka refuses them whenever controller.quorum.voters is set. `--initial-controllers`'
-directory id of this node becomes its metadata dir's directory.id, as in Kafka. SCRAM users are
-bootstrapped from the controller's `bootstrap.scram.credentials`, not from `--add-scram`.
+A quorum named by `controller.quorum.voters` is static (KIP-595): there `--standalone` and
+`--initial-controllers` only confirm it (taken when they describe the configured voters, refused
+otherwise). A controller configured with `controller.quorum.bootstrap.servers` instead keeps its
+voters in the metadata log (KIP-853): `--standalone` (this node alone) or `--initial-controllers`
+writes the first voter set into a bootstrap snapshot at offset 0, and `--no-initial-controllers`
+formats a controller that joins as an observer until `kafka-metadata-quorum.sh add-controller`.
+`--initial-controllers`' directory id of this node becomes its metadata dir's directory.id, as in
+Kafka. SCRAM users are bootstrapped from the controller's `bootstrap.scram.credentials`, not
+from `--add-scram`.
 
 Errors: one line on stderr, exit 1 (a formatted dir, a bad id, a config without node.id or
 log.dirs); bad arguments exit 2.
@@ -27,11 +31,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from controller.config import check_cluster_id
 from controller.log_dirs import META_PROPERTIES, id_to_uuid, meta_text, random_id, write_atomically
+from controller.snapshots import snapshot_name
+from metadata.image import METADATA_TOPIC
+from metadata.voters import Voter, VoterSet, voters_batch
 from node.config import ConfigError, NodeConfig, parse_properties
 from tools.admin import AdminError, ToolArgumentParser
 
@@ -51,7 +59,7 @@ def _dirs(cfg: NodeConfig) -> tuple[list[Path], Path | None]:
         raise AdminError(str(e)) from None
     if "controller" not in cfg.roles:
         return dirs, None
-    meta = Path(cfg.props["metadata.log.dir"]) if cfg.props.get("metadata.log.dir") else dirs[0]
+    meta = cfg.metadata_dir
     return (dirs if meta in dirs else [*dirs, meta]), meta
 
 
@@ -77,29 +85,61 @@ def _initial_controllers(value: str) -> dict[int, tuple[str, int, str]]:
     return out
 
 
-def _voter_dir_id(a: argparse.Namespace, cfg: NodeConfig, node_id: int) -> str | None:
-    """Check --standalone / --initial-controllers against the static voters; the metadata dir's
-    directory id that --initial-controllers names for this node, if any."""
-    if not (a.standalone or a.initial_controllers):
-        return None
+def _controller_endpoint(cfg: NodeConfig) -> tuple[str, str, int]:
+    """This controller's first controller listener as others dial it (advertised if set)."""
+    for e in cfg.controller_endpoints:
+        if e.host not in ("", "0.0.0.0", "::"):
+            return e.listener, e.host, e.port
+    names = ",".join(cfg.controller_listener_names)
+    raise AdminError(f"--standalone: no controller listener ({names}) with a host others can dial")
+
+
+def _voter_dir_id(a: argparse.Namespace, cfg: NodeConfig, node_id: int) -> tuple[str | None, VoterSet | None]:
+    """Check --standalone / --initial-controllers / --no-initial-controllers; (the metadata dir's
+    directory id they name for this node, the bootstrap voter set of a dynamic quorum)."""
+    if not (a.standalone or a.initial_controllers or a.no_initial_controllers):
+        return None, None
     if "controller" not in cfg.roles:
-        raise AdminError("--standalone and --initial-controllers can only be used on a controller")
+        raise AdminError("--standalone, --initial-controllers and --no-initial-controllers can only be used on a "
+                         "controller")
     voters = cfg.quorum_voters
+    if not voters:  # the voters live in the log (KIP-853): this writes the first set
+        if a.no_initial_controllers:
+            return None, None
+        if a.standalone:
+            dir_id = random_id()
+            return dir_id, {node_id: Voter(node_id, id_to_uuid(dir_id), (_controller_endpoint(cfg),))}
+        given = _initial_controllers(a.initial_controllers)
+        if node_id not in given:
+            raise AdminError(f"--initial-controllers does not name this node ({node_id})")
+        listener = cfg.controller_listener_names[0]
+        return given[node_id][2], {i: Voter(i, id_to_uuid(d), ((listener, h, p),)) for i, (h, p, d) in given.items()}
+    if a.no_initial_controllers:
+        raise AdminError("--no-initial-controllers is for a quorum without controller.quorum.voters (KIP-853): "
+                         "this config names its voters")
     if a.standalone:
         if set(voters) != {node_id}:
             raise AdminError(f"--standalone makes node {node_id} the only voter, but controller.quorum.voters names "
-                             f"{','.join(map(str, sorted(voters)))}: Strata's quorum is static (KIP-595), format each "
-                             "voter with the same -t and without --standalone")
-        return None
+                             f"{','.join(map(str, sorted(voters)))}: a quorum named by controller.quorum.voters is "
+                             "static (KIP-595), format each voter with the same -t and without --standalone")
+        return None, None
     given = _initial_controllers(a.initial_controllers)
     named = {i: (h, p) for i, (h, p, _) in given.items()}
     if named != voters:
         want = ",".join(f"{i}@{h}:{p}" for i, (h, p) in sorted(voters.items()))
         raise AdminError(f"--initial-controllers must name the voters of controller.quorum.voters ({want}): "
-                         "Strata's quorum is static (KIP-595)")
+                         "a quorum named by controller.quorum.voters is static (KIP-595)")
     if node_id not in given:
         raise AdminError(f"--initial-controllers does not name this node ({node_id})")
-    return given[node_id][2]
+    return given[node_id][2], None
+
+
+def _write_bootstrap(meta_dir: Path, voters: VoterSet) -> None:
+    """The bootstrap snapshot at offset 0 holding the first voter set (KIP-853), where Kafka's
+    format writes its bootstrap checkpoint."""
+    d = meta_dir / f"{METADATA_TOPIC}-0"
+    d.mkdir(parents=True, exist_ok=True)
+    write_atomically(d / snapshot_name(0), voters_batch(voters, 0, int(time.time() * 1000)))
 
 
 def format_dirs(a: argparse.Namespace) -> None:
@@ -113,7 +153,7 @@ def format_dirs(a: argparse.Namespace) -> None:
     if configured and configured != a.cluster_id:
         raise AdminError(f"--cluster-id {a.cluster_id} differs from cluster.id {configured} in {a.config}")
     dirs, meta_dir = _dirs(cfg)
-    meta_dir_id = _voter_dir_id(a, cfg, node_id)
+    meta_dir_id, bootstrap_voters = _voter_dir_id(a, cfg, node_id)
     todo = []
     for d in dirs:
         if (d / META_PROPERTIES).exists():
@@ -137,6 +177,12 @@ def format_dirs(a: argparse.Namespace) -> None:
             raise AdminError(f"cannot format {d}: {e.strerror or e}") from None
         kind = "metadata" if d == meta_dir else "data"
         print(f"Formatting {kind} directory {d} with cluster.id {a.cluster_id}.")
+        if d == meta_dir and bootstrap_voters:
+            try:
+                _write_bootstrap(d, bootstrap_voters)
+            except OSError as e:
+                raise AdminError(f"cannot write the bootstrap snapshot in {d}: {e.strerror or e}") from None
+            print(f"Bootstrap voters: {', '.join(f'{v.id}@{v.address[0]}:{v.address[1]}' for v in bootstrap_voters.values())}.")
 
 
 def info(a: argparse.Namespace) -> int:
@@ -192,9 +238,12 @@ def build_parser() -> ToolArgumentParser:
     f.add_argument("-g", "--ignore-formatted", action="store_true", help="skip dirs already formatted")
     voters = f.add_mutually_exclusive_group()
     voters.add_argument("-s", "--standalone", action="store_true",
-                        help="confirm this controller is the quorum's only voter")
+                        help="this controller is the quorum's first and only voter")
     voters.add_argument("-I", "--initial-controllers", metavar="ID@HOST:PORT:DIRID,...",
-                        help="confirm the quorum's voters (they must be controller.quorum.voters)")
+                        help="the quorum's first voters (with controller.quorum.voters: they must be those)")
+    voters.add_argument("-N", "--no-initial-controllers", action="store_true",
+                        help="a controller that joins an existing quorum as an observer (add it with "
+                             "kafka-metadata-quorum.sh add-controller)")
     i = sub.add_parser("info", help="show what the node's log dirs hold")
     i.add_argument("-c", "--config", required=True, metavar="FILE", help="the node's server.properties")
     return ap

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from protocol.errors import Errors
+from protocol.generated.describe_topic_partitions import DescribeTopicPartitionsRequest
 from tools.admin import (
     INT16,
     INT32,
@@ -173,6 +174,7 @@ async def describe(admin: Admin, a: argparse.Namespace) -> None:
             raise broker_error(f"cannot describe topic '{name}'", t.error_code)
     configs = await admin.describe_topic_configs(list(topics))
     expiry = await marked_expiry(admin, topics, configs)
+    elrs = await eligible_leaders(admin, list(topics))
     lines = []
     for name, t in topics.items():
         parts = sorted(t.partitions, key=lambda p: p.partition_index)
@@ -188,6 +190,8 @@ async def describe(admin: Admin, a: argparse.Namespace) -> None:
                 f"\tTopic: {name}\tPartition: {p.partition_index}\tLeader: {leader}\t"
                 f"Replicas: {','.join(map(str, p.replica_nodes))}\tIsr: {','.join(map(str, p.isr_nodes))}"
             )
+            elr, last_known = elrs.get((name, p.partition_index), ("N/A", "N/A"))
+            line += f"\tElr: {elr}\tLastKnownElr: {last_known}"
             if p.offline_replicas:
                 line += f"\tOffline: {','.join(map(str, p.offline_replicas))}"
             if p.marked_for_deletion:
@@ -196,6 +200,32 @@ async def describe(admin: Admin, a: argparse.Namespace) -> None:
             lines.extend(chunk_lines(p))
     if lines:
         print("\n".join(lines))
+
+
+async def eligible_leaders(admin: Admin, names: list[str]) -> dict[tuple[str, int], tuple[str, str]]:
+    """Each partition's ELR and last known ELR (KIP-966), from DescribeTopicPartitions as Kafka
+    4.x's tool reads them, a page at a time; partitions it does not answer print N/A, as Kafka's
+    tool does when it falls back to Metadata."""
+    out: dict[tuple[str, int], tuple[str, str]] = {}
+    if not names:
+        return out
+    R = DescribeTopicPartitionsRequest
+    cursor = None
+    while True:
+        try:
+            resp = await admin.request(R(topics=[R.TopicRequest(name=n) for n in sorted(names)],
+                                         response_partition_limit=2000, cursor=cursor))
+        except AdminError:
+            return out
+        for t in resp.topics:
+            for p in t.partitions if not t.error_code else ():
+                out[(t.name, p.partition_index)] = (
+                    ",".join(map(str, p.eligible_leader_replicas or ())),
+                    ",".join(map(str, p.last_known_elr or ())),
+                )
+        if resp.next_cursor is None:
+            return out
+        cursor = R.Cursor(topic_name=resp.next_cursor.topic_name, partition_index=resp.next_cursor.partition_index)
 
 
 async def marked_expiry(admin: Admin, topics: dict[str, Any], configs: dict[str, list[Any]]) -> dict[tuple[str, int], str]:

@@ -1,4 +1,4 @@
-"""`make spark-example`: the README's Spark walk-through, end to end on this machine.
+"""`make spark-example`: the quickstart's Spark walk-through, end to end on this machine.
 
 Starts a local cluster (1 controller, 3 brokers, in a temp dir), writes page views to a topic,
 moves the partition's active chunk to other brokers with kafka-chunks.sh (so the old views sit in

@@ -54,3 +54,9 @@ async def list_partition_reassignments(ctx: RequestContext, req):
 @api(43, 0, 2)
 async def elect_leaders(ctx: RequestContext, req):
     return await ctx.services.forward(req, ctx.api_version)
+
+
+@api(57, 0, 1)
+async def update_features(ctx: RequestContext, req):
+    """kafka-features.sh upgrade/downgrade: the controller decides and writes the feature's level."""
+    return await ctx.services.forward(req, ctx.api_version)

@@ -33,3 +33,15 @@ async def describe_quorum(ctx: RequestContext, req):
     """DescribeQuorum (kafka-metadata-quorum.sh, admin clients): answered by the quorum leader,
     as a Kafka broker forwards it to the active controller."""
     return await ctx.services.forward(req, ctx.api_version, read_only=True)
+
+
+@api(80, 0, 1)
+async def add_raft_voter(ctx: RequestContext, req):
+    """AddRaftVoter (KIP-853): forwarded to the quorum leader, as a Kafka broker does."""
+    return await ctx.services.forward(req, ctx.api_version)
+
+
+@api(81, 0, 0)
+async def remove_raft_voter(ctx: RequestContext, req):
+    """RemoveRaftVoter (KIP-853): forwarded to the quorum leader, as a Kafka broker does."""
+    return await ctx.services.forward(req, ctx.api_version)

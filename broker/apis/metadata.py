@@ -9,6 +9,7 @@ import re
 import structlog
 
 from broker.apis.registry import RequestContext, api
+from broker.metadata_answers import PartitionEntryCache
 from metadata import MetadataImage, TopicInfo
 from protocol.errors import Errors
 from protocol.generated.create_topics import CreateTopicsRequest
@@ -22,39 +23,6 @@ R = MetadataResponse
 
 def is_valid_topic_name(name: str) -> bool:
     return bool(LEGAL_TOPIC.fullmatch(name)) and name not in (".", "..")
-
-
-def partition_entries(image: MetadataImage, topic: TopicInfo) -> list:
-    out = []
-    for idx in sorted(topic.partitions):
-        p = topic.partitions[idx]
-        offline = [r for r in p.replicas if r not in image.brokers or image.brokers[r].fenced]
-        entry = R.MetadataResponsePartition(
-            error_code=Errors.LEADER_NOT_AVAILABLE if p.leader < 0 else 0,
-            partition_index=idx,
-            leader_id=p.leader,
-            leader_epoch=p.leader_epoch,
-            replica_nodes=list(p.replicas),
-            isr_nodes=list(p.isr),
-            offline_replicas=offline,
-            marked_for_deletion=p.marked_for_deletion,
-        )
-        chunks = topic.chunks.get(idx, ())
-        if chunks or p.start_offset > 0:
-            entry.start_offset = p.start_offset
-            entry.chunks = [
-                R.MetadataResponseChunk(
-                    start_offset=c.start_offset,
-                    start_timestamp=c.start_timestamp,
-                    stop_offset=c.stop_offset,
-                    end_offset=c.end_offset,
-                    replica_nodes=list(c.replicas),
-                    isr_nodes=list(c.isr),
-                )
-                for c in chunks
-            ]
-        out.append(entry)
-    return out
 
 
 @api(3, 0, 13)
@@ -74,7 +42,7 @@ async def metadata(ctx: RequestContext, req) -> MetadataResponse:
     to_create = []
     if req.topics is None or (v == 0 and not req.topics):
         for tid in sorted(image.topics, key=lambda t: image.topics[t].name):
-            topics.append(_topic_entry(image, image.topics[tid]))
+            topics.append(_topic_entry(image, image.topics[tid], s.metadata_answers))
     else:
         auto = s.config.auto_create_topics and (v < 4 or req.allow_auto_topic_creation)
         for t in req.topics:
@@ -83,11 +51,11 @@ async def metadata(ctx: RequestContext, req) -> MetadataResponse:
                 if info is None:
                     topics.append(R.MetadataResponseTopic(error_code=Errors.UNKNOWN_TOPIC_ID, topic_id=t.topic_id, name=None))
                 else:
-                    topics.append(_topic_entry(image, info))
+                    topics.append(_topic_entry(image, info, s.metadata_answers))
                 continue
             info = image.topic(t.name)
             if info is not None:
-                topics.append(_topic_entry(image, info))
+                topics.append(_topic_entry(image, info, s.metadata_answers))
             elif not is_valid_topic_name(t.name):
                 topics.append(R.MetadataResponseTopic(error_code=Errors.INVALID_TOPIC_EXCEPTION, name=t.name))
             elif auto and t.name not in INTERNAL_TOPICS:
@@ -101,13 +69,15 @@ async def metadata(ctx: RequestContext, req) -> MetadataResponse:
     return R(brokers=brokers, cluster_id=s.cluster_id, controller_id=s.config.node_id, topics=topics)
 
 
-def _topic_entry(image: MetadataImage, info: TopicInfo):
+def _topic_entry(image: MetadataImage, info: TopicInfo, answers: PartitionEntryCache):
+    """The partition entries come from `answers`, shared between answers, so thousands of
+    partitions are not built again for each all-topics Metadata."""
     return R.MetadataResponseTopic(
         error_code=0,
         name=info.name,
         topic_id=info.id,
         is_internal=info.name in INTERNAL_TOPICS,
-        partitions=partition_entries(image, info),
+        partitions=answers.entries(image, info),
         undeleted_partition_count=info.undeleted_partition_count,
     )
 

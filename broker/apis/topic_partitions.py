@@ -9,8 +9,9 @@ from typing import TypeVar
 
 import structlog
 
-from broker.apis.metadata import INTERNAL_TOPICS, partition_entries
+from broker.apis.metadata import INTERNAL_TOPICS
 from broker.apis.registry import RequestContext, api
+from metadata.image import TopicInfo
 from protocol.errors import Errors
 from protocol.generated.describe_topic_partitions import DescribeTopicPartitionsResponse
 from protocol.generated.metadata import MetadataResponse
@@ -60,12 +61,12 @@ async def describe_topic_partitions(ctx: RequestContext, req) -> DescribeTopicPa
                 error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION, name=name, partitions=[]))
             continue
         first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
-        entries = [e for e in partition_entries(image, info) if e.partition_index >= first]
+        entries = [e for e in ctx.services.metadata_answers.entries(image, info) if e.partition_index >= first]
         page, rest = entries[:limit], entries[limit:]
         limit -= len(page)
         topics.append(R.DescribeTopicPartitionsResponseTopic(
             error_code=0, name=name, topic_id=info.id, is_internal=name in INTERNAL_TOPICS,
-            partitions=[_partition(e) for e in page], topic_authorized_operations=ALL_TOPIC_OPERATIONS))
+            partitions=[_partition(e, info) for e in page], topic_authorized_operations=ALL_TOPIC_OPERATIONS))
         if rest:
             next_cursor = R.Cursor(topic_name=name, partition_index=rest[0].partition_index)
             break
@@ -73,10 +74,13 @@ async def describe_topic_partitions(ctx: RequestContext, req) -> DescribeTopicPa
 
 
 def _partition(
-    e: MetadataResponse.MetadataResponsePartition,
+    e: MetadataResponse.MetadataResponsePartition, info: TopicInfo
 ) -> DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition:
     p = _copy(e, P)
-    p.eligible_leader_replicas, p.last_known_elr = [], []  # Strata keeps no ELR (KIP-966 is off)
+    # KIP-966's fields, empty lists when the controller keeps none (as Kafka answers)
+    state = info.partitions.get(e.partition_index)
+    p.eligible_leader_replicas = list(state.elr) if state is not None else []
+    p.last_known_elr = list(state.last_known_elr) if state is not None else []
     p.chunks = [_copy(c, C) for c in e.chunks]
     return p
 

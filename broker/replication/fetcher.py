@@ -396,7 +396,9 @@ class ReplicaFetcher:
         if target < lg.log_end_offset:
             log.info("follower_truncated", topic=p.topic, partition=p.index, from_offset=lg.log_end_offset,
                      to_offset=target, leader_epoch=leader_epoch)
-            lg.truncate_to(target)
+        # even with no record to drop: our epochs starting at the log end go, or the next fetch
+        # carries the same last epoch and gets the same answer, forever
+        lg.truncate_to(target)
 
     def _out_of_range(self, p: Partition, pd) -> bool:
         lg = p.log

@@ -60,6 +60,11 @@ class Partition:
         # watermark waits for that follower too, since the controller may commit the larger ISR
         # (and complete a reassignment onto it) before we hear back
         self.pending_isr: tuple[int, ...] | None = None
+        # KIP-966's strict min ISR: with eligible leader replicas on, the high watermark moves only
+        # while the ISR holds min.insync.replicas, else a record acknowledged with acks=1 could be
+        # lost to an election from the ELR. Returns that minimum (0: no such rule); asked only
+        # while the ISR is smaller than the replica set.
+        self.min_isr_for_hw: Callable[[], int] | None = None
 
     @property
     def sealed(self) -> bool:
@@ -143,12 +148,17 @@ class Partition:
                 continue
             st = self.followers.get(r)
             hw = min(hw, st.log_end_offset if st is not None else -1)
-        if hw > self.log.high_watermark:
+        if hw > self.log.high_watermark and not self._under_strict_min_isr():
             self.log.update_high_watermark(hw)
             self._release_hw_waiters(hw)
             self.notify_high_watermark()
         if self._in_sync_waiters:
             self._release_in_sync_waiters()
+
+    def _under_strict_min_isr(self) -> bool:
+        check, info = self.min_isr_for_hw, self.info
+        return (check is not None and info is not None and len(info.isr) < len(info.replicas)
+                and len(info.isr) < check())
 
     def update_follower(self, replica_id: int, fetch_offset: int) -> None:
         """A follower fetched from `fetch_offset`: everything before it is on that replica."""

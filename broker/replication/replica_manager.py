@@ -36,7 +36,7 @@ from broker.replication.chunk_replica import ChunkReplica
 from broker.replication.dir_placement import DirPlacement
 from broker.replication.hosted import HostedReplicas
 from broker.replication.log_dir_mover import LogDirMover
-from broker.replication.log_maintenance import LogMaintenance
+from broker.replication.log_maintenance import LogMaintenance, high_watermarks_by_dir
 from broker.replication.partition import Partition
 from broker.replication.replica_ports import ChunkCopies, DirReports, FollowerFetchers, IsrChanges
 from broker.replication.throttle import MOVE_RATE_KEYS, broker_rate
@@ -48,7 +48,7 @@ from broker.storage.replica_move import remove_tree
 from metadata import MetadataDelta, MetadataImage, PartitionInfo
 from metadata.broker_defaults import BROKER_DEFAULTS
 from metadata.config_defs import effective_topic_configs
-from metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, ChunkInfo, TopicInfo
+from metadata.image import BROKER_RESOURCE, ELR_FEATURE, TOPIC_RESOURCE, ChunkInfo, TopicInfo
 from protocol.errors import Errors
 
 log = structlog.get_logger(__name__)
@@ -120,6 +120,13 @@ class ReplicaManager:
             # every topic config has a default (config_defs.py): no value is None
             cfg = self._topic_configs[topic] = {name: value for name, value, _ in entries if value is not None}
         return cfg
+
+    def _strict_min_isr(self, topic: str) -> int:
+        """KIP-966: with eligible leader replicas on, a leader's high watermark needs
+        min.insync.replicas in the ISR (Partition.min_isr_for_hw); 0 when the feature is off."""
+        if self.image.features.get(ELR_FEATURE, 0) < 1:
+            return 0
+        return int(self.topic_config(topic)["min.insync.replicas"])
 
     def log_config(self, topic: str) -> LogConfig:
         return LogConfig.from_properties(self.topic_config(topic))
@@ -471,6 +478,7 @@ class ReplicaManager:
         lg.producer_state.expiration_ms = int(self.config.props.get("producer.id.expiration.ms", "86400000"))
         p = Partition(topic, info.partition, info.topic_id, lg, self.node_id)
         p.on_follower_caught_up = self.isr.follower_caught_up
+        p.min_isr_for_hw = lambda: self._strict_min_isr(topic)
         self.partitions[(topic, info.partition)] = p
         # opened in a batch (replicas_preopened says how many): one line each only at debug
         (log.info if pre is None else log.debug)(
@@ -580,6 +588,11 @@ class ReplicaManager:
             failed = {lg.dir.parent for lg, ok in zip(logs, pool.map(_close_logged, logs)) if not ok}
         closed = time.monotonic()
         dirs = self.log_dirs if self._loaded else []
+        # the high watermarks the closes left out of each log's own file (log_state.py)
+        entries = high_watermarks_by_dir(logs)
+        for d in dirs:
+            if d.path not in failed and d.path in entries:
+                d.write_high_watermarks(entries[d.path])
         marked = [d.mark_clean_shutdown() if d.path not in failed else False for d in dirs]
         log.info("logs_closed", logs=len(logs), seconds=round(closed - started, 2),
                  sync_seconds=round(time.monotonic() - closed, 2), dirs_marked_clean=sum(marked))
@@ -615,7 +628,7 @@ class _Pacer:
 
 def _close_logged(lg: Log) -> bool:
     try:
-        lg.close(sync=False)
+        lg.close(sync=False, hw_in_dir=True)  # the caller writes each dir's high watermarks
     except Exception:
         log.exception("log_close_failed", dir=str(lg.dir))
         return False

@@ -8,6 +8,9 @@ On-disk layout
     <log dir>/                              one entry of log.dirs (LogDir)
         meta.properties                     version=1, node.id, cluster.id, directory.id (Kafka's format)
         .kafka_cleanshutdown                present only between a clean broker shutdown and the next start
+        high-watermark-checkpoint           "0\\n<count>\\n<replica dir> <incarnation hex> <high watermark>\\n..."
+                                            every log's high watermark (as Kafka's replication-offset-checkpoint),
+                                            written by the periodic checkpoint and the shutdown (log_state.py)
         <topic>-<partition>-<chunkStart>/   one chunk replica (Log); parse with rsplit('-', 2)
             00000000000000000000.log        segment: whole RecordBatch v2 batches, as produced/replicated
             00000000000000000000.index      offset index of that segment
@@ -17,7 +20,9 @@ On-disk layout
             ...                             name = base offset, 20 digits, so names sort like offsets
             leader-epoch-checkpoint         "0\\n<count>\\n<epoch> <start offset>\\n..." (Kafka's text format)
             partition.metadata              "version: 0\\ntopic_id: <base64 uuid>" (Kafka's format)
-            log-state.checkpoint            "0\\nlog_start_offset N\\nrecovery_point N\\nhigh_watermark N\\n"
+            log-state.checkpoint            "0\\nlog_start_offset N\\nrecovery_point N\\nhigh_watermark N\\nincarnation X\\n"
+                                            rewritten when the log start, recovery point or incarnation
+                                            (new at creation and each truncation) moves
             00000000000000000000.snapshot   producer state of every batch below that offset (written on
                                             roll and on clean close)
             cleaner-offset-checkpoint       compacted logs: first dirty offset, earliest pending delete horizon

@@ -50,7 +50,7 @@ from broker.storage.file_names import LOG_STATE_CHECKPOINT, parse_replica_dir_na
 from broker.storage.leader_epoch import LeaderEpochCache
 from broker.storage.local_log import FLUSH_TIMES_MS, LocalLog, flush_in_background, read_segments
 from broker.storage.log_loader import LogLoader
-from broker.storage.log_state import LogState, write_log_state
+from broker.storage.log_state import LogState, LogStateFile
 from broker.storage.producer_replay import index_aborted, marker_of, rebuild_producer_state, track_replicated
 from broker.storage.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, BatchMetadata, ProducerStateManager
 from broker.storage.retention import Predicate, below_log_start, compaction_roll_due, retention_rules
@@ -146,7 +146,7 @@ class Log:
         self._hw = 0
         self._closed = False
         self._flush_done: Future | None = None  # the latest background flush after a roll
-        self._durable_state: LogState | None = None  # what log-state.checkpoint holds, once fsynced
+        self._state_file = LogStateFile(dir / LOG_STATE_CHECKPOINT)
         self.leader_epoch_cache = LeaderEpochCache(None)
         self.producer_state = ProducerStateManager(dir, producer_id_expiration_ms)
 
@@ -163,17 +163,18 @@ class Log:
         io_error_handler: Callable[[Path, BaseException], None] | None = None,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         clean_shutdown: bool = False,
+        dir_high_watermark: tuple[int, int] | None = None,
     ) -> Log:
         """Open (creating if missing) the log in `dir`. Unless its log dir was shut down cleanly
         (`clean_shutdown`: LogDir knows from its marker), every batch from the recovery point on is
         checked (header + CRC32C) and a torn or corrupt tail is cut off at the last whole batch;
         missing or damaged indexes are rebuilt either way. Producer state comes from the newest
-        snapshot at or below the log end plus the batch headers after it."""
+        snapshot at or below the log end plus the batch headers after it. `dir_high_watermark`: see log_state.py."""
         self = cls(Path(dir), config, topic_id, io_error_handler, producer_id_expiration_ms)
         now = now_ms if now_ms is not None else _wall_clock_ms()
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            self._load(now, clean_shutdown)
+            self._load(now, clean_shutdown, dir_high_watermark)
         except (OSError, CorruptSegmentError) as exc:
             self._close_files()
             raise _open_failure(self.dir, exc, io_error_handler) from exc
@@ -182,9 +183,9 @@ class Log:
             raise
         return self
 
-    def _load(self, now_ms: int, clean: bool) -> None:
+    def _load(self, now_ms: int, clean: bool, dir_high_watermark: tuple[int, int] | None) -> None:
         loader = LogLoader(self.dir, self.config, self.chunk_start, self._local, self.producer_state)
-        loaded = loader.load(self.topic_id, clean, now_ms)
+        loaded = loader.load(self.topic_id, clean, now_ms, dir_high_watermark)
         if self.topic_id is not None and loaded.topic_id != self.topic_id:
             # A stale dir of a deleted topic with the same name. Opening still succeeds so the caller
             # can compare `topic_id` and delete() it; until then the log refuses reads and writes.
@@ -193,7 +194,8 @@ class Log:
         self.leader_epoch_cache = loaded.leader_epoch_cache
         self._log_start = loaded.log_start_offset
         self._hw = loaded.high_watermark
-        self._durable_state = loaded.durable_state
+        self._state_file = LogStateFile(self.dir / LOG_STATE_CHECKPOINT, loaded.durable_state, loaded.fresh,
+                                        loaded.incarnation)
 
     def _reload_producer_state(self, now_ms: int) -> tuple[int, int]:
         """Producer state from the newest usable snapshot plus a replay of the headers after it
@@ -276,36 +278,37 @@ class Log:
         return [(t.producer_id, t.first_offset) for t in out]
 
     @_io_guarded
-    def checkpoint(self, *, sync: bool = True) -> bool:
+    def checkpoint(self, *, sync: bool = True, hw_in_dir: bool = False) -> bool:
         """Persist log start offset, recovery point and high watermark (call periodically). Skipped
-        when nothing changed since the last write (most of 20,000 partitions are idle), and
-        written outside the lock: the fsyncs never stall an append (a checkpoint racing a newer
-        write can only leave older, hence safe, values until the next one). Without sync the
-        caller syncs the dir's filesystem once for all its logs (the recovery point in the file
-        is always one already synced, so an unsynced file is never ahead of the data). True if
-        a file was written."""
+        when nothing changed (most of 20,000 partitions are idle); written outside the lock, so
+        the fsyncs never stall an append (a checkpoint racing a newer write can only leave older,
+        hence safe, values). Without sync the caller syncs the dir's filesystem once for all its
+        logs (the file's recovery point is always one already synced). `hw_in_dir`: the caller
+        writes high_watermark_entry() into the dir's file (log_state.py). True if written."""
         with self._lock:
             self._check_usable()
             state = self._state()
-            if state == self._durable_state:
+            if not self._state_file.stale(state, hw_in_dir):
                 return False
         try:
-            write_log_state(self.dir / LOG_STATE_CHECKPOINT, state, sync=sync)
+            self._state_file.write(state, sync=sync)
         except OSError:
             with self._lock:
                 if self._closed:  # deleted or closed meanwhile (its dir may be gone): no disk is at fault
                     return False
             raise
-        self._durable_state = state
         return True
 
     def _state(self) -> LogState:
-        return LogState(self._log_start, self._local.recovery_point, self._hw)
+        return LogState(self._log_start, self._local.recovery_point, self._hw, self._state_file.incarnation)
+
+    def high_watermark_entry(self) -> tuple[int, int]:
+        """(incarnation, high watermark): this log's line in its dir's high-watermark-checkpoint (no
+        lock: a truncation lowers the high watermark before it renews the incarnation)."""
+        return self._state_file.incarnation, self._hw
 
     def _write_state(self, *, sync: bool = True) -> None:
-        state = self._state()
-        write_log_state(self.dir / LOG_STATE_CHECKPOINT, state, sync=sync)
-        self._durable_state = state if sync else None
+        self._state_file.write(self._state(), sync=sync, durable=sync)
 
     def _check_usable(self) -> None:
         if self._closed:
@@ -578,11 +581,7 @@ class Log:
             found = self._local.batch_at_timestamp(timestamp, log_start)
             if found is None:
                 return None
-            data, header = found
-        for record_offset, record_ts in _record_timestamps(data):
-            if record_offset >= log_start and record_ts >= timestamp:
-                return record_offset, record_ts
-        return max(header.base_offset, log_start), header.max_timestamp
+        return _first_record_at(found[0], found[1], timestamp, log_start)
 
     @_io_guarded
     def max_timestamp(self) -> tuple[int, int]:
@@ -591,12 +590,7 @@ class Log:
         with self._lock:
             self._check_usable()
             max_ts, offset_of_max, batch = self._local.batch_with_max_timestamp()
-        if batch is None:
-            return max_ts, offset_of_max
-        for record_offset, record_ts in _record_timestamps(batch[0]):
-            if record_ts == max_ts:
-                return max_ts, record_offset
-        return max_ts, batch[1].last_offset
+        return (max_ts, offset_of_max) if batch is None else (max_ts, _offset_of_timestamp(*batch, max_ts))
 
     # -- flushing, truncation, deletion ----------------------------------------------------------
 
@@ -622,8 +616,7 @@ class Log:
             local.recovery_point = new_point
             state = self._state()
         # outside the lock, as checkpoint(): appends to this partition never wait for these fsyncs
-        write_log_state(self.dir / LOG_STATE_CHECKPOINT, state)
-        self._durable_state = state
+        self._state_file.write(state)
 
     @_io_guarded
     def truncate_to(self, offset: int) -> None:
@@ -635,6 +628,9 @@ class Log:
         with self._lock:
             self._check_usable()
             if offset >= local.leo:
+                # no record to drop, but an epoch we led without appending must go, or a new leader
+                # answers our fetches with a diverging epoch forever (Kafka's UnifiedLog.truncateTo)
+                self.leader_epoch_cache.truncate_from_end(local.leo)
                 return
             old_leo = local.leo
             now_ms = _wall_clock_ms()
@@ -647,6 +643,7 @@ class Log:
                 self._hw = min(self._hw, leo)
                 self.leader_epoch_cache.truncate_from_end(leo)
                 self._reload_producer_state(now_ms)  # drops snapshots past the new end, replays the rest
+                self._state_file.renew()  # the dir's entry may hold the old high watermark
                 self._write_state()
             log.info(
                 "log_truncated",
@@ -671,6 +668,7 @@ class Log:
         self._log_start = self._hw = offset
         self.leader_epoch_cache.clear()
         self.producer_state.truncate_fully()
+        self._state_file.renew()
         self._write_state()
 
     @_io_guarded
@@ -776,12 +774,13 @@ class Log:
     # -- shutdown --------------------------------------------------------------------------------
 
     @_io_guarded
-    def close(self, *, sync: bool = True) -> None:
+    def close(self, *, sync: bool = True, hw_in_dir: bool = False) -> None:
         """Write the last time-index entry and a producer snapshot at the log end (the next open
         replays nothing), checkpoint, and close the files. With sync, everything is fsynced and
         the recovery point moves to the log end. Without (a broker's shutdown: LogDir.mark_clean
         syncs the whole dir once, then writes its clean-shutdown marker), nothing is fsynced and
-        the checkpoint keeps the recovery point that was synced. A failed log only closes its files."""
+        the checkpoint keeps the recovery point that was synced. `hw_in_dir` as checkpoint(). A
+        failed log only closes its files."""
         local = self._local
         with self._lock:
             if self._closed:
@@ -796,7 +795,7 @@ class Log:
                     if sync:
                         fsync_dir(self.dir)
                         local.recovery_point = local.leo
-                    if self._state() != self._durable_state:
+                    if self._state_file.stale(self._state(), hw_in_dir):
                         self._write_state(sync=sync)
             finally:
                 self._closed = True
@@ -889,6 +888,22 @@ def _record_timestamps(batch: bytes) -> list[tuple[int, int]]:
     except ProtocolError:
         return []  # an undecodable batch: callers fall back to the batch header
     return [(r.offset, r.timestamp) for b in decoded for r in b.records]
+
+
+def _first_record_at(data: bytes, header: BatchHeader, timestamp: int, log_start: int) -> tuple[int, int]:
+    """(offset, timestamp) of the batch's first record at or after `timestamp` and `log_start`."""
+    for record_offset, record_ts in _record_timestamps(data):
+        if record_offset >= log_start and record_ts >= timestamp:
+            return record_offset, record_ts
+    return max(header.base_offset, log_start), header.max_timestamp
+
+
+def _offset_of_timestamp(data: bytes, header: BatchHeader, timestamp: int) -> int:
+    """The offset of the batch's record carrying `timestamp` (its last offset if none does)."""
+    for record_offset, record_ts in _record_timestamps(data):
+        if record_ts == timestamp:
+            return record_offset
+    return header.last_offset
 
 
 def _or_minus_one(value: int | None) -> int:

@@ -10,6 +10,7 @@ a start that stopped before opening a crashed log must not make it look clean.
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from broker.storage.errors import StorageError
 from broker.storage.exhaustion import is_resource_exhaustion, note_resource_exhaustion
 from broker.storage.file_names import CLEAN_SHUTDOWN_MARKER, parse_replica_dir_name, replica_dir_name
 from broker.storage.log import Log
+from broker.storage.log_state import DirHighWatermarks
 from broker.storage.meta_properties import (
     FILE_NAME,
     MetaProperties,
@@ -47,8 +49,17 @@ class LogDir:
         # recover (it was not); each leaves its set when its log opens
         self._clean: set[str] = set()
         self._unrecovered: set[str] = set()
+        # every log's high watermark, written by the periodic checkpoint and the shutdown
+        # (log_state.py); what it held at start is handed to each log as it opens
+        self.high_watermarks = DirHighWatermarks(self.path)
+        self._started_with: dict[str, tuple[int, int]] = {}
         # told once when the dir goes offline; may be called from any thread (an executor's I/O)
         self.offline_listeners: list[Callable[[LogDir], None]] = []
+        # KIP-966: the broker epoch the clean shutdown marker names, written from the session's
+        # (set by the lifecycle) and read back at start (-1: none), so the next registration
+        # tells the controller the broker stopped cleanly (Kafka's CleanShutdownFileHandler)
+        self.broker_epoch = -1
+        self.clean_shutdown_epoch = -1
 
     @property
     def directory_id(self) -> uuid.UUID:
@@ -106,7 +117,9 @@ class LogDir:
             raise StorageError(f"log dir {self.path} cannot be written: {exc}") from exc
 
     def _take_clean_shutdown_marker(self) -> None:
+        self._started_with = self.high_watermarks.read()
         names = {p.name for *_, p in self.list_replicas()}
+        self.clean_shutdown_epoch = _marker_epoch(self.path / CLEAN_SHUTDOWN_MARKER)
         if remove_durably(self.path / CLEAN_SHUTDOWN_MARKER):
             self._clean = names
             log.info("log_dir_clean_shutdown", path=str(self.path), replicas=len(names))
@@ -126,7 +139,8 @@ class LogDir:
             return False
         try:
             sync_filesystem(self.path)
-            write_atomically(self.path / CLEAN_SHUTDOWN_MARKER, b"")
+            marker = json.dumps({"version": 0, "brokerEpoch": self.broker_epoch}).encode()
+            write_atomically(self.path / CLEAN_SHUTDOWN_MARKER, marker)
         except OSError as exc:
             log.error("log_dir_not_marked_clean", path=str(self.path), error=str(exc))
             return False
@@ -142,6 +156,23 @@ class LogDir:
                 note_resource_exhaustion(str(self.path), "sync", exc)
             else:
                 self.mark_offline(f"sync failed: {exc}")
+
+    def write_high_watermarks(self, entries: dict[str, tuple[int, int]]) -> bool:
+        """Replace the dir's high-watermark-checkpoint with `entries` (replica dir name ->
+        Log.high_watermark_entry()), unsynced: sync() or mark_clean_shutdown() follows. True if
+        written; a failure other than running out of descriptors takes the dir offline."""
+        if not self.online:
+            return False
+        # logs found at start and not opened yet keep the entries they had
+        entries = {**self._started_with, **entries}
+        try:
+            return self.high_watermarks.write(entries, sync=False)
+        except OSError as exc:
+            if is_resource_exhaustion(exc):
+                note_resource_exhaustion(str(self.path), "write high watermarks", exc)
+            else:
+                self.mark_offline(f"cannot write {self.high_watermarks.path.name}: {exc}")
+            return False
 
     def writable(self) -> bool:
         """Whether a file can be written and synced in the dir now (after an I/O error: which dir failed?)."""
@@ -193,6 +224,7 @@ class LogDir:
             topic_id=topic_id,
             io_error_handler=self._on_io_error,
             clean_shutdown=path.name in self._clean,
+            dir_high_watermark=self._started_with.pop(path.name, None),
         )
         # opened once, clean or recovered: from now on only a clean close makes it clean again
         self._clean.discard(path.name)
@@ -219,3 +251,13 @@ class LogDir:
     def _on_io_error(self, log_path: Path, exc: BaseException) -> None:
         # As Kafka: an I/O error in any log takes its whole dir offline; the broker moves on without it.
         self.mark_offline(f"I/O error in {log_path.name}: {exc}")
+
+
+def _marker_epoch(path: Path) -> int:
+    """The broker epoch a clean shutdown marker names; -1 when it is absent, empty (written
+    before markers held one) or unreadable."""
+    try:
+        value = json.loads(path.read_bytes() or b"{}").get("brokerEpoch", -1)
+    except (OSError, ValueError, AttributeError):
+        return -1
+    return value if isinstance(value, int) else -1

@@ -33,7 +33,7 @@ from broker.storage.file_names import (
 )
 from broker.storage.leader_epoch import LeaderEpochCache
 from broker.storage.local_log import LocalLog
-from broker.storage.log_state import LogState, read_log_state, write_log_state
+from broker.storage.log_state import LogState, new_incarnation, read_log_state, write_log_state
 from broker.storage.partition_metadata import topic_id_at_open
 from broker.storage.producer_replay import rebuild_producer_state
 from broker.storage.producer_state import ProducerStateManager
@@ -53,6 +53,8 @@ class LoadedLog:
     log_start_offset: int
     high_watermark: int
     durable_state: LogState | None  # what log-state.checkpoint now holds
+    incarnation: int  # log_state.py: since creation or the last truncation
+    fresh: bool  # created by this load
 
 
 class LogLoader:
@@ -68,10 +70,12 @@ class LogLoader:
         self.producer_state = producer_state
         self.leader_epoch_cache = LeaderEpochCache(None)
 
-    def load(self, expected_topic_id: uuid.UUID | None, clean: bool, now_ms: int) -> LoadedLog:
+    def load(self, expected_topic_id: uuid.UUID | None, clean: bool, now_ms: int,
+             dir_high_watermark: tuple[int, int] | None = None) -> LoadedLog:
         """`expected_topic_id`: the topic id the caller expects, written to the dir if it holds none
         (a mismatch is logged; the caller decides); `clean`: the log dir was shut down cleanly, so
-        nothing is checked."""
+        nothing is checked; `dir_high_watermark`: (incarnation, high watermark) of this log in its
+        log dir's high-watermark-checkpoint, used if the incarnation is the log's own."""
         dir, local, producers = self.dir, self.local, self.producer_state
         # A brand-new replica holds nothing a crash could lose: its files are written without
         # fsync (thousands of partitions are created at once) and synced by the first flush.
@@ -117,7 +121,8 @@ class LogLoader:
             local.truncate_fully(log_start, now_ms)
             epochs.clear()
             producers.truncate_fully()
-            write_log_state(dir / LOG_STATE_CHECKPOINT, LogState(log_start, log_start, log_start))
+            state = LogState(log_start, log_start, log_start, new_incarnation())
+            write_log_state(dir / LOG_STATE_CHECKPOINT, state)
             leo = log_start
             first_recovered = None  # nothing recovered is left
         if clean and state is not None:
@@ -134,7 +139,10 @@ class LogLoader:
             # logs after a kill -9 thus costs no fsync each.
             synced = recovery_point if first_recovered == recover_from else first_recovered
             local.recovery_point = min(max(synced, log_start), leo)
-        hw = min(max(state.high_watermark if state is not None else 0, log_start), leo)
+        claimed_hw = state.high_watermark if state is not None else 0
+        if state is not None and dir_high_watermark is not None and dir_high_watermark[0] == state.incarnation:
+            claimed_hw = max(claimed_hw, dir_high_watermark[1])
+        hw = min(max(claimed_hw, log_start), leo)
         epochs.truncate_from_end(leo)
         epochs.truncate_from_start(log_start)
         snapshot_offset, replayed = rebuild_producer_state(
@@ -152,17 +160,19 @@ class LogLoader:
                 fsync_dir(dir)
         for seg in local.segments[:-1]:
             seg.close_files()  # reopened on demand: old segments hold no descriptors
-        loaded = LogState(log_start, local.recovery_point, hw)
+        loaded = LogState(log_start, local.recovery_point, hw, state.incarnation if state is not None else 0)
         durable: LogState | None
         if fresh:
             # a new log's state is what a missing state file means: nothing to write until it
-            # changes (thousands of partitions are created at once; the checkpoint loop writes
-            # each once it has records)
-            durable = loaded
-        elif state is not None and (loaded.recovery_point < state.recovery_point
-                                    or loaded.high_watermark < state.high_watermark):
-            # The file claims more than the log now holds (a tail was cut): fix it before any
-            # append, or a second crash would trust records past the cut.
+            # has records (thousands of partitions are created at once; the checkpoint loop
+            # writes each once its high watermark moves)
+            loaded = LogState(log_start, local.recovery_point, hw, new_incarnation())
+            durable = None
+        elif state is not None and (loaded.recovery_point < state.recovery_point or hw < claimed_hw):
+            # The files claim more than the log now holds (a tail was cut): fix it before any
+            # append, or a second crash would trust records past the cut; a new incarnation
+            # voids the dir's entry for it.
+            loaded = LogState(log_start, local.recovery_point, hw, new_incarnation())
             write_log_state(dir / LOG_STATE_CHECKPOINT, loaded)
             durable = loaded
         else:
@@ -183,7 +193,7 @@ class LogLoader:
             producer_snapshot_offset=snapshot_offset,
             producer_batches_replayed=replayed,
         )
-        return LoadedLog(topic_id, epochs, log_start, hw, durable)
+        return LoadedLog(topic_id, epochs, log_start, hw, durable, loaded.incarnation, fresh)
 
     def _load_segments(self, bases: list[int], recover_from: int | None, now_ms: int) -> tuple[int, int, int | None]:
         """Load the segments below `recover_from` as trusted (recovering one whose indexes or

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,8 @@ MIN_EXPIRY_S = 60.0
 # bounds its client instance cache too): the least recently heard instance goes first
 MAX_CLIENTS = 16384
 MAX_SERIES_PER_CLIENT = 2000
+MAX_LABELS_PER_CLIENT = 64  # its identity and the resource attributes it pushes
+EXPIRE_EVERY_S = 1.0  # a scan of every instance at most this often, not on every request
 _NAME = re.compile(r"[^a-zA-Z0-9_:]")
 _LABEL = re.compile(r"[^a-zA-Z0-9_]")
 
@@ -49,6 +52,17 @@ class ClientInstance:
     series: dict[tuple[str, str, tuple[tuple[str, str], ...]], tuple[float, bool]] = field(default_factory=dict)
 
 
+def _add_labels(labels: dict[str, str], new: dict[str, str], *, replace: bool) -> None:
+    """Labels of a client, at most MAX_LABELS_PER_CLIENT: a client pushing ever new resource
+    attributes cannot grow its instance without end."""
+    for k, v in new.items():
+        if k in labels:
+            if replace:
+                labels[k] = v
+        elif len(labels) < MAX_LABELS_PER_CLIENT:
+            labels[k] = v
+
+
 def prometheus_name(metric: str, kind: str, monotonic: bool) -> str:
     name = _NAME.sub("_", metric)
     if kind in ("histogram_count", "histogram_sum"):
@@ -60,8 +74,10 @@ class ClientTelemetry:
     def __init__(self, image: Callable[[], Any], clock: Callable[[], float] = time.monotonic) -> None:
         self.image = image  # the current MetadataImage
         self.clock = clock
-        self.clients: dict[uuid.UUID, ClientInstance] = {}
+        # least recently heard first: the bound evicts from the front in O(1)
+        self.clients: OrderedDict[uuid.UUID, ClientInstance] = OrderedDict()
         self.pushes = 0
+        self._expired_at = float("-inf")
 
     def _plan(self, identity: dict[str, str]) -> Plan:
         return plan(subscriptions(self.image()), identity)
@@ -79,8 +95,9 @@ class ClientTelemetry:
             self._make_room()
             self.clients[instance_id] = ClientInstance(instance_id, ident, p, now)
         else:
-            c.labels.update(ident)
+            _add_labels(c.labels, ident, replace=True)
             c.plan, c.heard = p, now
+            self.clients.move_to_end(instance_id)
         return instance_id, p
 
     def push(self, instance_id: uuid.UUID, subscription_id: int, terminating: bool, compression: int,
@@ -93,6 +110,7 @@ class ClientTelemetry:
             self._make_room()
             c = self.clients[instance_id] = ClientInstance(instance_id, ident, self._plan(ident), now)
         c.heard = now
+        self.clients.move_to_end(instance_id)
         current = self._plan(c.labels)
         if subscription_id != current.subscription_id:
             c.plan = current
@@ -117,8 +135,7 @@ class ClientTelemetry:
             return 0, None
         wanted = current.requested
         for m in decoded:
-            for k, v in m.resource.items():
-                c.labels.setdefault(k, v)
+            _add_labels(c.labels, m.resource, replace=False)
             for p in m.points:
                 if wanted != ("",) and not any(p.metric.startswith(w) for w in wanted):
                     continue
@@ -130,11 +147,13 @@ class ClientTelemetry:
     def _make_room(self) -> None:
         self._expire()
         while len(self.clients) >= MAX_CLIENTS:
-            oldest = min(self.clients.values(), key=lambda c: c.heard)
-            del self.clients[oldest.instance_id]
+            self.clients.popitem(last=False)
 
     def _expire(self) -> None:
         now = self.clock()
+        if now - self._expired_at < EXPIRE_EVERY_S:
+            return
+        self._expired_at = now
         for iid, c in list(self.clients.items()):
             if now - c.heard > max(3 * c.plan.interval_ms / 1000, MIN_EXPIRY_S):
                 del self.clients[iid]

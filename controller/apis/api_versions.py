@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from controller.apis.registry import Apis
+from metadata.features import add_features
 from protocol.generated.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from protocol.headers import Request
 
@@ -12,7 +13,11 @@ def version_list(served: dict[int, tuple[int, int]]) -> list[ApiVersionsResponse
 
 
 async def api_versions(apis: Apis, req: Request) -> ApiVersionsResponse:
-    return ApiVersionsResponse(error_code=0, api_keys=version_list(apis.served), throttle_time_ms=0)
+    resp = ApiVersionsResponse(error_code=0, api_keys=version_list(apis.served), throttle_time_ms=0)
+    if req.api_version >= 3:
+        image = apis.controller.image
+        add_features(resp, image.features, image.offset, req.api_version)
+    return resp
 
 
 def unsupported_version_response(served: dict[int, tuple[int, int]]) -> ApiVersionsResponse:

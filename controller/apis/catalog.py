@@ -11,6 +11,7 @@ from controller.apis import (
     cluster,
     configs,
     dir_assignment,
+    features,
     fetch,
     partitions,
     producer_ids,
@@ -21,8 +22,8 @@ from controller.apis import (
 from controller.apis.registry import HandlerTable
 
 HANDLER_MODULES = (
-    acls, api_versions, chunks, client_quotas, cluster, configs, dir_assignment, fetch, partitions, producer_ids,
-    quorum, scram, topics,
+    acls, api_versions, chunks, client_quotas, cluster, configs, dir_assignment, features, fetch, partitions,
+    producer_ids, quorum, scram, topics,
 )
 
 

@@ -59,6 +59,7 @@ async def broker_registration(apis: Apis, req: Request) -> BrokerRegistrationRes
         features=[(f.name, f.min_supported_version, f.max_supported_version) for f in b.features],
         rack=b.rack,
         log_dirs=list(b.log_dirs),
+        previous_broker_epoch=b.previous_broker_epoch,
     )
     try:
         epoch = await apis.cluster.register(reg)

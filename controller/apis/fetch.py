@@ -62,7 +62,13 @@ async def fetch(apis: Apis, req: Request) -> FetchResponse:
                     FetchResponse.PartitionData(partition_index=p.partition, error_code=code, high_watermark=-1)
                 )
         responses.append(FetchResponse.FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=parts))
-    return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=responses)
+    resp = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=responses)
+    leader = raft.voter_set().get(raft.leader_id) if raft.membership.dynamic else None
+    if leader is not None and raft.leader_id != ctl.node_id:
+        # where the leader is, for a replica that does not know it yet (KIP-853 dynamic voters)
+        host, port = leader.address
+        resp.node_endpoints = [FetchResponse.NodeEndpoint(node_id=leader.id, host=host, port=port, rack=None)]
+    return resp
 
 
 async def fetch_snapshot(apis: Apis, req: Request) -> FetchSnapshotResponse:

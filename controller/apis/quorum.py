@@ -1,5 +1,6 @@
 """The quorum's own APIs: Vote (52), BeginQuorumEpoch (53), EndQuorumEpoch (54) between voters,
-and DescribeQuorum (55) for tools and admin clients. Thin: the Raft client decides."""
+DescribeQuorum (55) for tools and admin clients, and the voter changes of KIP-853: AddRaftVoter
+(80), RemoveRaftVoter (81), UpdateRaftVoter (82). Thin: the Raft client decides."""
 
 from __future__ import annotations
 
@@ -9,14 +10,19 @@ from uuid import UUID
 
 from controller.apis.registry import Apis
 from controller.errors import Errors
+from controller.raft.membership import MembershipError
 from metadata.image import METADATA_TOPIC
+from metadata.voters import ZERO_UUID, Voter
+from protocol.generated.add_raft_voter import AddRaftVoterRequest, AddRaftVoterResponse
 from protocol.generated.begin_quorum_epoch import BeginQuorumEpochRequest, BeginQuorumEpochResponse
 from protocol.generated.describe_quorum import DescribeQuorumRequest, DescribeQuorumResponse
 from protocol.generated.end_quorum_epoch import EndQuorumEpochRequest, EndQuorumEpochResponse
+from protocol.generated.remove_raft_voter import RemoveRaftVoterRequest, RemoveRaftVoterResponse
+from protocol.generated.update_raft_voter import UpdateRaftVoterRequest, UpdateRaftVoterResponse
 from protocol.generated.vote import VoteRequest, VoteResponse
 from protocol.headers import Request
 
-ZERO_UUID = UUID(int=0)
+VOTER_CHANGE_TIMEOUT_S = 30.0  # RemoveRaftVoter carries no timeout of its own
 
 
 def _ours(topic: str, partition: int) -> bool:
@@ -83,8 +89,11 @@ async def describe_quorum(apis: Apis, req: Request) -> DescribeQuorumResponse:
     R = DescribeQuorumResponse
     view = ctl.raft.describe()
 
+    voters = ctl.raft.voter_set()
+
     def states(entries: list) -> list:
-        return [R.ReplicaState(replica_id=rid, replica_directory_id=ZERO_UUID, log_end_offset=p.end_offset,
+        return [R.ReplicaState(replica_id=rid, replica_directory_id=voters[rid].directory_id if rid in voters
+                               else ZERO_UUID, log_end_offset=p.end_offset,
                                last_fetch_timestamp=p.last_fetch_ms, last_caught_up_timestamp=p.last_caught_up_ms)
                 for rid, p in entries]
 
@@ -105,9 +114,59 @@ async def describe_quorum(apis: Apis, req: Request) -> DescribeQuorumResponse:
                 leader_id=view.leader_id, leader_epoch=view.epoch, high_watermark=view.high_watermark,
                 current_voters=states(view.voters), observers=states(view.observers)))
         topics.append(R.TopicData(topic_name=t.topic_name, partitions=parts))
-    nodes = [R.Node(node_id=vid, listeners=[R.Listener(name=ctl.config.listeners[0].listener, host=host, port=port)])
-             for vid, (host, port) in sorted(ctl.config.voters.items())]
+    nodes = [R.Node(node_id=v.id, listeners=[R.Listener(name=n, host=h, port=port) for n, h, port in v.endpoints])
+             for v in sorted(voters.values(), key=lambda v: v.id)]
     return R(error_code=0, error_message=None, topics=topics, nodes=nodes)
+
+
+def _voter(voter_id: int, directory_id: UUID, listeners: list) -> Voter:
+    return Voter(voter_id, directory_id, tuple((x.name, x.host, x.port) for x in listeners))
+
+
+def _wrong_cluster(apis: Apis, req: Request) -> str | None:
+    """Why a voter change names another cluster (INCONSISTENT_CLUSTER_ID), or None."""
+    ours, theirs = apis.controller.cluster_id, req.body.cluster_id
+    return f"cluster id {theirs} is not this quorum's ({ours})" if theirs is not None and theirs != ours else None
+
+
+async def add_raft_voter(apis: Apis, req: Request) -> AddRaftVoterResponse:
+    R, b = AddRaftVoterResponse, req.body
+    if (wrong := _wrong_cluster(apis, req)) is not None:
+        return R(error_code=Errors.INCONSISTENT_CLUSTER_ID, error_message=wrong)
+    try:
+        await apis.controller.raft.membership.add_voter(_voter(b.voter_id, b.voter_directory_id, b.listeners),
+                                                       max(b.timeout_ms, 1) / 1000, b.ack_when_committed)
+    except MembershipError as e:
+        return R(error_code=e.code, error_message=str(e))
+    return R(error_code=0, error_message=None)
+
+
+async def remove_raft_voter(apis: Apis, req: Request) -> RemoveRaftVoterResponse:
+    R, b = RemoveRaftVoterResponse, req.body
+    if (wrong := _wrong_cluster(apis, req)) is not None:
+        return R(error_code=Errors.INCONSISTENT_CLUSTER_ID, error_message=wrong)
+    try:
+        await apis.controller.raft.membership.remove_voter(b.voter_id, b.voter_directory_id, VOTER_CHANGE_TIMEOUT_S)
+    except MembershipError as e:
+        return R(error_code=e.code, error_message=str(e))
+    return R(error_code=0, error_message=None)
+
+
+async def update_raft_voter(apis: Apis, req: Request) -> UpdateRaftVoterResponse:
+    R, b = UpdateRaftVoterResponse, req.body
+    raft = apis.controller.raft
+    code = 0
+    if _wrong_cluster(apis, req) is not None:
+        code = Errors.INCONSISTENT_CLUSTER_ID
+    else:
+        try:
+            await raft.membership.update_voter(_voter(b.voter_id, b.voter_directory_id, b.listeners))
+        except MembershipError as e:
+            code = e.code
+    leader = raft.voter_set().get(raft.leader_id)
+    host, port = leader.address if leader is not None else ("", -1)
+    return R(error_code=code, current_leader=R.CurrentLeader(leader_id=raft.leader_id, leader_epoch=raft.epoch,
+                                                             host=host, port=port))
 
 
 HANDLERS = {
@@ -115,4 +174,7 @@ HANDLERS = {
     53: (BeginQuorumEpochRequest.MIN_VERSION, BeginQuorumEpochRequest.MAX_VERSION, begin_quorum_epoch),
     54: (EndQuorumEpochRequest.MIN_VERSION, EndQuorumEpochRequest.MAX_VERSION, end_quorum_epoch),
     55: (DescribeQuorumRequest.MIN_VERSION, DescribeQuorumRequest.MAX_VERSION, describe_quorum),
+    80: (AddRaftVoterRequest.MIN_VERSION, AddRaftVoterRequest.MAX_VERSION, add_raft_voter),
+    81: (RemoveRaftVoterRequest.MIN_VERSION, RemoveRaftVoterRequest.MAX_VERSION, remove_raft_voter),
+    82: (UpdateRaftVoterRequest.MIN_VERSION, UpdateRaftVoterRequest.MAX_VERSION, update_raft_voter),
 }

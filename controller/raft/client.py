@@ -6,7 +6,9 @@ task that drives them, and the surface the controller and its request handlers u
   EndQuorumEpoch, check-quorum;
 - `replication`: the leader's appends and commits, the follower's fetches, DivergingEpoch
   truncation and snapshot loading (KIP-630);
-- `fetch_server`: the leader's answers to Fetch and FetchSnapshot from voters and brokers.
+- `fetch_server`: the leader's answers to Fetch and FetchSnapshot from voters and brokers;
+- `membership`: the voter set in force and its changes (KIP-853); a controller outside it is an
+  observer that follows the leader and never stands.
 
 One task (`_run`) drives timers, elections and the follower's fetches; the request handlers
 change the state from the server's tasks and wake it. The controller above is told through
@@ -17,6 +19,8 @@ snapshot replaced the log.
 from __future__ import annotations
 
 import asyncio
+import time
+from uuid import UUID
 
 import structlog
 
@@ -24,11 +28,13 @@ from controller.metadata_log import MetadataLog
 from controller.raft.elections import Elections
 from controller.raft.fetch_server import FetchResult, FetchServer
 from controller.raft.leader_state import QuorumView
+from controller.raft.membership import Membership
 from controller.raft.quorum_state import ElectionState, QuorumStateFile
 from controller.raft.replication import LogReplication
 from controller.raft.state import RaftListener, RaftState, Role
 from controller.raft.voter_channel import VoterChannel
 from controller.snapshots import SnapshotStore
+from metadata.voters import Voter, VoterHistory, static_voters
 from node.client import ClientError
 from node.security import ClientSecurity
 from protocol.errors import Errors
@@ -48,22 +54,31 @@ class RaftClient:
         election_timeout_ms: int = 1000,
         fetch_timeout_ms: int = 2000,
         security: ClientSecurity | None = None,
+        listener_name: str = "CONTROLLER",
+        bootstrap_servers: tuple[tuple[str, int], ...] = (),
     ) -> None:
+        """`voters`: controller.quorum.voters (static, kraft.version 0); empty for a quorum whose
+        voters are in its log (KIP-853), found through `bootstrap_servers`."""
         self.node_id = node_id
-        self.voters = dict(voters)
+        self.voters = dict(voters)  # id -> address of the set in force, shared with state and channel
         self.log = log
         self.snapshots = snapshots
+        history = VoterHistory(static_voters(voters, listener_name) if voters else None)
         self.state = RaftState(node_id, self.voters, QuorumStateFile(log.dir, list(voters)), listener,
                                election_timeout_ms=election_timeout_ms, fetch_timeout_ms=fetch_timeout_ms)
         self.channel = VoterChannel(node_id, self.voters, security)
+        self.membership = Membership(self.state, log, snapshots, self.channel, history, self.voters, bootstrap_servers)
         self.elections = Elections(self.state, log, self.channel)
-        self.replication = LogReplication(self.state, log, snapshots, self.channel)
+        self.replication = LogReplication(self.state, log, snapshots, self.channel, self.membership)
         self.fetch_server = FetchServer(self.state, log, snapshots)
         self._task: asyncio.Task | None = None
 
     # ---- start and stop
-    def open(self, cluster_id: str) -> ElectionState:
-        """Blocking: read the quorum-state file (before anything is served)."""
+    def open(self, cluster_id: str, directory_id: UUID, snapshot_end: int | None) -> ElectionState:
+        """Blocking: read the quorum-state file and the voter set in the log (before anything is
+        served)."""
+        self.state.directory_id = directory_id
+        self.membership.load(snapshot_end)
         return self.state.load(cluster_id)
 
     def start(self) -> None:
@@ -71,7 +86,7 @@ class RaftClient:
 
     async def close(self) -> None:
         """Stop; a leader tells the other voters first, so one of them takes over at once."""
-        if self.state.role == Role.LEADER and len(self.voters) > 1:
+        if self.state.role == Role.LEADER and len(self.voters) > 1 and self.membership.is_voter():
             try:
                 await asyncio.wait_for(self.elections.resign(), 1.0)
             except (TimeoutError, ClientError):
@@ -94,7 +109,9 @@ class RaftClient:
         while not state.closed:
             try:
                 role = state.role
-                if role == Role.LEADER:
+                if self.membership.dynamic and not self.membership.is_voter():
+                    await self._observe()
+                elif role == Role.LEADER:
                     await self.elections.poll_leader()
                 elif role == Role.CANDIDATE:
                     await self.elections.poll_candidate()
@@ -113,6 +130,25 @@ class RaftClient:
             except Exception:
                 log.exception("raft_loop_failed")
                 await asyncio.sleep(0.1)
+
+    async def _observe(self) -> None:
+        """Outside the voter set (KIP-853): follow the leader, never stand. A leader whose own
+        removal committed hands over first."""
+        s = self.state
+        if s.role == Role.LEADER:
+            if self.membership.removal_committed():
+                await self.elections.resign()
+                await s.transition(Role.UNATTACHED, s.epoch)
+            else:
+                await self.elections.poll_leader()
+        elif s.role == Role.FOLLOWER and self.channel.knows(s.leader_id):
+            if time.monotonic() - s.last_leader_contact > s.fetch_timeout_ms / 1000:
+                log.info("raft_observer_lost_leader", epoch=s.epoch, leader=s.leader_id)
+                await s.transition(Role.UNATTACHED, s.epoch)
+            else:
+                await self.replication.fetch_from_leader()
+        elif not await self.membership.find_leader():
+            await s.wait_state_change(0.2)
 
     # ---- state, as the controller reads it
     @property
@@ -151,7 +187,7 @@ class RaftClient:
 
     async def wait_committed(self, end_offset: int, epoch: int) -> None:
         """Wait until the high watermark reaches `end_offset` while leading `epoch`."""
-        await self.replication.wait_committed(end_offset, epoch)
+        await self.state.wait_committed(end_offset, epoch)
 
     # ---- the request handlers' calls
     async def handle_vote(self, candidate_id: int, candidate_epoch: int, last_epoch: int,
@@ -184,3 +220,7 @@ class RaftClient:
         if s.role != Role.LEADER or s.leader_state is None:
             return QuorumView(Errors.NOT_LEADER_OR_FOLLOWER, s.leader_id, s.epoch, s.high_watermark)
         return s.leader_state.view(list(self.voters), self.log.end_offset, s.high_watermark)
+
+    def voter_set(self) -> dict[int, Voter]:
+        """The voters in force, with directory ids and endpoints (KIP-853)."""
+        return self.membership.latest()

@@ -22,6 +22,7 @@ from controller.raft.leader_state import LeaderState
 from controller.raft.state import RaftState, Role
 from controller.raft.voter_channel import VoterChannel
 from metadata.image import METADATA_TOPIC
+from metadata.voters import ZERO_UUID
 from protocol.errors import Errors
 from protocol.generated.begin_quorum_epoch import BeginQuorumEpochRequest
 from protocol.generated.end_quorum_epoch import EndQuorumEpochRequest
@@ -110,6 +111,7 @@ class Elections:
             return VoteRequest(cluster_id=s.cluster_id, voter_id=voter, topics=[VoteRequest.TopicData(
                 topic_name=METADATA_TOPIC, partitions=[VoteRequest.PartitionData(
                     partition_index=0, replica_epoch=epoch, replica_id=s.node_id,
+                    replica_directory_id=s.directory_id, voter_directory_id=s.voter_directories.get(voter, ZERO_UUID),
                     last_offset_epoch=self.log.last_epoch, last_offset=self.log.end_offset,
                     pre_vote=pre_vote)])])
 
@@ -290,9 +292,10 @@ class Elections:
         s = self.state
         if epoch < s.epoch:
             return Errors.FENCED_LEADER_EPOCH
-        if leader_id not in s.voters:
+        if leader_id not in s.voters and leader_id != s.leader_id:
             # as Kafka's validateVoterOnlyRequest: only a voter's resignation may start an
-            # election here (a stray frame naming another node must move nothing)
+            # election here (a stray frame naming another node must move nothing); our own
+            # leader may have just removed itself from the voters (KIP-853)
             return Errors.INCONSISTENT_VOTER_SET
         if epoch > s.epoch or (s.role == Role.FOLLOWER and s.leader_id == leader_id):
             voted = s.voted_id if epoch == s.epoch else -1

@@ -40,11 +40,24 @@ class LeaderState:
     def __init__(self, node_id: int, voters: list[int], epoch: int, epoch_start: int, now_mono: float) -> None:
         self.node_id = node_id
         self.voter_count = len(voters)
+        self.leader_votes = node_id in voters  # a leader removing itself (KIP-853) leads, uncounted
         self.epoch = epoch
         self.epoch_start = epoch_start  # the log end when this leader took over: its first offset
         # other voters start as just heard from: a new leader gets a full period to be fetched from
         self.progress = {v: ReplicaProgress(last_fetch_mono=now_mono) for v in voters if v != node_id}
         self.observers: dict[int, ReplicaProgress] = {}
+
+    def set_voters(self, voters: list[int], now_mono: float) -> None:
+        """The voter set changed (KIP-853): an added voter brings its progress as an observer, a
+        removed one keeps its progress as an observer; majorities count the new set at once."""
+        for v in voters:
+            if v != self.node_id and v not in self.progress:
+                p = self.observers.pop(v, None) or ReplicaProgress(last_fetch_mono=now_mono)
+                self.progress[v] = p
+        for v in [v for v in self.progress if v not in voters]:
+            self.observers[v] = self.progress.pop(v)
+        self.voter_count = len(voters)
+        self.leader_votes = self.node_id in voters
 
     def is_voter(self, replica_id: int) -> bool:
         return replica_id in self.progress
@@ -59,11 +72,11 @@ class LeaderState:
             p.last_caught_up_ms = p.last_fetch_ms
 
     def high_watermark(self, log_end: int, current: int) -> int:
-        ends = [log_end] + [p.end_offset for p in self.progress.values()]
+        ends = [log_end] * self.leader_votes + [p.end_offset for p in self.progress.values()]
         return rules.high_watermark(ends, self.voter_count, self.epoch_start, current)
 
     def heard_from_majority(self, now_mono: float, within: float) -> bool:
-        heard = 1 + sum(1 for p in self.progress.values() if now_mono - p.last_fetch_mono <= within)
+        heard = int(self.leader_votes) + sum(1 for p in self.progress.values() if now_mono - p.last_fetch_mono <= within)
         return heard >= rules.majority(self.voter_count)
 
     def fetched(self, voter: int) -> bool:

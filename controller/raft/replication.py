@@ -15,7 +15,8 @@ import time
 import structlog
 
 from controller.metadata_log import MetadataLog
-from controller.raft.state import RaftState, Role
+from controller.raft.membership import Membership
+from controller.raft.state import NotLeaderError, RaftState, Role
 from controller.raft.voter_channel import VoterChannel
 from controller.snapshots import SnapshotStore
 from metadata.image import METADATA_TOPIC, METADATA_TOPIC_ID
@@ -32,16 +33,14 @@ SNAPSHOT_CHUNK = 16 << 20
 FETCH_VERSION = 13  # topic ids, DivergingEpoch and SnapshotId
 
 
-class NotLeaderError(Exception):
-    """This voter is not (or no longer) the leader of the epoch the caller wrote in."""
-
-
 class LogReplication:
-    def __init__(self, state: RaftState, log: MetadataLog, snapshots: SnapshotStore, channel: VoterChannel) -> None:
+    def __init__(self, state: RaftState, log: MetadataLog, snapshots: SnapshotStore, channel: VoterChannel,
+                 membership: Membership) -> None:
         self.state = state
         self.log = log
         self.snapshots = snapshots
         self.channel = channel
+        self.membership = membership  # told of every append, truncation and snapshot (KIP-853)
 
     # ---- leader: appends and the commit
     async def append(self, records: list, epoch: int) -> tuple[int, int]:
@@ -62,17 +61,11 @@ class LogReplication:
             raise NotLeaderError(f"not the leader of epoch {epoch}")
         record = leader_change_record(s.node_id, list(s.voters), sorted(s.granting_voters), int(time.time() * 1000))
         base, size = await self.log.append_control(record, epoch)
+        if self.membership.needs_first_record():
+            base = await self.membership.append(self.membership.latest(), epoch) - 1
         s.advance_high_watermark(self.log.end_offset)
         s.notify_data()
         return base, size
-
-    async def wait_committed(self, end_offset: int, epoch: int) -> None:
-        """Wait until the high watermark reaches `end_offset` while leading `epoch`."""
-        s = self.state
-        while s.high_watermark < end_offset:
-            if s.role != Role.LEADER or s.epoch != epoch or s.closed:
-                raise NotLeaderError(f"lost the leadership of epoch {epoch} before offset {end_offset} committed")
-            await s.changed.wait()
 
     # ---- follower: fetch from the leader
     def _fetch_request(self) -> FetchRequest:
@@ -121,11 +114,14 @@ class LogReplication:
                 log.critical("raft_divergence_below_high_watermark", end_offset=div.end_offset,
                              high_watermark=s.high_watermark)
             await self.log.truncate_to(cut)
+            self.membership.truncated(cut)
             log.info("raft_truncated_on_divergence", epoch=div.epoch, end_offset=cut, log_end=self.log.end_offset)
             return
         if part.records:
+            data = bytes(part.records)
             try:
-                await self.log.append_batches(bytes(part.records))
+                await self.log.append_batches(data)
+                self.membership.appended(data)
             except ProtocolError as e:
                 log.error("raft_fetched_batches_invalid", error=str(e))
                 await asyncio.sleep(0.05)
@@ -160,6 +156,7 @@ class LogReplication:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.snapshots.write, bytes(data), end_offset)
         await self.log.reset(end_offset, epoch)
+        self.membership.snapshot_loaded(end_offset, bytes(data))
         s.high_watermark = max(s.high_watermark, end_offset)
         log.info("raft_snapshot_loaded", end_offset=end_offset, epoch=epoch, bytes=len(data))
         await s.listener.snapshot_loaded(end_offset)

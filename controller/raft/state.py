@@ -15,6 +15,7 @@ import asyncio
 import enum
 import time
 from typing import Protocol
+from uuid import UUID
 
 import structlog
 
@@ -33,6 +34,10 @@ class Role(enum.Enum):
     LEADER = "Leader"
     FOLLOWER = "Follower"
     RESIGNED = "Resigned"
+
+
+class NotLeaderError(Exception):
+    """This voter is not (or no longer) the leader of the epoch the caller wrote in."""
 
 
 class RaftListener(Protocol):
@@ -80,6 +85,9 @@ class RaftState:
         # FollowerState.hasFetchedFromLeader): such a follower refuses pre-votes (KIP-996)
         self.has_fetched = False
         self._persist_lock = asyncio.Lock()
+        # directory ids (KIP-853): ours, and each voter's (a dynamic quorum's; zero for a static one)
+        self.directory_id = UUID(int=0)
+        self.voter_directories: dict[int, UUID] = {}
 
     def load(self, cluster_id: str) -> ElectionState:
         """Blocking: read the quorum-state file (before anything is served)."""
@@ -170,6 +178,13 @@ class RaftState:
     async def become_candidate(self) -> None:
         """Stand in the next epoch, voting for ourselves."""
         await self.transition(Role.CANDIDATE, self.epoch + 1, -1, self.node_id)
+
+    async def wait_committed(self, end_offset: int, epoch: int) -> None:
+        """As leader of `epoch`: wait until the high watermark reaches `end_offset`."""
+        while self.high_watermark < end_offset:
+            if self.role != Role.LEADER or self.epoch != epoch or self.closed:
+                raise NotLeaderError(f"lost the leadership of epoch {epoch} before offset {end_offset} committed")
+            await self.changed.wait()
 
     # ---- the leader's high watermark
     def advance_high_watermark(self, log_end: int) -> None:

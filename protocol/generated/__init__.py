@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import protocol.generated.add_offsets_to_txn as add_offsets_to_txn
 import protocol.generated.add_partitions_to_txn as add_partitions_to_txn
+import protocol.generated.add_raft_voter as add_raft_voter
 import protocol.generated.allocate_producer_ids as allocate_producer_ids
 import protocol.generated.alter_chunk_assignments as alter_chunk_assignments
 import protocol.generated.alter_client_quotas as alter_client_quotas
@@ -21,6 +22,7 @@ import protocol.generated.broker_registration as broker_registration
 import protocol.generated.consumer_group_describe as consumer_group_describe
 import protocol.generated.consumer_group_heartbeat as consumer_group_heartbeat
 import protocol.generated.control_records.leader_change_message as control_records_leader_change_message
+import protocol.generated.control_records.voters_record as control_records_voters_record
 import protocol.generated.create_acls as create_acls
 import protocol.generated.create_chunks as create_chunks
 import protocol.generated.create_partitions as create_partitions
@@ -111,6 +113,7 @@ import protocol.generated.produce as produce
 import protocol.generated.push_telemetry as push_telemetry
 import protocol.generated.read_share_group_state as read_share_group_state
 import protocol.generated.read_share_group_state_summary as read_share_group_state_summary
+import protocol.generated.remove_raft_voter as remove_raft_voter
 import protocol.generated.request_header as request_header
 import protocol.generated.response_header as response_header
 import protocol.generated.sasl_authenticate as sasl_authenticate
@@ -122,6 +125,8 @@ import protocol.generated.share_group_heartbeat as share_group_heartbeat
 import protocol.generated.share_partition_forward as share_partition_forward
 import protocol.generated.sync_group as sync_group
 import protocol.generated.txn_offset_commit as txn_offset_commit
+import protocol.generated.update_features as update_features
+import protocol.generated.update_raft_voter as update_raft_voter
 import protocol.generated.vote as vote
 import protocol.generated.write_share_group_state as write_share_group_state
 import protocol.generated.write_txn_markers as write_txn_markers
@@ -178,6 +183,7 @@ REQUESTS: dict[int, type[Message]] = {
     54: end_quorum_epoch.EndQuorumEpochRequest,
     55: describe_quorum.DescribeQuorumRequest,
     56: alter_partition.AlterPartitionRequest,
+    57: update_features.UpdateFeaturesRequest,
     59: fetch_snapshot.FetchSnapshotRequest,
     60: describe_cluster.DescribeClusterRequest,
     61: describe_producers.DescribeProducersRequest,
@@ -197,6 +203,9 @@ REQUESTS: dict[int, type[Message]] = {
     77: share_group_describe.ShareGroupDescribeRequest,
     78: share_fetch.ShareFetchRequest,
     79: share_acknowledge.ShareAcknowledgeRequest,
+    80: add_raft_voter.AddRaftVoterRequest,
+    81: remove_raft_voter.RemoveRaftVoterRequest,
+    82: update_raft_voter.UpdateRaftVoterRequest,
     83: initialize_share_group_state.InitializeShareGroupStateRequest,
     84: read_share_group_state.ReadShareGroupStateRequest,
     85: write_share_group_state.WriteShareGroupStateRequest,
@@ -269,6 +278,7 @@ RESPONSES: dict[int, type[Message]] = {
     54: end_quorum_epoch.EndQuorumEpochResponse,
     55: describe_quorum.DescribeQuorumResponse,
     56: alter_partition.AlterPartitionResponse,
+    57: update_features.UpdateFeaturesResponse,
     59: fetch_snapshot.FetchSnapshotResponse,
     60: describe_cluster.DescribeClusterResponse,
     61: describe_producers.DescribeProducersResponse,
@@ -288,6 +298,9 @@ RESPONSES: dict[int, type[Message]] = {
     77: share_group_describe.ShareGroupDescribeResponse,
     78: share_fetch.ShareFetchResponse,
     79: share_acknowledge.ShareAcknowledgeResponse,
+    80: add_raft_voter.AddRaftVoterResponse,
+    81: remove_raft_voter.RemoveRaftVoterResponse,
+    82: update_raft_voter.UpdateRaftVoterResponse,
     83: initialize_share_group_state.InitializeShareGroupStateResponse,
     84: read_share_group_state.ReadShareGroupStateResponse,
     85: write_share_group_state.WriteShareGroupStateResponse,
@@ -344,5 +357,6 @@ METADATA_RECORDS: dict[int, type[Message]] = {
     1114: metadata_records_diskless_partition_deleted_record.DisklessPartitionDeletedRecord,
 }
 LeaderChangeMessage = control_records_leader_change_message.LeaderChangeMessage
+VotersRecord = control_records_voters_record.VotersRecord
 RequestHeader = request_header.RequestHeader
 ResponseHeader = response_header.ResponseHeader

@@ -7,12 +7,35 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.faults.checker import History, anomalies, check, summary
-from tests.faults.schedule import KINDS, STORE, WITH_LINKS, Fault, Nemesis, StoreSwitch, plan
+from tests.faults.clock import ClockShifts
+from tests.faults.disks import broker_disks
+from tests.faults.schedule import (
+    CLOCK,
+    FULL,
+    KINDS,
+    SLOW,
+    SLOW_STORE,
+    SPLIT,
+    STORE,
+    WITH_LINKS,
+    Clocks,
+    Disk,
+    Fault,
+    Nemesis,
+    Split,
+    StoreLag,
+    StoreSwitch,
+    plan,
+)
+from tests.faults.split import BrokerSplit
 from tests.faults.workload import QUIET, Workload
 from tests.tcp_proxy import TcpProxy
 from tools.cluster import Cluster
@@ -46,11 +69,17 @@ class Outcome:
 def run_schedule(cluster: Cluster, seed: int, seconds: float, faults: int, *, partitions: int = 3,
                  say: Callable[[str], None] = print, replay: str = "",
                  links: dict[int, list[TcpProxy]] | None = None, diskless: bool = False,
-                 store: StoreSwitch | None = None, read_process_write: bool = False) -> Outcome:
+                 store: StoreSwitch | None = None, read_process_write: bool = False,
+                 disks: dict[int, Disk] | None = None, split: Split | None = None,
+                 clocks: Clocks | None = None, store_lag: StoreLag | None = None,
+                 kinds: tuple[str, ...] | None = None) -> Outcome:
     """`links` (schedule.wire_links, before the cluster started) adds network partitions;
     `diskless` a diskless topic under the same workload (the cluster configured for it:
     DISKLESS_BROKER, DISKLESS_CONTROLLER and a store); `store` outages of that store;
-    `read_process_write` the workload's read-process-write transactions (Workload)."""
+    `read_process_write` the workload's read-process-write transactions (Workload). Made before
+    the cluster starts: `disks` (disks.broker_disks) slow and full disks, `split`
+    (split.BrokerSplit) partitions between brokers, `clocks` (clock.ClockShifts) wall-clock
+    jumps; `store_lag` (a TcpProxy in front of the object store) slow store answers. `kinds` the faults to draw from (default: all those wired)."""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, **QUIET})
     rf = min(3, len(cluster.broker_ids))
     topics = {TOPIC: NewTopic(TOPIC, partitions, rf, config={"min.insync.replicas": str(min(2, rf))})}
@@ -59,7 +88,10 @@ def run_schedule(cluster: Cluster, seed: int, seconds: float, faults: int, *, pa
     for future in admin.create_topics(list(topics.values())).values():
         future.result(60)
     nodes = list(cluster.broker_ids) + (list(cluster.controller_ids) if len(cluster.controller_ids) >= 3 else [])
-    kinds = (WITH_LINKS if links else KINDS) + ((STORE,) if store is not None else ())
+    if kinds is None:
+        kinds = ((WITH_LINKS if links else KINDS) + ((STORE,) if store is not None else ())
+                 + ((SLOW, FULL) if disks else ()) + ((SPLIT,) if split is not None else ())
+                 + ((CLOCK,) if clocks is not None else ()) + ((SLOW_STORE,) if store_lag is not None else ()))
     schedule = plan(seed, seconds, nodes, faults, kinds=kinds)
     say(f"fault schedule seed={seed} seconds={seconds:.0f} faults={faults} topics={','.join(topics)}"
         + (f"; replay: {replay}" if replay else ""))
@@ -67,7 +99,7 @@ def run_schedule(cluster: Cluster, seed: int, seconds: float, faults: int, *, pa
         say(f"  {f}")
     works = {name: Workload(cluster.bootstrap, name, partitions, seed=seed, read_process_write=read_process_write)
              for name in topics}
-    nemesis = Nemesis(cluster, schedule, say, links, store)
+    nemesis = Nemesis(cluster, schedule, say, links, store, disks, split, clocks, store_lag)
     t0 = time.monotonic()
     for work in works.values():
         work.start()
@@ -84,3 +116,18 @@ def run_schedule(cluster: Cluster, seed: int, seconds: float, faults: int, *, pa
     errors = sum((Counter(w.delivery_errors) for w in works.values()), Counter())
     return Outcome(seed, schedule, nemesis.applied, main.history, by_topic[TOPIC][1], dict(errors),
                    time.monotonic() - t0, by_topic)
+
+
+def wire_broker_faults(c: Cluster, stack: ExitStack, work: Path, *, disks: bool = True, split: bool = True,
+                       clocks: bool = True) -> dict[str, Any]:
+    """Before `c` starts: its brokers' fault fixtures (disks.broker_disks, split.BrokerSplit,
+    clock.ClockShifts), undone when `stack` closes, the cluster stopped first so the brokers leave
+    their mounts before they go. Returns run_schedule's keyword arguments for them."""
+    out: dict[str, Any] = {"disks": broker_disks(c, stack) if disks else {}, "split": None, "clocks": None}
+    if split:
+        out["split"] = BrokerSplit(c)
+        stack.callback(out["split"].close)
+    if clocks:
+        out["clocks"] = ClockShifts(c, work / "clock")
+    stack.callback(c.stop)
+    return out

@@ -12,6 +12,18 @@ Faults:
   its clients and its replication links, and is fenced once its session runs out.
 - store: the diskless topics' object store stops answering for `hold` seconds (its server's
   processes paused; the fault's node is 0).
+- slowstore: every answer of the object store comes SLOW_STORE_S late for `hold` seconds (a TCP
+  proxy in front of it, tests/tcp_proxy.py; node 0).
+- slow: every write and fsync to one of the broker's log dirs (a FUSE passthrough, see
+  tests/faults/disks.py) takes SLOW_DISK_S longer for `hold` seconds;
+- full: that log dir's filesystem (a tmpfs) fills up: the broker takes the dir offline at its
+  next write there (ENOSPC, as any disk error: Kafka's LogDirFailureChannel) and its replicas
+  there move away; after `hold` seconds the filler is deleted and the broker restarted (SIGTERM),
+  as an operator freeing the disk would;
+- split: a network partition between the broker and the other brokers for `hold` seconds
+  (tests/faults/split.py): it keeps its clients and the controller, and loses its replication links.
+- clock: the broker's wall clock jumps by `size` seconds (forward or back, 1 to 60 minutes) and
+  back after `hold` seconds (tests/faults/clock.py), as two NTP steps would move it.
 Faults may overlap (Jepsen mixes them); a node already under a fault is skipped.
 """
 
@@ -23,15 +35,57 @@ import signal
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from tests.tcp_proxy import TcpProxy
-from tools.cluster import Cluster, ClusterError
+from tools.cluster import Cluster, ClusterError, is_controller_id
 
 KINDS = ("kill", "pause", "term")
 WITH_LINKS = (*KINDS, "isolate")
 STORE = "store"
+SLOW = "slow"
+FULL = "full"
+SPLIT = "split"
+CLOCK = "clock"
+SLOW_STORE = "slowstore"
+SLOW_DISK_S = 0.2  # added to each write and fsync of a slow disk
+SLOW_STORE_S = 1.0  # added to each answer of a slow object store
+
+
+class Disk(Protocol):
+    """A log dir a fault can slow down or fill, and bring back (tests/faults/disks.BrokerDisk)."""
+
+    def slow_down(self, delay: float) -> None: ...
+
+    def speed_up(self) -> None: ...
+
+    def fill(self) -> None: ...
+
+    def free(self) -> None: ...
+
+
+class StoreLag(Protocol):
+    """An object store a fault can make slow to answer (a TcpProxy in front of it: `delay`)."""
+
+    delay: float
+
+
+class Split(Protocol):
+    """Network partitions of one broker from the others (tests/faults/split.BrokerSplit)."""
+
+    def cut(self, b: int) -> None: ...
+
+    def heal(self, b: int) -> None: ...
+
+
+class Clocks(Protocol):
+    """Wall-clock jumps of one broker (tests/faults/clock.ClockShifts)."""
+
+    def jump(self, b: int, seconds: float) -> None: ...
+
+    def reset(self, b: int) -> None: ...
 
 
 class StoreSwitch(Protocol):
@@ -48,9 +102,11 @@ class Fault:
     kind: str
     node: int
     hold: float  # seconds until healed (restart, SIGCONT)
+    size: float = 0.0  # a clock jump's seconds
 
     def __str__(self) -> str:
-        return f"{self.at:6.1f}s {self.kind:5} node {self.node} for {self.hold:.1f}s"
+        jump = f" by {self.size:+.0f}s" if self.kind == CLOCK else ""
+        return f"{self.at:6.1f}s {self.kind:5} node {self.node}{jump} for {self.hold:.1f}s"
 
 
 def plan(seed: int, seconds: float, nodes: list[int], faults: int, max_hold: float = 8.0,
@@ -60,8 +116,12 @@ def plan(seed: int, seconds: float, nodes: list[int], faults: int, max_hold: flo
     window = seconds * 0.8
     out = []
     for _ in range(faults):
-        at, kind, node = round(rng.uniform(1.0, window), 1), rng.choice(kinds), rng.choice(nodes)
-        out.append(Fault(at=at, kind=kind, node=0 if kind == STORE else node, hold=round(rng.uniform(1.0, max_hold), 1)))
+        at, kind = round(rng.uniform(1.0, window), 1), rng.choice(kinds)
+        # disk faults, splits between brokers and clock jumps are broker faults: drawn among the brokers
+        node = rng.choice([n for n in nodes if not is_controller_id(n)] if kind in (SLOW, FULL, SPLIT, CLOCK) else nodes)
+        hold = round(rng.uniform(1.0, max_hold), 1)
+        size = round(rng.choice((-1, 1)) * rng.uniform(60, 3600)) if kind == CLOCK else 0.0
+        out.append(Fault(at=at, kind=kind, node=0 if kind in (STORE, SLOW_STORE) else node, hold=hold, size=size))
     return sorted(out, key=lambda f: f.at)
 
 
@@ -90,11 +150,18 @@ class Nemesis:
     """Applies a plan to a cluster on a thread; heal() undoes whatever is still in effect."""
 
     def __init__(self, cluster: Cluster, faults: list[Fault], say=print,
-                 links: dict[int, list[TcpProxy]] | None = None, store: StoreSwitch | None = None) -> None:
+                 links: dict[int, list[TcpProxy]] | None = None, store: StoreSwitch | None = None,
+                 disks: dict[int, Disk] | None = None, split: Split | None = None,
+                 clocks: Clocks | None = None, store_lag: StoreLag | None = None) -> None:
         self.cluster = cluster
         self.faults = faults
         self.links = links or {}
         self.store = store
+        self.disks = disks or {}
+        self.split = split
+        self.clocks = clocks
+        self.store_lag = store_lag
+        self._undo: dict[tuple[str, int], Callable[[], None]] = {}  # the lasting faults in effect
         self._store_down = False
         self._cut: set[int] = set()
         self.say = say
@@ -146,6 +213,27 @@ class Nemesis:
             self._stop.wait(f.hold)
             self._isolate(f.node, False)
             return
+        if f.kind in (SLOW, FULL) and f.node in self.disks:
+            disk = self.disks[f.node]
+            if f.kind == SLOW:
+                self._hold(f, lambda: disk.slow_down(SLOW_DISK_S), disk.speed_up)
+            else:
+                self._hold(f, disk.fill, lambda: self._free(f.node, disk))
+            return
+        if f.kind == SPLIT and self.split is not None and f.node in c.broker_ids:
+            split = self.split
+            self._hold(f, lambda: split.cut(f.node), lambda: split.heal(f.node))
+            return
+        if f.kind == CLOCK and self.clocks is not None and f.node in c.broker_ids:
+            clocks = self.clocks
+            self._hold(f, lambda: clocks.jump(f.node, f.size), lambda: clocks.reset(f.node))
+            return
+        if f.kind == SLOW_STORE and self.store_lag is not None:
+            lag = self.store_lag
+            self._hold(f, lambda: setattr(lag, "delay", SLOW_STORE_S), lambda: setattr(lag, "delay", 0.0))
+            return
+        if f.kind in (SLOW, FULL, SPLIT, CLOCK, SLOW_STORE):
+            return  # not wired for this run
         if f.kind == STORE:
             if self.store is None:
                 return
@@ -174,6 +262,28 @@ class Nemesis:
             elif not any(link in self.links.get(n, []) for n in cut_nodes):  # not still cut by another fault
                 link.heal()
 
+    def _hold(self, f: Fault, start: Callable[[], None], undo: Callable[[], None]) -> None:
+        """Apply a fault for `f.hold` seconds, then undo it (or heal() does, if it comes first)."""
+        key = (f.kind, f.node)
+        with self._lock:
+            self._undo[key] = undo
+        start()
+        self._stop.wait(f.hold)
+        self._end(key)
+
+    def _end(self, key: tuple[str, int]) -> None:
+        with self._lock:
+            undo = self._undo.pop(key, None)
+        if undo is not None:
+            undo()
+
+    def _free(self, node: int, disk: Disk) -> None:
+        """Free the full disk, and restart its broker: the dir it took offline comes back only so."""
+        disk.free()
+        if self.cluster.is_running(node):
+            self.cluster.terminate(node)
+        self.cluster.start_node(node, timeout=120)
+
     def _resume(self, node: int) -> None:
         pid = self.cluster.pid(node)
         if node in self._paused and pid is not None:
@@ -194,6 +304,8 @@ class Nemesis:
             self._resume(node)
         for node in list(self._cut):
             self._isolate(node, False)
+        for key in list(self._undo):
+            self._end(key)
         for th in self._threads:
             th.join(timeout=180)
         for node in [*self.cluster.controller_ids, *self.cluster.broker_ids]:

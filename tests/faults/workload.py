@@ -9,6 +9,7 @@ checker.History (with what each transaction read, for the checker's dependency c
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -18,7 +19,18 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, 
 
 from tests.faults.checker import History, Read
 
-QUIET: dict = {"log_level": 0, "logger": lambda *a: None}
+
+def _silent_logger() -> logging.Logger:
+    """confluent-kafka calls `logger.log(...)` from whichever call polls (commit_transaction
+    too), so the sink must be a Logger: a plain function made that call raise AttributeError."""
+    log = logging.getLogger("tests.faults.librdkafka")
+    log.propagate = False
+    log.addHandler(logging.NullHandler())
+    log.setLevel(logging.CRITICAL + 1)
+    return log
+
+
+QUIET: dict = {"log_level": 0, "logger": _silent_logger()}
 
 
 def _newest(reads: list[Read]) -> dict[int, int]:

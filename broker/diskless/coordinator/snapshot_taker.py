@@ -48,9 +48,36 @@ class SnapshotTaker:
             if ps.loading or ps.view is None or ps.snapshot_task is not None:
                 continue
             p = self.replica(ps.index)
-            since = max(p.log.log_start_offset, ps.snapshot_offset) if p is not None else 0
-            if p is not None and p.is_leader and p.high_watermark - since >= self.interval:
+            if p is None or not p.is_leader:
+                continue
+            start, hw = p.log.log_start_offset, p.high_watermark
+            if hw - max(start, ps.snapshot_offset) >= self.interval:
                 ps.snapshot_task = self.spawn(self.take(ps, p))
+            elif hw - start > 2 * self.interval and ps.snapshot_offset > start:
+                ps.snapshot_task = self.spawn(self.trim(ps, p))
+
+    async def trim(self, ps: Partition, p: Replica) -> None:
+        """Cut a log that holds over two intervals at the newest snapshot, keeping the last
+        interval: snapshots taken while commits pour in can lie far apart, and once the log goes
+        quiet no further snapshot comes to cut it at the previous one."""
+        try:
+            start = p.log.log_start_offset
+            cut = min(ps.snapshot_offset, p.high_watermark - self.interval)
+            if start != await self._cut(ps, p, cut):
+                log.info("diskless_log_trimmed", partition=ps.index, snapshot_offset=ps.snapshot_offset,
+                         log_start_offset=p.log.log_start_offset, log_end_offset=p.log.log_end_offset)
+        except (StorageError, OSError) as e:
+            log.warning("diskless_log_trim_failed", partition=ps.index, error=str(e))
+            await asyncio.sleep(SNAPSHOT_RETRY_S)
+        finally:
+            ps.snapshot_task = None
+
+    async def _cut(self, ps: Partition, p: Replica, cut: int) -> int:
+        """Raise the log start to `cut` while this coordinator still leads the partition (never
+        past the high watermark, never down); the log start after it."""
+        if self.owns(ps) and p.log.log_start_offset < cut <= p.high_watermark:
+            return await asyncio.get_running_loop().run_in_executor(None, p.log.delete_records_before, cut)
+        return p.log.log_start_offset
 
     async def take(self, ps: Partition, p: Replica) -> None:
         """Copy the state point-in-time and store the copy; then raise the log start to the
@@ -73,10 +100,7 @@ class SnapshotTaker:
             await self.store.put(topic_id, ps.index, offset, data)
             ps.snapshot_offset = offset
             ps.snapshot_ms = wall_clock_ms()
-            cut = stored[-1] if stored else 0
-            start = p.log.log_start_offset
-            if self.owns(ps) and start < cut <= p.high_watermark:
-                start = await loop.run_in_executor(None, p.log.delete_records_before, cut)
+            start = await self._cut(ps, p, stored[-1] if stored else 0)
             await self.store.prune(topic_id, ps.index)
             log.info("diskless_snapshot_taken", partition=ps.index, offset=offset, bytes=len(data),
                      log_start_offset=start, log_end_offset=p.log.log_end_offset,
