@@ -22,7 +22,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from controller.log_dirs import id_to_uuid, uuid_to_id
+from controller.log_dirs import id_to_uuid, random_id
 from node.client import NodeClient
 from node.config import parse_properties
 from protocol.errors import Errors
@@ -252,7 +252,7 @@ def test_voter_changes_refused_by_error_code(tmp_path: Path) -> None:
         r = asyncio.run(add(dyn, dyn.ports[first], other))  # never started: no observer
         assert r.error_code == Errors.REQUEST_TIMED_OUT and "observer" in r.error_message, r
         out = quorum_tool("--bootstrap-controller", f"{dyn.host}:{dyn.ports[first]}", "remove-controller",
-                          "--controller-id", "7", "--controller-directory-id", uuid_to_id(uuid.uuid4()))
+                          "--controller-id", "7", "--controller-directory-id", random_id())  # never "-..."
         assert out.returncode == 1 and len(out.stderr.splitlines()) == 1 and "VOTER_NOT_FOUND" in out.stderr, out
         # UpdateRaftVoter: a voter's own endpoints (unchanged here) are taken; a wrong directory id is not
         U = UpdateRaftVoterRequest
