@@ -340,11 +340,11 @@ def confluent_produce(bootstrap: str | dict, topic: str, n: int, size: int, acks
     return Sample(n, seconds)
 
 
-def confluent_consume(bootstrap: str | dict, topic: str, partitions: int, n: int) -> Sample:
+def confluent_consume(bootstrap: str | dict, topic: str, partitions: int, n: int, group: str | None = None) -> Sample:
     c = Consumer(
         {
             **_conf(bootstrap),
-            "group.id": f"strata-bench-{topic}",
+            "group.id": group or f"strata-bench-{topic}",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             **CONSUMER_SETTINGS,

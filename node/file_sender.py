@@ -31,7 +31,9 @@ _IOV_MAX = 1024
 
 def _set_cork(fd: int, on: int) -> None:
     try:
-        with socket.socket(fileno=fd) as sock:
+        # family, type and protocol given: without them the socket object asks the kernel for
+        # each (three syscalls), twice an answer; setsockopt on the descriptor needs none of them
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM, 0, fileno=fd) as sock:
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, on)
             finally:
