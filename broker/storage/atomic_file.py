@@ -53,6 +53,23 @@ def fsync_file(path: Path) -> bool:
     return True
 
 
+def read_small_file(path: Path | str) -> bytes | None:
+    """The whole content of a small state file, None if it is missing. Plain descriptor reads:
+    a pathlib read_text builds a buffered text stream per file, three files a log, 20,000 logs
+    opened at a start."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
 def write_file(path: Path, data: bytes, *, sync: bool = True) -> None:
     """`data` as the whole content of `path` (created or truncated), fsynced unless told not to."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import structlog
 
-from broker.storage.atomic_file import write_atomically
+from broker.storage.atomic_file import read_small_file, write_atomically
 from broker.storage.file_names import TMP_SUFFIX
 
 log = structlog.get_logger(__name__)
@@ -88,12 +88,11 @@ class LogState:
 
 
 def read_log_state(path: Path) -> LogState | None:
-    try:
-        text = path.read_text("ascii")
-    except FileNotFoundError:
+    raw = read_small_file(path)
+    if raw is None:
         return None
     try:
-        return LogState.parse(text)
+        return LogState.parse(raw.decode("ascii"))
     except (ValueError, UnicodeDecodeError) as exc:
         log.warning("log_state_unreadable", path=str(path), error=str(exc))
         return None

@@ -195,7 +195,7 @@ class LogSegment:
     @classmethod
     def open_for_recovery(cls, dir: Path, base_offset: int, index_bytes: int, now_ms: int) -> LogSegment:
         seg = cls(dir, base_offset, index_bytes, now_ms)
-        seg.size = os.stat(seg.log_path).st_size
+        seg.size = os.stat(seg.log_file.pathname).st_size
         return seg
 
     @property
@@ -377,8 +377,8 @@ class LogSegment:
     def recover(self, index_interval: int, on_batch: Callable[[BatchHeader], None] | None = None) -> int:
         """Validate every batch (header, CRC32C, increasing offsets), rebuild both indexes, and cut
         the file after the last whole valid batch. Returns the number of bytes cut."""
-        self.offset_index.reset()
-        self.time_index.reset()
+        self.offset_index.rewrite_start()
+        self.time_index.rewrite_start()
         self._reset_state()
         with self.log_file.open() as fd:
             # Whatever a crashed process wrote may still sit in the page cache only: the caller's flush
@@ -412,6 +412,8 @@ class LogSegment:
                 os.ftruncate(fd, valid_end)
                 self.size = valid_end
                 self.log_file.dirty = True
+        self.offset_index.rewrite_end()
+        self.time_index.rewrite_end()
         return truncated
 
     def truncate_to(self, offset: int) -> bool:

@@ -122,7 +122,10 @@ class TransactionIndex:
     def reset(self) -> None:
         """Forget every entry (recovery rebuilds them)."""
         self.close()
-        self.path.unlink(missing_ok=True)
+        try:
+            os.unlink(self.file.pathname)  # the name as str: a Path made per call costs more than the unlink
+        except FileNotFoundError:
+            pass
         self.file.dirty = False  # nothing left to sync (a sync would create the file again)
         self._entries = []
 
