@@ -1122,3 +1122,31 @@ def test_a_clean_shutdown_writes_the_dirs_high_watermarks_and_no_state_file(tmp_
     assert (own.stat().st_mtime_ns, own.read_bytes()) == before
     again = _reopened(root, ("t", 0, 0))
     assert (again.log_end_offset, again.high_watermark) == (6, 6)
+
+
+def test_recovery_rebuilds_indexes_over_stale_longer_and_missing_files(tmp_path):
+    """Recovery writes the rebuilt index entries over the old files: entries past them (a torn
+    tail's, or junk) are cut, a missing index file is made, and lookups match the batches."""
+    log = open_log(tmp_path, index_interval_bytes=1)  # an index entry for every batch
+    for i in range(6):
+        log.append_as_leader(batch(2, ts=NOW + 10 * i), 0, NOW)
+    whole = 4 * len(batch(2))
+    simulate_crash(log)
+    seg = segment_files(log)[0]
+    os.truncate(seg, whole + 5)  # two batches lost, the third torn
+    index, timeindex = segment_files(log, ".index")[0], segment_files(log, ".timeindex")[0]
+    with open(index, "ab") as f:
+        f.write(b"\xff" * 8 * 3)  # stale entries past the ones the rebuild writes
+    timeindex.unlink()
+
+    again = open_log(tmp_path, index_interval_bytes=1)
+    assert again.log_end_offset == 8
+    seg0 = again._local.segments[0]
+    assert index.stat().st_size == seg0.offset_index.entries * 8 and seg0.offset_index.entries >= 3
+    assert timeindex.stat().st_size == seg0.time_index.entries * 12 and seg0.time_index.entries >= 3
+    assert b"\xff" * 8 not in index.read_bytes()
+    assert record_offsets(again) == list(range(8))
+    for offset in range(8):  # every read goes through the rebuilt offset index
+        assert record_offsets(again, offset)[:1] == [offset - offset % 2]
+    for i in range(4):  # and the rebuilt time index
+        assert again.offset_for_timestamp(NOW + 10 * i)[0] == 2 * i
