@@ -6,9 +6,9 @@ cleanup.policy=compact topics (log.cleaner.enable, log.cleaner.backoff.ms)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import structlog
 
@@ -136,11 +136,16 @@ def _retention_pass(work: list[tuple[Partition, bool, int | None]], now: int) ->
     return skipped, last_error
 
 
-def high_watermarks_by_dir(logs: list[Log]) -> dict[Path, dict[str, tuple[int, int]]]:
-    """Each log dir's high-watermark-checkpoint entries (LogDir.write_high_watermarks) for `logs`."""
-    entries: dict[Path, dict[str, tuple[int, int]]] = {}
+def high_watermarks_by_dir(logs: list[Log]) -> dict[str, dict[str, tuple[int, int]]]:
+    """Each log dir's high-watermark-checkpoint entries (LogDir.write_high_watermarks) for `logs`,
+    by the log dir's path as str."""
+    entries: dict[str, dict[str, tuple[int, int]]] = {}
     for lg in logs:
-        entries.setdefault(lg.dir.parent, {})[lg.dir.name] = lg.high_watermark_entry()
+        parent, name = lg.dir_key
+        by_name = entries.get(parent)
+        if by_name is None:
+            by_name = entries[parent] = {}
+        by_name[name] = lg.high_watermark_entry()
     return entries
 
 
@@ -154,13 +159,14 @@ def _checkpoint_all(logs: list[Log], dirs: list[LogDir]) -> None:
     for lg in logs:
         try:
             if lg.checkpoint(sync=False, hw_in_dir=True):
-                written.add(lg.dir.parent)
+                written.add(lg.dir_key[0])
             usable.append(lg)
         except Exception:  # a closed or offline log: its state was written when it closed
             pass
     entries = high_watermarks_by_dir(usable)
     for d in dirs:
-        if d.path in entries and d.write_high_watermarks(entries[d.path]):
-            written.add(d.path)
-        if d.path in written and d.online:
+        path = os.fspath(d.path)
+        if path in entries and d.write_high_watermarks(entries[path]):
+            written.add(path)
+        if path in written and d.online:
             d.sync()

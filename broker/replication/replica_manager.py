@@ -24,6 +24,7 @@ log_maintenance.py.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -585,15 +586,16 @@ class ReplicaManager:
         started = time.monotonic()
         # threads: the closes' creates and renames wait in the kernel (the filesystem's journal)
         with ThreadPoolExecutor(max(8, self._open_threads), thread_name_prefix="log-close") as pool:
-            failed = {lg.dir.parent for lg, ok in zip(logs, pool.map(_close_logged, logs)) if not ok}
+            failed = {lg.dir_key[0] for lg, ok in zip(logs, pool.map(_close_logged, logs)) if not ok}
         closed = time.monotonic()
         dirs = self.log_dirs if self._loaded else []
         # the high watermarks the closes left out of each log's own file (log_state.py)
         entries = high_watermarks_by_dir(logs)
         for d in dirs:
-            if d.path not in failed and d.path in entries:
-                d.write_high_watermarks(entries[d.path])
-        marked = [d.mark_clean_shutdown() if d.path not in failed else False for d in dirs]
+            path = os.fspath(d.path)
+            if path not in failed and path in entries:
+                d.write_high_watermarks(entries[path])
+        marked = [d.mark_clean_shutdown() if os.fspath(d.path) not in failed else False for d in dirs]
         log.info("logs_closed", logs=len(logs), seconds=round(closed - started, 2),
                  sync_seconds=round(time.monotonic() - closed, 2), dirs_marked_clean=sum(marked))
 
