@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -291,6 +292,7 @@ def main() -> int:
         for name, root in trees:
             rf[name] = rf3(work, name, root, 3.0, 2000)
     print_tables(rows, rf, systems, args, notes, load0)
+    shutil.rmtree(work, ignore_errors=True)  # the systems' data dirs (kept after a failure, to look at)
     return 0
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import pwd
 import shutil
 import sys
 import tempfile
@@ -166,3 +167,24 @@ LONGEST_FILES = {
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: -LONGEST_FILES.get(item.path.name, 0))  # stable: the rest keep their order
+
+
+# Every JVM (Spark's, and the launcher spark-submit starts first) makes /tmp/hsperfdata_<user>,
+# in /tmp whatever TMPDIR says, and leaves the dir when it exits. A run that made it takes it
+# away at the end (only if empty: a JVM still running keeps its file there).
+_HSPERFDATA = Path("/tmp") / f"hsperfdata_{pwd.getpwuid(os.getuid()).pw_name}"
+_hsperf_existed = pytest.StashKey[bool]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_hsperf_existed] = _HSPERFDATA.exists()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput") or session.config.stash.get(_hsperf_existed, True):
+        return  # an xdist worker (the controller cleans up), or the dir was there before the run
+    try:
+        _HSPERFDATA.rmdir()
+    except OSError:
+        pass  # missing, or not empty
+

@@ -158,6 +158,11 @@ class SeaweedS3:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
+        # weed's local gRPC sockets are /tmp/seaweedfs-<service>-<port>.sock whatever TMPDIR says,
+        # and a killed weed leaves them: ours go with it
+        for port in self._ports:
+            for sock in Path("/tmp").glob(f"seaweedfs-*-{port}.sock"):
+                sock.unlink(missing_ok=True)
         self.proc = None
         if getattr(self, "_log", None) is not None:
             self._log.close()
