@@ -21,7 +21,6 @@ collected, or the interpreter exits; on Linux a node also dies with the thread t
 from __future__ import annotations
 
 import asyncio
-import base64
 import concurrent.futures
 import contextlib
 import os
@@ -32,7 +31,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path, PurePath, PurePosixPath
@@ -444,8 +442,11 @@ class Cluster:
         if dynamic_voters is not None and not 1 <= dynamic_voters <= controllers:
             raise ValueError(f"dynamic_voters must be 1 to {controllers}")
         self.dynamic_voters = dynamic_voters
-        # the voters of one quorum format with one cluster id (chosen once: restarts keep it)
-        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        # the voters of one quorum format with one cluster id (chosen once: restarts keep it); as
+        # Kafka's, never starting with "-", which a tool's argument parser would read as a flag
+        from controller.log_dirs import random_id  # lazy: the launcher imports no node package at load
+
+        self.cluster_id = random_id()
         self.per_controller_overrides = {int(k): dict(v) for k, v in (per_controller_overrides or {}).items()}
         self.base_dir = Path(base_dir).absolute()
         self.brokers = brokers

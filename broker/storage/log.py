@@ -135,9 +135,7 @@ class Log:
         if name is None:
             raise ValueError(f"{dir.name!r} is not a chunk replica dir name (<topic>-<partition>-<chunkStart>)")
         self.dir = dir
-        # (log dir, replica dir name) as str: the periodic checkpoint groups 20,000 logs by their
-        # log dir each round, and a Path's parent and hash are made anew at every call
-        self.dir_key = (os.fspath(dir.parent), dir.name)
+        self.dir_key = (os.fspath(dir.parent), dir.name)  # str: no Path made per checkpoint round
         self.topic = name.topic
         self.partition = name.partition
         self.chunk_start = name.chunk_start
