@@ -187,4 +187,3 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         _HSPERFDATA.rmdir()
     except OSError:
         pass  # missing, or not empty
-

@@ -21,18 +21,11 @@ def main() -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["STRATA_SINK_TEST_PGID"] = str(os.getpgid(0))  # what a crash point kills (the JVM inherits it)
-    from pyspark.sql import SparkSession
+    from tests.spark_local import local_session
 
-    # The JVM's scratch files (spark-*, blockmgr-*, the lz4 library it unpacks) in the test's own
-    # dir, not /tmp: a driver killed in a crash window never removes them
     scratch = Path(checkpoint).parent / "spark-scratch"
     scratch.mkdir(exist_ok=True)
-    spark = (SparkSession.builder.master("local[2]").appName("strata-sink-app")
-             .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
-             .config("spark.driver.bindAddress", "127.0.0.1").config("spark.sql.shuffle.partitions", "2")
-             .config("spark.local.dir", str(scratch))
-             .config("spark.driver.extraJavaOptions", f"-Djava.io.tmpdir={scratch} -XX:-UsePerfData")
-             .getOrCreate())
+    spark = local_session("strata-sink-app", scratch)
     spark.sparkContext.setLogLevel("ERROR")
     df = spark.readStream.format("json").schema("id long").option("maxFilesPerTrigger", "1").load(input_dir)
     if tasks:

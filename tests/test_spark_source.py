@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.spark_local import local_session
 from tools.cluster import Cluster
 
 pytestmark = pytest.mark.slow
@@ -36,20 +37,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory: pytest.TempPathFactory):
-    from pyspark.sql import SparkSession
-
-    scratch = tmp_path_factory.mktemp("spark-tmp")  # the JVM's scratch files, not /tmp's
-    s = (
-        SparkSession.builder.master("local[2]")
-        .appName("strata-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.local.dir", str(scratch))
-        .config("spark.driver.extraJavaOptions", f"-Djava.io.tmpdir={scratch} -XX:-UsePerfData")
-        .getOrCreate()
-    )
+    s = local_session("strata-tests", tmp_path_factory.mktemp("spark-tmp"))
     s.sparkContext.setLogLevel("ERROR")
     yield s
     s.stop()
@@ -58,6 +46,13 @@ def spark(tmp_path_factory: pytest.TempPathFactory):
 def create_topic(c: Cluster, name: str, partitions: int = 3) -> None:
     admin = AdminClient({"bootstrap.servers": c.bootstrap})  # kept referenced until the future is done
     admin.create_topics([NewTopic(name, partitions, 3)])[name].result(30)
+
+
+def ensure_topic(c: Cluster, name: str) -> None:
+    """create_topic unless an earlier test of the module made it (tests that share a topic, each
+    runnable alone or in any order)."""
+    if name not in AdminClient({"bootstrap.servers": c.bootstrap}).list_topics(timeout=10).topics:
+        create_topic(c, name)
 
 
 def produce(c: Cluster, topic: str, first: int, n: int, partitions: int = 3, headers: bool = False) -> None:
@@ -95,8 +90,7 @@ def test_batch_read_every_message_once_in_order(cluster: Cluster, spark) -> None
 
 
 def test_batch_offset_options(cluster: Cluster, spark) -> None:
-    if "opts" not in AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=10).topics:
-        create_topic(cluster, "opts")  # (or a parametrized case below made it first)
+    ensure_topic(cluster, "opts")
     produce(cluster, "opts", 0, 300)  # 100 per partition; timestamps 1_000_000 + i
     df = read(spark, cluster, assign='{"opts": [1]}', startingOffsets='{"opts": {"1": 10}}',
               endingOffsets='{"opts": {"1": 20}}')
@@ -124,9 +118,7 @@ def test_bad_options_fail_with_a_clear_message(cluster: Cluster, spark, options:
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
 
-    # the options name a topic that exists (whichever test of the module runs first, or alone)
-    if "opts" not in AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=10).topics:
-        create_topic(cluster, "opts")
+    ensure_topic(cluster, "opts")  # the options name a topic that exists
     with pytest.raises((PySparkException, Py4JJavaError)) as e:
         read(spark, cluster, **options).collect()
     assert message in str(e.value)

@@ -591,11 +591,15 @@ class ReplicaManager:
         dirs = self.log_dirs if self._loaded else []
         # the high watermarks the closes left out of each log's own file (log_state.py)
         entries = high_watermarks_by_dir(logs)
+        marked = []
         for d in dirs:
             path = os.fspath(d.path)
-            if path not in failed and path in entries:
+            if path in failed:
+                marked.append(False)
+                continue
+            if path in entries:
                 d.write_high_watermarks(entries[path])
-        marked = [d.mark_clean_shutdown() if os.fspath(d.path) not in failed else False for d in dirs]
+            marked.append(d.mark_clean_shutdown())
         log.info("logs_closed", logs=len(logs), seconds=round(closed - started, 2),
                  sync_seconds=round(time.monotonic() - closed, 2), dirs_marked_clean=sum(marked))
 

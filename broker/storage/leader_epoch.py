@@ -19,7 +19,7 @@ from pathlib import Path
 
 import structlog
 
-from broker.storage.atomic_file import fsync_file, read_small_file, write_atomically
+from broker.storage.atomic_file import fsync_file, read_ascii_file, write_atomically
 from broker.storage.errors import StorageError
 
 log = structlog.get_logger(__name__)
@@ -64,13 +64,10 @@ class LeaderEpochCache:
     def load(cls, path: Path) -> LeaderEpochCache:
         """Read the checkpoint; a missing file is an empty cache."""
         try:
-            raw = read_small_file(path)
-            if raw is None:
-                return cls(path)
-            text = raw.decode("ascii")
+            text = read_ascii_file(path)
         except (OSError, UnicodeDecodeError) as exc:
             raise StorageError(f"cannot read {path}: {exc}") from exc
-        return cls(path, _parse_checkpoint(path, text))
+        return cls(path) if text is None else cls(path, _parse_checkpoint(path, text))
 
     @property
     def entries(self) -> list[tuple[int, int]]:

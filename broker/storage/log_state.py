@@ -32,7 +32,7 @@ from pathlib import Path
 
 import structlog
 
-from broker.storage.atomic_file import read_small_file, write_atomically
+from broker.storage.atomic_file import read_ascii_file, write_atomically
 from broker.storage.file_names import TMP_SUFFIX
 
 log = structlog.get_logger(__name__)
@@ -88,11 +88,9 @@ class LogState:
 
 
 def read_log_state(path: Path) -> LogState | None:
-    raw = read_small_file(path)
-    if raw is None:
-        return None
     try:
-        return LogState.parse(raw.decode("ascii"))
+        text = read_ascii_file(path)
+        return None if text is None else LogState.parse(text)
     except (ValueError, UnicodeDecodeError) as exc:
         log.warning("log_state_unreadable", path=str(path), error=str(exc))
         return None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from broker.storage.atomic_file import read_small_file, write_atomically
+from broker.storage.atomic_file import read_ascii_file, write_atomically
 from broker.storage.errors import StorageError
 from broker.storage.uuid_text import format_uuid, parse_uuid
 
@@ -15,12 +15,11 @@ VERSION = 0
 
 def read_topic_id(path: Path) -> uuid.UUID | None:
     try:
-        raw = read_small_file(path)
-        if raw is None:
-            return None
-        text = raw.decode("ascii")
+        text = read_ascii_file(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise StorageError(f"cannot read {path}: {exc}") from exc
+    if text is None:
+        return None
     fields = {}
     for line in text.splitlines():
         key, sep, value = line.partition(":")
