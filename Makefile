@@ -73,7 +73,7 @@ test: $(STAMP) system-deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
-	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not serial" --ignore=tests/test_compose.py
+	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder -m "not serial" --ignore=tests/test_compose.py
 	$(PY) -m pytest -q -m serial
 
 # The compose cluster built and run for real (docs/quickstart.md's compose section): minutes, so not in

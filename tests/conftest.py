@@ -153,7 +153,7 @@ def cluster(cluster_factory: ClusterFactory) -> Cluster:
 
 
 # Files whose tests took longest in a full run (seconds of setup, call and teardown together).
-# `make test` hands whole files to its two xdist workers in collection order
+# `make test` hands whole files to its xdist workers in collection order
 # (--dist loadfile --no-loadscope-reorder): the longest go first (longest processing time first),
 # so the workers finish together instead of one idling while the other runs a long file it got last.
 LONGEST_FILES = {
