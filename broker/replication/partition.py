@@ -8,13 +8,9 @@ import time
 from collections.abc import Callable
 from uuid import UUID
 
-import structlog
-
 from broker.storage.log import Log
 from metadata import PartitionInfo
 from node.waits import Eventual, wait_within
-
-log = structlog.get_logger(__name__)
 
 
 def now_ms() -> int:
@@ -92,8 +88,11 @@ class Partition:
     def isr(self) -> tuple[int, ...]:
         return () if self.info is None else self.info.isr
 
-    def update(self, info: PartitionInfo) -> None:
-        """Apply the partition's new metadata (leader, epoch, ISR)."""
+    def update(self, info: PartitionInfo) -> str | None:
+        """Apply the partition's new metadata (leader, epoch, ISR). Returns "leader" if this
+        replica became leader (or leads in a new epoch), "follower" if it stopped leading, else
+        None: the caller logs the change (one line a partition, or a summary for a bulk delta)."""
+        change = None
         was_leader = self.is_leader
         old_epoch = self.leader_epoch
         if self.pending_isr is not None and (self.info is None or info.partition_epoch > self.info.partition_epoch):
@@ -106,18 +105,17 @@ class Partition:
                 # as Kafka: followers count as caught up when leadership starts, so the ISR is
                 # not shrunk before they had a chance to fetch from us
                 self.followers = {r: FollowerState(t) for r in info.replicas if r != self.node_id}
-                log.info("became_leader", topic=self.topic, partition=self.index, epoch=info.leader_epoch,
-                         isr=list(info.isr), log_end_offset=self.log.log_end_offset)
+                change = "leader"
             else:
                 for r in info.replicas:
                     if r != self.node_id and r not in self.followers:
                         self.followers[r] = FollowerState(now_ms())
         elif was_leader:
-            log.info("became_follower", topic=self.topic, partition=self.index, leader=info.leader,
-                     epoch=info.leader_epoch)
+            change = "follower"
             self.fail_waiters()
         self.maybe_advance_high_watermark()
         self.notify_data()
+        return change
 
     def apply_isr(self, isr: tuple[int, ...], partition_epoch: int) -> None:
         """The controller accepted our AlterPartition: use the new ISR before the metadata

@@ -180,7 +180,9 @@ class LogLoader:
             # second crash derives the same values, so the checkpoint loop writes it later, in
             # bulk, instead of 20,000 fsynced rewrites here after a kill -9.
             durable = state
-        log.info(
+        # a line each for a log that was recovered; a created or cleanly shut down one (thousands
+        # at a restart or a topic creation, summed up by the caller) only at debug
+        (log.debug if fresh or recovered == 0 else log.info)(
             "log_loaded",
             dir=str(dir),
             clean_shutdown=clean,
@@ -244,7 +246,7 @@ def remove_leftover_files(dir: Path, names: list[str] | None = None) -> list[int
     their log); return the base offsets of the segments, ascending. `names`: the dir's listing,
     if the caller has it."""
     bases: set[int] = set()
-    indexes: list[tuple[int, Path]] = []
+    indexes: list[tuple[int, str]] = []
     for name in os.listdir(dir) if names is None else names:
         if name.endswith(DELETED_SUFFIX) or name.endswith(TMP_SUFFIX):
             (dir / name).unlink(missing_ok=True)
@@ -255,11 +257,11 @@ def remove_leftover_files(dir: Path, names: list[str] | None = None) -> list[int
         if parsed.suffix == LOG_SUFFIX:
             bases.add(parsed.base_offset)
         else:
-            indexes.append((parsed.base_offset, dir / name))
-    for base, path in indexes:
+            indexes.append((parsed.base_offset, name))
+    for base, name in indexes:
         if base not in bases:
-            log.info("orphan_index_deleted", path=str(path))
-            path.unlink(missing_ok=True)
+            log.info("orphan_index_deleted", path=str(dir / name))
+            (dir / name).unlink(missing_ok=True)
     return sorted(bases)
 
 
