@@ -137,7 +137,7 @@ _CATALOG: dict[str, tuple[str, str | None]] = {
 # Strata's defaults where they depart from Kafka's (docs/reference/broker-configs.md, generated): the value DescribeConfigs reports as
 # DEFAULT_CONFIG is the one the broker uses.
 STRATA_DEFAULTS: dict[str, str | None] = {
-    "num.recovery.threads.per.data.dir": "1",  # Kafka 4.0: 2; opening logs is GIL-bound here
+    "num.recovery.threads.per.data.dir": "1",  # Kafka 4.0: 2; opening logs is GIL-bound (config_effects.DIFFERS)
     "queued.max.request.bytes": str(500 * 1024 * 1024),  # Kafka: -1, unbounded
     "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",  # Kafka: GSSAPI, not served here
     # Kafka: GSSAPI; here the listener's first enabled mechanism, so no fixed default

@@ -2,7 +2,7 @@
 classes, so no setting is silently without effect.
 
 - **effect**: read by the code that obeys it (every key of the catalogs not listed below, and
-  Strata's own keys, STRATA_KEYS).
+  Strata's own keys, STRATA_KEYS); where the effect is not quite Kafka's, DIFFERS says how.
 - **refused**: Strata cannot do what the key asks, so any value but the one it behaves as is
   refused, at start (server.properties, also as `listener.name.<l>.<key>`) and by CreateTopics /
   AlterConfigs / IncrementalAlterConfigs, with a message naming the key.
@@ -99,6 +99,12 @@ REFUSED_BROKER: dict[str, tuple[str | None, str]] = {
     "ssl.truststore.location": (None, _PEM),
     "ssl.truststore.password": (None, _PEM),
     "ssl.truststore.type": ("JKS", _PEM),
+}
+
+# Keys with an effect that is not quite Kafka's: how it differs
+DIFFERS: dict[str, str] = {
+    "num.recovery.threads.per.data.dir": ("threads for the whole broker, not per log dir: opening a log is "
+                                          "Python under one interpreter lock, and more threads only contend"),
 }
 
 # Strata's own keys, and Kafka keys outside its broker catalog (metadata.broker_defaults) that

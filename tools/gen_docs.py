@@ -69,7 +69,8 @@ def _honoured(name: str) -> str:
     ignored = fx.IGNORED.get(name)
     if ignored is not None:
         return f"ignored: {ignored}"
-    return "yes"
+    differs = fx.DIFFERS.get(name)
+    return "yes" if differs is None else f"yes, {differs}"
 
 
 def _diskless_defaults() -> dict[str, str]:
