@@ -11,7 +11,7 @@ from pathlib import Path
 from broker.storage.file_names import TMP_SUFFIX
 
 
-def fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path | str) -> None:
     """Make creates, renames and unlinks inside `path` durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -40,7 +40,7 @@ def sync_filesystem(path: Path) -> None:
         os.close(fd)
 
 
-def fsync_file(path: Path) -> bool:
+def fsync_file(path: Path | str) -> bool:
     """fsync one file; False if it is gone (deleted by a truncation meanwhile)."""
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -70,7 +70,7 @@ def read_ascii_file(path: Path | str) -> str | None:
     return b"".join(chunks).decode("ascii")
 
 
-def write_file(path: Path, data: bytes, *, sync: bool = True) -> None:
+def write_file(path: Path | str, data: bytes, *, sync: bool = True) -> None:
     """`data` as the whole content of `path` (created or truncated), fsynced unless told not to."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -83,17 +83,18 @@ def write_file(path: Path, data: bytes, *, sync: bool = True) -> None:
         os.close(fd)
 
 
-def write_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:
+def write_atomically(path: Path | str, data: bytes, *, sync: bool = True) -> None:
     """tmp file + fsync + rename + fsync of the dir (the rename itself must reach the disk).
     Without sync: tmp + rename only (a reader never sees a half file; a crash may lose the
     change), for callers that fsync the file and its dir later, before relying on it."""
     # The writing thread in the tmp name: a log's background flush and another writer of the same
     # dir (a test's "crashed" instance beside the reopened one) never share a half-written file.
-    tmp = path.with_name(f"{path.name}.{threading.get_native_id()}{TMP_SUFFIX}")
+    target = os.fspath(path)
+    tmp = f"{target}.{threading.get_native_id()}{TMP_SUFFIX}"
     write_file(tmp, data, sync=sync)
-    os.replace(tmp, path)
+    os.replace(tmp, target)
     if sync:
-        fsync_dir(path.parent)
+        fsync_dir(os.path.dirname(target))
 
 
 def remove_durably(path: Path) -> bool:

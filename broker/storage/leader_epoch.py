@@ -13,6 +13,7 @@ batch at all. A broker becoming leader of 20,000 partitions so writes no file on
 
 from __future__ import annotations
 
+import os
 import threading
 from bisect import bisect_left, bisect_right
 from pathlib import Path
@@ -50,8 +51,9 @@ def epoch_end_in(entries: list[tuple[int, int]], epoch: int, log_end_offset: int
 class LeaderEpochCache:
     """Entries (epoch, start offset), both strictly increasing."""
 
-    def __init__(self, path: Path | None, entries: list[tuple[int, int]] | None = None) -> None:
-        self.path = path  # None: kept in memory only
+    def __init__(self, path: Path | str | None, entries: list[tuple[int, int]] | None = None) -> None:
+        # None: kept in memory only. A str: a Path a log for 20,000 logs held ~0.4 KB each.
+        self.path = None if path is None else os.fspath(path)
         self._entries: list[tuple[int, int]] = list(entries or [])
         self.defer_sync = False
         self._unsynced = False  # written without fsync
@@ -61,7 +63,7 @@ class LeaderEpochCache:
         self._lock = threading.RLock()
 
     @classmethod
-    def load(cls, path: Path) -> LeaderEpochCache:
+    def load(cls, path: Path | str) -> LeaderEpochCache:
         """Read the checkpoint; a missing file is an empty cache."""
         try:
             text = read_ascii_file(path)
@@ -134,7 +136,7 @@ class LeaderEpochCache:
 
     def clear(self) -> None:
         with self._lock:
-            if self._entries or (self.path is not None and not self.path.exists()):
+            if self._entries or (self.path is not None and not os.path.exists(self.path)):
                 self._replace([])
 
     def _replace(self, entries: list[tuple[int, int]]) -> None:
@@ -182,7 +184,7 @@ def _format_checkpoint(entries: list[tuple[int, int]]) -> bytes:
     return ("\n".join(lines) + "\n").encode("ascii")
 
 
-def _parse_checkpoint(path: Path, text: str) -> list[tuple[int, int]]:
+def _parse_checkpoint(path: Path | str, text: str) -> list[tuple[int, int]]:
     lines = [line.strip() for line in text.splitlines()]
     try:
         if lines[0] != str(VERSION):

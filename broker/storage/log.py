@@ -148,7 +148,7 @@ class Log:
         self._hw = 0
         self._closed = False
         self._flush_done: Future | None = None  # the latest background flush after a roll
-        self._state_file = LogStateFile(dir / LOG_STATE_CHECKPOINT)
+        self._state_file = LogStateFile(os.fspath(dir) + os.sep + LOG_STATE_CHECKPOINT)
         self.leader_epoch_cache = LeaderEpochCache(None)
         self.producer_state = ProducerStateManager(dir, producer_id_expiration_ms)
 
@@ -196,7 +196,7 @@ class Log:
         self.leader_epoch_cache = loaded.leader_epoch_cache
         self._log_start = loaded.log_start_offset
         self._hw = loaded.high_watermark
-        self._state_file = LogStateFile(self.dir / LOG_STATE_CHECKPOINT, loaded.durable_state, loaded.fresh,
+        self._state_file = LogStateFile(self._state_file.path, loaded.durable_state, loaded.fresh,
                                         loaded.incarnation)
 
     def _reload_producer_state(self, now_ms: int) -> tuple[int, int]:

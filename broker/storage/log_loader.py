@@ -82,17 +82,18 @@ class LogLoader:
         # One listing serves every step below (20,000 logs opened at a start list their dirs once).
         names = os.listdir(dir)
         fresh = not names
-        state = read_log_state(dir / LOG_STATE_CHECKPOINT) if LOG_STATE_CHECKPOINT in names else None
+        prefix = os.fspath(dir) + os.sep  # the state files' names as str: no Path made for each
+        state = read_log_state(prefix + LOG_STATE_CHECKPOINT) if LOG_STATE_CHECKPOINT in names else None
         topic_id = topic_id_at_open(dir / PARTITION_METADATA, expected_topic_id, sync=not fresh)
         if expected_topic_id is not None and topic_id != expected_topic_id:
             log.warning("topic_id_mismatch", dir=str(dir), stored=str(topic_id), expected=str(expected_topic_id))
         try:
-            self.leader_epoch_cache = LeaderEpochCache.load(dir / LEADER_EPOCH_CHECKPOINT)
+            self.leader_epoch_cache = LeaderEpochCache.load(prefix + LEADER_EPOCH_CHECKPOINT)
         except StorageError as exc:
             # Its rewrites are not fsynced each time (see leader_epoch.py): after a crash, derive
             # the epochs again from every batch.
             log.warning("leader_epoch_checkpoint_unreadable", dir=str(dir), error=str(exc))
-            self.leader_epoch_cache = LeaderEpochCache(dir / LEADER_EPOCH_CHECKPOINT)
+            self.leader_epoch_cache = LeaderEpochCache(prefix + LEADER_EPOCH_CHECKPOINT)
             state, clean = None, False
         epochs = self.leader_epoch_cache
         epochs.defer_sync = True

@@ -87,7 +87,7 @@ class LogState:
         return cls(**values)
 
 
-def read_log_state(path: Path) -> LogState | None:
+def read_log_state(path: Path | str) -> LogState | None:
     try:
         text = read_ascii_file(path)
         return None if text is None else LogState.parse(text)
@@ -96,7 +96,7 @@ def read_log_state(path: Path) -> LogState | None:
         return None
 
 
-def write_log_state(path: Path, state: LogState, *, sync: bool = True) -> None:
+def write_log_state(path: Path | str, state: LogState, *, sync: bool = True) -> None:
     write_atomically(path, state.to_bytes(), sync=sync)
 
 
@@ -106,8 +106,9 @@ class LogStateFile:
 
     __slots__ = ("path", "durable", "fresh", "incarnation")
 
-    def __init__(self, path: Path, durable: LogState | None = None, fresh: bool = False, incarnation: int = 0) -> None:
-        self.path = path
+    def __init__(self, path: Path | str, durable: LogState | None = None, fresh: bool = False,
+                 incarnation: int = 0) -> None:
+        self.path = os.fspath(path)  # a str: a Path a log for 20,000 logs held ~0.4 KB each
         self.durable = durable
         self.fresh = fresh  # the log was created by its open: no file until it has records
         self.incarnation = incarnation  # the log's: drawn anew at creation and at every truncation
