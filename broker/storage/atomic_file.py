@@ -94,7 +94,7 @@ def write_atomically(path: Path | str, data: bytes, *, sync: bool = True) -> Non
     write_file(tmp, data, sync=sync)
     os.replace(tmp, target)
     if sync:
-        fsync_dir(os.path.dirname(target))
+        fsync_dir(os.path.dirname(target) or os.curdir)
 
 
 def remove_durably(path: Path) -> bool:

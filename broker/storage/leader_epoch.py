@@ -52,7 +52,8 @@ class LeaderEpochCache:
     """Entries (epoch, start offset), both strictly increasing."""
 
     def __init__(self, path: Path | str | None, entries: list[tuple[int, int]] | None = None) -> None:
-        # None: kept in memory only. A str: a Path a log for 20,000 logs held ~0.4 KB each.
+        # None: kept in memory only. A str, not a Path (which keeps its parsed parts too: ~130
+        # bytes more, for each of 20,000 logs).
         self.path = None if path is None else os.fspath(path)
         self._entries: list[tuple[int, int]] = list(entries or [])
         self.defer_sync = False

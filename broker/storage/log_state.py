@@ -108,7 +108,7 @@ class LogStateFile:
 
     def __init__(self, path: Path | str, durable: LogState | None = None, fresh: bool = False,
                  incarnation: int = 0) -> None:
-        self.path = os.fspath(path)  # a str: a Path a log for 20,000 logs held ~0.4 KB each
+        self.path = os.fspath(path)  # a str, not a Path: ~130 bytes less for each of 20,000 logs
         self.durable = durable
         self.fresh = fresh  # the log was created by its open: no file until it has records
         self.incarnation = incarnation  # the log's: drawn anew at creation and at every truncation
