@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -27,9 +28,12 @@ class TcpProxy:
       server slow to respond (an object store under load); 0 forwards at once.
     """
 
-    def __init__(self, host: str, target_port: int) -> None:
+    def __init__(self, host: str, target_port: int | Callable[[], int]) -> None:
         self.host = host
-        self.target_port = target_port
+        # A callable is asked at each connection: a proxy made before Cluster.start points at the
+        # node's port even if start chose new ports (one it had chosen was taken meanwhile,
+        # by this very proxy's listener, say).
+        self._target = target_port
         self.swallow = threading.Event()
         self._flowing = threading.Event()
         self._flowing.set()
@@ -41,6 +45,10 @@ class TcpProxy:
         self._cut = False
         self.delay = 0.0
         threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def target_port(self) -> int:
+        return self._target() if callable(self._target) else self._target
 
     def cut(self) -> None:
         with self._lock:
@@ -118,7 +126,8 @@ def _drop(sock: socket.socket) -> None:
 def voter_links(c: Cluster) -> dict[tuple[int, int], TcpProxy]:
     """Before the cluster starts: each controller reaches each other voter through a proxy of its
     own (link a->b), so a test can cut one voter off; returns the links by (from, to)."""
-    links = {(a, b): TcpProxy(c.host, c.ports[b]) for a in c.controller_ids for b in c.controller_ids if a != b}
+    links = {(a, b): TcpProxy(c.host, lambda b=b: c.ports[b]) for a in c.controller_ids for b in c.controller_ids
+             if a != b}
     for a in c.controller_ids:
         voters = ",".join(f"{b}@{c.host}:{c.ports[b] if a == b else links[(a, b)].port}" for b in c.controller_ids)
         c.per_controller_overrides[a] = {"controller.quorum.voters": voters}

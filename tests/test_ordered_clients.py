@@ -539,7 +539,7 @@ async def _taken(error_code) -> bool:
 def test_gates_wait_for_a_leader_that_has_not_applied_the_change(cluster_factory) -> None:
     c = cluster_factory(start=False, brokers=2, broker_overrides=BROKER,
                         controller_overrides={**FAST, "broker.session.timeout.ms": 30000})
-    link = TcpProxy(c.host, c.controller_port)  # broker 2's link to the controller
+    link = TcpProxy(c.host, lambda: c.controller_port)  # broker 2's link to the controller
     c.per_broker_overrides[2] = {"controller.quorum.voters": f"{CONTROLLER_ID}@{c.host}:{link.port}"}
     try:
         c.start()
@@ -615,7 +615,7 @@ def test_diskless_epoch_ends_with_a_lagging_writer(cluster_factory, tmp_path) ->
     c = cluster_factory(start=False, brokers=2, broker_overrides={**BROKER, **diskless},
                         controller_overrides={**FAST, "broker.session.timeout.ms": 30000,
                                               "diskless.metadata.topic.num.partitions": "1"})
-    link = TcpProxy(c.host, c.controller_port)  # broker 2's link to the controller
+    link = TcpProxy(c.host, lambda: c.controller_port)  # broker 2's link to the controller
     c.per_broker_overrides[2] = {"controller.quorum.voters": f"{CONTROLLER_ID}@{c.host}:{link.port}"}
     try:
         c.start()
