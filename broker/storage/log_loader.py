@@ -123,7 +123,7 @@ class LogLoader:
             epochs.clear()
             producers.truncate_fully()
             state = LogState(log_start, log_start, log_start, new_incarnation())
-            write_log_state(dir / LOG_STATE_CHECKPOINT, state)
+            write_log_state(prefix + LOG_STATE_CHECKPOINT, state)
             leo = log_start
             first_recovered = None  # nothing recovered is left
         if clean and state is not None:
@@ -174,7 +174,7 @@ class LogLoader:
             # append, or a second crash would trust records past the cut; a new incarnation
             # voids the dir's entry for it.
             loaded = LogState(log_start, local.recovery_point, hw, new_incarnation())
-            write_log_state(dir / LOG_STATE_CHECKPOINT, loaded)
+            write_log_state(prefix + LOG_STATE_CHECKPOINT, loaded)
             durable = loaded
         else:
             # The file is as cautious as `loaded` or more (or missing: everything is checked): a
@@ -261,8 +261,9 @@ def remove_leftover_files(dir: Path, names: list[str] | None = None) -> list[int
             indexes.append((parsed.base_offset, name))
     for base, name in indexes:
         if base not in bases:
-            log.info("orphan_index_deleted", path=str(dir / name))
-            (dir / name).unlink(missing_ok=True)
+            orphan = dir / name
+            log.info("orphan_index_deleted", path=str(orphan))
+            orphan.unlink(missing_ok=True)
     return sorted(bases)
 
 
