@@ -8,7 +8,7 @@ client that does not know the broker's versions yet can read it.
 from __future__ import annotations
 
 import struct
-from typing import Any, NamedTuple
+from typing import Any
 
 from protocol.errors import ProtocolError
 from protocol.generated import REQUESTS, RESPONSES, RequestHeader, ResponseHeader
@@ -28,21 +28,18 @@ class UnsupportedRequest(ProtocolError):
         self.correlation_id = correlation_id
 
 
-class Request(NamedTuple):
-    header: Any  # RequestHeader
-    body: Any  # the generated *Request message
+class Request:
+    """A decoded request: its header, its body and the header's three numbers as plain
+    attributes (read several times a request; a property each time cost a call)."""
 
-    @property
-    def api_key(self) -> int:
-        return self.header.request_api_key
+    __slots__ = ("header", "body", "api_key", "api_version", "correlation_id")
 
-    @property
-    def api_version(self) -> int:
-        return self.header.request_api_version
-
-    @property
-    def correlation_id(self) -> int:
-        return self.header.correlation_id
+    def __init__(self, header: Any, body: Any) -> None:
+        self.header = header  # RequestHeader
+        self.body = body  # the generated *Request message
+        self.api_key: int = header.request_api_key
+        self.api_version: int = header.request_api_version
+        self.correlation_id: int = header.correlation_id
 
 
 def request_header_version(api_key: int, api_version: int) -> int:

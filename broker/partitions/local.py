@@ -163,10 +163,10 @@ class LocalPartition:
                          aborted_transactions=[] if read_committed else None)
         if diverging is not None:
             ans.diverging = diverging
-        elif pos.fetch_offset > lg.log_end_offset or pos.fetch_offset < lg.log_start_offset:
+        elif pos.fetch_offset > (leo := lg.log_end_offset) or pos.fetch_offset < lg.log_start_offset:
             ans.error_code = Errors.OFFSET_OUT_OF_RANGE
-        elif limit is not None and pos.fetch_offset >= limit:
-            ans.wait = True
+        elif pos.fetch_offset >= (leo if limit is None else limit):
+            ans.wait = True  # nothing to read yet (a caught-up follower's Fetch, mostly): no log read
         else:
             try:
                 fi = lg.read(pos.fetch_offset, pos.max_bytes, max_offset=limit, min_one_batch=pos.min_one_batch,

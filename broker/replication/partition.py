@@ -145,7 +145,9 @@ class Partition:
             if r == self.node_id:
                 continue
             st = self.followers.get(r)
-            hw = min(hw, st.log_end_offset if st is not None else -1)
+            end = st.log_end_offset if st is not None else -1
+            if end < hw:  # not min(): a C call with argument parsing, in every follower Fetch
+                hw = end
         if hw > self.log.high_watermark and not self._under_strict_min_isr():
             self.log.update_high_watermark(hw)
             self._release_hw_waiters(hw)

@@ -125,25 +125,50 @@ class FileCache:
 
     def acquire(self, f: CachedFile) -> int:
         with self._lock:
-            fd = f.fd
-            if fd is None:
-                if f.gone:
-                    raise FileGoneError(f"{f.path} was deleted")
-                self._evict(len(self._open) - self.capacity + 1)
-                fd = f.fd = self._open_file(f)
-                f.forgotten = False
-                self.opens += 1
-                self._open[f] = None
-            else:
-                self._open.move_to_end(f)
-            f.pins += 1
-            return fd
+            return self._acquire(f)
 
     def release(self, f: CachedFile) -> None:
         with self._lock:
-            f.pins -= 1
-            if f.pins == 0 and f.forgotten:
-                self._close(f)
+            self._release(f)
+
+    def acquire_all(self, files: tuple[CachedFile, ...]) -> None:
+        """acquire() each of `files` under one hold of the lock (an append pins its segment and
+        both indexes), all or none: one that cannot open unpins those before it."""
+        with self._lock:
+            done = 0
+            try:
+                for f in files:
+                    self._acquire(f)
+                    done += 1
+            except BaseException:
+                for f in files[:done]:
+                    self._release(f)
+                raise
+
+    def release_all(self, files: tuple[CachedFile, ...]) -> None:
+        with self._lock:
+            for f in files:
+                self._release(f)
+
+    def _acquire(self, f: CachedFile) -> int:
+        fd = f.fd
+        if fd is None:
+            if f.gone:
+                raise FileGoneError(f"{f.path} was deleted")
+            self._evict(len(self._open) - self.capacity + 1)
+            fd = f.fd = self._open_file(f)
+            f.forgotten = False
+            self.opens += 1
+            self._open[f] = None
+        else:
+            self._open.move_to_end(f)
+        f.pins += 1
+        return fd
+
+    def _release(self, f: CachedFile) -> None:
+        f.pins -= 1
+        if f.pins == 0 and f.forgotten:
+            self._close(f)
 
     def close(self, f: CachedFile) -> None:
         with self._lock:

@@ -92,7 +92,8 @@ class LocalLog:
         """Whether the active segment must roll before an append (Kafka's maybeRoll check)."""
         cfg = self.config
         max_segment_ms = cfg.max_segment_ms
-        segment_ms = max_segment_ms - min(self.roll_jitter_ms, max_segment_ms - 1)
+        jitter = self.roll_jitter_ms
+        segment_ms = max_segment_ms - (jitter if jitter < max_segment_ms else max_segment_ms - 1)
         return self.segments[-1].should_roll(
             append_bytes, last_offset, max_timestamp, now_ms, cfg.segment_bytes, segment_ms
         )

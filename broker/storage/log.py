@@ -248,7 +248,10 @@ class Log:
         it periodically, as Kafka's high watermark checkpoint), close(), and any call that rewrites
         log-state.checkpoint anyway; not on every update, which follows every acknowledged produce."""
         with self._lock:
-            self._hw = min(max(offset, self._log_start), self._local.leo)
+            # not min(max()): on 3.11 each call parses keyword arguments, and this runs every produce
+            hw = offset if offset > self._log_start else self._log_start
+            leo = self._local.leo
+            self._hw = hw if hw < leo else leo
             self.producer_state.on_high_watermark(self._hw)
             return self._hw
 
@@ -491,7 +494,8 @@ class Log:
         base offset if it rolled."""
         local = self._local
         rolled_to = None
-        if local.should_roll(len(data), last_offset, max(span[2] for span in spans), now_ms):
+        max_timestamp = spans[0][2] if len(spans) == 1 else max(span[2] for span in spans)
+        if local.should_roll(len(data), last_offset, max_timestamp, now_ms):
             self._roll_locked(now_ms)
             rolled_to = local.leo
         local.append(data, spans, last_offset)
@@ -568,7 +572,7 @@ class Log:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside [{log_start}, {leo}] of {self.topic}-{self.partition} (chunk {self.chunk_start})"
             )
-        limit = leo if max_offset is None else min(max_offset, leo)
+        limit = leo if max_offset is None or max_offset > leo else max_offset
         parts, total, cursor = read_segments(segments, sizes, bases, offset, max_bytes, limit, min_one_batch, regions)
         return FetchInfo(parts, total, log_start, leo, hw, cursor)
 

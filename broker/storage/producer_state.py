@@ -416,6 +416,8 @@ class ProducerStateManager:
     def first_unstable_offset(self) -> int | None:
         """The smallest first offset of the open transactions and of the completed ones whose
         marker the high watermark has not passed yet; None when there are none."""
+        if not self._ongoing and not self._unreplicated:
+            return None  # the usual case, asked at every read: no min() call with its keyword parsing
         first = min(self._ongoing.values(), default=None)
         for txn in self._unreplicated:
             if first is None or txn.first_offset < first:

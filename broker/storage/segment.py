@@ -327,7 +327,13 @@ class LogSegment:
         start = self.size
         # All three descriptors first: running out of them must fail the append before a byte is
         # written, never between the data and its index entries.
-        with self.log_file.open() as fd, self.offset_index.file.open(), self.time_index.file.open():
+        log_file = self.log_file
+        files = (log_file, self.offset_index.file, self.time_index.file)
+        cache = log_file.cache
+        cache.acquire_all(files)
+        try:
+            fd = log_file.fd
+            assert fd is not None  # pinned
             try:
                 write_all(fd, data, start)
             except OSError:
@@ -336,12 +342,14 @@ class LogSegment:
                 except OSError:
                     pass
                 raise
-            self.log_file.dirty = True
+            log_file.dirty = True
             for rel, last_offset, max_timestamp, size in spans:
                 self._track_batch(start + rel, last_offset, max_timestamp, size, index_interval)
             view = memoryview(data)
             self._keep_tail(view, start, spans)
             self.size = start + len(view)
+        finally:
+            cache.release_all(files)
 
     def _keep_tail(self, view: memoryview, start: int, spans: Sequence[BatchSpan]) -> None:
         # A new tuple each time, swapped in whole: readers on other threads see one or the other.
@@ -443,10 +451,14 @@ class LogSegment:
         """(position, header) of the first batch in [0, end) whose last offset is >= `offset`."""
         tail = self._tail
         if tail and offset >= tail[0].base_offset:  # every batch before the kept ones ends below `offset`
-            for t in tail:
-                if t.last_offset >= offset:
-                    return (t.position, header_at(t.data, 0, t.position)) if t.position + len(t.data) <= end else None
-            return None
+            # from the newest back: a caught-up reader asks for the last batch or none
+            i = len(tail)
+            while i and tail[i - 1].last_offset >= offset:
+                i -= 1
+            if i == len(tail):
+                return None
+            t = tail[i]
+            return (t.position, header_at(t.data, 0, t.position)) if t.position + len(t.data) <= end else None
         start = self.offset_index.lookup(offset)
         with self.log_file.open() as fd:
             for pos, header in iter_headers(fd, start, end):
@@ -517,10 +529,10 @@ class LogSegment:
         tail = self._tail
         if not tail or position < tail[0].position or max_bytes <= 0:
             return None
-        i = 0
-        while i < len(tail) and tail[i].position < position:
-            i += 1
-        if i == len(tail) or tail[i].position != position:
+        i = len(tail) - 1  # from the newest back: a caught-up reader reads the last batch
+        while tail[i].position > position:
+            i -= 1
+        if tail[i].position != position:
             return None
         out: list[bytes] = []
         used, next_offset, limited = 0, -1, False
