@@ -172,15 +172,15 @@ class NodeClient:
         would see it. None when the request cannot go out without waiting (a re-authentication
         is due, or the socket's buffer is full): use `request` then."""
         proto = self._writable()
-        loop = asyncio.get_running_loop()
+        loop = proto.loop
         if proto.write_paused or (self._reauth_at and loop.time() >= self._reauth_at):
             return None
         key = body.API_KEY
         cid = next(self._ids) & 0x7FFFFFFF
         ev = Eventual()
         self._pending[cid] = (ev, key, version)
-        timer = loop.call_later(timeout or self.timeout, ev.set_exception,
-                                ClientError(f"{RESPONSES[key].NAME} to {self.host}:{self.port} timed out"))
+        # the error is made only if it is needed (a follower sends one of these a Fetch)
+        timer = loop.call_later(timeout or self.timeout, self._timed_out, ev, key)
 
         def settled(_: Eventual) -> None:
             timer.cancel()
@@ -189,6 +189,10 @@ class NodeClient:
         ev.on_done(settled)
         proto.transport.writelines(frame_joined(encode_request(body, version, cid, self.client_id)))
         return ev
+
+    def _timed_out(self, ev: Eventual, key: int) -> None:
+        if not ev.done():
+            ev.set_exception(ClientError(f"{RESPONSES[key].NAME} to {self.host}:{self.port} timed out"))
 
     def _writable(self) -> _ClientProtocol:
         proto = self._protocol
@@ -242,7 +246,9 @@ class _ClientProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport = None  # type: ignore[assignment]
         self.write_paused = False
         self._drain: asyncio.Future | None = None
-        self.closed: asyncio.Future = asyncio.get_running_loop().create_future()
+        # kept: asyncio.get_running_loop() checks the process id, a syscall, at every call
+        self.loop = asyncio.get_running_loop()
+        self.closed: asyncio.Future = self.loop.create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]

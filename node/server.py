@@ -13,9 +13,8 @@ is sent; KIP-219 mutes it further while a client is throttled):
   request waits behind at most one request per busy connection. A connection rejoins at the tail
   after its response is handed to the transport (and the transport is not over its write-buffer
   high-water mark: a slow reader is not fed more work than it takes away). Within the step's
-  budget a request starts from the read callback that completed it, its handler running there up
-  to its first wait (node/eager.py); when no connection waits for its turn, a request starts at
-  once.
+  budget a request starts from the read callback that completed it: its task runs in the step
+  right after the reads; when no connection waits for its turn, a request starts at once.
 - **Held back while the loop is late** (`admission.lag.target.ms`, node/loop_lag.LagAdmission):
   a client request of 64 KiB or more (a bulk produce) whose turn comes while the event loop runs
   later than the target mutes its connection for a few times the lag and waits its turn again,
@@ -63,9 +62,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from node import eager
 from node.config import ConfigError, NodeConfig
-from node.eager import Started
 from node.file_sender import FileSender
 from node.logging import RateLimitedLog
 from node.loop_lag import LagAdmission
@@ -173,13 +170,13 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         # (frame, control, size, the loop time its bytes were read)
         self.queue: collections.deque[tuple[bytes, bool, int, float]] = collections.deque()
-        self.pending: collections.deque[Started] = collections.deque()  # requests started, in order
+        self.pending: collections.deque[tuple[asyncio.Task, int]] = collections.deque()  # (task, size)
         # their sizes summed as they change (a client pipelining 20,000 ListOffsets made a sum per frame quadratic)
         self.queued_bytes = 0
         self.pending_bytes = 0
-        self.released: set[Started] = set()  # pending requests that no longer count as in flight
-        self.answers: dict[Started, list | None] = {}  # pending requests' answers not yet written
-        self.deferred: set[Started] = set()  # pending requests done, their answer still to come (Eventual)
+        self.released: set[asyncio.Task] = set()  # pending tasks that no longer count as in flight
+        self.answers: dict[asyncio.Task, list | None] = {}  # pending tasks' answers not yet written
+        self.deferred: set[asyncio.Task] = set()  # pending tasks done, their answer still to come (Eventual)
         self.closed = False
         self.registered = False
         self.reading = True
@@ -225,14 +222,11 @@ class Connection(asyncio.Protocol):
     def release(self) -> None:
         """Called by the running handler: its writes are ordered, its answer only waits; the
         connection may start its next request (the answers still go back in order)."""
-        req = eager.current()
-        if req is None:  # carried on by a task
-            task = asyncio.current_task()
-            req = next((r for r in self.pending if r.task is task), None) if task is not None else None
-        if (self.closed or req is None or req in self.released or len(self.released) >= MAX_RELEASED
-                or not any(r is req for r in self.pending)):
+        task = asyncio.current_task()
+        if (self.closed or task is None or task in self.released or len(self.released) >= MAX_RELEASED
+                or not any(t is task for t, _ in self.pending)):
             return
-        self.released.add(req)
+        self.released.add(task)
         self._maybe_ready()
         self._update_reading()
 
@@ -310,8 +304,8 @@ class Connection(asyncio.Protocol):
             limited.warning("connection_closed_mid_frame", peer=self.peer, pending_bytes=self.reader.pending)
         self.closed = True
         self._drop_sender()
-        for r in self.pending:
-            r.cancel()
+        for t, _ in self.pending:
+            t.cancel()
         self.pending.clear()
         self.released.clear()
         self.answers.clear()
@@ -339,16 +333,16 @@ class Connection(asyncio.Protocol):
 
     def start_next(self) -> None:
         f, control, size, read_at = self.queue.popleft()
-        req = Started(size)
+        box: list[asyncio.Task] = []  # the task, for _serve to know itself without current_task()
+        task = self.loop.create_task(self._serve(f, control, read_at, box))
+        box.append(task)
         self.queued_bytes -= size
-        self.pending.append(req)
+        self.pending.append((task, size))
         self.pending_bytes += size
-        # its handler runs now, up to its first wait (node/eager.py); _flush when it has finished
-        # writes nothing more for an answered request, and reports a failed or cancelled one
-        eager.start(self.loop, self._serve(f, control, read_at, req), req, self._flush)
+        task.add_done_callback(self._flush)  # a failed or cancelled request
 
-    async def _serve(self, f: bytes, control: bool, read_at: float, req: Started) -> None:
-        # The answer goes out from the request's own step, not from a done callback a loop
+    async def _serve(self, f: bytes, control: bool, read_at: float, box: list[asyncio.Task]) -> None:
+        # The answer goes out from the request's own task, not from a done callback a loop
         # step later (a step that, on a busy loop, waits behind other connections' I/O).
         # What the handler may read before its first await (the request metrics do): when its
         # request was read off the socket and whether it is control-plane traffic.
@@ -362,16 +356,17 @@ class Connection(asyncio.Protocol):
                 parts = await self.handler(f, self)
         else:
             parts = await self.handler(f, self)
+        task = box[0]  # this coroutine runs as its own task
         if isinstance(parts, Eventual) and not parts.done():
             # answered later, by whatever settles it (an acks=all Produce: the follower's Fetch
             # moving the high watermark), in that call; the answers behind it wait their turn
-            self.deferred.add(req)
-            parts.on_done(lambda ev: self._answer_later(req, ev))
+            self.deferred.add(task)
+            parts.on_done(lambda ev: self._answer_later(task, ev))
             return
         if isinstance(parts, Eventual):
             parts = parts.result()
-        if not self.closed and any(r is req for r in self.pending):
-            self.answers[req] = parts  # type: ignore[assignment]
+        if not self.closed and any(t is task for t, _ in self.pending):
+            self.answers[task] = parts  # type: ignore[assignment]
             self._flush()
         if auth is not None and auth.failed and not self.closed:
             # authentication failed: the answer (if any) is written, then the connection closes
@@ -380,12 +375,12 @@ class Connection(asyncio.Protocol):
             if self.transport is not None:
                 self.transport.close()
 
-    def _answer_later(self, req: Started, ev: Eventual) -> None:
-        self.deferred.discard(req)
-        if self.closed or not any(r is req for r in self.pending):
+    def _answer_later(self, task: asyncio.Task, ev: Eventual) -> None:
+        self.deferred.discard(task)
+        if self.closed or not any(t is task for t, _ in self.pending):
             return
         try:
-            self.answers[req] = ev.result()
+            self.answers[task] = ev.result()
         except Exception as e:
             self.abort("request_failed", e)
             return
@@ -458,21 +453,21 @@ class Connection(asyncio.Protocol):
         self._account()
         self._update_reading()
 
-    def _flush(self) -> None:
+    def _flush(self, _task: asyncio.Task | None = None) -> None:
         released = False
         while self.pending:
-            req = self.pending[0]
-            answered = req in self.answers
-            if not answered and (not req.done() or req in self.deferred):
+            task = self.pending[0][0]
+            answered = task in self.answers
+            if not answered and (not task.done() or task in self.deferred):
                 break
-            self.pending_bytes -= self.pending.popleft().size
-            self.released.discard(req)
+            self.pending_bytes -= self.pending.popleft()[1]
+            self.released.discard(task)
             released = True
             if answered:
-                parts = self.answers.pop(req)
-            elif self.closed or req.cancelled():
+                parts = self.answers.pop(task)
+            elif self.closed or task.cancelled():
                 continue
-            elif (exc := req.exception()) is not None:
+            elif (exc := task.exception()) is not None:
                 self.abort("request_failed", exc)
                 return
             else:

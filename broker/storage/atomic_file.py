@@ -83,6 +83,23 @@ def write_file(path: Path | str, data: bytes, *, sync: bool = True) -> None:
         os.close(fd)
 
 
+def overwrite_in_place(path: Path | str, data: bytes) -> None:
+    """`data` written over the start of `path` (made if missing), then the file cut to its
+    length: no new inode and no rename, which on ext4 cost 100-200 µs of a shutdown's time a file
+    against about 8 µs. Not atomic, and not synced: only for a file that a filesystem sync follows
+    before anything relies on it, and whose reader ignores what lies past the content it expects
+    (a kill between the write and the cut leaves the old tail there)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(data)
+        at = 0
+        while at < len(view):
+            at += os.pwrite(fd, view[at:], at)
+        os.ftruncate(fd, len(view))
+    finally:
+        os.close(fd)
+
+
 def write_atomically(path: Path | str, data: bytes, *, sync: bool = True) -> None:
     """tmp file + fsync + rename + fsync of the dir (the rename itself must reach the disk).
     Without sync: tmp + rename only (a reader never sees a half file; a crash may lose the

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import structlog
 
-from broker.storage.atomic_file import fsync_file, read_ascii_file, write_atomically
+from broker.storage.atomic_file import fsync_file, overwrite_in_place, read_ascii_file, write_atomically
 from broker.storage.errors import StorageError
 
 log = structlog.get_logger(__name__)
@@ -153,9 +153,12 @@ class LeaderEpochCache:
         """A change is not yet on disk (unwritten or not fsynced)."""
         return self._unsynced or self._unwritten
 
-    def write(self, *, sync: bool = False) -> None:
+    def write(self, *, sync: bool = False, in_place: bool = False) -> None:
         """Write a deferred change; with `sync` also fsync it (and a write left unsynced). A
-        broker's clean shutdown writes without and syncs the filesystem once afterwards."""
+        broker's clean shutdown writes without, `in_place` (overwrite_in_place: the file's parser
+        reads the entries its count line names and ignores a tail), and syncs the filesystem
+        once afterwards; a crash before that sync can leave a torn file, which the log's open
+        treats as unreadable (it recovers the log from its first segment)."""
         if self.path is None:
             return
         # The file is written outside the entries' lock (a follower's OffsetForLeaderEpoch never
@@ -166,7 +169,10 @@ class LeaderEpochCache:
                 self._unwritten = False
             try:
                 if data is not None:
-                    write_atomically(self.path, data, sync=sync)
+                    if in_place and not sync:
+                        overwrite_in_place(self.path, data)
+                    else:
+                        write_atomically(self.path, data, sync=sync)
                     self._unsynced = not sync
                 elif sync and self._unsynced:
                     fsync_file(self.path)

@@ -794,7 +794,9 @@ class Log:
             try:
                 if not local.failed:
                     local.segments[-1].on_become_inactive()
-                    self.leader_epoch_cache.write(sync=sync)  # deferred changes (leader_epoch.py)
+                    # deferred changes (leader_epoch.py); a broker's shutdown (no sync: it syncs the
+                    # filesystem once, then marks the dir clean) writes over the file in place
+                    self.leader_epoch_cache.write(sync=sync, in_place=not sync)
                     if sync:
                         local.sync(local.segments, self.producer_state.take_unsynced() + local.take_unsynced_files())
                     self.producer_state.take_snapshot(local.leo, sync=sync)
