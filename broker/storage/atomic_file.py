@@ -83,6 +83,15 @@ def write_file(path: Path | str, data: bytes, *, sync: bool = True) -> None:
         os.close(fd)
 
 
+def write_all(fd: int, data, position: int) -> None:
+    """`data` written at `position` of `fd`, however many pwrites it takes."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, position)
+        view = view[written:]
+        position += written
+
+
 def overwrite_in_place(path: Path | str, data: bytes) -> None:
     """`data` written over the start of `path` (made if missing), then the file cut to its
     length: no new inode and no rename, which on ext4 cost 100-200 µs of a shutdown's time a file
@@ -91,11 +100,8 @@ def overwrite_in_place(path: Path | str, data: bytes) -> None:
     (a kill between the write and the cut leaves the old tail there)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     try:
-        view = memoryview(data)
-        at = 0
-        while at < len(view):
-            at += os.pwrite(fd, view[at:], at)
-        os.ftruncate(fd, len(view))
+        write_all(fd, data, 0)
+        os.ftruncate(fd, len(data))
     finally:
         os.close(fd)
 

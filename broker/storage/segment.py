@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import structlog
 
+from broker.storage.atomic_file import write_all
 from broker.storage.file_cache import CachedFile
 from broker.storage.file_names import (
     DELETED_SUFFIX,
@@ -73,14 +74,6 @@ def header_at(buf, position: int, file_position: int) -> BatchHeader:
     if header.size < BATCH_HEADER_SIZE:
         raise CorruptSegmentError(file_position, f"batch length {header.batch_length} is too small")
     return header
-
-
-def write_all(fd: int, data, position: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, position)
-        view = view[written:]
-        position += written
 
 
 def iter_headers(fd: int, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import structlog
 
-from broker.storage.atomic_file import fsync_dir
+from broker.storage.atomic_file import fsync_dir, write_all
 from broker.storage.config import LogConfig
 from broker.storage.file_names import (
     INDEX_SUFFIX,
@@ -39,7 +39,7 @@ from broker.storage.file_names import (
     segment_file_name,
 )
 from broker.storage.index_file import OffsetIndex, TimeIndex
-from broker.storage.segment import LogSegment, iter_headers, write_all
+from broker.storage.segment import LogSegment, iter_headers
 from broker.storage.txn_index import AbortedTxn, write_index_file
 
 log = structlog.get_logger(__name__)
