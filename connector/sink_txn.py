@@ -204,8 +204,14 @@ class CommitLog:
 
     def read(self, query: str) -> Decision | None:
         cfg = shared_config(self.opts) | {"group.id": "strata-spark-sink", "enable.auto.commit": "false",
-                                          "isolation.level": "read_committed", "enable.partition.eof": "true"}
+                                          "isolation.level": "read_committed", "enable.partition.eof": "true",
+                                          # the end is what is asked for: a Fetch there returns at
+                                          # once instead of being held for new records
+                                          "fetch.wait.max.ms": 10}
         c = Consumer(cfg)
+        # its partition's leader known and connected before the assign: otherwise librdkafka
+        # starts the fetcher half a second later
+        c.list_topics(self.topic, timeout=30)
         # To the partition's end (the EOF event), not to a high watermark asked first: a leader
         # that has just died makes that question time out, while the fetcher follows the new one.
         c.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
@@ -235,7 +241,10 @@ class CommitLog:
         return Decision(int(d["batch"]), tuple(Txn(str(t), int(p), int(e)) for t, p, e in d["txns"]))
 
     def write(self, query: str, decision: Decision) -> None:
-        p = Producer(shared_config(self.opts) | {"acks": "all", "enable.idempotence": "true"})
+        # One record, so no idempotence: a retry can at worst write the same decision twice, which
+        # reads the same (the last record of the key wins). An idempotent producer first waits for
+        # its producer id, which librdkafka asks for up to 500 ms after it starts.
+        p = Producer(shared_config(self.opts) | {"acks": "all", "enable.idempotence": "false"})
         body = json.dumps({"batch": decision.batch, "txns": [t.to_json() for t in decision.txns]})
         errors: list[str] = []
         p.produce(self.topic, key=query.encode(), value=body.encode(), partition=0,

@@ -288,8 +288,8 @@ class _Stats:
         self.pid_epoch: tuple[int, int] | None = None
 
     def __call__(self, text: str) -> None:
-        if time.monotonic() < self.after:
-            return
+        if self.seen.is_set() or time.monotonic() < self.after:
+            return  # known already (a long write keeps the statistics coming), or from before init
         eos = json.loads(text).get("eos") or {}
         if eos.get("producer_id", -1) >= 0:
             self.pid_epoch = (int(eos["producer_id"]), int(eos["producer_epoch"]))
@@ -302,8 +302,14 @@ def write_transactional(opts: SinkOptions, batches: Iterator[pa.RecordBatch], tx
     transactional.id first fences and aborts whatever an earlier attempt of this task left open."""
     box: list = []
     stats = _Stats()
-    p = _producer(opts, box, {"transactional.id": txn_id, "stats_cb": stats, "statistics.interval.ms": 1000})
+    # the statistics are how the producer id is learnt (below): every 100 ms, so a task hands its
+    # transaction off within about that of its last row, not up to a second later
+    p = _producer(opts, box, {"transactional.id": txn_id, "stats_cb": stats, "statistics.interval.ms": 100})
     try:
+        # librdkafka looks for the transaction coordinator only through a broker it is connected
+        # to, and with none yet it retries 500 ms later: a Metadata request first makes that
+        # connection, and a micro-batch's task starts writing about half a second sooner
+        p.list_topics(timeout=30)
         p.init_transactions(60)
     except KafkaException as e:
         raise SinkError(f"transactional.id {txn_id}: init_transactions failed: {e.args[0].str()}") from None
