@@ -590,8 +590,11 @@ class ReplicaManager:
         # and each dir's filesystem is synced once before its marker. Dirs never loaded (the
         # broker stopped before it checked them) are left as they were.
         started = time.monotonic()
-        # threads: the closes' creates and renames wait in the kernel (the filesystem's journal)
-        with ThreadPoolExecutor(max(8, self._open_threads), thread_name_prefix="log-close") as pool:
+        # As many threads as the opens (num.recovery.threads.per.data.dir, as Kafka's shutdown):
+        # a close is Python under the GIL with a syscall every few µs, so on a filesystem whose
+        # creates are cheap more threads only trade the GIL (20,000 closes: 8 threads 410-460 µs
+        # a log, 1 thread 200-280 µs); more help only where a disk makes each file wait.
+        with ThreadPoolExecutor(self._open_threads, thread_name_prefix="log-close") as pool:
             failed = {lg.dir_key[0] for lg, ok in zip(logs, pool.map(_close_logged, logs)) if not ok}
         closed = time.monotonic()
         dirs = self.log_dirs if self._loaded else []
