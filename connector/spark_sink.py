@@ -77,9 +77,8 @@ class _Topics:
         n = self.counts.get(topic)
         if n is None:
             try:
-                md = self.producer.list_topics(topic=topic, timeout=30)
+                md = _metadata(self.producer, topic, 30)
             except KafkaException as e:
-                self.producer.poll(0)  # runs error_cb: why no broker answered (authentication, TLS)
                 why = getattr(self.producer, "last_error", "")
                 raise SinkError(f"topic: no metadata for topic {topic!r}: {e.args[0].str()}"
                                 + (f" ({why})" if why else "")) from None
@@ -244,10 +243,31 @@ class _Producer(Producer):
 
     def __init__(self, conf: dict) -> None:
         self.last_error = ""
+        self.refused = False  # the cluster refused our credentials (SASL) or TLS handshake
         super().__init__({**conf, "error_cb": self._error})
 
     def _error(self, err: KafkaError) -> None:
         self.last_error = err.str()
+        if err.code() in _REFUSED:
+            self.refused = True
+
+
+# librdkafka retries these until the request's timeout; Kafka's own clients fail at once
+# (AuthenticationException, SslAuthenticationException), and so does a task here
+_REFUSED = (KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED)
+
+
+def _metadata(producer: Producer, topic: str | None, timeout: float):
+    """Metadata through `producer` (all topics, or `topic`), asked in slices of a second so that
+    a refused login ends the wait at once instead of after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return producer.list_topics(topic=topic, timeout=1.0)
+        except KafkaException:
+            producer.poll(0)  # runs error_cb: why no broker answered (authentication, TLS)
+            if getattr(producer, "refused", False) or time.monotonic() >= deadline:
+                raise
 
 
 def _producer(opts: SinkOptions, sender_box: list, extra: dict | None = None) -> Producer:
@@ -309,7 +329,12 @@ def write_transactional(opts: SinkOptions, batches: Iterator[pa.RecordBatch], tx
         # librdkafka looks for the transaction coordinator only through a broker it is connected
         # to, and with none yet it retries 500 ms later: a Metadata request first makes that
         # connection, and a micro-batch's task starts writing about half a second sooner
-        p.list_topics(timeout=30)
+        _metadata(p, None, 30)
+    except KafkaException as e:
+        why = getattr(p, "last_error", "")
+        raise SinkError(f"transactional.id {txn_id}: no broker answered: {e.args[0].str()}"
+                        + (f" ({why})" if why else "")) from None
+    try:
         p.init_transactions(60)
     except KafkaException as e:
         raise SinkError(f"transactional.id {txn_id}: init_transactions failed: {e.args[0].str()}") from None
