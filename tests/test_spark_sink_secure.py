@@ -6,6 +6,7 @@ authenticated; rows are checked with a read_committed confluent-kafka consumer."
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,7 +103,10 @@ def test_wrong_password_fails_the_write(secure: Cluster, spark) -> None:  # noqa
     for k, v in {**spark_options(secure, password="wrong"), "topic": "secure-denied",
                  "kafka.message.timeout.ms": "15000"}.items():
         w = w.option(k, v)
+    started = time.monotonic()
     with pytest.raises((PySparkException, Py4JJavaError)) as e:
         w.mode("append").save()
+    # a refused login is final: the task fails at once, not after the 30 s metadata timeout
+    assert time.monotonic() - started < 20, time.monotonic() - started
     assert "topic: no metadata for topic 'secure-denied'" in str(e.value), str(e.value)[-2000:]
     assert "authentication" in str(e.value).lower(), str(e.value)[-2000:]  # librdkafka's error_cb, in the message
