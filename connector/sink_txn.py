@@ -210,8 +210,11 @@ class CommitLog:
                                           "fetch.wait.max.ms": 10}
         c = Consumer(cfg)
         # its partition's leader known and connected before the assign: otherwise librdkafka
-        # starts the fetcher half a second later
-        c.list_topics(self.topic, timeout=30)
+        # starts the fetcher half a second later (a failure here is left to the loop below)
+        try:
+            c.list_topics(self.topic, timeout=10)
+        except KafkaException:
+            pass
         # To the partition's end (the EOF event), not to a high watermark asked first: a leader
         # that has just died makes that question time out, while the fetcher follows the new one.
         c.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])

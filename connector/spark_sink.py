@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from connector.sink_options import SinkError, SinkOptions, check_schema
@@ -257,7 +257,7 @@ class _Producer(Producer):
 _REFUSED = (KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED)
 
 
-def _metadata(producer: Producer, topic: str | None, timeout: float):
+def _metadata(producer: Producer, topic: str | None, timeout: float) -> ClusterMetadata:
     """Metadata through `producer` (all topics, or `topic`), asked in slices of a second so that
     a refused login ends the wait at once instead of after `timeout`."""
     deadline = time.monotonic() + timeout
