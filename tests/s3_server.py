@@ -7,8 +7,10 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -37,6 +39,38 @@ def _die_with_parent() -> None:
 
 class PortTaken(RuntimeError):
     """weed could not bind a port picked for it: another process took it meanwhile."""
+
+
+def fixed_ports(n: int) -> list[int]:
+    """n free ports below the kernel's ephemeral range. A test stops and restarts the server on
+    the same ports; a port from the ephemeral range (what binding port 0 gives) can meanwhile
+    become the source port of any process's outgoing connection, and the restart then fails
+    with "address already in use". Below the range only an explicit bind takes a port."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return free_ports(n)
+    candidates = list(range(max(1024, low - 12000), low))
+    if len(candidates) < n * 4:
+        return free_ports(n)
+    random.shuffle(candidates)
+    socks: list[socket.socket] = []
+    try:
+        for port in candidates:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                continue
+            socks.append(s)
+            if len(socks) == n:
+                return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for s in socks:
+            s.close()
+    return free_ports(n)
 
 
 class SeaweedS3:
@@ -79,7 +113,7 @@ class SeaweedS3:
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "data").mkdir(exist_ok=True)
         if not self._ports:  # chosen once: a restarted server keeps its endpoint
-            self._ports = free_ports(8)
+            self._ports = fixed_ports(8)
         master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc = self._ports
         self.port = s3
         config = self.workdir / "s3.json"

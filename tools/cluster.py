@@ -24,7 +24,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
-import random
 import re
 import signal
 import socket
@@ -276,45 +275,17 @@ def render_properties(props: Mapping[str, str], header: str = "") -> str:
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """n distinct ports free right now (all held open until all are chosen), picked at random
-    below the kernel's ephemeral range where it can be read. A node killed and started again
-    binds its port again; a port from the ephemeral range (what binding port 0 gives) can become
-    the source port of any process's outgoing connection while the node is down, and the
-    restart then fails with "address already in use". Below the range only an explicit bind
-    takes a port."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    socks: list[socket.socket] = []
+    """n distinct ports the OS considers free right now (all held open until all are chosen)."""
+    socks = []
     try:
-        for port in _below_ephemeral_range():
-            s = socket.socket(family, socket.SOCK_STREAM)
-            try:
-                s.bind((host, port))
-            except OSError:
-                s.close()
-                continue
-            socks.append(s)
-            if len(socks) == n:
-                return [sock.getsockname()[1] for sock in socks]
-        for _ in range(n - len(socks)):  # no range to read (or it is full): any free port
-            s = socket.socket(family, socket.SOCK_STREAM)
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
             socks.append(s)
             s.bind((host, 0))
         return [s.getsockname()[1] for s in socks]
     finally:
         for s in socks:
             s.close()
-
-
-def _below_ephemeral_range(span: int = 12000) -> list[int]:
-    """Up to `span` ports just below net.ipv4.ip_local_port_range, shuffled; [] if unknown."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return []
-    ports = list(range(max(1024, low - span), low))
-    random.shuffle(ports)
-    return ports
 
 
 def port_in_use(host: str, port: int) -> bool:
