@@ -67,7 +67,7 @@ class SinkMessage(WriterCommitMessage):
 class _Topics:
     """Partition counts and max.message.bytes of the topics a task writes to, asked once each."""
 
-    def __init__(self, opts: SinkOptions, producer: Producer) -> None:
+    def __init__(self, opts: SinkOptions, producer: _Producer) -> None:
         self.opts = opts
         self.producer = producer
         self.counts: dict[str, int] = {}
@@ -76,12 +76,7 @@ class _Topics:
     def partitions(self, topic: str) -> int:
         n = self.counts.get(topic)
         if n is None:
-            try:
-                md = _metadata(self.producer, topic, 30)
-            except KafkaException as e:
-                why = getattr(self.producer, "last_error", "")
-                raise SinkError(f"topic: no metadata for topic {topic!r}: {e.args[0].str()}"
-                                + (f" ({why})" if why else "")) from None
+            md = self.producer.metadata(topic, 30, f"topic: no metadata for topic {topic!r}")
             t = md.topics.get(topic)
             if t is None or t.error is not None or not t.partitions:
                 raise SinkError(f"topic: topic {topic!r} does not exist")
@@ -111,7 +106,7 @@ def _row_of(mask: pa.Array) -> int:
 
 
 class _Sender:
-    def __init__(self, opts: SinkOptions, producer: Producer) -> None:
+    def __init__(self, opts: SinkOptions, producer: _Producer) -> None:
         self.opts = opts
         self.producer = producer
         self.topics = _Topics(opts, producer)
@@ -251,26 +246,27 @@ class _Producer(Producer):
         if err.code() in _REFUSED:
             self.refused = True
 
+    def metadata(self, topic: str | None, timeout: float, what: str) -> ClusterMetadata:
+        """Metadata (all topics, or `topic`), asked in slices of a second so that a refused
+        login ends the wait at once instead of after `timeout`; failing, a SinkError that starts
+        with `what` and names the client's error."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.list_topics(topic=topic, timeout=1.0)
+            except KafkaException as e:
+                self.poll(0)  # runs error_cb: why no broker answered (authentication, TLS)
+                if self.refused or time.monotonic() >= deadline:
+                    why = f" ({self.last_error})" if self.last_error else ""
+                    raise SinkError(f"{what}: {e.args[0].str()}{why}") from None
+
 
 # librdkafka retries these until the request's timeout; Kafka's own clients fail at once
 # (AuthenticationException, SslAuthenticationException), and so does a task here
 _REFUSED = (KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED)
 
 
-def _metadata(producer: Producer, topic: str | None, timeout: float) -> ClusterMetadata:
-    """Metadata through `producer` (all topics, or `topic`), asked in slices of a second so that
-    a refused login ends the wait at once instead of after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return producer.list_topics(topic=topic, timeout=1.0)
-        except KafkaException:
-            producer.poll(0)  # runs error_cb: why no broker answered (authentication, TLS)
-            if getattr(producer, "refused", False) or time.monotonic() >= deadline:
-                raise
-
-
-def _producer(opts: SinkOptions, sender_box: list, extra: dict | None = None) -> Producer:
+def _producer(opts: SinkOptions, sender_box: list, extra: dict | None = None) -> _Producer:
     def delivered(err, msg) -> None:
         if sender_box:
             sender_box[0].delivered(err, msg)
@@ -325,15 +321,10 @@ def write_transactional(opts: SinkOptions, batches: Iterator[pa.RecordBatch], tx
     # the statistics are how the producer id is learnt (below): every 100 ms, so a task hands its
     # transaction off within about that of its last row, not up to a second later
     p = _producer(opts, box, {"transactional.id": txn_id, "stats_cb": stats, "statistics.interval.ms": 100})
-    try:
-        # librdkafka looks for the transaction coordinator only through a broker it is connected
-        # to, and with none yet it retries 500 ms later: a Metadata request first makes that
-        # connection, and a micro-batch's task starts writing about half a second sooner
-        _metadata(p, None, 30)
-    except KafkaException as e:
-        why = getattr(p, "last_error", "")
-        raise SinkError(f"transactional.id {txn_id}: no broker answered: {e.args[0].str()}"
-                        + (f" ({why})" if why else "")) from None
+    # librdkafka looks for the transaction coordinator only through a broker it is connected
+    # to, and with none yet it retries 500 ms later: a Metadata request first makes that
+    # connection, and a micro-batch's task starts writing about half a second sooner
+    p.metadata(None, 30, f"transactional.id {txn_id}: no broker answered")
     try:
         p.init_transactions(60)
     except KafkaException as e:
