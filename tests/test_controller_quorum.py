@@ -401,25 +401,21 @@ def test_network_partition_minority_never_commits(tmp_path):
     c = Cluster(tmp_path / "c", brokers=1, controllers=3, controller_overrides=PARTITION_RAFT, verbose=False)
     links = voter_links(c)
     rng = random.Random(19)
-    isolated_leader_rounds = 0
+    isolated_leader_rounds = truncated_rounds = 0
     try:
         c.start()
         for rnd in range(20):
             leader = wait_for(lambda: c.active_controller(timeout=0.5), 20, "a leader")
             lonely = rng.choice(c.controller_ids)
             truncations = _count(c, lonely, "raft_truncated_on_divergence")
-            for (a, b), link in links.items():
-                if lonely in (a, b):
-                    link.cut()
             name = f"minority-{rnd}"
+            cut = [link for (a, b), link in links.items() if lonely in (a, b)]
             # The isolated voter (whatever it believes) must never acknowledge a write.
-            try:
-                r = run(ask(c.host, c.ports[lonely], CT(topics=[CT.CreatableTopic(
-                    name=name, num_partitions=1, replication_factor=1)], timeout_ms=1000), timeout=3))
-                code = r.topics[0].error_code
-            except (ClientError, TimeoutError):
-                code = None
+            code = run(_write_after_cut(c, lonely, name, cut))
             assert code != 0, f"round {rnd}: the isolated voter {lonely} acknowledged a write"
+            # An isolated leader takes the write into its log until check-quorum makes it resign
+            # (KIP-595); a write that came later (a loaded machine) was refused without an append.
+            appended = name.encode() in _log_bytes(c, lonely)
             majority = [x for x in c.controller_ids if x != lonely]
             new = wait_for(lambda majority=majority: next((x for x in majority if _leads(c, x)), None), 20,
                            f"round {rnd}: a leader on the majority side")
@@ -436,8 +432,11 @@ def test_network_partition_minority_never_commits(tmp_path):
             wait_for(lambda: _converged(c), 20, f"round {rnd}: voters converged")
             if lonely == leader:
                 isolated_leader_rounds += 1
+            if appended:
+                truncated_rounds += 1
                 assert _count(c, lonely, "raft_truncated_on_divergence") > truncations, \
                     f"round {rnd}: the old leader {lonely} did not truncate to the majority's log"
+                assert name.encode() not in _log_bytes(c, lonely), f"round {rnd}: {name} is still in {lonely}'s log"
         leader = c.active_controller()
         records = metadata_log(c, leader)
         names = {r.name for _, r in records if type(r).__name__ == "TopicRecord"}
@@ -452,6 +451,7 @@ def test_network_partition_minority_never_commits(tmp_path):
             granting = {v.voter_id for v in ch.granting_voters}
             assert voters == sorted(c.controller_ids) and ch.leader_id in granting and len(granting) >= 2, ch
         assert isolated_leader_rounds >= 1  # (2/3)^20: practically always several
+        assert truncated_rounds >= 1, "no isolated leader took a write before it resigned"
         by_epoch = leaders_by_epoch(c)
         assert by_epoch, "no election was logged"
         assert all(len(v) == 1 for v in by_epoch.values()), f"two leaders in one epoch: {by_epoch}"
@@ -459,6 +459,28 @@ def test_network_partition_minority_never_commits(tmp_path):
         c.stop()
         for link in links.values():
             link.close()
+
+
+async def _write_after_cut(c: Cluster, lonely: int, name: str, links: list) -> int | None:
+    """Cuts `links`, then asks voter `lonely` to create topic `name` over a connection opened
+    before the cut, so the write reaches an isolated leader before its check-quorum resignation
+    as far as the test can make it; the answer's error code, or None if none came."""
+    try:
+        async with NodeClient(c.host, c.ports[lonely], client_id="quorum-test", timeout=3) as cl:
+            for link in links:
+                link.cut()
+            r = await cl.request(CT(topics=[CT.CreatableTopic(
+                name=name, num_partitions=1, replication_factor=1)], timeout_ms=1000), timeout=3)
+            return r.topics[0].error_code
+    except (ClientError, TimeoutError):
+        for link in links:
+            link.cut()
+        return None
+
+
+def _log_bytes(c: Cluster, cid: int) -> bytes:
+    """The raw bytes of controller `cid`'s metadata log segments, committed or not."""
+    return b"".join(p.read_bytes() for p in sorted((c.node_dir(cid)).rglob("__cluster_metadata-0/*.log")))
 
 
 def _create_on(c: Cluster, voters: list[int], name: str) -> bool:
