@@ -6,10 +6,15 @@ Images share the TopicInfo of a topic that did not change, so an entry list buil
 serves every later answer until the topic changes, or the brokers do (their fencing decides the
 offline replicas). Diskless topics are built afresh each time: their answers depend on the client
 (DisklessService.assign_leaders rewrites them). Callers must not change shared entries.
+
+A cached entry holds the image's own replica and ISR tuples and one shared empty tuple for each
+empty array, no list of its own: the encoders only iterate them, and five lists an entry were
+about 330 bytes for each partition of the cluster on every broker that answered a Metadata.
 """
 
 from __future__ import annotations
 
+from typing import cast
 from uuid import UUID
 
 from metadata import MetadataImage, TopicInfo
@@ -17,6 +22,7 @@ from protocol.errors import Errors
 from protocol.generated.metadata import MetadataResponse
 
 R = MetadataResponse
+_NONE = cast(list, ())  # typed as the field's list: the encoders take any sequence
 
 
 def partition_entries(image: MetadataImage, topic: TopicInfo) -> list:
@@ -29,10 +35,12 @@ def partition_entries(image: MetadataImage, topic: TopicInfo) -> list:
             partition_index=idx,
             leader_id=p.leader,
             leader_epoch=p.leader_epoch,
-            replica_nodes=list(p.replicas),
-            isr_nodes=list(p.isr),
-            offline_replicas=offline,
+            replica_nodes=cast(list, p.replicas),
+            isr_nodes=cast(list, p.isr),
+            offline_replicas=offline or _NONE,
+            chunks=_NONE,
             marked_for_deletion=p.marked_for_deletion,
+            preferred_produce_brokers=_NONE,
         )
         chunks = topic.chunks.get(idx, ())
         if chunks or p.start_offset > 0:

@@ -176,7 +176,21 @@ def _epochs(entries: list[Any] | None) -> tuple[tuple[int, int], ...]:
 
 def _opt(values: list[int] | None, current: tuple) -> tuple:
     """PartitionChangeRecord lists: null means unchanged."""
-    return current if values is None else tuple(values)
+    return current if values is None else _shared(values)
+
+
+# Replica, ISR and dir tuples repeat across partitions (a few placements over many partitions):
+# each distinct one is kept once and shared, where a tuple each was about 170 bytes a partition
+# on every broker. Bounded: past the limit it starts over (the tuples already shared stay valid).
+_SHARED_TUPLES: dict[tuple, tuple] = {}
+_SHARED_LIMIT = 1 << 16
+
+
+def _shared(values: Any) -> tuple:
+    t = tuple(values)
+    if len(_SHARED_TUPLES) >= _SHARED_LIMIT:
+        _SHARED_TUPLES.clear()
+    return _SHARED_TUPLES.setdefault(t, t)
 
 
 class MetadataDelta:
@@ -255,17 +269,18 @@ class MetadataDelta:
         self._chunks[r.topic_id] = {}
 
     def _replay_PartitionRecord(self, r: Any) -> None:
+        topic = (self._topics if self._topics is not None else self.image.topics).get(r.topic_id)
         p = PartitionInfo(
-            topic_id=r.topic_id,
+            topic_id=r.topic_id if topic is None else topic.id,  # the topic's UUID object, not one a record
             partition=r.partition_id,
-            replicas=tuple(r.replicas),
-            isr=tuple(r.isr),
+            replicas=_shared(r.replicas),
+            isr=_shared(r.isr),
             leader=r.leader,
             leader_epoch=r.leader_epoch,
             partition_epoch=r.partition_epoch,
             removing_replicas=tuple(r.removing_replicas),
             adding_replicas=tuple(r.adding_replicas),
-            directories=tuple(r.directories),
+            directories=_shared(r.directories),
             start_offset=max(r.start_offset, 0),
             start_timestamp=r.start_timestamp,
             diskless_coordinator=r.diskless_coordinator,
@@ -287,7 +302,7 @@ class MetadataDelta:
             replicas=_opt(r.replicas, cur.replicas),
             removing_replicas=_opt(r.removing_replicas, cur.removing_replicas),
             adding_replicas=_opt(r.adding_replicas, cur.adding_replicas),
-            directories=tuple(r.directories) if r.directories is not None else cur.directories,
+            directories=_shared(r.directories) if r.directories is not None else cur.directories,
             elr=_opt(r.eligible_leader_replicas, cur.elr),
             last_known_elr=_opt(r.last_known_elr, cur.last_known_elr),
             partition_epoch=cur.partition_epoch + 1,

@@ -70,6 +70,9 @@ class ReplicaManager:
         self.fetchers = fetchers
         self.chunk_fetcher = chunk_fetcher
         self.isr = isr
+        # one bound method for every partition, not one each (64 bytes a partition)
+        self._on_caught_up = isr.follower_caught_up
+        self._min_isr_for_hw = self._strict_min_isr
         self.image = MetadataImage.EMPTY
         self._topic_configs: dict[str, dict[str, str]] = {}
         # told (partition, is_leader) whenever this broker gains or loses a partition's
@@ -484,8 +487,8 @@ class ReplicaManager:
         self.placement.on_disk[key] = d
         lg.producer_state.expiration_ms = int(self.config.props.get("producer.id.expiration.ms", "86400000"))
         p = Partition(topic, info.partition, info.topic_id, lg, self.node_id)
-        p.on_follower_caught_up = self.isr.follower_caught_up
-        p.min_isr_for_hw = lambda: self._strict_min_isr(topic)
+        p.on_follower_caught_up = self._on_caught_up
+        p.min_isr_for_hw = self._min_isr_for_hw
         self.partitions[(topic, info.partition)] = p
         # opened in a batch (replicas_preopened says how many): one line each only at debug
         (log.info if pre is None else log.debug)(

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import structlog
 
+from broker.storage.file_names import interned_parts
+
 log = structlog.get_logger(__name__)
 
 # Share of the process's RLIMIT_NOFILE that storage files may take by default; the rest is for
@@ -47,9 +49,9 @@ class CachedFile:
     """A file opened on demand through a FileCache. Not itself thread-safe for renames against
     deletes: Log serializes those under its lock; opens and pins may come from any thread."""
 
-    # The path is kept as a str: a Path holds its parsed parts too, and four files a segment of
-    # 20,000 partitions made those a quarter of a partition's memory.
-    __slots__ = ("pathname", "flags", "cache", "fd", "pins", "forgotten", "gone", "dirty")
+    # The path is kept as its dir and its name (file_names.interned_parts), not as a Path, which
+    # holds its parsed parts too.
+    __slots__ = ("_dir", "_name", "flags", "cache", "fd", "pins", "forgotten", "gone", "dirty")
 
     def __init__(self, path: Path | str, flags: int = os.O_RDWR, cache: FileCache | None = None) -> None:
         self.pathname = os.fspath(path)
@@ -60,6 +62,14 @@ class CachedFile:
         self.forgotten = False  # closed for good: close the descriptor when the last pin goes
         self.gone = False  # deleted: never reopened
         self.dirty = False  # written since the last sync(); the writer sets it
+
+    @property
+    def pathname(self) -> str:
+        return self._dir + self._name
+
+    @pathname.setter
+    def pathname(self, value: str) -> None:
+        self._dir, self._name = interned_parts(value)
 
     @property
     def path(self) -> Path:
@@ -102,7 +112,7 @@ class CachedFile:
         self.cache.rename(self, path)
 
     def __repr__(self) -> str:
-        return f"CachedFile({self.path.name}, fd={self.fd}, pins={self.pins})"
+        return f"CachedFile({self._name}, fd={self.fd}, pins={self.pins})"
 
 
 class FileCache:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from typing import NamedTuple
 
 LOG_SUFFIX = ".log"
@@ -69,3 +71,11 @@ def parse_segment_file_name(name: str) -> SegmentFileName | None:
     if m is None:
         return None
     return SegmentFileName(int(m["base"]), m["ext"], m["deleted"] is not None)
+
+
+def interned_parts(path: str) -> tuple[str, str]:
+    """`path` as (its dir with the separator, its name), both interned: the files of a log share
+    one dir string and same-named files (every log's first segment) one name, where a whole path
+    each was about 120 bytes a file for each of 20,000 partitions. Join them again on use."""
+    head, sep, name = path.rpartition(os.sep)
+    return sys.intern(head + sep), sys.intern(name)

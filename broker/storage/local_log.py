@@ -17,7 +17,7 @@ import random
 import shutil
 import time
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -49,6 +49,9 @@ FLUSH_TIMES_MS = Histogram()
 class LocalLog:
     """The segments of one chunk replica dir, and the offsets they alone decide."""
 
+    __slots__ = ("dir", "config", "failed", "_io_error_handler", "segments", "bases", "pending_deletes", "leo",
+                 "recovery_point", "roll_jitter_ms", "unsynced_files")  # one a partition: no __dict__ each
+
     def __init__(
         self, dir: Path, config: LogConfig, io_error_handler: Callable[[Path, BaseException], None] | None = None
     ) -> None:
@@ -58,11 +61,14 @@ class LocalLog:
         self._io_error_handler = io_error_handler  # the log dir's: a disk error takes the dir offline
         self.segments: list[LogSegment] = []  # oldest first; the last is the active segment
         self.bases: list[int] = []  # base offsets of segments, for bisect
-        self.pending_deletes: list[tuple[int, LogSegment]] = []  # (due ms, segment)
+        # (due ms, segment); none (a shared empty tuple, not a list each) on most logs
+        self.pending_deletes: list[tuple[int, LogSegment]] | tuple = ()
         self.leo = 0  # log end offset: the next offset to assign
         self.recovery_point = 0  # everything below it is fsynced
         self.roll_jitter_ms = self.new_roll_jitter()  # the active segment's (Kafka: per segment)
-        self.unsynced_files: list[Path] = []  # written without fsync; the next flush syncs them
+        # written without fsync (as strs: a fresh log's partition.metadata waits here until its
+        # first flush); the next flush syncs them
+        self.unsynced_files: list[str] | tuple = ()
 
     def size_bytes(self) -> int:
         return sum(s.size for s in self.segments)
@@ -216,7 +222,7 @@ class LocalLog:
 
     def schedule_delete(self, seg: LogSegment, now_ms: int, reason: str) -> None:
         seg.rename_to_deleted()
-        self.pending_deletes.append((now_ms + self.config.file_delete_delay_ms, seg))
+        self.pending_deletes = [*self.pending_deletes, (now_ms + self.config.file_delete_delay_ms, seg)]
         log.info("segment_deleted", dir=str(self.dir), base_offset=seg.base_offset, size=seg.size, reason=reason)
 
     def purge_deleted(self, now_ms: int) -> None:
@@ -227,7 +233,7 @@ class LocalLog:
                 seg.delete_files()
             else:
                 still_pending.append((due, seg))
-        self.pending_deletes = still_pending
+        self.pending_deletes = still_pending or ()
 
     def replace_with_cleaned(self, old: list[SegmentInfo], now_ms: int) -> bool:
         """Kafka's LocalLog.replaceSegments: the cleaned segment written for the run of inactive
@@ -262,16 +268,19 @@ class LocalLog:
         point = self.recovery_point
         return [s for s, end in zip(self.segments, ends) if s.base_offset < up_to and end > point]
 
-    def sync(self, segments: list[LogSegment], files: list[Path]) -> None:
+    def sync(self, segments: list[LogSegment], files: Sequence[str | Path]) -> None:
         """fsync `segments` (picked under the lock; synced outside it) and files written unsynced."""
         for seg in segments:
             seg.flush()
         for path in files:
             fsync_file(path)  # gone if a truncation deleted it meanwhile: nothing to sync then
 
-    def take_unsynced_files(self) -> list[Path]:
-        files, self.unsynced_files = self.unsynced_files, []
-        return files
+    def take_unsynced_files(self) -> list[str]:
+        files, self.unsynced_files = self.unsynced_files, ()
+        return list(files)
+
+    def add_unsynced_file(self, path: str) -> None:
+        self.unsynced_files = [*self.unsynced_files, path]
 
     def close_files(self) -> None:
         for seg in self.segments:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import enum
 import functools
 import os
+import sys
 import threading
 import time
 import uuid
@@ -130,20 +131,20 @@ def _io_guarded(method):
 class Log:
     """One chunk replica's log: the records of one partition from `chunk_start` on, in its own dir."""
 
-    def __init__(
-        self,
-        dir: Path,
-        config: LogConfig,
-        topic_id: uuid.UUID | None,
-        io_error_handler: Callable[[Path, BaseException], None] | None,
-        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-    ) -> None:
+    __slots__ = ("dir", "dir_key", "topic", "partition", "chunk_start", "config", "topic_id", "_expected_topic_id",
+                 "_lock", "_local", "_log_start", "_hw", "_closed", "_flush_done", "_state_file", "leader_epoch_cache",
+                 "producer_state", "__weakref__")  # one a partition: no __dict__ each
+
+    def __init__(self, dir: Path, config: LogConfig, topic_id: uuid.UUID | None,
+                 io_error_handler: Callable[[Path, BaseException], None] | None,
+                 producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
         name = parse_replica_dir_name(dir.name)
         if name is None:
             raise ValueError(f"{dir.name!r} is not a chunk replica dir name (<topic>-<partition>-<chunkStart>)")
         self.dir = dir
-        self.dir_key = (os.fspath(dir.parent), dir.name)  # str: no Path made per checkpoint round
-        self.topic = name.topic
+        # strs, no Path made per checkpoint round; interned: one for all the logs sharing them
+        self.dir_key = (sys.intern(os.fspath(dir.parent)), dir.name)
+        self.topic = sys.intern(name.topic)
         self.partition = name.partition
         self.chunk_start = name.chunk_start
         self.config = config
@@ -162,18 +163,10 @@ class Log:
     # -- opening ---------------------------------------------------------------------------------
 
     @classmethod
-    def open(
-        cls,
-        dir: Path,
-        config: LogConfig,
-        *,
-        topic_id: uuid.UUID | None = None,
-        now_ms: int | None = None,
-        io_error_handler: Callable[[Path, BaseException], None] | None = None,
-        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-        clean_shutdown: bool = False,
-        dir_high_watermark: tuple[int, int] | None = None,
-    ) -> Log:
+    def open(cls, dir: Path, config: LogConfig, *, topic_id: uuid.UUID | None = None, now_ms: int | None = None,
+             io_error_handler: Callable[[Path, BaseException], None] | None = None,
+             producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS, clean_shutdown: bool = False,
+             dir_high_watermark: tuple[int, int] | None = None) -> Log:
         """Open (creating if missing) the log in `dir`. Unless its log dir was shut down cleanly
         (`clean_shutdown`: LogDir knows from its marker), every batch from the recovery point on is
         checked (header + CRC32C) and a torn or corrupt tail is cut off at the last whole batch;
@@ -199,7 +192,8 @@ class Log:
             # A stale dir of a deleted topic with the same name. Opening still succeeds so the caller
             # can compare `topic_id` and delete() it; until then the log refuses reads and writes.
             self._expected_topic_id = self.topic_id
-        self.topic_id = loaded.topic_id
+        if loaded.topic_id != self.topic_id:  # else the caller's: one UUID object a topic, not a log
+            self.topic_id = loaded.topic_id
         self.leader_epoch_cache = loaded.leader_epoch_cache
         self._log_start = loaded.log_start_offset
         self._hw = loaded.high_watermark
@@ -611,7 +605,7 @@ class Log:
         with self._lock:
             self._check_usable()
             target = local.leo if up_to is None else min(up_to, local.leo)
-            snapshots = self.producer_state.take_unsynced() + local.take_unsynced_files()
+            snapshots: list[str | Path] = [*self.producer_state.take_unsynced(), *local.take_unsynced_files()]
             if target <= local.recovery_point and not snapshots and not self.leader_epoch_cache.unsynced:
                 return
             dirty = local.unflushed_segments(target)
@@ -799,7 +793,7 @@ class Log:
                     local.segments[-1].on_become_inactive()
                     self.leader_epoch_cache.write(sync=sync, in_place=not sync)  # a shutdown's: in place
                     if sync:
-                        local.sync(local.segments, self.producer_state.take_unsynced() + local.take_unsynced_files())
+                        local.sync(local.segments, [*self.producer_state.take_unsynced(), *local.take_unsynced_files()])
                     self.producer_state.take_snapshot(local.leo, sync=sync)
                     if sync:
                         fsync_dir(self.dir)

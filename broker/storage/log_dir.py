@@ -60,6 +60,7 @@ class LogDir:
         # tells the controller the broker stopped cleanly (Kafka's CleanShutdownFileHandler)
         self.broker_epoch = -1
         self.clean_shutdown_epoch = -1
+        self._io_error_handler = self._on_io_error  # one bound method for all its logs, not one each
 
     @property
     def directory_id(self) -> uuid.UUID:
@@ -222,7 +223,7 @@ class LogDir:
             path,
             config,
             topic_id=topic_id,
-            io_error_handler=self._on_io_error,
+            io_error_handler=self._io_error_handler,
             clean_shutdown=path.name in self._clean,
             dir_high_watermark=self._started_with.pop(path.name, None),
         )

@@ -33,7 +33,7 @@ from pathlib import Path
 import structlog
 
 from broker.storage.atomic_file import read_ascii_file, write_atomically
-from broker.storage.file_names import TMP_SUFFIX
+from broker.storage.file_names import TMP_SUFFIX, interned_parts
 
 log = structlog.get_logger(__name__)
 
@@ -104,14 +104,18 @@ class LogStateFile:
     """A log's log-state.checkpoint and what it holds once written (`durable`; None: unknown, or
     no file yet)."""
 
-    __slots__ = ("path", "durable", "fresh", "incarnation")
+    __slots__ = ("_dir", "_name", "durable", "fresh", "incarnation")
 
     def __init__(self, path: Path | str, durable: LogState | None = None, fresh: bool = False,
                  incarnation: int = 0) -> None:
-        self.path = os.fspath(path)  # a str, not a Path: ~130 bytes less for each of 20,000 logs
+        self._dir, self._name = interned_parts(os.fspath(path))  # no whole path a log
         self.durable = durable
         self.fresh = fresh  # the log was created by its open: no file until it has records
         self.incarnation = incarnation  # the log's: drawn anew at creation and at every truncation
+
+    @property
+    def path(self) -> str:
+        return self._dir + self._name
 
     def renew(self) -> None:
         """A truncation: the dir's entries of the old incarnation no longer count."""

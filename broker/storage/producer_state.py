@@ -337,7 +337,8 @@ class LeaderAppend:
         m.producers.update(self.updated)
         for pid, entry in self.updated.items():
             m._track_ongoing(pid, entry.current_txn_first_offset)
-        m._unreplicated.extend(self.completed)
+        if self.completed:
+            m._unreplicated = [*m._unreplicated, *self.completed]
         return self.completed
 
 
@@ -359,15 +360,19 @@ def _apply_marker(
 class ProducerStateManager:
     """Producer entries of one log, and its snapshot files. Not thread-safe: Log calls it under its lock."""
 
+    # one a log: no __dict__ each, and the two collections that are empty on almost every log
+    # (transactions awaiting the HW, snapshots awaiting a flush) are the shared empty tuple then
+    __slots__ = ("dir", "expiration_ms", "producers", "_ongoing", "_unreplicated", "_snapshots", "_unsynced")
+
     def __init__(self, dir: Path, expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
         self.dir = dir
         self.expiration_ms = expiration_ms
         self.producers: dict[int, ProducerEntry] = {}
         self._ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
-        self._unreplicated: list[CompletedTxn] = []  # completed, marker not yet below the HW; marker order
+        # completed, marker not yet below the HW; marker order
+        self._unreplicated: list[CompletedTxn] | tuple[CompletedTxn, ...] = ()
         self._snapshots: list[int] = []  # offsets of the snapshot files on disk, sorted
-        # snapshots written without fsync (a dict as a set: an empty set costs 216 bytes a log)
-        self._unsynced: dict[int, None] = {}
+        self._unsynced: tuple[int, ...] = ()  # offsets of snapshots written without fsync
 
     # -- appends ---------------------------------------------------------------------------------
 
@@ -395,7 +400,7 @@ class ProducerStateManager:
         if header.is_control:
             done = _apply_marker(entry, header.producer_epoch, header.max_timestamp, marker, header.base_offset)
             if done is not None:
-                self._unreplicated.append(done)
+                self._unreplicated = [*self._unreplicated, done]
         else:
             entry.add_batch(
                 header.producer_epoch, _metadata(header, header.base_offset, header.last_offset, header.max_timestamp)
@@ -427,7 +432,7 @@ class ProducerStateManager:
     def on_high_watermark(self, hw: int) -> None:
         """Completed transactions whose marker is below the high watermark are stable."""
         if self._unreplicated and self._unreplicated[0].last_offset < hw:
-            self._unreplicated = [t for t in self._unreplicated if t.last_offset >= hw]
+            self._unreplicated = [t for t in self._unreplicated if t.last_offset >= hw] or ()
 
     def last_stable_offset_after(self, txn: CompletedTxn) -> int:
         """The LSO an aborted-transaction index entry records: the first offset of another
@@ -476,16 +481,16 @@ class ProducerStateManager:
             # The state at an offset depends only on the log below it: the file is already right.
             if sync and offset in self._unsynced:
                 fsync_file(path)
-                self._unsynced.pop(offset, None)
+                self._synced(offset)
             return
         tmp = path.with_name(path.name + TMP_SUFFIX)
         data = encode_snapshot(self.producers.values())
         write_file(tmp, data, sync=sync)
         os.replace(tmp, path)
         if sync:
-            self._unsynced.pop(offset, None)
-        else:
-            self._unsynced[offset] = None
+            self._synced(offset)
+        elif offset not in self._unsynced:
+            self._unsynced += (offset,)
         if not self._snapshots or self._snapshots[-1] < offset:
             self._snapshots.append(offset)
         elif offset not in self._snapshots:
@@ -494,8 +499,12 @@ class ProducerStateManager:
     def take_unsynced(self) -> list[Path]:
         """Paths of snapshots still to fsync (the caller syncs them, then the dir, outside the lock)."""
         paths = [self._path(o) for o in sorted(self._unsynced)]
-        self._unsynced.clear()
+        self._unsynced = ()
         return paths
+
+    def _synced(self, offset: int) -> None:
+        if offset in self._unsynced:
+            self._unsynced = tuple(o for o in self._unsynced if o != offset)
 
     def delete_snapshots_below(self, offset: int) -> None:
         while self._snapshots and self._snapshots[0] < offset:
@@ -507,14 +516,14 @@ class ProducerStateManager:
 
     def _delete_snapshot(self, offset: int) -> None:
         self._snapshots.remove(offset)
-        self._unsynced.pop(offset, None)
+        self._synced(offset)
         self._path(offset).unlink(missing_ok=True)
 
     def truncate_fully(self) -> None:
         """Forget everything: the log restarts empty."""
         self.producers.clear()
         self._ongoing.clear()
-        self._unreplicated.clear()
+        self._unreplicated = ()
         for off in list(self._snapshots):
             self._delete_snapshot(off)
 
@@ -525,7 +534,7 @@ class ProducerStateManager:
         log_end: the snapshot's offset, or log_start without one."""
         self.producers.clear()
         self._ongoing.clear()
-        self._unreplicated.clear()
+        self._unreplicated = ()
         self.delete_snapshots_above(log_end)
         self.delete_snapshots_below(log_start)
         limit = log_end if at_or_below is None else min(at_or_below, log_end)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -40,7 +41,7 @@ class AbortedTxn(NamedTuple):
     last_stable_offset: int
 
 
-def collect_aborted(entries: list[AbortedTxn], fetch_offset: int, upper_offset: int, out: list[AbortedTxn]) -> bool:
+def collect_aborted(entries: Sequence[AbortedTxn], fetch_offset: int, upper_offset: int, out: list[AbortedTxn]) -> bool:
     """Append the entries overlapping [fetch_offset, upper_offset) to `out`. True when the search
     is complete: no later segment can hold an overlapping transaction (Kafka's collectAbortedTxns)."""
     for e in entries:
@@ -58,23 +59,25 @@ class TransactionIndex:
 
     def __init__(self, path: Path | str) -> None:
         self.file = CachedFile(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)  # appends, through the FileCache
-        self._entries: list[AbortedTxn] | None = None  # None: not read yet
+        # None: not read yet; none: the shared empty tuple (most segments have no aborted
+        # transaction), not a list each
+        self._entries: list[AbortedTxn] | tuple[()] | None = None
 
     @property
     def path(self) -> Path:
         return self.file.path
 
     @property
-    def entries(self) -> list[AbortedTxn]:
+    def entries(self) -> Sequence[AbortedTxn]:
         if self._entries is None:
             self._entries = self._read()
         return self._entries
 
-    def _read(self) -> list[AbortedTxn]:
+    def _read(self) -> list[AbortedTxn] | tuple[()]:
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
-            return []
+            return ()
         whole = len(data) - len(data) % ENTRY_SIZE
         entries = []
         for pos in range(0, whole, ENTRY_SIZE):
@@ -87,7 +90,7 @@ class TransactionIndex:
             # A torn or unreadable tail (a crash mid-write): keep the whole entries before it.
             log.warning("txn_index_tail_cut", path=str(self.path), bytes_dropped=len(data) - whole)
             os.truncate(self.path, whole)
-        return entries
+        return entries or ()
 
     def append(self, entry: AbortedTxn) -> None:
         entries = self.entries
@@ -101,7 +104,10 @@ class TransactionIndex:
         if written != len(data):
             raise OSError(f"short write to {self.path}")
         self.file.dirty = True
-        entries.append(entry)
+        if isinstance(entries, list):
+            entries.append(entry)
+        else:
+            self._entries = [entry]
 
     def collect(self, fetch_offset: int, upper_offset: int, out: list[AbortedTxn]) -> bool:
         return collect_aborted(self.entries, fetch_offset, upper_offset, out)
@@ -114,7 +120,7 @@ class TransactionIndex:
             keep -= 1
         if keep == len(entries):
             return
-        del entries[keep:]
+        self._entries = list(entries[:keep]) or ()
         if self.path.exists():
             os.truncate(self.path, keep * ENTRY_SIZE)
             self.file.dirty = True
@@ -127,7 +133,7 @@ class TransactionIndex:
         except FileNotFoundError:
             pass
         self.file.dirty = False  # nothing left to sync (a sync would create the file again)
-        self._entries = []
+        self._entries = ()
 
     def flush(self) -> None:
         self.file.sync()
