@@ -217,6 +217,12 @@ def main() -> None:
         child(args.child, args.partitions, args.step, args.nofile if args.nofile > 0 else None, args.fresh_fs)
         return
 
+    # both trees' brokers start from cached bytecode, as deployed (the older tree's launcher may
+    # not do it itself; tools/bytecode.py)
+    sys.path.insert(0, str(REPO))
+    from tools.bytecode import cache_outside_the_tree
+
+    cache_outside_the_tree(os.environ)
     if args.fresh_fs and (why := fresh_fs_unavailable()):
         print(f"partitions: no fresh filesystem for each tree ({why}): both run in the temp dir", file=sys.stderr)
         args.fresh_fs = False

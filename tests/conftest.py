@@ -14,7 +14,6 @@ import os
 import pwd
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,25 +30,15 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-def _cache_bytecode_outside_the_tree() -> None:
-    """With PYTHONDONTWRITEBYTECODE set, every node and tool process the tests start compiled
-    every module again (a broker's imports: ~2.5 s of CPU instead of ~0.5 s; hundreds of clusters
-    and tool runs per suite). Keep the tree free of bytecode as asked, but cache it under a
-    prefix inside the virtualenv running the tests (installed state, gone with `make clean`; a
-    run leaves nothing new behind) or else the temp dir, for this process (test modules
-    imported from here on) and, through the environment, for every process it starts."""
-    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
-        return
-    in_venv = sys.prefix != sys.base_prefix and os.access(sys.prefix, os.W_OK)
-    prefix = Path(sys.prefix) / "pycache" if in_venv else Path(tempfile.gettempdir()) / f"strata-pycache-{os.getuid()}"
-    prefix.mkdir(mode=0o700, exist_ok=True)
-    del os.environ["PYTHONDONTWRITEBYTECODE"]
-    os.environ["PYTHONPYCACHEPREFIX"] = str(prefix)
-    sys.pycache_prefix = str(prefix)
+# With PYTHONDONTWRITEBYTECODE set, every node and tool process the tests start would compile
+# every module again (hundreds of clusters and tool runs per suite): tools/bytecode.py caches it
+# outside the tree, for this process (test modules imported from here on) and, through the
+# environment, for every process it starts.
+from tools.bytecode import cache_outside_the_tree  # noqa: E402
+
+if cache_outside_the_tree(os.environ):
+    sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
     sys.dont_write_bytecode = False
-
-
-_cache_bytecode_outside_the_tree()
 
 from tools.cluster import Cluster  # noqa: E402
 

@@ -36,6 +36,8 @@ from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
+from tools.bytecode import cache_outside_the_tree
+
 CONTROLLER_ID = 100
 CONTROLLER = "controller"
 MAX_CONTROLLERS = 99  # controller ids are 100..198
@@ -767,6 +769,7 @@ class Cluster:
             args = ["-P", "-c", _PDEATHSIG_PRELUDE, str(os.getpid()), *args]
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"  # the log file shows what happened up to a crash
+        cache_outside_the_tree(env)  # no compile of every module at each start (tools/bytecode.py)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.code_root), env.get("PYTHONPATH")]))
         env.update(self.node_env.get(nid, {}))
         log = self.log_path(name)
