@@ -296,28 +296,39 @@ class MetadataDelta:
     def _replay_PartitionChangeRecord(self, r: Any) -> None:
         parts = self._parts(r.topic_id)
         cur = parts[r.partition_id]
-        leader = cur.leader if r.leader == -2 else r.leader
-        changes: dict[str, Any] = dict(
-            isr=_opt(r.isr, cur.isr),
+        leader, leader_epoch = cur.leader, cur.leader_epoch
+        if r.leader != -2:
+            # as Kafka replays it: naming a leader, even the same one, starts a new leader epoch
+            leader, leader_epoch = r.leader, cur.leader_epoch + 1
+        start_offset, start_timestamp = cur.start_offset, cur.start_timestamp
+        if r.start_offset >= 0:
+            # a new active chunk starts: Kafka bumps the leader epoch so followers resync
+            start_offset, start_timestamp = r.start_offset, r.start_timestamp
+            leader_epoch = cur.leader_epoch + 1
+        before_deletion = cur.epochs_before_deletion
+        if r.leader_epoch_before_deletion is not None:
+            before_deletion = _epochs(r.leader_epoch_before_deletion)
+        # every field named (not dataclasses.replace, which inspects the fields at each call:
+        # a broker replays one of these a partition at each of its restarts)
+        parts[r.partition_id] = PartitionInfo(
+            topic_id=cur.topic_id,
+            partition=cur.partition,
             replicas=_opt(r.replicas, cur.replicas),
+            isr=_opt(r.isr, cur.isr),
+            leader=leader,
+            leader_epoch=leader_epoch,
+            partition_epoch=cur.partition_epoch + 1,
             removing_replicas=_opt(r.removing_replicas, cur.removing_replicas),
             adding_replicas=_opt(r.adding_replicas, cur.adding_replicas),
             directories=_shared(r.directories) if r.directories is not None else cur.directories,
+            start_offset=start_offset,
+            start_timestamp=start_timestamp,
+            diskless_coordinator=cur.diskless_coordinator,
+            epochs_after_creation=cur.epochs_after_creation,
+            epochs_before_deletion=before_deletion,
             elr=_opt(r.eligible_leader_replicas, cur.elr),
             last_known_elr=_opt(r.last_known_elr, cur.last_known_elr),
-            partition_epoch=cur.partition_epoch + 1,
         )
-        if r.leader != -2:
-            # as Kafka replays it: naming a leader, even the same one, starts a new leader epoch
-            changes.update(leader=leader, leader_epoch=cur.leader_epoch + 1)
-        if r.start_offset >= 0:
-            # a new active chunk starts: Kafka bumps the leader epoch so followers resync
-            changes.update(start_offset=r.start_offset, start_timestamp=r.start_timestamp)
-            if r.leader == -2:
-                changes.update(leader_epoch=cur.leader_epoch + 1)
-        if r.leader_epoch_before_deletion is not None:
-            changes.update(epochs_before_deletion=_epochs(r.leader_epoch_before_deletion))
-        parts[r.partition_id] = replace(cur, **changes)
         self.changed_partitions.add((r.topic_id, r.partition_id))
 
     def _replay_RemoveTopicRecord(self, r: Any) -> None:

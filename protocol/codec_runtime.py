@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from typing import Any
+from uuid import UUID, SafeUUID
 
 from protocol.errors import ProtocolError
 from protocol.primitives import INT16, INT32, ZERO_UUID, read_uvarint, uvarint
@@ -46,6 +47,26 @@ def _malformed(exc: Exception, field: str, pos: int) -> ProtocolError:
     else:
         reason = f"malformed input: {exc}"
     return ProtocolError(reason, field=field, offset=pos)
+
+
+# Decoded UUIDs by their 16 bytes: the same topic ids come again in every Fetch, Produce and
+# metadata record, and UUID(bytes=...) checks its arguments in Python (about 3 µs). UUIDs are
+# immutable, so one object serves every decode; bounded: past the limit the table starts over.
+_UUIDS: dict[bytes, UUID] = {}
+_UUIDS_LIMIT = 1 << 14
+_SAFE_UNKNOWN = SafeUUID.unknown
+
+
+def uuid_of(raw: bytes) -> UUID:
+    u = _UUIDS.get(raw)
+    if u is None:
+        u = object.__new__(UUID)
+        object.__setattr__(u, "int", int.from_bytes(raw, "big"))  # what UUID.__init__ sets
+        object.__setattr__(u, "is_safe", _SAFE_UNKNOWN)
+        if len(_UUIDS) >= _UUIDS_LIMIT:
+            _UUIDS.clear()
+        _UUIDS[bytes(raw)] = u
+    return u
 
 
 def check_len(buf, pos: int, n: int) -> int:

@@ -191,7 +191,7 @@ class ModuleEmitter:
             out.append(f"{ind}{target} = {c}.unpack_from(buf, pos)[0]")
             out.append(f"{ind}pos += {FIXED[k][1]}")
             if k == "uuid":
-                out.append(f"{ind}{target} = UUID(bytes={target})")
+                out.append(f"{ind}{target} = uuid_of({target})")
             return out
         if k in ("string", "bytes", "records"):
             fn = {"string": "str", "bytes": "bytes", "records": "rec"}[k]
@@ -303,7 +303,7 @@ class ModuleEmitter:
                 lines.append(f"{ind}pos += {size}")
                 for r in run:
                     if r.kind == "uuid":
-                        lines.append(f"{ind}v_{snake(r.name)} = UUID(bytes=v_{snake(r.name)})")
+                        lines.append(f"{ind}v_{snake(r.name)} = uuid_of(v_{snake(r.name)})")
                 i += len(run)
                 continue
             lines.append(f"{ind}f = {fl.name!r}")
@@ -564,6 +564,7 @@ RUNTIME_NAMES = [
     "read_str",
     "read_str_n",
     "read_uvarint",
+    "uuid_of",
     "uvarint",
     "write_bytes",
     "write_bytes_n",

@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -216,7 +217,7 @@ def _d_AddRaftVoterRequest_AddRaftVoterRequest_v0(buf, pos):
         f = "TimeoutMs"
         v_timeout_ms, v_voter_id, v_voter_directory_id = _st_ii16s.unpack_from(buf, pos)
         pos += 24
-        v_voter_directory_id = UUID(bytes=v_voter_directory_id)
+        v_voter_directory_id = uuid_of(v_voter_directory_id)
         f = "Listeners"
         n = buf[pos]
         if n < 128:
@@ -299,7 +300,7 @@ def _d_AddRaftVoterRequest_AddRaftVoterRequest_v1(buf, pos):
         f = "TimeoutMs"
         v_timeout_ms, v_voter_id, v_voter_directory_id = _st_ii16s.unpack_from(buf, pos)
         pos += 24
-        v_voter_directory_id = UUID(bytes=v_voter_directory_id)
+        v_voter_directory_id = uuid_of(v_voter_directory_id)
         f = "Listeners"
         n = buf[pos]
         if n < 128:

@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -334,7 +335,7 @@ def _d_AssignReplicasToDirsRequest_TopicData_v0(buf, pos):
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "Partitions"
         n = buf[pos]
         if n < 128:
@@ -381,7 +382,7 @@ def _d_AssignReplicasToDirsRequest_DirectoryData_v0(buf, pos):
         f = "Id"
         v_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
-        v_id = UUID(bytes=v_id)
+        v_id = uuid_of(v_id)
         f = "Topics"
         n = buf[pos]
         if n < 128:
@@ -580,7 +581,7 @@ def _d_AssignReplicasToDirsResponse_TopicData_v0(buf, pos):
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "Partitions"
         n = buf[pos]
         if n < 128:
@@ -627,7 +628,7 @@ def _d_AssignReplicasToDirsResponse_DirectoryData_v0(buf, pos):
         f = "Id"
         v_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
-        v_id = UUID(bytes=v_id)
+        v_id = uuid_of(v_id)
         f = "Topics"
         n = buf[pos]
         if n < 128:

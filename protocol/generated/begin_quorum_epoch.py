@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -423,7 +424,7 @@ def _d_BeginQuorumEpochRequest_PartitionData_v1(buf, pos):
         f = "PartitionIndex"
         v_partition_index, v_voter_directory_id, v_leader_id, v_leader_epoch = _st_i16sii.unpack_from(buf, pos)
         pos += 28
-        v_voter_directory_id = UUID(bytes=v_voter_directory_id)
+        v_voter_directory_id = uuid_of(v_voter_directory_id)
         f = "<tagged fields>"
         unknown = None
         if buf[pos] == 0:

@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -307,7 +308,7 @@ def _d_BrokerRegistrationRequest_BrokerRegistrationRequest_v0(buf, pos):
         f = "IncarnationId"
         v_incarnation_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
-        v_incarnation_id = UUID(bytes=v_incarnation_id)
+        v_incarnation_id = uuid_of(v_incarnation_id)
         f = "Listeners"
         n = buf[pos]
         if n < 128:
@@ -432,7 +433,7 @@ def _d_BrokerRegistrationRequest_BrokerRegistrationRequest_v1(buf, pos):
         f = "IncarnationId"
         v_incarnation_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
-        v_incarnation_id = UUID(bytes=v_incarnation_id)
+        v_incarnation_id = uuid_of(v_incarnation_id)
         f = "Listeners"
         n = buf[pos]
         if n < 128:
@@ -544,7 +545,7 @@ def _d_BrokerRegistrationRequest_BrokerRegistrationRequest_v2(buf, pos):
         f = "IncarnationId"
         v_incarnation_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
-        v_incarnation_id = UUID(bytes=v_incarnation_id)
+        v_incarnation_id = uuid_of(v_incarnation_id)
         f = "Listeners"
         n = buf[pos]
         if n < 128:
@@ -601,7 +602,7 @@ def _d_BrokerRegistrationRequest_BrokerRegistrationRequest_v2(buf, pos):
             for _ in range(n):
                 x = _st_16s.unpack_from(buf, pos)[0]
                 pos += 16
-                x = UUID(bytes=x)
+                x = uuid_of(x)
                 ap(x)
         f = "<tagged fields>"
         unknown = None
@@ -682,7 +683,7 @@ def _d_BrokerRegistrationRequest_BrokerRegistrationRequest_v3(buf, pos):
         f = "IncarnationId"
         v_incarnation_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
-        v_incarnation_id = UUID(bytes=v_incarnation_id)
+        v_incarnation_id = uuid_of(v_incarnation_id)
         f = "Listeners"
         n = buf[pos]
         if n < 128:
@@ -739,7 +740,7 @@ def _d_BrokerRegistrationRequest_BrokerRegistrationRequest_v3(buf, pos):
             for _ in range(n):
                 x = _st_16s.unpack_from(buf, pos)[0]
                 pos += 16
-                x = UUID(bytes=x)
+                x = uuid_of(x)
                 ap(x)
         f = "PreviousBrokerEpoch"
         v_previous_broker_epoch = _st_q.unpack_from(buf, pos)[0]

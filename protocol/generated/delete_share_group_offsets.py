@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -292,7 +293,7 @@ def _d_DeleteShareGroupOffsetsResponse_DeleteShareGroupOffsetsResponseTopic_v0(b
         f = "TopicId"
         v_topic_id, v_error_code = _st_16sh.unpack_from(buf, pos)
         pos += 18
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "ErrorMessage"
         v_error_message, pos = read_cstr_n(buf, pos)
         f = "<tagged fields>"

@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -1028,7 +1029,7 @@ def _d_DescribeQuorumResponse_ReplicaState_v2(buf, pos):
             _st_i16sqqq.unpack_from(buf, pos)
         )
         pos += 44
-        v_replica_directory_id = UUID(bytes=v_replica_directory_id)
+        v_replica_directory_id = uuid_of(v_replica_directory_id)
         f = "<tagged fields>"
         unknown = None
         if buf[pos] == 0:

@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -322,7 +323,7 @@ def _d_DisklessCommitFileRequest_DisklessCommitBatch_v0(buf, pos):
             v_last_sequence,
         ) = _st_bi16siiiqqqbqhii.unpack_from(buf, pos)
         pos += 76
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "<tagged fields>"
         unknown = None
         v_is_transactional = False

@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -193,7 +194,7 @@ def _d_DisklessCreatePartitionsRequest_DisklessCreatablePartitions_v0(buf, pos):
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "NumPartitions"
@@ -303,7 +304,7 @@ def _d_DisklessCreatePartitionsResponse_DisklessCreatablePartitionsResult_v0(buf
         f = "TopicId"
         v_topic_id, v_error_code = _st_16sh.unpack_from(buf, pos)
         pos += 18
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "ErrorMessage"
         v_error_message, pos = read_cstr_n(buf, pos)
         f = "<tagged fields>"

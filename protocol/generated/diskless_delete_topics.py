@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -173,7 +174,7 @@ def _d_DisklessDeleteTopicsRequest_DisklessDeletableTopicState_v0(buf, pos):
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "<tagged fields>"
         unknown = None
         if buf[pos] == 0:
@@ -274,7 +275,7 @@ def _d_DisklessDeleteTopicsResponse_DisklessDeletableTopicResult_v0(buf, pos):
         f = "TopicId"
         v_topic_id, v_error_code = _st_16sh.unpack_from(buf, pos)
         pos += 18
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "ErrorMessage"
         v_error_message, pos = read_cstr_n(buf, pos)
         f = "<tagged fields>"

@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -256,7 +257,7 @@ def _d_DisklessDescribeProducersRequest_DisklessDescribeProducersTopic_v0(buf, p
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "PartitionIndexes"
         n = buf[pos]
         if n < 128:
@@ -467,7 +468,7 @@ def _d_DisklessDescribeProducersResponse_DisklessDescribeProducersTopicResponse_
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "Partitions"
         n = buf[pos]
         if n < 128:

@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -465,7 +466,7 @@ def _d_EndQuorumEpochRequest_ReplicaInfo_v0(buf, pos):
         f = "CandidateId"
         v_candidate_id, v_candidate_directory_id = _st_i16s.unpack_from(buf, pos)
         pos += 20
-        v_candidate_directory_id = UUID(bytes=v_candidate_directory_id)
+        v_candidate_directory_id = uuid_of(v_candidate_directory_id)
         f = "<tagged fields>"
         unknown = None
         if buf[pos] == 0:

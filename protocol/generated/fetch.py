@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -1599,7 +1600,7 @@ def _d_FetchRequest_FetchTopic_v4(buf, pos):
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "Partitions"
         n = buf[pos]
         if n < 128:
@@ -1646,7 +1647,7 @@ def _d_FetchRequest_ForgottenTopic_v2(buf, pos):
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "Partitions"
         n = buf[pos]
         if n < 128:
@@ -2050,7 +2051,7 @@ def _d_FetchRequest_FetchPartition_v4(buf, pos):
                     f = "ReplicaDirectoryId"
                     v_replica_directory_id = _st_16s.unpack_from(buf, pos)[0]
                     pos += 16
-                    v_replica_directory_id = UUID(bytes=v_replica_directory_id)
+                    v_replica_directory_id = uuid_of(v_replica_directory_id)
                     if pos != end:
                         raise ProtocolError("tagged field size does not match its value")
                 else:
@@ -2082,7 +2083,7 @@ def _d_FetchRequest_FetchTopic_v5(buf, pos):
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "Partitions"
         n = buf[pos]
         if n < 128:
@@ -3331,7 +3332,7 @@ def _d_FetchResponse_FetchableTopicResponse_v5(buf, pos):
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "Partitions"
         n = buf[pos]
         if n < 128:

@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -633,7 +634,7 @@ def _d_FetchSnapshotRequest_PartitionSnapshot_v1(buf, pos):
                     f = "ReplicaDirectoryId"
                     v_replica_directory_id = _st_16s.unpack_from(buf, pos)[0]
                     pos += 16
-                    v_replica_directory_id = UUID(bytes=v_replica_directory_id)
+                    v_replica_directory_id = uuid_of(v_replica_directory_id)
                     if pos != end:
                         raise ProtocolError("tagged field size does not match its value")
                 else:

@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -152,7 +153,7 @@ def _d_GetTelemetrySubscriptionsRequest_GetTelemetrySubscriptionsRequest_v0(buf,
         f = "ClientInstanceId"
         v_client_instance_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
-        v_client_instance_id = UUID(bytes=v_client_instance_id)
+        v_client_instance_id = uuid_of(v_client_instance_id)
         f = "<tagged fields>"
         unknown = None
         if buf[pos] == 0:
@@ -191,7 +192,7 @@ def _d_GetTelemetrySubscriptionsResponse_GetTelemetrySubscriptionsResponse_v0(bu
         f = "ThrottleTimeMs"
         v_throttle_time_ms, v_error_code, v_client_instance_id, v_subscription_id = _st_ih16si.unpack_from(buf, pos)
         pos += 26
-        v_client_instance_id = UUID(bytes=v_client_instance_id)
+        v_client_instance_id = uuid_of(v_client_instance_id)
         f = "AcceptedCompressionTypes"
         n = buf[pos]
         if n < 128:

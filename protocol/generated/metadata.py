@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -731,7 +732,7 @@ def _d_MetadataRequest_MetadataRequestTopic_v2(buf, pos):
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "Name"
         v_name, pos = read_cstr_n(buf, pos)
         f = "<tagged fields>"
@@ -2445,7 +2446,7 @@ def _d_MetadataResponse_MetadataResponseTopic_v6(buf, pos):
         f = "TopicId"
         v_topic_id, v_is_internal = _st_16sz.unpack_from(buf, pos)
         pos += 17
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "Partitions"
         n = buf[pos]
         if n < 128:
@@ -2747,7 +2748,7 @@ def _d_MetadataResponse_MetadataResponseTopic_v7(buf, pos):
         f = "TopicId"
         v_topic_id, v_is_internal = _st_16sz.unpack_from(buf, pos)
         pos += 17
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "Partitions"
         n = buf[pos]
         if n < 128:

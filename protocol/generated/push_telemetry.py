@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -139,7 +140,7 @@ def _d_PushTelemetryRequest_PushTelemetryRequest_v0(buf, pos):
         f = "ClientInstanceId"
         v_client_instance_id, v_subscription_id, v_terminating, v_compression_type = _st_16sizb.unpack_from(buf, pos)
         pos += 22
-        v_client_instance_id = UUID(bytes=v_client_instance_id)
+        v_client_instance_id = uuid_of(v_client_instance_id)
         f = "Metrics"
         v_metrics, pos = read_cbytes(buf, pos)
         f = "<tagged fields>"

@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -374,7 +375,7 @@ def _d_SharePartitionForwardRequest_SharePartitionForwardRequest_v0(buf, pos):
         f = "TopicId"
         v_topic_id, v_partition, v_leader_epoch = _st_16sii.unpack_from(buf, pos)
         pos += 24
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "AcknowledgementBatches"
         n = buf[pos]
         if n < 128:

@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -310,7 +311,7 @@ def _d_UpdateRaftVoterRequest_UpdateRaftVoterRequest_v0(buf, pos):
         f = "CurrentLeaderEpoch"
         v_current_leader_epoch, v_voter_id, v_voter_directory_id = _st_ii16s.unpack_from(buf, pos)
         pos += 24
-        v_voter_directory_id = UUID(bytes=v_voter_directory_id)
+        v_voter_directory_id = uuid_of(v_voter_directory_id)
         f = "Listeners"
         n = buf[pos]
         if n < 128:

@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -499,8 +500,8 @@ def _d_VoteRequest_PartitionData_v1(buf, pos):
             v_last_offset,
         ) = _st_iii16s16siq.unpack_from(buf, pos)
         pos += 56
-        v_replica_directory_id = UUID(bytes=v_replica_directory_id)
-        v_voter_directory_id = UUID(bytes=v_voter_directory_id)
+        v_replica_directory_id = uuid_of(v_replica_directory_id)
+        v_voter_directory_id = uuid_of(v_voter_directory_id)
         f = "<tagged fields>"
         unknown = None
         if buf[pos] == 0:
@@ -696,8 +697,8 @@ def _d_VoteRequest_PartitionData_v2(buf, pos):
             v_pre_vote,
         ) = _st_iii16s16siqz.unpack_from(buf, pos)
         pos += 57
-        v_replica_directory_id = UUID(bytes=v_replica_directory_id)
-        v_voter_directory_id = UUID(bytes=v_voter_directory_id)
+        v_replica_directory_id = uuid_of(v_replica_directory_id)
+        v_voter_directory_id = uuid_of(v_voter_directory_id)
         f = "<tagged fields>"
         unknown = None
         if buf[pos] == 0:

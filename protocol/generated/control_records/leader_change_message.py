@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -251,7 +252,7 @@ def _d_LeaderChangeMessage_Voter_v1(buf, pos):
         f = "VoterId"
         v_voter_id, v_voter_directory_id = _st_i16s.unpack_from(buf, pos)
         pos += 20
-        v_voter_directory_id = UUID(bytes=v_voter_directory_id)
+        v_voter_directory_id = uuid_of(v_voter_directory_id)
         f = "<tagged fields>"
         unknown = None
         if buf[pos] == 0:

@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -242,7 +243,7 @@ def _d_VotersRecord_Voter_v0(buf, pos):
         f = "VoterId"
         v_voter_id, v_voter_uuid = _st_i16s.unpack_from(buf, pos)
         pos += 20
-        v_voter_uuid = UUID(bytes=v_voter_uuid)
+        v_voter_uuid = uuid_of(v_voter_uuid)
         f = "Endpoints"
         n = buf[pos]
         if n < 128:

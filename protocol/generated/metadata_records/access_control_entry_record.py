@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -121,7 +122,7 @@ def _d_AccessControlEntryRecord_AccessControlEntryRecord_v0(buf, pos):
         f = "Id"
         v_id, v_resource_type = _st_16sb.unpack_from(buf, pos)
         pos += 17
-        v_id = UUID(bytes=v_id)
+        v_id = uuid_of(v_id)
         f = "ResourceName"
         v_resource_name, pos = read_cstr(buf, pos)
         f = "PatternType"

@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -292,7 +293,7 @@ def _d_BrokerRegistrationChangeRecord_BrokerRegistrationChangeRecord_v2(buf, pos
                         for _ in range(n):
                             x = _st_16s.unpack_from(buf, pos)[0]
                             pos += 16
-                            x = UUID(bytes=x)
+                            x = uuid_of(x)
                             ap(x)
                     if pos != end:
                         raise ProtocolError("tagged field size does not match its value")

@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -131,7 +132,7 @@ def _d_ChunkChangeRecord_ChunkChangeRecord_v0(buf, pos):
         f = "PartitionId"
         v_partition_id, v_topic_id, v_start_offset, v_epoch = _st_i16sqi.unpack_from(buf, pos)
         pos += 32
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "<tagged fields>"
         unknown = None
         v_replicas = None
@@ -183,7 +184,7 @@ def _d_ChunkChangeRecord_ChunkChangeRecord_v0(buf, pos):
                         for _ in range(n):
                             x = _st_16s.unpack_from(buf, pos)[0]
                             pos += 16
-                            x = UUID(bytes=x)
+                            x = uuid_of(x)
                             ap(x)
                     if pos != end:
                         raise ProtocolError("tagged field size does not match its value")

@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -153,7 +154,7 @@ def _d_ChunkRecord_ChunkRecord_v0(buf, pos):
             _st_i16sqqqqi.unpack_from(buf, pos)
         )
         pos += 56
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "Replicas"
         n = buf[pos]
         if n < 128:
@@ -185,7 +186,7 @@ def _d_ChunkRecord_ChunkRecord_v0(buf, pos):
             for _ in range(n):
                 x = _st_16s.unpack_from(buf, pos)[0]
                 pos += 16
-                x = UUID(bytes=x)
+                x = uuid_of(x)
                 ap(x)
         f = "Isr"
         n = buf[pos]

@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -99,7 +100,7 @@ def _d_DisklessLeaderEpochRecord_DisklessLeaderEpochRecord_v0(buf, pos):
         f = "TopicId"
         v_topic_id, v_partition_index, v_leader_epoch, v_start_offset = _st_16siiq.unpack_from(buf, pos)
         pos += 32
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "<tagged fields>"
         unknown = None
         if buf[pos] == 0:

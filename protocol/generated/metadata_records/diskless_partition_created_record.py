@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -99,7 +100,7 @@ def _d_DisklessPartitionCreatedRecord_DisklessPartitionCreatedRecord_v0(buf, pos
         f = "TopicId"
         v_topic_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "Name"
         v_name, pos = read_cstr(buf, pos)
         f = "PartitionIndex"

@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -94,7 +95,7 @@ def _d_DisklessRecordsDeletedRecord_DisklessRecordsDeletedRecord_v0(buf, pos):
         f = "TopicId"
         v_topic_id, v_partition_index, v_new_log_start_offset = _st_16siq.unpack_from(buf, pos)
         pos += 28
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "<tagged fields>"
         unknown = None
         if buf[pos] == 0:

@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -176,7 +177,7 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v0(buf, pos):
         f = "PartitionId"
         v_partition_id, v_topic_id = _st_i16s.unpack_from(buf, pos)
         pos += 20
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "<tagged fields>"
         unknown = None
         v_isr = None
@@ -419,7 +420,7 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v1(buf, pos):
         f = "PartitionId"
         v_partition_id, v_topic_id = _st_i16s.unpack_from(buf, pos)
         pos += 20
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "<tagged fields>"
         unknown = None
         v_isr = None
@@ -535,7 +536,7 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v1(buf, pos):
                         for _ in range(n):
                             x = _st_16s.unpack_from(buf, pos)[0]
                             pos += 16
-                            x = UUID(bytes=x)
+                            x = uuid_of(x)
                             ap(x)
                     if pos != end:
                         raise ProtocolError("tagged field size does not match its value")
@@ -696,7 +697,7 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v2(buf, pos):
         f = "PartitionId"
         v_partition_id, v_topic_id = _st_i16s.unpack_from(buf, pos)
         pos += 20
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "<tagged fields>"
         unknown = None
         v_isr = None
@@ -814,7 +815,7 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v2(buf, pos):
                         for _ in range(n):
                             x = _st_16s.unpack_from(buf, pos)[0]
                             pos += 16
-                            x = UUID(bytes=x)
+                            x = uuid_of(x)
                             ap(x)
                     if pos != end:
                         raise ProtocolError("tagged field size does not match its value")
@@ -1028,7 +1029,7 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v3(buf, pos):
         f = "PartitionId"
         v_partition_id, v_topic_id = _st_i16s.unpack_from(buf, pos)
         pos += 20
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "<tagged fields>"
         unknown = None
         v_isr = None
@@ -1148,7 +1149,7 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v3(buf, pos):
                         for _ in range(n):
                             x = _st_16s.unpack_from(buf, pos)[0]
                             pos += 16
-                            x = UUID(bytes=x)
+                            x = uuid_of(x)
                             ap(x)
                     if pos != end:
                         raise ProtocolError("tagged field size does not match its value")
@@ -1413,7 +1414,7 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v4(buf, pos):
         f = "PartitionId"
         v_partition_id, v_topic_id = _st_i16s.unpack_from(buf, pos)
         pos += 20
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "<tagged fields>"
         unknown = None
         v_isr = None
@@ -1534,7 +1535,7 @@ def _d_PartitionChangeRecord_PartitionChangeRecord_v4(buf, pos):
                         for _ in range(n):
                             x = _st_16s.unpack_from(buf, pos)[0]
                             pos += 16
-                            x = UUID(bytes=x)
+                            x = uuid_of(x)
                             ap(x)
                     if pos != end:
                         raise ProtocolError("tagged field size does not match its value")

@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -222,7 +223,7 @@ def _d_PartitionRecord_PartitionRecord_v0(buf, pos):
         f = "PartitionId"
         v_partition_id, v_topic_id = _st_i16s.unpack_from(buf, pos)
         pos += 20
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "Replicas"
         n = buf[pos]
         if n < 128:
@@ -419,7 +420,7 @@ def _d_PartitionRecord_PartitionRecord_v1(buf, pos):
         f = "PartitionId"
         v_partition_id, v_topic_id = _st_i16s.unpack_from(buf, pos)
         pos += 20
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "Replicas"
         n = buf[pos]
         if n < 128:
@@ -496,7 +497,7 @@ def _d_PartitionRecord_PartitionRecord_v1(buf, pos):
             for _ in range(n):
                 x = _st_16s.unpack_from(buf, pos)[0]
                 pos += 16
-                x = UUID(bytes=x)
+                x = uuid_of(x)
                 ap(x)
         f = "<tagged fields>"
         unknown = None
@@ -638,7 +639,7 @@ def _d_PartitionRecord_PartitionRecord_v2(buf, pos):
         f = "PartitionId"
         v_partition_id, v_topic_id = _st_i16s.unpack_from(buf, pos)
         pos += 20
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "Replicas"
         n = buf[pos]
         if n < 128:
@@ -715,7 +716,7 @@ def _d_PartitionRecord_PartitionRecord_v2(buf, pos):
             for _ in range(n):
                 x = _st_16s.unpack_from(buf, pos)[0]
                 pos += 16
-                x = UUID(bytes=x)
+                x = uuid_of(x)
                 ap(x)
         f = "<tagged fields>"
         unknown = None
@@ -912,7 +913,7 @@ def _d_PartitionRecord_PartitionRecord_v3(buf, pos):
         f = "PartitionId"
         v_partition_id, v_topic_id = _st_i16s.unpack_from(buf, pos)
         pos += 20
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "Replicas"
         n = buf[pos]
         if n < 128:
@@ -989,7 +990,7 @@ def _d_PartitionRecord_PartitionRecord_v3(buf, pos):
             for _ in range(n):
                 x = _st_16s.unpack_from(buf, pos)[0]
                 pos += 16
-                x = UUID(bytes=x)
+                x = uuid_of(x)
                 ap(x)
         f = "<tagged fields>"
         unknown = None
@@ -1279,7 +1280,7 @@ def _d_PartitionRecord_PartitionRecord_v4(buf, pos):
         f = "PartitionId"
         v_partition_id, v_topic_id = _st_i16s.unpack_from(buf, pos)
         pos += 20
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "Replicas"
         n = buf[pos]
         if n < 128:
@@ -1356,7 +1357,7 @@ def _d_PartitionRecord_PartitionRecord_v4(buf, pos):
             for _ in range(n):
                 x = _st_16s.unpack_from(buf, pos)[0]
                 pos += 16
-                x = UUID(bytes=x)
+                x = uuid_of(x)
                 ap(x)
         f = "<tagged fields>"
         unknown = None

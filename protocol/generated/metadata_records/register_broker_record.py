@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -266,7 +267,7 @@ def _d_RegisterBrokerRecord_RegisterBrokerRecord_v0(buf, pos):
         f = "BrokerId"
         v_broker_id, v_incarnation_id, v_broker_epoch = _st_i16sq.unpack_from(buf, pos)
         pos += 28
-        v_incarnation_id = UUID(bytes=v_incarnation_id)
+        v_incarnation_id = uuid_of(v_incarnation_id)
         f = "EndPoints"
         n = buf[pos]
         if n < 128:
@@ -405,7 +406,7 @@ def _d_RegisterBrokerRecord_RegisterBrokerRecord_v1(buf, pos):
         f = "BrokerId"
         v_broker_id, v_incarnation_id, v_broker_epoch = _st_i16sq.unpack_from(buf, pos)
         pos += 28
-        v_incarnation_id = UUID(bytes=v_incarnation_id)
+        v_incarnation_id = uuid_of(v_incarnation_id)
         f = "EndPoints"
         n = buf[pos]
         if n < 128:
@@ -518,7 +519,7 @@ def _d_RegisterBrokerRecord_RegisterBrokerRecord_v2(buf, pos):
         f = "BrokerId"
         v_broker_id, v_is_migrating_zk_broker, v_incarnation_id, v_broker_epoch = _st_iz16sq.unpack_from(buf, pos)
         pos += 29
-        v_incarnation_id = UUID(bytes=v_incarnation_id)
+        v_incarnation_id = uuid_of(v_incarnation_id)
         f = "EndPoints"
         n = buf[pos]
         if n < 128:
@@ -626,7 +627,7 @@ def _d_RegisterBrokerRecord_RegisterBrokerRecord_v3(buf, pos):
         f = "BrokerId"
         v_broker_id, v_is_migrating_zk_broker, v_incarnation_id, v_broker_epoch = _st_iz16sq.unpack_from(buf, pos)
         pos += 29
-        v_incarnation_id = UUID(bytes=v_incarnation_id)
+        v_incarnation_id = uuid_of(v_incarnation_id)
         f = "EndPoints"
         n = buf[pos]
         if n < 128:
@@ -695,7 +696,7 @@ def _d_RegisterBrokerRecord_RegisterBrokerRecord_v3(buf, pos):
                         for _ in range(n):
                             x = _st_16s.unpack_from(buf, pos)[0]
                             pos += 16
-                            x = UUID(bytes=x)
+                            x = uuid_of(x)
                             ap(x)
                     if pos != end:
                         raise ProtocolError("tagged field size does not match its value")

@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -78,7 +79,7 @@ def _d_RemoveAccessControlEntryRecord_RemoveAccessControlEntryRecord_v0(buf, pos
         f = "Id"
         v_id = _st_16s.unpack_from(buf, pos)[0]
         pos += 16
-        v_id = UUID(bytes=v_id)
+        v_id = uuid_of(v_id)
         f = "<tagged fields>"
         unknown = None
         if buf[pos] == 0:

@@ -28,6 +28,7 @@ from protocol.codec_runtime import (
     read_str,
     read_str_n,
     read_uvarint,
+    uuid_of,
     uvarint,
     write_bytes,
     write_bytes_n,
@@ -89,7 +90,7 @@ def _d_UndeletedPartitionCountRecord_UndeletedPartitionCountRecord_v0(buf, pos):
         f = "TopicId"
         v_topic_id, v_undeleted_partition_count = _st_16si.unpack_from(buf, pos)
         pos += 20
-        v_topic_id = UUID(bytes=v_topic_id)
+        v_topic_id = uuid_of(v_topic_id)
         f = "<tagged fields>"
         unknown = None
         if buf[pos] == 0:
