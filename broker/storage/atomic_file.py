@@ -53,10 +53,10 @@ def fsync_file(path: Path | str) -> bool:
     return True
 
 
-def read_ascii_file(path: Path | str) -> str | None:
-    """The whole text of a small ASCII state file, None if it is missing (UnicodeDecodeError if it
-    is not ASCII). Plain descriptor reads: a pathlib read_text builds a buffered text stream per
-    file, three files a log, 20,000 logs opened at a start."""
+def read_small_file(path: Path | str) -> bytes | None:
+    """The whole content of a small state file, None if it is missing. Plain descriptor reads: a
+    pathlib read_bytes or read_text builds a buffered stream per file, four files a log, 20,000
+    logs opened at a start."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -67,7 +67,14 @@ def read_ascii_file(path: Path | str) -> str | None:
             chunks.append(chunk)
     finally:
         os.close(fd)
-    return b"".join(chunks).decode("ascii")
+    return b"".join(chunks)
+
+
+def read_ascii_file(path: Path | str) -> str | None:
+    """The whole text of a small ASCII state file, None if it is missing (UnicodeDecodeError if it
+    is not ASCII)."""
+    data = read_small_file(path)
+    return None if data is None else data.decode("ascii")
 
 
 def write_file(path: Path | str, data: bytes, *, sync: bool = True) -> None:

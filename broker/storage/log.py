@@ -172,11 +172,10 @@ class Log:
         checked (header + CRC32C) and a torn or corrupt tail is cut off at the last whole batch;
         missing or damaged indexes are rebuilt either way. Producer state comes from the newest
         snapshot at or below the log end plus the batch headers after it. `dir_high_watermark`: see log_state.py."""
-        self = cls(Path(dir), config, topic_id, io_error_handler, producer_id_expiration_ms)
+        self = cls(dir if isinstance(dir, Path) else Path(dir), config, topic_id, io_error_handler, producer_id_expiration_ms)
         now = now_ms if now_ms is not None else _wall_clock_ms()
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            self._load(now, clean_shutdown, dir_high_watermark)
+            self._load(now, clean_shutdown, dir_high_watermark)  # the loader makes a missing dir
         except (OSError, CorruptSegmentError) as exc:
             self._close_files()
             raise _open_failure(self.dir, exc, io_error_handler) from exc

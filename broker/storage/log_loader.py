@@ -79,12 +79,17 @@ class LogLoader:
         dir, local, producers = self.dir, self.local, self.producer_state
         # A brand-new replica holds nothing a crash could lose: its files are written without
         # fsync (thousands of partitions are created at once) and synced by the first flush.
-        # One listing serves every step below (20,000 logs opened at a start list their dirs once).
-        names = os.listdir(dir)
+        # One listing serves every step below (20,000 logs opened at a start list their dirs once);
+        # the dir is made only when missing (no mkdir and stat for each existing one)
+        try:
+            names = os.listdir(dir)
+        except FileNotFoundError:
+            os.makedirs(dir, exist_ok=True)
+            names = []
         fresh = not names
         prefix = os.fspath(dir) + os.sep  # the state files' names as str: no Path made for each
         state = read_log_state(prefix + LOG_STATE_CHECKPOINT) if LOG_STATE_CHECKPOINT in names else None
-        topic_id = topic_id_at_open(dir / PARTITION_METADATA, expected_topic_id, sync=not fresh)
+        topic_id = topic_id_at_open(prefix + PARTITION_METADATA, expected_topic_id, sync=not fresh)
         if expected_topic_id is not None and topic_id != expected_topic_id:
             log.warning("topic_id_mismatch", dir=str(dir), stored=str(topic_id), expected=str(expected_topic_id))
         try:

@@ -13,7 +13,7 @@ from broker.storage.uuid_text import format_uuid, parse_uuid
 VERSION = 0
 
 
-def read_topic_id(path: Path) -> uuid.UUID | None:
+def read_topic_id(path: Path | str) -> uuid.UUID | None:
     try:
         text = read_ascii_file(path)
     except (OSError, UnicodeDecodeError) as exc:
@@ -33,11 +33,11 @@ def read_topic_id(path: Path) -> uuid.UUID | None:
         raise StorageError(f"{path} holds a malformed topic id {fields['topic_id']!r}") from None
 
 
-def write_topic_id(path: Path, topic_id: uuid.UUID, *, sync: bool = True) -> None:
+def write_topic_id(path: Path | str, topic_id: uuid.UUID, *, sync: bool = True) -> None:
     write_atomically(path, f"version: {VERSION}\ntopic_id: {format_uuid(topic_id)}\n".encode("ascii"), sync=sync)
 
 
-def topic_id_at_open(path: Path, expected: uuid.UUID | None, *, sync: bool = True) -> uuid.UUID | None:
+def topic_id_at_open(path: Path | str, expected: uuid.UUID | None, *, sync: bool = True) -> uuid.UUID | None:
     """The topic id a replica dir belongs to: the stored one, else `expected`, which is then
     written (Kafka's UnifiedLog.initializeTopicId). The caller compares it with `expected`."""
     stored = read_topic_id(path)

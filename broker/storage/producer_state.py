@@ -56,7 +56,7 @@ from typing import NamedTuple
 import structlog
 from crc32c import crc32c
 
-from broker.storage.atomic_file import fsync_file, write_file
+from broker.storage.atomic_file import fsync_file, read_small_file, write_file
 from broker.storage.errors import INVALID_RECORD, InvalidRecordError, StorageError
 from broker.storage.file_names import TMP_SUFFIX
 from protocol.records.batch import BatchHeader
@@ -541,11 +541,14 @@ class ProducerStateManager:
         candidates = [o for o in self._snapshots if o <= limit]
         while candidates:
             offset = candidates.pop()
-            path = self._path(offset)
+            path = os.path.join(self.dir, snapshot_file_name(offset))  # no Path made a log at a start
             try:
-                entries = decode_snapshot(path.read_bytes())
+                data = read_small_file(path)
+                if data is None:
+                    raise FileNotFoundError(path)
+                entries = decode_snapshot(data)
             except (CorruptSnapshotError, FileNotFoundError) as exc:
-                log.warning("producer_snapshot_unreadable", path=str(path), error=str(exc))
+                log.warning("producer_snapshot_unreadable", path=path, error=str(exc))
                 self._delete_snapshot(offset)
                 continue
             for e in entries:
