@@ -157,7 +157,7 @@ class LogLoader:
         producers.remove_expired(now_ms)  # replayed producers may have been idle for long
         if fresh:
             local.recovery_point = log_start  # nothing synced yet; nothing to lose either
-            local.add_unsynced_file(os.fspath(dir) + os.sep + PARTITION_METADATA)
+            local.add_unsynced_file(prefix + PARTITION_METADATA)
         elif local.recovery_point == leo:
             for seg in local.segments:
                 seg.flush()  # rebuilt indexes (the segments are clean: nothing else to sync)
