@@ -10,7 +10,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -55,22 +54,8 @@ def fixed_ports(n: int) -> list[int]:
     if len(candidates) < n * 4:
         return free_ports(n)
     random.shuffle(candidates)
-    socks: list[socket.socket] = []
-    try:
-        for port in candidates:
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                s.close()
-                continue
-            socks.append(s)
-            if len(socks) == n:
-                return [sock.getsockname()[1] for sock in socks]
-    finally:
-        for s in socks:
-            s.close()
-    return free_ports(n)
+    ports = free_ports(n, candidates=candidates)
+    return ports if len(ports) == n else free_ports(n)
 
 
 class SeaweedS3:

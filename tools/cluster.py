@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
@@ -276,14 +276,23 @@ def render_properties(props: Mapping[str, str], header: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """n distinct ports the OS considers free right now (all held open until all are chosen)."""
-    socks = []
+def free_ports(n: int, host: str = "127.0.0.1", candidates: Iterable[int] | None = None) -> list[int]:
+    """n distinct ports the OS considers free right now (all held open until all are chosen):
+    the kernel's picks, or the first of `candidates` that bind (fewer than n if they run out)."""
+    socks: list[socket.socket] = []
     try:
-        for _ in range(n):
+        for port in [0] * n if candidates is None else candidates:
             s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                s.bind((host, port))
+            except OSError:
+                s.close()
+                if candidates is None:
+                    raise
+                continue
             socks.append(s)
-            s.bind((host, 0))
+            if len(socks) == n:
+                break
         return [s.getsockname()[1] for s in socks]
     finally:
         for s in socks:
